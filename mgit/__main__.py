@@ -1,0 +1,5 @@
+import sys
+
+from mgit.cli import main
+
+sys.exit(main())

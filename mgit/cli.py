@@ -1,0 +1,405 @@
+"""The `mgit` command: thin click commands over Repository, rich output, --json where
+scripts need it. Errors print one line and exit non-zero; --debug shows tracebacks."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+from datetime import datetime, timedelta, timezone
+
+import click
+from rich.console import Console
+from rich.filesize import decimal
+from rich.table import Table
+
+from mgit import __version__, progress
+from mgit.errors import MgitError
+from mgit.repo import Repository
+from mgit.worktree.status import FileStatus
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+_state = {"debug": False, "paths": None}
+
+
+def _repo(ctx: click.Context) -> Repository:
+    return Repository(ctx.obj["dir"])
+
+
+def _abs(paths: tuple[str, ...] | list[str]) -> list[str]:
+    return [os.path.abspath(p) for p in paths]
+
+
+def _dump(schema: str, payload: dict) -> None:
+    click.echo(json.dumps({"schema": schema, **payload}, indent=2, sort_keys=False))
+
+
+def _paths_after_dashdash() -> list[str] | None:
+    return _state["paths"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+@click.option("-C", "directory", default=".", metavar="DIR", help="Run as if started in DIR.")
+@click.version_option(__version__, prog_name="mgit")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, quiet: bool, directory: str) -> None:
+    """mgit: version control for model weights."""
+    _state["debug"] = debug
+    progress.QUIET = quiet
+    if directory != ".":
+        os.chdir(directory)
+    ctx.obj = {"dir": "."}
+
+
+@cli.command()
+@click.argument("path", default=".")
+def init(path: str) -> None:
+    """Create an empty repository in PATH."""
+    repo = Repository.init(path)
+    click.echo(f"Initialized empty mgit repository in {repo.git_dir}")
+
+
+@cli.command()
+@click.argument("key")
+@click.argument("value", required=False)
+@click.pass_context
+def config(ctx: click.Context, key: str, value: str | None) -> None:
+    """Get or set a configuration value (e.g. user.name)."""
+    repo = _repo(ctx)
+    if value is None:
+        got = repo.config_get(key)
+        if got is None:
+            raise MgitError(f"config key {key} is not set")
+        click.echo(got)
+    else:
+        repo.config_set(key, value)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.pass_context
+def add(ctx: click.Context, paths: tuple[str, ...]) -> None:
+    """Stage PATHS: new, changed and deleted files under them."""
+    res = _repo(ctx).add(_abs(paths))
+    if res.added or res.removed:
+        err.print(
+            f"staged {len(res.added)} file(s), unstaged {len(res.removed)} deleted; "
+            f"{decimal(res.logical_bytes)} read, {decimal(res.stored_bytes)} new in the store "
+            f"({res.new_chunks} new chunks)"
+        )
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--cached", is_flag=True, help="Keep the working files.")
+@click.pass_context
+def rm(ctx: click.Context, paths: tuple[str, ...], cached: bool) -> None:
+    """Stop tracking PATHS (and delete them unless --cached)."""
+    for path in _repo(ctx).rm(_abs(paths), cached=cached):
+        click.echo(f"rm {path}")
+
+
+def _describe(f: FileStatus) -> str:
+    text = f"{f.change + ':':<10} {f.path}"
+    t = f.tensors
+    if t:
+        bits = []
+        for label, names in (("changed", t.changed), ("added", t.added), ("removed", t.removed)):
+            if names:
+                shown = ", ".join(names[:3]) + (f", +{len(names) - 3} more" if len(names) > 3 else "")
+                bits.append(f"{len(names)} tensor(s) {label}: {shown}")
+        text += "  (" + "; ".join(bits) + ")"
+    if f.note:
+        text += f"  ({f.note})"
+    return text
+
+
+def _file_status_json(f: FileStatus) -> dict:
+    d = {"path": f.path, "change": f.change}
+    if f.tensors is not None:
+        d["tensors"] = {"added": f.tensors.added, "removed": f.tensors.removed, "changed": f.tensors.changed}
+    if f.note:
+        d["note"] = f.note
+    return d
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.status/1).")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show staged, modified, untracked and deleted files, and which tensors changed."""
+    st = _repo(ctx).status()
+    if as_json:
+        _dump(
+            "mgit.status/1",
+            {
+                "branch": st.branch,
+                "head": st.head,
+                "staged": [_file_status_json(f) for f in st.staged],
+                "unstaged": [_file_status_json(f) for f in st.unstaged],
+                "untracked": st.untracked,
+                "not_checked_out": st.not_checked_out,
+            },
+        )
+        return
+    out.print(f"On branch {st.branch}" if st.branch else f"HEAD detached at {st.head[:12] if st.head else '?'}")
+    if st.head is None:
+        out.print("No commits yet")
+    for title, items, style in (
+        ("Changes to be committed:", st.staged, "green"),
+        ("Changes not staged for commit:", st.unstaged, "red"),
+    ):
+        if items:
+            out.print(f"\n{title}")
+            for f in items:
+                out.print(f"  [{style}]{_describe(f)}[/{style}]", markup=True)
+    if st.untracked:
+        out.print("\nUntracked files:")
+        for p in st.untracked:
+            out.print(f"  [red]{p}[/red]")
+    if st.not_checked_out:
+        out.print(f"\nNot checked out (tracked, absent from the working tree): {len(st.not_checked_out)} file(s)")
+        for p in st.not_checked_out:
+            out.print(f"  {p}")
+    if st.clean:
+        out.print("\nnothing to commit, working tree clean")
+
+
+@cli.command()
+@click.option("-m", "--message", required=True, help="Commit message.")
+@click.option("--allow-empty", is_flag=True)
+@click.pass_context
+def commit(ctx: click.Context, message: str, allow_empty: bool) -> None:
+    """Record the staged files as a new commit."""
+    repo = _repo(ctx)
+    sha = repo.commit(message, allow_empty=allow_empty)
+    where = repo.refs.current_branch() or "detached HEAD"
+    click.echo(f"[{where} {sha[:12]}] {message.strip().splitlines()[0]}")
+
+
+def _when(t: int, tz: int) -> str:
+    return datetime.fromtimestamp(t, timezone(timedelta(seconds=tz))).strftime("%a %b %d %H:%M:%S %Y %z")
+
+
+@cli.command()
+@click.argument("rev", default="HEAD")
+@click.option("--oneline", is_flag=True, help="One line per commit.")
+@click.option("-n", "--max-count", type=int, default=None)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.log/1).")
+@click.pass_context
+def log(ctx: click.Context, rev: str, oneline: bool, max_count: int | None, as_json: bool) -> None:
+    """Show commits, newest first (`mgit log -- PATH` limits to a path)."""
+    repo = _repo(ctx)
+    commits = repo.log(rev, _abs(_paths_after_dashdash() or []), max_count)
+    if as_json:
+        _dump(
+            "mgit.log/1",
+            {
+                "commits": [
+                    {
+                        "id": c.id,
+                        "parents": list(c.parents),
+                        "author": c.author,
+                        "time": c.time,
+                        "message": c.message,
+                    }
+                    for c in commits
+                ]
+            },
+        )
+        return
+    if not commits:
+        err.print("no commits yet")
+        return
+    labels: dict[str, list[str]] = {}
+    for name, sha in repo.branches().items():
+        labels.setdefault(sha, []).append(name)
+    for name, sha in repo.tags().items():
+        labels.setdefault(sha, []).append(f"tag: {name}")
+    for c in commits:
+        deco = f" [cyan]({', '.join(labels[c.id])})[/cyan]" if c.id in labels else ""
+        if oneline:
+            out.print(f"[yellow]{c.id[:12]}[/yellow]{deco} {c.summary}", markup=True)
+            continue
+        out.print(f"[yellow]commit {c.id}[/yellow]{deco}", markup=True)
+        if len(c.parents) > 1:
+            out.print("Merge:  " + " ".join(p[:12] for p in c.parents))
+        out.print(f"Author: {c.author}")
+        out.print(f"Date:   {_when(c.time, c.timezone)}\n")
+        for line in c.message.rstrip().splitlines():
+            out.print(f"    {line}")
+        out.print()
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.argument("rev", default="HEAD")
+@click.option("-d", "--delete", is_flag=True, help="Delete the tag NAME.")
+@click.pass_context
+def tag(ctx: click.Context, name: str | None, rev: str, delete: bool) -> None:
+    """List tags, create tag NAME at REV, or delete it with -d."""
+    repo = _repo(ctx)
+    if name is None:
+        for t in sorted(repo.tags()):
+            click.echo(t)
+    elif delete:
+        repo.delete_tag(name)
+    else:
+        repo.tag(name, rev)
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.argument("rev", default="HEAD")
+@click.option("-d", "--delete", is_flag=True, help="Delete the branch NAME.")
+@click.pass_context
+def branch(ctx: click.Context, name: str | None, rev: str, delete: bool) -> None:
+    """List branches, create branch NAME at REV, or delete it with -d."""
+    repo = _repo(ctx)
+    if name is None:
+        current = repo.refs.current_branch()
+        for b in sorted(repo.branches()):
+            out.print(f"* [green]{b}[/green]" if b == current else f"  {b}", markup=True)
+    elif delete:
+        repo.delete_branch(name)
+        click.echo(f"Deleted branch {name}")
+    else:
+        repo.create_branch(name, rev)
+
+
+@cli.command()
+@click.argument("rev", required=False)
+@click.option("-b", "new_branch", metavar="NAME", help="Create branch NAME at REV (default HEAD) and switch to it.")
+@click.option("-f", "--force", is_flag=True, help="Discard local changes in the way.")
+@click.pass_context
+def checkout(ctx: click.Context, rev: str | None, new_branch: str | None, force: bool) -> None:
+    """Switch to REV, or restore paths from it: `mgit checkout REV -- PATH...`."""
+    repo = _repo(ctx)
+    paths = _paths_after_dashdash()
+    res = repo.checkout(rev, _abs(paths) if paths else None, create_branch=new_branch, force=force)
+    if paths:
+        err.print(f"restored {len(res.written)} file(s)")
+        return
+    summary = (
+        f"{len(res.written)} file(s) written, {len(res.removed)} removed, {decimal(res.bytes_read)} read from the store"
+    )
+    if new_branch:
+        err.print(f"Switched to a new branch '{new_branch}'")
+    elif res.detached:
+        err.print(
+            f"[yellow]warning: HEAD is now detached at {res.commit[:12]}; commits made here belong to no branch "
+            "(create one with `mgit checkout -b NAME`)[/yellow]",
+            markup=True,
+        )
+    else:
+        err.print(f"Switched to branch '{rev}'")
+    err.print(summary)
+
+
+@cli.command()
+@click.argument("rev", default="HEAD")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.show/1).")
+@click.pass_context
+def show(ctx: click.Context, rev: str, as_json: bool) -> None:
+    """Show a commit: files, tensor counts, logical vs stored bytes."""
+    info = _repo(ctx).show(rev)
+    c = info.commit
+    if as_json:
+        _dump(
+            "mgit.show/1",
+            {
+                "id": c.id,
+                "tree": c.tree,
+                "parents": list(c.parents),
+                "author": c.author,
+                "time": c.time,
+                "message": c.message,
+                "files": [vars(f) for f in info.files],
+                "logical_bytes": info.logical_bytes,
+                "stored_bytes": info.stored_bytes,
+            },
+        )
+        return
+    out.print(f"[yellow]commit {c.id}[/yellow]", markup=True)
+    if c.parents:
+        out.print("Parents: " + " ".join(p[:12] for p in c.parents))
+    out.print(f"Author:  {c.author}\nDate:    {_when(c.time, c.timezone)}\n")
+    for line in c.message.rstrip().splitlines():
+        out.print(f"    {line}")
+    table = Table(show_edge=False, pad_edge=False)
+    for col, justify in (
+        ("path", "left"),
+        ("kind", "left"),
+        ("tensors", "right"),
+        ("logical", "right"),
+        ("stored", "right"),
+    ):
+        table.add_column(col, justify=justify)
+    for f in info.files:
+        table.add_row(
+            f.path, f.kind, str(f.tensors) if f.tensors else "", decimal(f.logical_bytes), decimal(f.stored_bytes)
+        )
+    out.print()
+    out.print(table)
+    ratio = info.stored_bytes / info.logical_bytes if info.logical_bytes else 1.0
+    out.print(
+        f"\n{len(info.files)} file(s), {decimal(info.logical_bytes)} logical, "
+        f"{decimal(info.stored_bytes)} stored ({ratio:.2f}×)"
+    )
+
+
+def _os_error_message(exc: OSError) -> str:
+    where = f": {exc.filename}" if exc.filename else ""
+    if exc.errno == errno.ENOSPC:
+        return f"no space left on device{where}; free some space and run the command again (committed data is intact)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied{where}"
+    return f"{exc.strerror or exc}{where}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--" in args:
+        cut = args.index("--")
+        args, _state["paths"] = args[:cut], args[cut + 1 :]
+    else:
+        _state["paths"] = None
+    try:
+        cli.main(args=args, prog_name="mgit", standalone_mode=False)
+        return 0
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        err.print("aborted")
+        return 1
+    except KeyboardInterrupt:
+        err.print("interrupted; the repository is unchanged or consistent (run `mgit status`)")
+        return 130
+    except MgitError as exc:
+        if _state["debug"]:
+            raise
+        err.print(f"error: {exc}", markup=False)
+        return exc.exit_code
+    except OSError as exc:
+        if _state["debug"]:
+            raise
+        err.print(f"error: {_os_error_message(exc)}", markup=False)
+        return 1
+    except Exception as exc:  # a bug: say so briefly, keep the traceback behind --debug
+        if _state["debug"]:
+            raise
+        err.print(
+            f"error: internal error {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", markup=False
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

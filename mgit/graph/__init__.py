@@ -1,0 +1,1 @@
+"""The object graph on dulwich: blobs, trees, commits, refs, revisions."""

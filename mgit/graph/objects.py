@@ -1,0 +1,113 @@
+"""The object graph: a real git repository (written with dulwich) holding commits,
+trees, refs, tags and small blobs such as manifests. ``git --git-dir=.mgit log`` works.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dulwich.objects import Blob, Commit, Tree
+from dulwich.repo import Repo
+
+from mgit.errors import CorruptObjectError
+
+MODE_TREE = 0o040000
+MODE_FILE = 0o100644
+MODE_EXEC = 0o100755
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    id: str
+    tree: str
+    parents: tuple[str, ...]
+    author: str
+    committer: str
+    time: int
+    timezone: int
+    message: str
+
+    @property
+    def summary(self) -> str:
+        return self.message.strip().splitlines()[0] if self.message.strip() else ""
+
+
+class Graph:
+    """Blobs, trees and commits in the git repository at ``git_dir``."""
+
+    def __init__(self, git_dir: Path):
+        self.git_dir = Path(git_dir)
+        self.repo = Repo(str(git_dir))
+        self.objects = self.repo.object_store
+
+    @classmethod
+    def init(cls, git_dir: Path) -> Graph:
+        Path(git_dir).mkdir(parents=True, exist_ok=True)
+        Repo.init_bare(str(git_dir), default_branch=b"main")
+        return cls(git_dir)
+
+    def _get(self, sha: str, kind: type, what: str):
+        try:
+            obj = self.objects[sha.encode()]
+        except KeyError:
+            raise CorruptObjectError(f"{what} {sha[:12]} is missing from the repository; run `mgit fsck`") from None
+        if not isinstance(obj, kind):
+            raise CorruptObjectError(f"object {sha[:12]} is not a {what}")
+        return obj
+
+    def put_blob(self, data: bytes) -> str:
+        blob = Blob.from_string(data)
+        self.objects.add_object(blob)
+        return blob.id.decode()
+
+    def blob(self, sha: str) -> bytes:
+        return self._get(sha, Blob, "blob").as_raw_string()
+
+    def has(self, sha: str) -> bool:
+        return sha.encode() in self.objects
+
+    def put_tree(self, entries: list[tuple[str, int, str]]) -> str:
+        tree = Tree()
+        for name, mode, sha in entries:
+            tree.add(name.encode("utf-8"), mode, sha.encode())
+        self.objects.add_object(tree)
+        return tree.id.decode()
+
+    def tree(self, sha: str) -> list[tuple[str, int, str]]:
+        tree = self._get(sha, Tree, "tree")
+        return [(e.path.decode("utf-8"), e.mode, e.sha.decode()) for e in tree.iteritems()]
+
+    def put_commit(self, tree: str, parents: list[str], message: str, author: bytes, committer: bytes) -> str:
+        now = int(time.time())
+        tz = -time.timezone if not time.localtime(now).tm_isdst else -time.altzone
+        commit = Commit()
+        commit.tree = tree.encode()
+        commit.parents = [p.encode() for p in parents]
+        commit.author = author
+        commit.committer = committer
+        commit.author_time = commit.commit_time = now
+        commit.author_timezone = commit.commit_timezone = tz
+        commit.encoding = b"UTF-8"
+        commit.message = message.encode("utf-8")
+        self.objects.add_object(commit)
+        return commit.id.decode()
+
+    def commit(self, sha: str) -> CommitInfo:
+        c = self._get(sha, Commit, "commit")
+        return CommitInfo(
+            id=sha,
+            tree=c.tree.decode(),
+            parents=tuple(p.decode() for p in c.parents),
+            author=c.author.decode("utf-8", "replace"),
+            committer=c.committer.decode("utf-8", "replace"),
+            time=c.commit_time,
+            timezone=c.commit_timezone,
+            message=c.message.decode("utf-8", "replace"),
+        )
+
+
+def blob_id(data: bytes) -> str:
+    """The git id the blob would have, without storing it."""
+    return Blob.from_string(data).id.decode()

@@ -1,0 +1,140 @@
+"""Branches, tags and HEAD, with compare-and-swap updates and reflogs (dulwich refs)."""
+
+from __future__ import annotations
+
+import re
+
+from dulwich.objects import Tag
+from dulwich.objectspec import parse_commit
+
+from mgit.errors import BadInputError, RefUpdateError, RevisionError
+from mgit.graph.objects import Graph
+
+HEADS = "refs/heads/"
+TAGS = "refs/tags/"
+
+
+def check_ref_name(name: str, what: str) -> str:
+    from dulwich.refs import check_ref_format
+
+    if not name or name.startswith("-") or not check_ref_format(f"{HEADS}{name}".encode()):
+        raise BadInputError(f"invalid {what} name {name!r}")
+    return name
+
+
+class Refs:
+    def __init__(self, graph: Graph, identity: bytes):
+        self.graph = graph
+        self.refs = graph.repo.refs
+        self.identity = identity
+
+    def current_branch(self) -> str | None:
+        """The branch HEAD points to (it may be unborn), or None when detached."""
+        target = self.refs.get_symrefs().get(b"HEAD")
+        if target and target.startswith(HEADS.encode()):
+            return target[len(HEADS) :].decode()
+        return None
+
+    def head(self) -> str | None:
+        """The commit HEAD resolves to, or None on an unborn branch."""
+        try:
+            return self.refs[b"HEAD"].decode()
+        except KeyError:
+            return None
+
+    def branches(self) -> dict[str, str]:
+        return {k.decode(): v.decode() for k, v in self.refs.as_dict(HEADS.encode()).items()}
+
+    def tags(self) -> dict[str, str]:
+        out = {}
+        for k, v in self.refs.as_dict(TAGS.encode()).items():
+            obj = self.graph.objects[v]
+            out[k.decode()] = (obj.object[1] if isinstance(obj, Tag) else v).decode()
+        return out
+
+    def _cas(self, ref: str, old: str | None, new: str, message: str) -> None:
+        ok = self.refs.set_if_equals(
+            ref.encode(),
+            old.encode() if old else None,
+            new.encode(),
+            committer=self.identity,
+            message=message.encode(),
+        )
+        if not ok:
+            raise RefUpdateError(f"{ref} moved while this command ran; nothing was changed, run it again")
+
+    def advance_head(self, old: str | None, new: str, message: str) -> None:
+        """Move the current branch (or a detached HEAD) from old to new, atomically."""
+        branch = self.current_branch()
+        self._cas(f"{HEADS}{branch}" if branch else "HEAD", old, new, message)
+
+    def create_branch(self, name: str, commit: str, force: bool = False) -> None:
+        check_ref_name(name, "branch")
+        ref = f"{HEADS}{name}"
+        if not force and ref.encode() in self.refs:
+            raise BadInputError(f"branch {name!r} already exists")
+        old = self.refs[ref.encode()].decode() if ref.encode() in self.refs else None
+        self._cas(ref, old, commit, f"branch: created from {commit[:12]}")
+
+    def delete_branch(self, name: str) -> None:
+        if name == self.current_branch():
+            raise BadInputError(f"cannot delete branch {name!r}: it is checked out; switch to another branch first")
+        ref = f"{HEADS}{name}".encode()
+        if ref not in self.refs:
+            raise BadInputError(f"branch {name!r} not found")
+        self.refs.remove_if_equals(ref, None)
+
+    def create_tag(self, name: str, commit: str) -> None:
+        check_ref_name(name, "tag")
+        ref = f"{TAGS}{name}".encode()
+        if ref in self.refs:
+            raise BadInputError(f"tag {name!r} already exists")
+        if not self.refs.add_if_new(ref, commit.encode()):
+            raise BadInputError(f"tag {name!r} already exists")
+
+    def delete_tag(self, name: str) -> None:
+        ref = f"{TAGS}{name}".encode()
+        if ref not in self.refs:
+            raise BadInputError(f"tag {name!r} not found")
+        self.refs.remove_if_equals(ref, None)
+
+    def point_head_at_branch(self, name: str) -> None:
+        self.refs.set_symbolic_ref(b"HEAD", f"{HEADS}{name}".encode())
+
+    def detach_head(self, commit: str) -> None:
+        self.refs.remove_if_equals(b"HEAD", None)
+        self.refs[b"HEAD"] = commit.encode()
+
+    def resolve(self, rev: str) -> str:
+        """A revision (branch, tag, id or abbreviation, HEAD~N, REV^N) → commit id.
+
+        dulwich's parse_commit resolves the base name (refs, abbreviated ids); the
+        ancestry suffixes are applied here so they work after any base.
+        """
+        match = _SUFFIXES.match(rev or "")
+        if not rev or rev.startswith("-") or not match or not match.group(1):
+            raise RevisionError(f"invalid revision {rev!r}")
+        base, suffixes = match.group(1), match.group(2)
+        try:
+            commit = parse_commit(self.graph.repo, base.encode())
+        except Exception:
+            if base == "HEAD" and self.head() is None:
+                raise RevisionError("HEAD has no commits yet; make a first commit with `mgit commit`") from None
+            raise RevisionError(f"unknown revision {rev!r}: not a branch, tag or commit of this repository") from None
+        for op, digits in re.findall(r"([~^])(\d*)", suffixes):
+            n = int(digits) if digits else 1
+            if op == "^":
+                if n == 0:
+                    continue
+                if n > len(commit.parents):
+                    raise RevisionError(f"revision {rev!r}: commit {commit.id.decode()[:12]} has no parent {n}")
+                commit = self.graph.objects[commit.parents[n - 1]]
+            else:
+                for _ in range(n):
+                    if not commit.parents:
+                        raise RevisionError(f"revision {rev!r} goes back beyond the first commit")
+                    commit = self.graph.objects[commit.parents[0]]
+        return commit.id.decode()
+
+
+_SUFFIXES = re.compile(r"^(.*?)((?:[~^]\d*)*)$")

@@ -1,0 +1,1 @@
+"""Safetensors parsing and rebuild, chunking, manifests: files ↔ chunks + manifests."""

@@ -1,0 +1,85 @@
+"""The safetensors dtype table, and per-chunk content statistics.
+
+Statistics (L2 norm, max |x|) are accumulated in float64 with numpy's pairwise
+summation, which is single-threaded and order-fixed: the same bytes give the same
+numbers on every machine, so identical tensors keep identical manifest blobs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DType:
+    """One safetensors dtype: its name, width in bits, and numpy view (None: no stats)."""
+
+    name: str
+    bits: int
+    numpy: np.dtype | None
+
+    @property
+    def group(self) -> int:
+        """Bytes per element for byte grouping (1 for sub-byte types)."""
+        return max(1, self.bits // 8)
+
+
+def _dt(name: str, bits: int, np_dtype: object | None) -> DType:
+    return DType(name, bits, None if np_dtype is None else np.dtype(np_dtype))
+
+
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        _dt("F64", 64, "<f8"),
+        _dt("F32", 32, "<f4"),
+        _dt("F16", 16, "<f2"),
+        _dt("BF16", 16, ml_dtypes.bfloat16),
+        _dt("I64", 64, "<i8"),
+        _dt("I32", 32, "<i4"),
+        _dt("I16", 16, "<i2"),
+        _dt("I8", 8, "i1"),
+        _dt("U64", 64, "<u8"),
+        _dt("U32", 32, "<u4"),
+        _dt("U16", 16, "<u2"),
+        _dt("U8", 8, "u1"),
+        _dt("BOOL", 8, "u1"),
+        _dt("F8_E4M3", 8, ml_dtypes.float8_e4m3fn),
+        _dt("F8_E4M3FNUZ", 8, ml_dtypes.float8_e4m3fnuz),
+        _dt("F8_E5M2", 8, ml_dtypes.float8_e5m2),
+        _dt("F8_E5M2FNUZ", 8, ml_dtypes.float8_e5m2fnuz),
+        _dt("F8_E8M0", 8, ml_dtypes.float8_e8m0fnu),
+        _dt("C64", 64, "<c8"),
+        # Sub-byte types are packed; we chunk and store them but keep no statistics.
+        _dt("F4", 4, None),
+        _dt("F6_E2M3", 6, None),
+        _dt("F6_E3M2", 6, None),
+    )
+}
+
+
+def lookup(name: str) -> DType | None:
+    return DTYPES.get(name)
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def chunk_stats(raw: memoryview | bytes, dtype: DType) -> tuple[float | None, float | None]:
+    """(L2 norm, max |x|) of one chunk in float64; None where undefined or non-finite."""
+    if dtype.numpy is None:
+        return None, None
+    arr = np.frombuffer(raw, dtype=dtype.numpy)
+    if arr.size == 0:
+        return 0.0, 0.0
+    x = np.abs(arr) if arr.dtype.kind == "c" else arr
+    x = x.astype(np.float64)
+    # einsum's sum-of-products loop is single-threaded with a fixed order (unlike BLAS dot).
+    l2 = math.sqrt(float(np.einsum("i,i->", x, x)))
+    max_abs = max(float(x.max()), -float(x.min()))
+    return _finite_or_none(l2), _finite_or_none(max_abs)

@@ -1,0 +1,55 @@
+"""Read the file trees of the object graph back: a safetensors file's header and
+manifests, or a chunked file's manifest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mgit.errors import BadInputError, CorruptObjectError
+from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, decode_tensor_name, is_reserved
+from mgit.graph.objects import Graph
+from mgit.model.manifest import FileManifest, TensorManifest
+from mgit.model.safetensors_file import SafetensorsLayout, parse_header
+
+
+@dataclass(frozen=True)
+class StoredSafetensors:
+    """A committed safetensors file: its layout (from the verbatim header) and manifests."""
+
+    layout: SafetensorsLayout
+    manifests: dict[str, TensorManifest]
+    manifest_ids: dict[str, str]
+
+    @property
+    def file_size(self) -> int:
+        return self.layout.file_size
+
+
+def load_safetensors(graph: Graph, oid: str, path: str = "") -> StoredSafetensors:
+    header = None
+    manifests: dict[str, TensorManifest] = {}
+    ids: dict[str, str] = {}
+    for name, _, blob in graph.tree(oid):
+        if name == HEADER_ENTRY:
+            header = graph.blob(blob)
+        elif not is_reserved(name):
+            tensor = decode_tensor_name(name)
+            manifests[tensor] = TensorManifest.from_bytes(graph.blob(blob))
+            ids[tensor] = blob
+    if header is None:
+        raise CorruptObjectError(f"{path or oid}: stored safetensors tree has no header; run `mgit fsck`")
+    size = len(header) + sum(m.nbytes for m in manifests.values())
+    try:
+        layout = parse_header(header, size, path or oid)
+    except BadInputError as exc:
+        raise CorruptObjectError(f"stored header does not match its manifests: {exc}") from None
+    if set(layout.by_name()) != set(manifests):
+        raise CorruptObjectError(f"{path or oid}: stored header and manifests name different tensors; run `mgit fsck`")
+    return StoredSafetensors(layout, manifests, ids)
+
+
+def load_chunked(graph: Graph, oid: str) -> FileManifest:
+    for name, _, blob in graph.tree(oid):
+        if name == CHUNKED_ENTRY:
+            return FileManifest.from_bytes(graph.blob(blob))
+    raise CorruptObjectError(f"chunked file tree {oid[:12]} has no manifest; run `mgit fsck`")

@@ -1,0 +1,146 @@
+"""Files and in-memory tensors → chunks in the store and manifests in the graph.
+
+Every chunk is hashed (BLAKE3), measured (L2, max |x|) and, if the store lacks it,
+encoded and written; chunks are processed on every core, in bounded windows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, encode_tensor_name
+from mgit.graph.objects import MODE_EXEC, MODE_FILE, Graph
+from mgit.graph.snapshot import Entry
+from mgit.model.chunking import DEFAULT_CHUNK_BYTES, chunk_ranges, chunk_size_for
+from mgit.model.dtypes import DType, chunk_stats
+from mgit.model.manifest import ChunkRef, FileManifest, TensorManifest
+from mgit.model.safetensors_file import SafetensorsLayout, read_layout
+from mgit.parallel import ordered_map
+from mgit.progress import Bar
+from mgit.store.chunkstore import ChunkStore, chunk_id
+
+LARGE_FILE_BYTES = DEFAULT_CHUNK_BYTES  # non-tensor files above this are chunked, not blobs
+ReadAt = Callable[[int, int], bytes | memoryview]  # (offset, size) → bytes
+
+
+@dataclass
+class IngestStats:
+    logical_bytes: int = 0
+    stored_bytes: int = 0  # bytes newly written to the chunk store
+    chunks: int = 0
+    new_chunks: int = 0
+    files: list[str] = field(default_factory=list)
+
+
+def classify(rel: str, size: int) -> str:
+    if rel.endswith(".safetensors"):
+        return "safetensors"
+    return "chunked" if size > LARGE_FILE_BYTES else "blob"
+
+
+def _file_reader(fd: int, base: int) -> ReadAt:
+    def read(offset: int, size: int) -> bytes:
+        data = os.pread(fd, size, base + offset)
+        if len(data) != size:
+            raise OSError(f"file shrank while being read (wanted {size} bytes at {base + offset})")
+        return data
+
+    return read
+
+
+class Ingestor:
+    """Turns files (or tensors) into graph entries, storing their chunks."""
+
+    def __init__(self, graph: Graph, store: ChunkStore, pool: ThreadPoolExecutor, bar: Bar | None = None):
+        self.graph, self.store, self.pool = graph, store, pool
+        self.bar = bar or Bar()
+        self.stats = IngestStats()
+
+    def _chunks(self, read: ReadAt, nbytes: int, chunk_size: int, dtype: DType | None) -> tuple[ChunkRef, ...]:
+        def one(rng: tuple[int, int]) -> tuple[ChunkRef, int]:
+            start, end = rng
+            raw = read(start, end - start)
+            cid = chunk_id(raw)
+            l2, max_abs = chunk_stats(raw, dtype) if dtype is not None else (None, None)
+            _, written = self.store.put(raw, dtype.group if dtype else 1, cid)
+            return ChunkRef(cid, end - start, l2, max_abs), written
+
+        refs = []
+        for ref, written in ordered_map(self.pool, one, chunk_ranges(nbytes, chunk_size)):
+            refs.append(ref)
+            self.stats.chunks += 1
+            self.stats.new_chunks += written > 0
+            self.stats.stored_bytes += written
+            self.stats.logical_bytes += ref.size
+            self.bar.advance(ref.size)
+        return tuple(refs)
+
+    def tensor(self, dtype: DType, shape: tuple[int, ...], nbytes: int, read: ReadAt) -> str:
+        """Store one tensor's chunks and manifest; returns the manifest blob id."""
+        size = chunk_size_for(shape, dtype.bits)
+        manifest = TensorManifest(dtype.name, shape, size, self._chunks(read, nbytes, size, dtype))
+        return self.graph.put_blob(manifest.to_bytes())
+
+    def safetensors_tree(self, header: bytes, manifest_ids: dict[str, str]) -> str:
+        entries = [(HEADER_ENTRY, MODE_FILE, self.graph.put_blob(header))]
+        entries += [(encode_tensor_name(n), MODE_FILE, oid) for n, oid in manifest_ids.items()]
+        return self.graph.put_tree(entries)
+
+    def safetensors_file(self, path: Path, rel: str, layout: SafetensorsLayout | None = None) -> Entry:
+        layout = layout or read_layout(path, rel)
+        with open(path, "rb") as f:
+            ids = {}
+            for t in layout.tensors:
+                read = _file_reader(f.fileno(), layout.data_start + t.begin)
+                ids[t.name] = self.tensor(t.dtype, t.shape, t.nbytes, read)
+        self.bar.advance(layout.data_start)
+        return Entry("safetensors", self.safetensors_tree(layout.header, ids))
+
+    def chunked_file(self, path: Path) -> Entry:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            refs = self._chunks(_file_reader(f.fileno(), 0), size, DEFAULT_CHUNK_BYTES, None)
+        manifest = FileManifest(size, DEFAULT_CHUNK_BYTES, refs)
+        blob = self.graph.put_blob(manifest.to_bytes())
+        return Entry("chunked", self.graph.put_tree([(CHUNKED_ENTRY, MODE_FILE, blob)]))
+
+    def blob_file(self, path: Path) -> Entry:
+        data = path.read_bytes()
+        self.stats.logical_bytes += len(data)
+        self.bar.advance(len(data))
+        mode = MODE_EXEC if os.stat(path).st_mode & 0o111 else MODE_FILE
+        return Entry("blob", self.graph.put_blob(data), mode)
+
+    def file(self, path: Path, rel: str) -> Entry:
+        kind = classify(rel, os.stat(path).st_size)
+        self.stats.files.append(rel)
+        if kind == "safetensors":
+            return self.safetensors_file(path, rel)
+        return self.chunked_file(path) if kind == "chunked" else self.blob_file(path)
+
+
+def scan_tensor_chunks(
+    path: Path, rel: str, pool: ThreadPoolExecutor
+) -> tuple[SafetensorsLayout, dict[str, tuple[str, ...]]]:
+    """Chunk ids of every tensor of a working file, stored nowhere (for status)."""
+    layout = read_layout(path, rel)
+    out = {}
+    with open(path, "rb") as f:
+        for t in layout.tensors:
+            read = _file_reader(f.fileno(), layout.data_start + t.begin)
+            ranges = chunk_ranges(t.nbytes, chunk_size_for(t.shape, t.dtype.bits))
+            out[t.name] = tuple(ordered_map(pool, lambda r, read=read: chunk_id(read(r[0], r[1] - r[0])), ranges))
+    return layout, out
+
+
+def scan_file_chunks(path: Path, pool: ThreadPoolExecutor) -> tuple[str, ...]:
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        read = _file_reader(f.fileno(), 0)
+        return tuple(
+            ordered_map(pool, lambda r: chunk_id(read(r[0], r[1] - r[0])), chunk_ranges(size, DEFAULT_CHUNK_BYTES))
+        )

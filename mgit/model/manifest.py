@@ -1,0 +1,101 @@
+"""Manifests: content-only descriptions of a tensor or a large file, stored as git blobs.
+
+A manifest says what the bytes *are* (dtype, shape, chunk ids, content statistics),
+never how they are stored or what they derive from, so identical tensors anywhere
+produce the identical blob and git dedups and tree-diffs them for free.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from mgit.errors import CorruptObjectError
+
+TENSOR_SCHEMA = "mgit.tensor/1"
+FILE_SCHEMA = "mgit.file/1"
+
+
+@dataclass(frozen=True)
+class ChunkRef:
+    """One chunk of a tensor: BLAKE3 id (hex), raw size, L2 norm, max |x|."""
+
+    id: str
+    size: int
+    l2: float | None = None
+    max_abs: float | None = None
+
+
+def _dumps(obj: dict) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def _loads(data: bytes, schema: str) -> dict:
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict) or obj.get("schema") != schema:
+        raise CorruptObjectError(f"a stored manifest is not a valid {schema} object; run `mgit fsck`")
+    return obj
+
+
+@dataclass(frozen=True)
+class TensorManifest:
+    dtype: str
+    shape: tuple[int, ...]
+    chunk_size: int
+    chunks: tuple[ChunkRef, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.size for c in self.chunks)
+
+    @property
+    def chunk_ids(self) -> tuple[str, ...]:
+        return tuple(c.id for c in self.chunks)
+
+    def to_bytes(self) -> bytes:
+        return _dumps(
+            {
+                "schema": TENSOR_SCHEMA,
+                "dtype": self.dtype,
+                "shape": list(self.shape),
+                "chunk_size": self.chunk_size,
+                "chunks": [[c.id, c.size, c.l2, c.max_abs] for c in self.chunks],
+            }
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> TensorManifest:
+        obj = _loads(data, TENSOR_SCHEMA)
+        return cls(
+            dtype=obj["dtype"],
+            shape=tuple(obj["shape"]),
+            chunk_size=obj["chunk_size"],
+            chunks=tuple(ChunkRef(*c) for c in obj["chunks"]),
+        )
+
+
+@dataclass(frozen=True)
+class FileManifest:
+    """A large non-tensor file cut into fixed-size chunks."""
+
+    size: int
+    chunk_size: int
+    chunks: tuple[ChunkRef, ...]
+
+    def to_bytes(self) -> bytes:
+        return _dumps(
+            {
+                "schema": FILE_SCHEMA,
+                "size": self.size,
+                "chunk_size": self.chunk_size,
+                "chunks": [[c.id, c.size] for c in self.chunks],
+            }
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> FileManifest:
+        obj = _loads(data, FILE_SCHEMA)
+        return cls(obj["size"], obj["chunk_size"], tuple(ChunkRef(c[0], c[1]) for c in obj["chunks"]))

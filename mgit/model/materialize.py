@@ -1,0 +1,113 @@
+"""Graph entries → files on disk, byte-exact.
+
+A file is written to a temporary name beside its destination and renamed into place,
+so a killed checkout never leaves a half-written model. Chunks the old local file
+already holds (same id, re-verified by hash) are copied from it instead of being read
+and decoded from the store.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from mgit.graph.objects import MODE_EXEC, Graph
+from mgit.graph.snapshot import Entry
+from mgit.model.filetree import load_chunked, load_safetensors
+from mgit.parallel import ordered_map
+from mgit.progress import Bar
+from mgit.store.chunkstore import ChunkStore, chunk_id
+
+TMP_MARK = ".mgit-tmp-"
+
+# chunk id → (offset, size) in a local file known to be clean
+LocalChunks = dict[str, tuple[int, int]]
+
+
+def entry_size(graph: Graph, entry: Entry) -> int:
+    if entry.kind == "safetensors":
+        return load_safetensors(graph, entry.oid).file_size
+    if entry.kind == "chunked":
+        return load_chunked(graph, entry.oid).size
+    return len(graph.blob(entry.oid))
+
+
+def local_chunks(graph: Graph, entry: Entry) -> LocalChunks:
+    """Where each chunk of a committed file lies inside that file."""
+    out: LocalChunks = {}
+    if entry.kind == "safetensors":
+        stored = load_safetensors(graph, entry.oid)
+        for t in stored.layout.tensors:
+            offset = stored.layout.data_start + t.begin
+            for c in stored.manifests[t.name].chunks:
+                out.setdefault(c.id, (offset, c.size))
+                offset += c.size
+    elif entry.kind == "chunked":
+        offset = 0
+        for c in load_chunked(graph, entry.oid).chunks:
+            out.setdefault(c.id, (offset, c.size))
+            offset += c.size
+    return out
+
+
+def _plan(graph: Graph, entry: Entry, rel: str) -> tuple[bytes, list[tuple[str, int, str]]]:
+    """(leading bytes, [(chunk id, size, what)]) making up the file in order."""
+    if entry.kind == "chunked":
+        return b"", [(c.id, c.size, rel) for c in load_chunked(graph, entry.oid).chunks]
+    stored = load_safetensors(graph, entry.oid, rel)
+    parts = []
+    for t in stored.layout.tensors:
+        what = f"tensor {t.name!r} in {rel}"
+        parts += [(c.id, c.size, what) for c in stored.manifests[t.name].chunks]
+    return stored.layout.header, parts
+
+
+def write_entry(
+    graph: Graph,
+    store: ChunkStore,
+    pool: ThreadPoolExecutor,
+    entry: Entry,
+    dest: Path,
+    rel: str,
+    reuse: tuple[Path, LocalChunks] | None = None,
+    bar: Bar | None = None,
+) -> None:
+    """Materialise one entry at ``dest`` atomically."""
+    bar = bar or Bar()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}{TMP_MARK}{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "wb") as out:
+            if entry.kind == "blob":
+                data = graph.blob(entry.oid)
+                out.write(data)
+                bar.advance(len(data))
+            else:
+                lead, parts = _plan(graph, entry, rel)
+                out.write(lead)
+                bar.advance(len(lead))
+                local_fd = os.open(reuse[0], os.O_RDONLY) if reuse else None
+                try:
+
+                    def fetch(part: tuple[str, int, str]) -> bytes:
+                        cid, size, what = part
+                        if local_fd is not None and cid in reuse[1]:
+                            offset, _ = reuse[1][cid]
+                            data = os.pread(local_fd, size, offset)
+                            if len(data) == size and chunk_id(data) == cid:  # the local file may have changed
+                                return data
+                        return store.get(cid, what)
+
+                    for data in ordered_map(pool, fetch, parts):
+                        out.write(data)
+                        bar.advance(len(data))
+                finally:
+                    if local_fd is not None:
+                        os.close(local_fd)
+        os.chmod(tmp, 0o755 if entry.mode == MODE_EXEC else 0o644)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

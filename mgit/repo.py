@@ -1,0 +1,603 @@
+"""Repository: the porcelain operations, composing the graph, the store, the model
+layer and the working tree. Paths given to its methods are absolute or relative to the
+repository root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dulwich.repo import get_user_identity
+
+from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NotARepositoryError, RevisionError
+from mgit.graph.objects import CommitInfo, Graph
+from mgit.graph.refs import HEADS, Refs
+from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
+from mgit.lock import RepoLock
+from mgit.model.dtypes import lookup
+from mgit.model.filetree import load_chunked, load_safetensors
+from mgit.model.ingest import Ingestor
+from mgit.model.materialize import entry_size, local_chunks, write_entry
+from mgit.model.safetensors_file import build_header
+from mgit.parallel import make_pool
+from mgit.progress import byte_progress
+from mgit.store.chunkstore import ChunkStore
+from mgit.worktree.index import Index
+from mgit.worktree.scan import Ignorer, walk
+from mgit.worktree.status import Status, compare_snapshots, working_matches, worktree_changes
+
+if TYPE_CHECKING:
+    import torch
+
+GIT_DIR = ".mgit"
+
+
+@dataclass
+class AddResult:
+    added: list[str] = field(default_factory=list)  # new or changed paths staged
+    removed: list[str] = field(default_factory=list)  # paths unstaged because their file is gone
+    logical_bytes: int = 0
+    stored_bytes: int = 0  # bytes newly written to the chunk store
+    new_chunks: int = 0
+
+
+@dataclass
+class CheckoutResult:
+    commit: str | None
+    written: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    chunks_read: int = 0
+    bytes_read: int = 0  # stored bytes read from the chunk store
+    detached: bool = False
+
+
+@dataclass
+class FileInfo:
+    path: str
+    kind: str
+    tensors: int
+    logical_bytes: int
+    stored_bytes: int
+
+
+@dataclass
+class ShowInfo:
+    commit: CommitInfo
+    files: list[FileInfo]
+    logical_bytes: int
+    stored_bytes: int  # unique chunks of this commit as stored
+
+
+def _find_root(start: Path) -> Path:
+    for candidate in [start, *start.parents]:
+        if (candidate / GIT_DIR / "HEAD").is_file():
+            return candidate
+    raise NotARepositoryError(f"not an mgit repository (or any parent up to /): {start}; run `mgit init` first")
+
+
+class Repository:
+    """An mgit repository: ``.mgit/`` (git graph + chunk store) beside a working tree."""
+
+    def __init__(self, path: str | os.PathLike[str] = "."):
+        self.root = _find_root(Path(path).resolve())
+        self.git_dir = self.root / GIT_DIR
+        self.graph = Graph(self.git_dir)
+        self.store = ChunkStore(self.git_dir / "chunks")
+        self.lock = RepoLock(self.git_dir / "lock")
+        self.refs = Refs(self.graph, self.identity())
+        self._pool: ThreadPoolExecutor | None = None
+
+    @classmethod
+    def init(cls, path: str | os.PathLike[str] = ".") -> Repository:
+        root = Path(path).resolve()
+        if (root / GIT_DIR / "HEAD").exists():
+            raise BadInputError(f"{root} is already an mgit repository")
+        root.mkdir(parents=True, exist_ok=True)
+        Graph.init(root / GIT_DIR)
+        (root / GIT_DIR / "chunks").mkdir()
+        return cls(root)
+
+    # -- plumbing helpers ---------------------------------------------------------------
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = make_pool()
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __enter__(self) -> Repository:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def identity(self) -> bytes:
+        """user.name/user.email from .mgit/config, then git's config, then the environment."""
+        return get_user_identity(self.graph.repo.get_config_stack(), "AUTHOR")
+
+    def config_set(self, key: str, value: str) -> None:
+        section, _, name = key.rpartition(".")
+        if not section or not name:
+            raise BadInputError(f"config key {key!r} must look like section.name, e.g. user.name")
+        config = self.graph.repo.get_config()
+        config.set(section.encode(), name.encode(), value.encode())
+        config.write_to_path()
+        self.refs.identity = self.identity()
+
+    def config_get(self, key: str) -> str | None:
+        section, _, name = key.rpartition(".")
+        try:
+            return self.graph.repo.get_config_stack().get(section.encode(), name.encode()).decode()
+        except KeyError:
+            return None
+
+    def relpath(self, path: str | os.PathLike[str]) -> str:
+        """Repository-relative posix path ('' for the root); refuses paths outside."""
+        p = Path(path)
+        full = os.path.normpath(p if p.is_absolute() else self.root / p)
+        rel = os.path.relpath(full, self.root)
+        if rel == ".":
+            return ""
+        rel = rel.replace(os.sep, "/")
+        if rel == ".." or rel.startswith("../"):
+            raise BadInputError(f"path {str(path)!r} is outside the repository {self.root}")
+        return validate_path(rel)
+
+    def _index(self) -> Index:
+        return Index.load(self.git_dir / "mgit-index.json")
+
+    def _head_snapshot(self) -> Snapshot:
+        head = self.refs.head()
+        return read_snapshot(self.graph, self.graph.commit(head).tree) if head else {}
+
+    def snapshot(self, rev: str = "HEAD") -> Snapshot:
+        """Path → Entry for every file of a revision."""
+        return read_snapshot(self.graph, self.graph.commit(self.refs.resolve(rev)).tree)
+
+    def resolve(self, rev: str) -> str:
+        return self.refs.resolve(rev)
+
+    # -- add / rm / commit --------------------------------------------------------------
+
+    def add(self, paths: Iterable[str | os.PathLike[str]] = (".",)) -> AddResult:
+        """Mirror the given paths into the index: new, changed and deleted files."""
+        result = AddResult()
+        with self.lock:
+            index = self._index()
+            ignorer = Ignorer(self.root)
+            todo: dict[str, os.stat_result] = {}
+            for p in paths:
+                rel = self.relpath(p)
+                full = self.root / rel
+                under = [r for r in index.entries if not rel or r == rel or r.startswith(rel + "/")]
+                if not full.exists():
+                    if not under:
+                        raise BadInputError(f"pathspec {str(p)!r} did not match any files")
+                    found = {}
+                elif full.is_file() and ignorer.is_ignored(rel):
+                    raise BadInputError(f"{rel} is ignored by .mgitignore; remove the pattern to track it")
+                else:
+                    found = walk(self.root, rel, ignorer)
+                for r in under:
+                    if r not in found and not index.entries[r].skip_worktree:
+                        del index.entries[r]
+                        result.removed.append(r)
+                for r, st in found.items():
+                    ie = index.entries.get(r)
+                    if ie is None or not ie.matches(st):
+                        todo[validate_path(r)] = st
+            total = sum(st.st_size for st in todo.values())
+            with byte_progress("add", total) as bar:
+                ingestor = Ingestor(self.graph, self.store, self.pool, bar)
+                for rel, st in sorted(todo.items()):
+                    ie = index.entries.get(rel)
+                    if ie is not None and working_matches(self.graph, self.pool, self.root / rel, rel, ie.entry)[0]:
+                        index.set(rel, ie.entry, st)  # touched but unchanged: refresh the stat cache
+                        continue
+                    entry = ingestor.file(self.root / rel, rel)
+                    after = os.stat(self.root / rel)
+                    index.set(rel, entry, after if after.st_mtime_ns == st.st_mtime_ns else None)
+                    result.added.append(rel)
+            index.save()
+        s = ingestor.stats
+        result.logical_bytes, result.stored_bytes, result.new_chunks = s.logical_bytes, s.stored_bytes, s.new_chunks
+        return result
+
+    def rm(self, paths: Iterable[str | os.PathLike[str]], cached: bool = False) -> list[str]:
+        """Stop tracking paths; delete the working files too unless ``cached``."""
+        removed = []
+        with self.lock:
+            index = self._index()
+            for p in paths:
+                rel = self.relpath(p)
+                under = [r for r in index.entries if not rel or r == rel or r.startswith(rel + "/")]
+                if not under:
+                    raise BadInputError(f"pathspec {str(p)!r} did not match any tracked file")
+                for r in under:
+                    del index.entries[r]
+                    removed.append(r)
+                    if not cached:
+                        (self.root / r).unlink(missing_ok=True)
+                        _prune_dirs(self.root, r)
+            index.save()
+        return removed
+
+    def commit(self, message: str, allow_empty: bool = False) -> str:
+        """Commit the index; the current branch moves last, by compare-and-swap."""
+        if not message.strip():
+            raise BadInputError("empty commit message; pass -m MESSAGE")
+        with self.lock:
+            index = self._index()
+            head = self.refs.head()
+            tree = write_snapshot(self.graph, index.snapshot())
+            return self._commit_tree(tree, head, message, allow_empty)
+
+    def _commit_tree(self, tree: str, head: str | None, message: str, allow_empty: bool = False) -> str:
+        if not allow_empty:
+            if head and self.graph.commit(head).tree == tree:
+                raise MgitError("nothing to commit: the index matches HEAD (stage changes with `mgit add`)")
+            if not head and not self.graph.tree(tree):
+                raise MgitError("nothing to commit: the index is empty (stage files with `mgit add`)")
+        who = self.identity()
+        commit = self.graph.put_commit(tree, [head] if head else [], message, who, who)
+        kind = "commit" if head else "commit (initial)"
+        self.refs.advance_head(head, commit, f"{kind}: {message.strip().splitlines()[0]}")
+        return commit
+
+    # -- status / log / show ------------------------------------------------------------
+
+    def status(self) -> Status:
+        index = self._index()
+        head_snap = self._head_snapshot()
+        status = Status(self.refs.current_branch(), self.refs.head())
+        status.staged = compare_snapshots(self.graph, head_snap, index.snapshot())
+        files = walk(self.root)
+        status.unstaged, status.untracked, status.not_checked_out, refreshed = worktree_changes(
+            self.graph, self.pool, self.root, index, files
+        )
+        if refreshed:
+            try:
+                with self.lock:
+                    index.save()
+            except MgitError:
+                pass  # another process writes; the cache is refreshed next time
+        return status
+
+    def log(self, rev: str = "HEAD", paths: Iterable[str] = (), max_count: int | None = None) -> list[CommitInfo]:
+        """Commits reachable from ``rev``, newest first; ``paths`` limits to commits touching them."""
+        if rev == "HEAD" and self.refs.head() is None:
+            return []
+        start = self.refs.resolve(rev)
+        rels = [self.relpath(p).encode() for p in paths]
+        walker = self.graph.repo.get_walker(include=[start.encode()], paths=rels or None, max_entries=max_count)
+        return [self.graph.commit(e.commit.id.decode()) for e in walker]
+
+    def show(self, rev: str = "HEAD") -> ShowInfo:
+        info = self.graph.commit(self.refs.resolve(rev))
+        files, seen = [], set()
+        total_logical = total_stored = 0
+        for path, entry in sorted(read_snapshot(self.graph, info.tree).items()):
+            if entry.kind == "blob":
+                size = len(self.graph.blob(entry.oid))
+                files.append(FileInfo(path, "file", 0, size, size))
+                total_logical += size
+                total_stored += size
+                continue
+            if entry.kind == "safetensors":
+                stored = load_safetensors(self.graph, entry.oid, path)
+                chunks = [c for m in stored.manifests.values() for c in m.chunks]
+                ntensors, logical = len(stored.manifests), stored.file_size
+            else:
+                chunks = list(load_chunked(self.graph, entry.oid).chunks)
+                ntensors, logical = 0, sum(c.size for c in chunks)
+            stored_bytes = 0
+            for c in {c.id for c in chunks}:
+                size = self.store.stored_size(c) if self.store.has(c) else 0
+                stored_bytes += size
+                if c not in seen:
+                    seen.add(c)
+                    total_stored += size
+            files.append(FileInfo(path, entry.kind, ntensors, logical, stored_bytes))
+            total_logical += logical
+        return ShowInfo(info, files, total_logical, total_stored)
+
+    # -- branches and tags --------------------------------------------------------------
+
+    def branches(self) -> dict[str, str]:
+        return self.refs.branches()
+
+    def create_branch(self, name: str, rev: str = "HEAD") -> None:
+        with self.lock:
+            self.refs.create_branch(name, self.refs.resolve(rev))
+
+    def delete_branch(self, name: str) -> None:
+        with self.lock:
+            self.refs.delete_branch(name)
+
+    def tags(self) -> dict[str, str]:
+        return self.refs.tags()
+
+    def tag(self, name: str, rev: str = "HEAD") -> None:
+        with self.lock:
+            self.refs.create_tag(name, self.refs.resolve(rev))
+
+    def delete_tag(self, name: str) -> None:
+        with self.lock:
+            self.refs.delete_tag(name)
+
+    # -- checkout -----------------------------------------------------------------------
+
+    def checkout(
+        self,
+        rev: str | None = None,
+        paths: Iterable[str | os.PathLike[str]] | None = None,
+        *,
+        create_branch: str | None = None,
+        force: bool = False,
+    ) -> CheckoutResult:
+        """Switch to ``rev`` (or create a branch there), or with ``paths`` restore them from it."""
+        with self.lock:
+            before = self.store.reads.chunks, self.store.reads.stored_bytes
+            if paths is not None:
+                result = self._restore_paths(rev, list(paths))
+            else:
+                result = self._switch(rev, create_branch, force)
+            result.chunks_read = self.store.reads.chunks - before[0]
+            result.bytes_read = self.store.reads.stored_bytes - before[1]
+            return result
+
+    def _restore_paths(self, rev: str | None, paths: list[str | os.PathLike[str]]) -> CheckoutResult:
+        index = self._index()
+        commit = self.refs.resolve(rev) if rev else None
+        source = self.snapshot(commit) if commit else index.snapshot()
+        todo: dict[str, Entry] = {}
+        for p in paths:
+            rel = self.relpath(p)
+            hits = {r: e for r, e in source.items() if not rel or r == rel or r.startswith(rel + "/")}
+            if not hits:
+                where = f"revision {rev!r}" if rev else "the index"
+                raise BadInputError(f"path {str(p)!r} is not in {where}")
+            todo.update(hits)
+        result = CheckoutResult(commit)
+        self._write_files(index, todo, result)
+        index.save()
+        return result
+
+    def _switch(self, rev: str | None, create_branch: str | None, force: bool) -> CheckoutResult:
+        if rev is None and create_branch is None:
+            raise BadInputError("checkout needs a revision, -b NAME, or paths after --")
+        target = self.refs.resolve(rev or "HEAD")
+        if create_branch and f"{HEADS}{create_branch}" in (f"{HEADS}{b}" for b in self.refs.branches()):
+            raise BadInputError(f"branch {create_branch!r} already exists")
+        index = self._index()
+        head_snap = self._head_snapshot()
+        target_snap = self.snapshot(target)
+        touched = {p for p in set(head_snap) | set(target_snap) if head_snap.get(p) != target_snap.get(p)}
+        if not force:
+            self._refuse_overwrites(index, head_snap, target_snap, touched)
+        todo: dict[str, Entry] = {}
+        for p, entry in target_snap.items():
+            ie = index.entries.get(p)
+            if p in touched or (force and (ie is None or not self._clean(p, ie.entry, index))):
+                todo[p] = entry
+        result = CheckoutResult(target)
+        self._write_files(index, todo, result)
+        for p in sorted(set(index.entries) - set(target_snap)):
+            if p in head_snap or force:
+                del index.entries[p]
+                (self.root / p).unlink(missing_ok=True)
+                _prune_dirs(self.root, p)
+                result.removed.append(p)
+        index.save()
+        if create_branch:
+            self.refs.create_branch(create_branch, target)
+            self.refs.point_head_at_branch(create_branch)
+        elif rev in self.refs.branches():
+            self.refs.point_head_at_branch(rev)
+        else:
+            self.refs.detach_head(target)
+            result.detached = True
+        return result
+
+    def _clean(self, rel: str, entry: Entry, index: Index) -> bool:
+        """Does the working file hold ``entry`` (stat cache first, content if needed)?"""
+        path = self.root / rel
+        if not path.is_file():
+            return False
+        ie = index.entries.get(rel)
+        if ie is not None and ie.entry == entry and ie.matches(os.stat(path)):
+            return True
+        return working_matches(self.graph, self.pool, path, rel, entry)[0]
+
+    def _refuse_overwrites(self, index: Index, head_snap: Snapshot, target_snap: Snapshot, touched: set[str]) -> None:
+        conflicts = []
+        for p in sorted(touched):
+            ie = index.entries.get(p)
+            path = self.root / p
+            if ie is None:
+                if path.is_file() and p in target_snap and not self._clean(p, target_snap[p], index):
+                    conflicts.append(p)  # untracked file in the way
+                continue
+            if ie.entry != head_snap.get(p):
+                conflicts.append(p)  # staged change
+            elif path.is_file() and not self._clean(p, ie.entry, index):
+                conflicts.append(p)  # unstaged change
+        if conflicts:
+            shown = ", ".join(conflicts[:5]) + (f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else "")
+            raise DirtyWorktreeError(
+                f"checkout would overwrite uncommitted changes in {shown}; commit them, or use --force to discard them"
+            )
+
+    def _write_files(self, index: Index, todo: Mapping[str, Entry], result: CheckoutResult) -> None:
+        sizes = {p: entry_size(self.graph, e) for p, e in todo.items()}
+        with byte_progress("checkout", sum(sizes.values())) as bar:
+            for p in sorted(todo):
+                entry, dest = todo[p], self.root / p
+                reuse = None
+                old = index.entries.get(p)
+                if old is not None and old.entry.kind != "blob" and entry.kind != "blob" and dest.is_file():
+                    reuse = (dest, local_chunks(self.graph, old.entry))
+                if dest.is_dir():
+                    raise BadInputError(f"cannot write {p}: a directory is in the way")
+                write_entry(self.graph, self.store, self.pool, entry, dest, p, reuse, bar)
+                index.set(p, entry, os.stat(dest))
+                result.written.append(p)
+
+    # -- tensors from Python ------------------------------------------------------------
+
+    def models(self, rev: str = "HEAD") -> dict[str, list[str]]:
+        """Model directory ('' is the root) → its safetensors files, in a revision."""
+        return _models(self.snapshot(rev))
+
+    def _pick_model(self, snap: Snapshot, model: str | None) -> tuple[str, list[str]]:
+        models = _models(snap)
+        if model is not None:
+            key = self.relpath(model)
+            if key not in models:
+                raise BadInputError(f"no model (safetensors files) in directory {model!r}")
+            return key, models[key]
+        if len(models) != 1:
+            if not models:
+                raise BadInputError("this revision holds no safetensors model")
+            names = ", ".join(m or "." for m in models)
+            raise BadInputError(f"this revision holds several models ({names}); choose one with model=/--model")
+        return next(iter(models.items()))
+
+    def state_dict(
+        self, rev: str = "HEAD", names: Iterable[str] | None = None, model: str | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Tensors of a model at ``rev``; reads only the chunks of the requested tensors."""
+        from mgit.model.torch_io import tensor_from_bytes
+
+        snap = self.snapshot(rev)
+        _, files = self._pick_model(snap, model)
+        where: dict[str, tuple[str, object]] = {}
+        for path in files:
+            stored = load_safetensors(self.graph, snap[path].oid, path)
+            for name, manifest in stored.manifests.items():
+                where[name] = (path, manifest)
+        wanted = list(where) if names is None else list(names)
+        missing = [n for n in wanted if n not in where]
+        if missing:
+            raise BadInputError(f"tensor(s) not in this model: {', '.join(missing[:5])}")
+        out = {}
+        for name in wanted:
+            path, manifest = where[name]
+            what = f"tensor {name!r} in {path}"
+            data = b"".join(self.pool.map(lambda c, w=what: self.store.get(c.id, w), manifest.chunks))
+            out[name] = tensor_from_bytes(data, manifest.dtype, manifest.shape)
+        return out
+
+    def commit_state_dict(
+        self,
+        state_dict: Mapping[str, torch.Tensor],
+        model: str = "model",
+        message: str = "",
+        metadata: dict[str, str] | None = None,
+    ) -> str:
+        """Commit tensors straight from memory as the model in directory ``model``.
+
+        Tensors keep the shard file they had in HEAD (new ones go to the single file, or
+        the last shard); the working tree is not written — paths whose file is absent are
+        marked not-checked-out, present ones show as modified until checked out.
+        """
+        from mgit.model.torch_io import dtype_name, tensor_bytes
+
+        if not message.strip():
+            raise BadInputError("empty commit message")
+        for name in state_dict:
+            if not isinstance(name, str):
+                raise BadInputError(f"tensor names must be strings, got {name!r}")
+        with self.lock:
+            head = self.refs.head()
+            snap = self._head_snapshot()
+            model_dir = self.relpath(model)
+            old_files = _models(snap).get(model_dir, [])
+            assignment: dict[str, list[str]] = {p: [] for p in old_files}
+            old_home = {}
+            for path in old_files:
+                for name in load_safetensors(self.graph, snap[path].oid, path).manifests:
+                    old_home[name] = path
+            default = old_files[-1] if old_files else posixpath.join(model_dir, "model.safetensors")
+            for name in sorted(state_dict):
+                assignment.setdefault(old_home.get(name, default), []).append(name)
+            index = self._index()
+            total = sum(t.numel() * t.element_size() for t in state_dict.values())
+            with byte_progress("commit", total) as bar:
+                ingestor = Ingestor(self.graph, self.store, self.pool, bar)
+                new_files = {}
+                for path, names in assignment.items():
+                    if not names:
+                        snap.pop(path, None)
+                        continue
+                    meta = metadata
+                    if meta is None and path in old_files:
+                        meta = load_safetensors(self.graph, snap[path].oid, path).layout.metadata
+                    specs, ids = [], {}
+                    for name in names:
+                        t = state_dict[name]
+                        dtype = lookup(dtype_name(t.dtype))
+                        raw = tensor_bytes(t)
+                        specs.append((name, dtype, tuple(t.shape)))
+                        ids[name] = ingestor.tensor(dtype, tuple(t.shape), len(raw), lambda o, n, r=raw: r[o : o + n])
+                    tree = ingestor.safetensors_tree(build_header(specs, meta), ids)
+                    snap[path] = new_files[path] = Entry("safetensors", tree)
+            self._update_shard_index(snap, model_dir, assignment)
+            commit = self._commit_tree(write_snapshot(self.graph, snap), head, message)
+            for path in set(old_files) - set(new_files):
+                index.entries.pop(path, None)
+            for path, entry in new_files.items():
+                index.set(path, entry, None)
+                if not (self.root / path).exists():
+                    index.entries[path] = type(index.entries[path])(entry, None, 0, True)
+            index.save()
+            return commit
+
+    def _update_shard_index(self, snap: Snapshot, model_dir: str, assignment: dict[str, list[str]]) -> None:
+        """Rewrite a sharded model's index.json weight_map to match the new assignment."""
+        path = posixpath.join(model_dir, "model.safetensors.index.json")
+        if path not in snap:
+            return
+        try:
+            doc = json.loads(self.graph.blob(snap[path].oid))
+        except ValueError:
+            return
+        doc["weight_map"] = {
+            name: posixpath.relpath(file, model_dir or ".") for file, names in assignment.items() for name in names
+        }
+        blob = json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"
+        snap[path] = Entry("blob", self.graph.put_blob(blob), snap[path].mode)
+
+
+def _models(snap: Snapshot) -> dict[str, list[str]]:
+    models: dict[str, list[str]] = {}
+    for path, entry in sorted(snap.items()):
+        if entry.kind == "safetensors":
+            models.setdefault(posixpath.dirname(path), []).append(path)
+    return models
+
+
+def _prune_dirs(root: Path, rel: str) -> None:
+    """Remove directories left empty by deleting ``rel``."""
+    parent = (root / rel).parent
+    while parent != root:
+        try:
+            parent.rmdir()
+        except OSError:
+            return
+        parent = parent.parent
+
+
+__all__ = ["Repository", "RevisionError"]

@@ -1,0 +1,1 @@
+"""The chunk store: content-addressed, compressed tensor bytes."""

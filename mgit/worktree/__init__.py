@@ -1,0 +1,1 @@
+"""The working tree: index with stat cache, ignore rules, status."""
