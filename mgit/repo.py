@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import torch
 
 GIT_DIR = ".mgit"
+FORMAT_VERSION = 1  # docs/format.md; bumped on incompatible changes
 
 
 @dataclass
@@ -89,6 +90,14 @@ class Repository:
         self.root = _find_root(Path(path).resolve())
         self.git_dir = self.root / GIT_DIR
         self.graph = Graph(self.git_dir)
+        try:
+            version = self.graph.repo.get_config().get(b"mgit", b"formatversion").decode()
+        except KeyError:
+            version = str(FORMAT_VERSION)
+        if version != str(FORMAT_VERSION):
+            raise NotARepositoryError(
+                f"{self.root} uses mgit format {version}; this mgit reads format {FORMAT_VERSION}: upgrade mgit"
+            )
         self.store = ChunkStore(self.git_dir / "chunks")
         self.lock = RepoLock(self.git_dir / "lock")
         self.refs = Refs(self.graph, self.identity())
@@ -100,7 +109,10 @@ class Repository:
         if (root / GIT_DIR / "HEAD").exists():
             raise BadInputError(f"{root} is already an mgit repository")
         root.mkdir(parents=True, exist_ok=True)
-        Graph.init(root / GIT_DIR)
+        graph = Graph.init(root / GIT_DIR)
+        config = graph.repo.get_config()
+        config.set(b"mgit", b"formatversion", str(FORMAT_VERSION).encode())
+        config.write_to_path()
         (root / GIT_DIR / "chunks").mkdir()
         return cls(root)
 
@@ -124,7 +136,7 @@ class Repository:
         self.close()
 
     def identity(self) -> bytes:
-        """user.name/user.email from .mgit/config, then git's config, then the environment."""
+        """GIT_AUTHOR_NAME/EMAIL, else user.name/email from .mgit/config or git's config, else the system."""
         return get_user_identity(self.graph.repo.get_config_stack(), "AUTHOR")
 
     def config_set(self, key: str, value: str) -> None:

@@ -53,13 +53,13 @@ class Refs:
         return out
 
     def _cas(self, ref: str, old: str | None, new: str, message: str) -> None:
-        ok = self.refs.set_if_equals(
-            ref.encode(),
-            old.encode() if old else None,
-            new.encode(),
-            committer=self.identity,
-            message=message.encode(),
-        )
+        """Move ``ref`` from ``old`` to ``new``; ``old=None`` means the ref must not exist yet."""
+        if old is None:
+            ok = self.refs.add_if_new(ref.encode(), new.encode(), committer=self.identity, message=message.encode())
+        else:
+            ok = self.refs.set_if_equals(
+                ref.encode(), old.encode(), new.encode(), committer=self.identity, message=message.encode()
+            )
         if not ok:
             raise RefUpdateError(f"{ref} moved while this command ran; nothing was changed, run it again")
 
@@ -68,13 +68,12 @@ class Refs:
         branch = self.current_branch()
         self._cas(f"{HEADS}{branch}" if branch else "HEAD", old, new, message)
 
-    def create_branch(self, name: str, commit: str, force: bool = False) -> None:
+    def create_branch(self, name: str, commit: str) -> None:
         check_ref_name(name, "branch")
         ref = f"{HEADS}{name}"
-        if not force and ref.encode() in self.refs:
+        if ref.encode() in self.refs:
             raise BadInputError(f"branch {name!r} already exists")
-        old = self.refs[ref.encode()].decode() if ref.encode() in self.refs else None
-        self._cas(ref, old, commit, f"branch: created from {commit[:12]}")
+        self._cas(ref, None, commit, f"branch: created from {commit[:12]}")
 
     def delete_branch(self, name: str) -> None:
         if name == self.current_branch():

@@ -35,10 +35,14 @@ def validate_path(path: str) -> str:
     if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise BadInputError(f"invalid path {path!r}: must be relative, without '.' or '..' components")
     for p in parts:
-        if p == ".mgit" or is_reserved(p):
-            raise BadInputError(f"invalid path {path!r}: names '.mgit' and '.mgit-*' are reserved for mgit")
+        if p in (".mgit", ".git") or is_reserved(p):
+            raise BadInputError(f"invalid path {path!r}: names '.mgit', '.git' and '.mgit-*' are reserved")
         if "\0" in p:
             raise BadInputError(f"invalid path {path!r}: contains a NUL byte")
+        try:
+            p.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadInputError(f"invalid path {path!r}: file names must be valid UTF-8; rename the file") from None
     return path
 
 

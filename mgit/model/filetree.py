@@ -45,6 +45,10 @@ def load_safetensors(graph: Graph, oid: str, path: str = "") -> StoredSafetensor
         raise CorruptObjectError(f"stored header does not match its manifests: {exc}") from None
     if set(layout.by_name()) != set(manifests):
         raise CorruptObjectError(f"{path or oid}: stored header and manifests name different tensors; run `mgit fsck`")
+    for t in layout.tensors:
+        m = manifests[t.name]
+        if (m.dtype, m.shape, m.nbytes) != (t.dtype.name, t.shape, t.nbytes):
+            raise CorruptObjectError(f"{path or oid}: manifest of tensor {t.name!r} disagrees with the header")
     return StoredSafetensors(layout, manifests, ids)
 
 

@@ -124,15 +124,21 @@ class Ingestor:
 
 
 def scan_tensor_chunks(
-    path: Path, rel: str, pool: ThreadPoolExecutor
+    path: Path, rel: str, pool: ThreadPoolExecutor, chunk_sizes: dict[str, int] | None = None
 ) -> tuple[SafetensorsLayout, dict[str, tuple[str, ...]]]:
-    """Chunk ids of every tensor of a working file, stored nowhere (for status)."""
+    """Chunk ids of every tensor of a working file, stored nowhere (for status).
+
+    ``chunk_sizes`` gives the chunk size a stored manifest recorded for a tensor name, so
+    the comparison holds even if the chunking rule of this mgit differs from the writer's.
+    """
     layout = read_layout(path, rel)
+    chunk_sizes = chunk_sizes or {}
     out = {}
     with open(path, "rb") as f:
         for t in layout.tensors:
             read = _file_reader(f.fileno(), layout.data_start + t.begin)
-            ranges = chunk_ranges(t.nbytes, chunk_size_for(t.shape, t.dtype.bits))
+            size = chunk_sizes.get(t.name) or chunk_size_for(t.shape, t.dtype.bits)
+            ranges = chunk_ranges(t.nbytes, size)
             out[t.name] = tuple(ordered_map(pool, lambda r, read=read: chunk_id(read(r[0], r[1] - r[0])), ranges))
     return layout, out
 

@@ -65,6 +65,14 @@ def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return seen
 
 
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def header_length(prefix: bytes, file_size: int, source: str) -> int:
     """Validate the 8-byte length prefix against the file size."""
     if len(prefix) < 8 or file_size < 8:
@@ -110,7 +118,7 @@ def parse_header(header: bytes, file_size: int, source: str) -> SafetensorsLayou
     try:
         obj = json.loads(text, object_pairs_hook=_no_duplicates)
     except ValueError as exc:
-        what = "has a duplicate tensor name" if "duplicate key" in str(exc) else "is not valid JSON"
+        what = "has a duplicate tensor name or key" if "duplicate key" in str(exc) else "is not valid JSON"
         raise BadInputError(f"{source}: safetensors header {what} ({exc})") from None
     if not isinstance(obj, dict):
         raise BadInputError(f"{source}: safetensors header is not a JSON object")
@@ -123,6 +131,8 @@ def parse_header(header: bytes, file_size: int, source: str) -> SafetensorsLayou
 
     tensors = []
     for name, info in obj.items():
+        if not _is_utf8(name):
+            raise BadInputError(f"{source}: tensor name {name!r} is not valid Unicode (lone surrogate escape)")
         if not isinstance(info, dict):
             raise BadInputError(f"{source}: tensor {name!r} has no dtype/shape/data_offsets object")
         dtype = lookup(info.get("dtype")) if isinstance(info.get("dtype"), str) else None
@@ -169,6 +179,9 @@ def read_layout(path: Path | str, source: str | None = None) -> SafetensorsLayou
 
 def build_header(tensors: list[tuple[str, DType, tuple[int, ...]]], metadata: dict[str, str] | None) -> bytes:
     """A header for tensors laid out in the given order, padded to 8 bytes like safetensors does."""
+    for name, _, _ in tensors:
+        if not _is_utf8(name):
+            raise BadInputError(f"tensor name {name!r} is not valid Unicode")
     obj: dict[str, object] = {}
     if metadata:
         obj[METADATA_KEY] = metadata

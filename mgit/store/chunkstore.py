@@ -80,9 +80,14 @@ class ChunkStore:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is missing from the store; run `mgit fsck`") from None
         try:
             magic, encoding, group, raw_size = _HEADER.unpack_from(data)
-            if magic != MAGIC:
-                raise ValueError("bad magic")
-            raw = codec.decode(encoding, data[_HEADER.size :], group, raw_size)
+        except struct.error:
+            magic, encoding, group, raw_size = b"", 0, 0, 0
+        if magic == MAGIC and encoding not in codec.ENCODINGS:
+            raise CorruptObjectError(
+                f"chunk {cid[:12]}{where} uses encoding {encoding}, unknown to this mgit; upgrade mgit"
+            )
+        try:
+            raw = codec.decode(encoding, data[_HEADER.size :], group, raw_size) if magic == MAGIC else None
         except Exception:
             raw = None
         if raw is None or len(raw) != raw_size or chunk_id(raw) != cid:

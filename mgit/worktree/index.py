@@ -18,7 +18,7 @@ from mgit.errors import CorruptObjectError
 from mgit.graph.snapshot import Entry, Snapshot
 
 SCHEMA = "mgit.index/1"
-RACY_NS = 100_000_000  # 100 ms: covers coarse filesystem timestamp ticks
+RACY_NS = 2_000_000_000  # 2 s: covers the coarsest filesystem timestamps (FAT, some network mounts)
 
 
 @dataclass(frozen=True)

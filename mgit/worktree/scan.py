@@ -51,7 +51,7 @@ class Ignorer:
 
 
 def _skip_name(name: str) -> bool:
-    return name == ".mgit" or is_reserved(name) or TMP_MARK in name
+    return name in (".mgit", ".git") or is_reserved(name) or TMP_MARK in name
 
 
 def walk(root: Path, start: str = "", ignorer: Ignorer | None = None) -> dict[str, os.stat_result]:

@@ -92,11 +92,12 @@ def working_matches(
         return same and (os.stat(path).st_mode & 0o111 != 0) == (entry.mode & 0o111 != 0), None, ""
     if kind == "chunked":
         return scan_file_chunks(path, pool) == tuple(c.id for c in load_chunked(graph, entry.oid).chunks), None, ""
+    stored = load_safetensors(graph, entry.oid, rel)
     try:
-        layout, ids = scan_tensor_chunks(path, rel, pool)
+        sizes = {n: m.chunk_size for n, m in stored.manifests.items()}
+        layout, ids = scan_tensor_chunks(path, rel, pool, sizes)
     except BadInputError as exc:
         return False, None, f"not readable as safetensors: {exc}"
-    stored = load_safetensors(graph, entry.oid, rel)
     old = {n: m.chunk_ids for n, m in stored.manifests.items()}
     changes = _tensor_changes(old, ids)
     return layout.header == stored.layout.header and not changes, changes, ""
