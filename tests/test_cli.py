@@ -139,7 +139,10 @@ def test_bad_safetensors_give_one_line_and_change_nothing(work, content, fragmen
 
 
 def test_duplicate_tensor_names(work):
-    body = b'{"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "t": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}'
+    body = (
+        b'{"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},'
+        b' "t": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}'
+    )
     bad_file(work, "dup.safetensors", struct.pack("<Q", len(body)) + body + b"\0" * 16)
     assert_one_line_error(run_mgit("add", "model", cwd=work), "duplicate tensor name")
 
