@@ -214,14 +214,14 @@ class Repository:
             with byte_progress("add", total) as bar:
                 ingestor = Ingestor(self.graph, self.store, self.pool, bar)
                 for rel, st in sorted(todo.items()):
-                    ie = index.entries.get(rel)
-                    if ie is not None and working_matches(self.graph, self.pool, self.root / rel, rel, ie.entry)[0]:
-                        index.set(rel, ie.entry, st)  # touched but unchanged: refresh the stat cache
-                        continue
+                    # Unchanged chunks dedup inside the store, so re-ingesting a touched but
+                    # unchanged file writes nothing new and yields the same entry.
                     entry = ingestor.file(self.root / rel, rel)
                     after = os.stat(self.root / rel)
+                    old = index.entries.get(rel)
                     index.set(rel, entry, after if after.st_mtime_ns == st.st_mtime_ns else None)
-                    result.added.append(rel)
+                    if old is None or old.entry != entry:
+                        result.added.append(rel)
             index.save()
         s = ingestor.stats
         result.logical_bytes, result.stored_bytes, result.new_chunks = s.logical_bytes, s.stored_bytes, s.new_chunks

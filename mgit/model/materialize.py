@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from glob import escape as glob_escape
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -77,6 +78,8 @@ def write_entry(
     """Materialise one entry at ``dest`` atomically."""
     bar = bar or Bar()
     dest.parent.mkdir(parents=True, exist_ok=True)
+    for stale in dest.parent.glob(f".{glob_escape(dest.name)}{TMP_MARK}*"):
+        stale.unlink(missing_ok=True)  # left by a killed checkout (we hold the repository lock)
     tmp = dest.parent / f".{dest.name}{TMP_MARK}{uuid.uuid4().hex[:8]}"
     try:
         with open(tmp, "wb") as out:

@@ -1,0 +1,143 @@
+"""A killed process, a full disk, a corrupted chunk: clear errors, nothing lost."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import frozen_finetune, llama_state_dict, run_mgit, tree_hashes, write_model
+
+from mgit import Repository
+from mgit.cli import main
+
+KILL_AFTER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from mgit import Repository
+    from mgit.store import chunkstore
+    from mgit.model import materialize
+
+    count = [0]
+    def tick():
+        count[0] += 1
+        if count[0] == int(sys.argv[3]):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    put, get = chunkstore.ChunkStore.put, chunkstore.ChunkStore.get
+    def slow_put(self, *a, **k):
+        r = put(self, *a, **k); tick(); return r
+    def slow_get(self, *a, **k):
+        r = get(self, *a, **k); tick(); return r
+    chunkstore.ChunkStore.put, chunkstore.ChunkStore.get = slow_put, slow_get
+    repo = Repository(sys.argv[1])
+    if sys.argv[2] == "add":
+        repo.add(["model"])
+    else:
+        repo.checkout(sys.argv[2])
+    """
+)
+
+
+def killed(root, action: str, after: int) -> None:
+    proc = subprocess.run([sys.executable, "-c", KILL_AFTER, str(root), action, str(after)], capture_output=True)
+    assert proc.returncode == -9, proc.stderr.decode()
+
+
+def big_llama() -> dict:
+    return llama_state_dict(llama_spec(), seed=5)
+
+
+def llama_spec():
+    from conftest import LlamaSpec
+
+    return LlamaSpec(layers=6, hidden=256, intermediate=704, vocab=4000)
+
+
+@pytest.fixture
+def committed(repo):
+    sd = big_llama()
+    write_model(repo.root / "model", sd)
+    repo.add(["model"])
+    head = repo.commit("base")
+    return repo, sd, head
+
+
+def test_add_killed_midway_leaves_the_repository_consistent(committed):
+    repo, sd, head = committed
+    index_before = (repo.git_dir / "mgit-index.json").read_bytes()
+    write_model(repo.root / "model", frozen_finetune(sd, set()))
+    killed(repo.root, "add", after=5)
+    assert (repo.git_dir / "mgit-index.json").read_bytes() == index_before
+    assert repo.refs.head() == head
+    assert [f.path for f in repo.status().unstaged] == ["model/model.safetensors"]
+    repo.add(["model"])  # the killed writer's lock is gone; the work is redone
+    repo.commit("sft")
+    files = tree_hashes(repo.root)
+    shutil.rmtree(repo.root / "model")
+    repo.checkout("HEAD", ["model"])
+    assert tree_hashes(repo.root) == files
+
+
+def test_checkout_killed_midway_never_leaves_a_half_written_file(committed):
+    repo, sd, head = committed
+    base_files = tree_hashes(repo.root)
+    repo.checkout(create_branch="sft")
+    write_model(repo.root / "model", frozen_finetune(sd, set()))
+    repo.add(["model"])
+    repo.commit("sft")
+    sft_files = tree_hashes(repo.root)
+    killed(repo.root, "main", after=3)
+    after_kill = {p: h for p, h in tree_hashes(repo.root).items() if ".mgit-tmp-" not in p}
+    assert after_kill == sft_files  # the rename never happened
+    assert repo.status().untracked == []  # leftover temporary files are not user files
+    repo.checkout("main")
+    assert tree_hashes(repo.root) == base_files  # and the temporary file is cleaned up
+
+
+def test_full_disk_gives_one_line_and_changes_nothing(committed, monkeypatch, capsys):
+    repo, sd, head = committed
+    index_before = (repo.git_dir / "mgit-index.json").read_bytes()
+    write_model(repo.root / "model", frozen_finetune(sd, set()))
+    from mgit.store.chunkstore import ChunkStore
+
+    def full(self, raw, group, cid=None):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.root))
+
+    monkeypatch.setattr(ChunkStore, "put", full)
+    monkeypatch.chdir(repo.root)
+    assert main(["-q", "add", "model"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no space left on device" in err[0] and "Traceback" not in err[0]
+    assert (repo.git_dir / "mgit-index.json").read_bytes() == index_before
+    assert repo.refs.head() == head
+
+
+def test_corrupted_chunk_is_named_on_checkout(committed):
+    repo, sd, head = committed
+    name = "model.layers.2.mlp.up_proj.weight"
+    manifest_chunk = None
+    from mgit.model.filetree import load_safetensors
+
+    snap = repo.snapshot()
+    stored = load_safetensors(repo.graph, snap["model/model.safetensors"].oid)
+    manifest_chunk = stored.manifests[name].chunks[0].id
+    path = repo.store.path(manifest_chunk)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    os.chmod(path, 0o644)
+    path.write_bytes(bytes(data))
+    (repo.root / "model" / "model.safetensors").unlink()
+    proc = run_mgit("checkout", "HEAD", "--", "model", cwd=repo.root)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and name in lines[0] and "corrupt" in lines[0]
+    assert not (repo.root / "model" / "model.safetensors").exists()
+    with pytest.raises(Exception, match=name):
+        Repository(repo.root).state_dict(names=[name])
+    assert torch.equal(repo.state_dict(names=["lm_head.weight"])["lm_head.weight"], sd["lm_head.weight"])
