@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from glob import escape as glob_escape
 from concurrent.futures import ThreadPoolExecutor
+from glob import escape as glob_escape
 from pathlib import Path
 
 from mgit.graph.objects import MODE_EXEC, Graph
