@@ -373,8 +373,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except click.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx else "mgit"
+        err.print(f"error: {exc.format_message()} (see `{command} --help`)", markup=False)
+        return exc.exit_code
     except click.ClickException as exc:
-        exc.show()
+        err.print(f"error: {exc.format_message()}", markup=False)
         return exc.exit_code
     except click.exceptions.Abort:
         err.print("aborted")
