@@ -18,7 +18,7 @@ from dulwich.repo import get_user_identity
 
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NotARepositoryError, RevisionError
 from mgit.graph.objects import CommitInfo, Graph
-from mgit.graph.refs import HEADS, Refs
+from mgit.graph.refs import Refs, check_ref_name
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
 from mgit.lock import RepoLock
 from mgit.model.dtypes import lookup
@@ -26,10 +26,10 @@ from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.ingest import Ingestor
 from mgit.model.materialize import entry_size, local_chunks, write_entry
 from mgit.model.safetensors_file import build_header
-from mgit.parallel import make_pool
+from mgit.parallel import make_pool, ordered_map
 from mgit.progress import byte_progress
 from mgit.store.chunkstore import ChunkStore
-from mgit.worktree.index import Index
+from mgit.worktree.index import Index, IndexEntry
 from mgit.worktree.scan import Ignorer, walk
 from mgit.worktree.status import Status, compare_snapshots, working_matches, worktree_changes
 
@@ -391,8 +391,10 @@ class Repository:
         if rev is None and create_branch is None:
             raise BadInputError("checkout needs a revision, -b NAME, or paths after --")
         target = self.refs.resolve(rev or "HEAD")
-        if create_branch and f"{HEADS}{create_branch}" in (f"{HEADS}{b}" for b in self.refs.branches()):
-            raise BadInputError(f"branch {create_branch!r} already exists")
+        if create_branch is not None:
+            check_ref_name(create_branch, "branch")
+            if create_branch in self.refs.branches():
+                raise BadInputError(f"branch {create_branch!r} already exists")
         index = self._index()
         head_snap = self._head_snapshot()
         target_snap = self.snapshot(target)
@@ -418,6 +420,8 @@ class Repository:
             self.refs.point_head_at_branch(create_branch)
         elif rev in self.refs.branches():
             self.refs.point_head_at_branch(rev)
+        elif rev == "HEAD":
+            result.detached = self.refs.current_branch() is None
         else:
             self.refs.detach_head(target)
             result.detached = True
@@ -508,8 +512,12 @@ class Repository:
         for name in wanted:
             path, manifest = where[name]
             what = f"tensor {name!r} in {path}"
-            data = b"".join(self.pool.map(lambda c, w=what: self.store.get(c.id, w), manifest.chunks))
-            out[name] = tensor_from_bytes(data, manifest.dtype, manifest.shape)
+            buf = bytearray(manifest.nbytes)
+            offset = 0
+            for data in ordered_map(self.pool, lambda c, w=what: self.store.get(c.id, w), manifest.chunks):
+                buf[offset : offset + len(data)] = data
+                offset += len(data)
+            out[name] = tensor_from_bytes(buf, manifest.dtype, manifest.shape)
         return out
 
     def commit_state_dict(
@@ -566,18 +574,19 @@ class Repository:
                         ids[name] = ingestor.tensor(dtype, tuple(t.shape), len(raw), lambda o, n, r=raw: r[o : o + n])
                     tree = ingestor.safetensors_tree(build_header(specs, meta), ids)
                     snap[path] = new_files[path] = Entry("safetensors", tree)
-            self._update_shard_index(snap, model_dir, assignment)
+            self._update_shard_index(snap, model_dir, assignment, total)
             commit = self._commit_tree(write_snapshot(self.graph, snap), head, message)
             for path in set(old_files) - set(new_files):
                 index.entries.pop(path, None)
             for path, entry in new_files.items():
-                index.set(path, entry, None)
-                if not (self.root / path).exists():
-                    index.entries[path] = type(index.entries[path])(entry, None, 0, True)
+                absent = not (self.root / path).exists()
+                index.entries[path] = IndexEntry(entry, skip_worktree=absent)
             index.save()
             return commit
 
-    def _update_shard_index(self, snap: Snapshot, model_dir: str, assignment: dict[str, list[str]]) -> None:
+    def _update_shard_index(
+        self, snap: Snapshot, model_dir: str, assignment: dict[str, list[str]], total_size: int
+    ) -> None:
         """Rewrite a sharded model's index.json weight_map to match the new assignment."""
         path = posixpath.join(model_dir, "model.safetensors.index.json")
         if path not in snap:
@@ -589,6 +598,8 @@ class Repository:
         doc["weight_map"] = {
             name: posixpath.relpath(file, model_dir or ".") for file, names in assignment.items() for name in names
         }
+        if isinstance(doc.get("metadata"), dict) and "total_size" in doc["metadata"]:
+            doc["metadata"]["total_size"] = total_size
         blob = json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"
         snap[path] = Entry("blob", self.graph.put_blob(blob), snap[path].mode)
 

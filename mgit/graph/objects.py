@@ -13,6 +13,7 @@ from dulwich.repo import Repo
 
 from mgit.errors import CorruptObjectError
 
+_CACHE_OBJECTS = 50_000
 MODE_TREE = 0o040000
 MODE_FILE = 0o100644
 MODE_EXEC = 0o100755
@@ -41,6 +42,9 @@ class Graph:
         self.git_dir = Path(git_dir)
         self.repo = Repo(str(git_dir))
         self.objects = self.repo.object_store
+        # Objects are immutable and content-addressed, so caching them is always correct;
+        # it saves re-reading manifests that several steps of one command need.
+        self._cache: dict[str, object] = {}
 
     @classmethod
     def init(cls, git_dir: Path) -> Graph:
@@ -49,12 +53,18 @@ class Graph:
         return cls(git_dir)
 
     def _get(self, sha: str, kind: type, what: str):
+        obj = self._cache.get(sha)
+        if obj is not None and isinstance(obj, kind):
+            return obj
         try:
             obj = self.objects[sha.encode()]
         except KeyError:
             raise CorruptObjectError(f"{what} {sha[:12]} is missing from the repository; run `mgit fsck`") from None
         if not isinstance(obj, kind):
             raise CorruptObjectError(f"object {sha[:12]} is not a {what}")
+        if len(self._cache) >= _CACHE_OBJECTS:
+            self._cache.clear()
+        self._cache[sha] = obj
         return obj
 
     def put_blob(self, data: bytes) -> str:

@@ -59,10 +59,11 @@ def tensor_bytes(t: torch.Tensor) -> memoryview:
     return memoryview(t.reshape(-1).view(torch.uint8).numpy()).cast("B")
 
 
-def tensor_from_bytes(data: bytes | bytearray, dtype_str: str, shape: tuple[int, ...]) -> torch.Tensor:
+def tensor_from_bytes(data: bytearray, dtype_str: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """A tensor over ``data`` (which it takes ownership of: no copy)."""
     import torch
 
     dtype = torch_dtype(dtype_str)
     if len(data) == 0:
         return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
+    return torch.frombuffer(data, dtype=dtype).reshape(shape)
