@@ -21,6 +21,8 @@ from conftest import (
     vocab_extended,
     write_model,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from mgit import Repository
@@ -61,6 +63,10 @@ ALL_DTYPES = [
     torch.uint16,
     torch.uint32,
     torch.uint64,
+    torch.float8_e4m3fnuz,
+    torch.float8_e5m2fnuz,
+    torch.float8_e8m0fnu,
+    torch.complex64,
 ]
 
 
@@ -72,6 +78,10 @@ def dtype_zoo() -> dict[str, torch.Tensor]:
         name = str(dt).split(".")[-1]
         if dt == torch.bool:
             t = base > 0
+        elif dt == torch.complex64:
+            t = torch.complex(base, -base)
+        elif dt == torch.float8_e8m0fnu:
+            t = base.abs().to(dt)
         elif dt.is_floating_point:
             t = base.to(dt)
         else:
@@ -127,6 +137,11 @@ def test_real_minilm_round_trips_byte_exact(repo):
     repo.checkout("main", ["minilm"])
     assert tree_hashes(repo.root) == before
     assert repo.status().clean
+    from safetensors.torch import load_file
+
+    reference = load_file(minilm_dir() / "model.safetensors")
+    sd = repo.state_dict()
+    assert set(sd) == set(reference) and all(torch.equal(sd[k], reference[k]) for k in reference)
 
 
 def test_readding_the_same_model_stores_almost_nothing(repo):
@@ -441,3 +456,38 @@ def test_path_outside_the_repository_is_refused(repo, tmp_path):
         repo.add([outside])
     with pytest.raises(BadInputError, match="outside the repository"):
         repo.add(["../outside.txt"])
+
+
+NAME_CHARS = st.characters(blacklist_categories=("Cs",))
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    tensors=st.dictionaries(
+        st.text(NAME_CHARS, max_size=12),
+        st.tuples(
+            st.sampled_from([torch.float32, torch.bfloat16, torch.int8, torch.float16, torch.bool]),
+            st.lists(st.integers(0, 9), max_size=3),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    seed=st.integers(0, 2**16),
+)
+def test_random_safetensors_round_trip(tmp_path_factory, tensors, seed):
+    g = torch.Generator().manual_seed(seed)
+    sd = {}
+    for name, (dtype, shape) in tensors.items():
+        t = torch.randn(*shape, generator=g) if shape else torch.randn((), generator=g)
+        sd[name] = (t > 0) if dtype == torch.bool else t.to(dtype)
+    root = tmp_path_factory.mktemp("prop")
+    with Repository.init(root / "r") as r:
+        save_file(sd, r.root / "m.safetensors", metadata={"seed": str(seed)})
+        want = sha256(r.root / "m.safetensors")
+        r.add(["m.safetensors"])
+        r.commit("random")
+        (r.root / "m.safetensors").unlink()
+        r.checkout("HEAD", ["m.safetensors"])
+        assert sha256(r.root / "m.safetensors") == want
+        got = r.state_dict(model=".")
+        assert {k: raw_bytes(v) for k, v in got.items()} == {k: raw_bytes(v) for k, v in sd.items()}
