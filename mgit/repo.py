@@ -193,7 +193,7 @@ class Repository:
             for p in paths:
                 rel = self.relpath(p)
                 full = self.root / rel
-                under = [r for r in index.entries if not rel or r == rel or r.startswith(rel + "/")]
+                under = _under(index.entries, rel)
                 if not full.exists():
                     if not under:
                         raise BadInputError(f"pathspec {str(p)!r} did not match any files")
@@ -234,7 +234,7 @@ class Repository:
             index = self._index()
             for p in paths:
                 rel = self.relpath(p)
-                under = [r for r in index.entries if not rel or r == rel or r.startswith(rel + "/")]
+                under = _under(index.entries, rel)
                 if not under:
                     raise BadInputError(f"pathspec {str(p)!r} did not match any tracked file")
                 for r in under:
@@ -377,7 +377,7 @@ class Repository:
         todo: dict[str, Entry] = {}
         for p in paths:
             rel = self.relpath(p)
-            hits = {r: e for r, e in source.items() if not rel or r == rel or r.startswith(rel + "/")}
+            hits = {r: source[r] for r in _under(source, rel)}
             if not hits:
                 where = f"revision {rev!r}" if rev else "the index"
                 raise BadInputError(f"path {str(p)!r} is not in {where}")
@@ -610,6 +610,11 @@ def _models(snap: Snapshot) -> dict[str, list[str]]:
         if entry.kind == "safetensors":
             models.setdefault(posixpath.dirname(path), []).append(path)
     return models
+
+
+def _under(paths: Iterable[str], rel: str) -> list[str]:
+    """The paths at or below ``rel`` ('' is the root)."""
+    return [p for p in paths if not rel or p == rel or p.startswith(rel + "/")]
 
 
 def _prune_dirs(root: Path, rel: str) -> None:
