@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 from dulwich.repo import get_user_identity
 
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NotARepositoryError, RevisionError
-from mgit.graph.objects import CommitInfo, Graph
+from mgit.graph.objects import MODE_FILE, CommitInfo, Graph
 from mgit.graph.refs import Refs, check_ref_name
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
 from mgit.lock import RepoLock
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
     import torch
 
 GIT_DIR = ".mgit"
+STATS_ENTRY = ".mgit-stats"  # reserved root entry: relative chunk statistics of a commit
+STATS_SCHEMA = "mgit.stats/1"
+FILE_STATS_SCHEMA = "mgit.filestats/1"
 FORMAT_VERSION = 1  # docs/format.md; bumped on incompatible changes
 
 
@@ -125,6 +129,7 @@ class Repository:
         return self._pool
 
     def close(self) -> None:
+        self.store.close()
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
@@ -134,6 +139,17 @@ class Repository:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the lock; on failure drop the chunks this command wrote but never published."""
+        with self.lock:
+            try:
+                yield
+            except BaseException:
+                self.store.abort()
+                raise
+            self.store.seal()
 
     def identity(self) -> bytes:
         """GIT_AUTHOR_NAME/EMAIL, else user.name/email from .mgit/config or git's config, else the system."""
@@ -183,10 +199,15 @@ class Repository:
 
     # -- add / rm / commit --------------------------------------------------------------
 
-    def add(self, paths: Iterable[str | os.PathLike[str]] = (".",)) -> AddResult:
-        """Mirror the given paths into the index: new, changed and deleted files."""
+    def add(self, paths: Iterable[str | os.PathLike[str]] = (".",), base: str | None = None) -> AddResult:
+        """Mirror the given paths into the index: new, changed and deleted files.
+
+        Changed tensors are delta-encoded against the same tensors in ``base`` (default
+        HEAD) where that is smaller, and their per-chunk change norms are recorded.
+        """
         result = AddResult()
-        with self.lock:
+        parents = self._parent_lookup(self.snapshot(base) if base else self._head_snapshot())
+        with self._writing():
             index = self._index()
             ignorer = Ignorer(self.root)
             todo: dict[str, os.stat_result] = {}
@@ -212,16 +233,18 @@ class Repository:
                         todo[validate_path(r)] = st
             total = sum(st.st_size for st in todo.values())
             with byte_progress("add", total) as bar:
-                ingestor = Ingestor(self.graph, self.store, self.pool, bar)
+                ingestor = Ingestor(self.graph, self.store, self.pool, bar, parents)
                 for rel, st in sorted(todo.items()):
                     # Unchanged chunks dedup inside the store, so re-ingesting a touched but
                     # unchanged file writes nothing new and yields the same entry.
                     entry = ingestor.file(self.root / rel, rel)
                     after = os.stat(self.root / rel)
                     old = index.entries.get(rel)
-                    index.set(rel, entry, after if after.st_mtime_ns == st.st_mtime_ns else None)
+                    stats = self._file_stats_blob(ingestor.file_stats)
+                    index.set(rel, entry, after if after.st_mtime_ns == st.st_mtime_ns else None, stats)
                     if old is None or old.entry != entry:
                         result.added.append(rel)
+            self.store.seal()  # chunks become visible before anything refers to them
             index.save()
         s = ingestor.stats
         result.logical_bytes, result.stored_bytes, result.new_chunks = s.logical_bytes, s.stored_bytes, s.new_chunks
@@ -253,8 +276,53 @@ class Repository:
         with self.lock:
             index = self._index()
             head = self.refs.head()
-            tree = write_snapshot(self.graph, index.snapshot())
+            head_snap = self._head_snapshot()
+            stats = {
+                p: json.loads(self.graph.blob(ie.stats))["chunks"]
+                for p, ie in index.entries.items()
+                if ie.stats and ie.entry != head_snap.get(p)
+            }
+            tree = write_snapshot(self.graph, index.snapshot(), self._stats_root(stats))
             return self._commit_tree(tree, head, message, allow_empty)
+
+    # -- relative statistics -------------------------------------------------------------
+
+    def _parent_lookup(self, snap: Snapshot):
+        """File path → tensors (by name) of the same model directory in ``snap``."""
+        cache: dict[str, dict] = {}
+
+        def lookup(rel: str) -> dict:
+            model_dir = posixpath.dirname(rel)
+            if model_dir not in cache:
+                tensors: dict = {}
+                for path in _models(snap).get(model_dir, []):
+                    for name, m in load_safetensors(self.graph, snap[path].oid, path).manifests.items():
+                        tensors.setdefault(name, m)
+                cache[model_dir] = tensors
+            return cache[model_dir]
+
+        return lookup
+
+    def _file_stats_blob(self, stats: list) -> str | None:
+        if not stats:
+            return None
+        return self.graph.put_blob(_canonical({"schema": FILE_STATS_SCHEMA, "chunks": stats}))
+
+    def _stats_root(self, stats: dict[str, list]) -> list[tuple[str, int, str]]:
+        """The reserved root entry holding this commit's relative statistics, if any."""
+        stats = {p: s for p, s in stats.items() if s}
+        if not stats:
+            return []
+        blob = self.graph.put_blob(_canonical({"schema": STATS_SCHEMA, "files": stats}))
+        return [(STATS_ENTRY, MODE_FILE, blob)]
+
+    def commit_stats(self, rev: str = "HEAD") -> dict[str, list]:
+        """path → [[chunk id, parent chunk id, ‖Δ‖₂], ...] recorded with a commit."""
+        tree = self.graph.commit(self.refs.resolve(rev)).tree
+        for name, _, oid in self.graph.tree(tree):
+            if name == STATS_ENTRY:
+                return json.loads(self.graph.blob(oid))["files"]
+        return {}
 
     def _commit_tree(self, tree: str, head: str | None, message: str, allow_empty: bool = False) -> str:
         if not allow_empty:
@@ -526,12 +594,14 @@ class Repository:
         model: str = "model",
         message: str = "",
         metadata: dict[str, str] | None = None,
+        base: str | None = None,
     ) -> str:
         """Commit tensors straight from memory as the model in directory ``model``.
 
         Tensors keep the shard file they had in HEAD (new ones go to the single file, or
         the last shard); the working tree is not written — paths whose file is absent are
-        marked not-checked-out, present ones show as modified until checked out.
+        marked not-checked-out, present ones show as modified until checked out. Changed
+        tensors are delta-encoded against ``base`` (default HEAD).
         """
         from mgit.model.torch_io import dtype_name, tensor_bytes
 
@@ -540,9 +610,10 @@ class Repository:
         for name in state_dict:
             if not isinstance(name, str):
                 raise BadInputError(f"tensor names must be strings, got {name!r}")
-        with self.lock:
+        with self._writing():
             head = self.refs.head()
             snap = self._head_snapshot()
+            parents = self._parent_lookup(self.snapshot(base) if base else snap)
             model_dir = self.relpath(model)
             old_files = _models(snap).get(model_dir, [])
             assignment: dict[str, list[str]] = {p: [] for p in old_files}
@@ -556,12 +627,13 @@ class Repository:
             index = self._index()
             total = sum(t.numel() * t.element_size() for t in state_dict.values())
             with byte_progress("commit", total) as bar:
-                ingestor = Ingestor(self.graph, self.store, self.pool, bar)
-                new_files = {}
+                ingestor = Ingestor(self.graph, self.store, self.pool, bar, parents)
+                new_files, stats = {}, {}
                 for path, names in assignment.items():
                     if not names:
                         snap.pop(path, None)
                         continue
+                    ingestor.begin_file(path)
                     meta = metadata
                     if meta is None and path in old_files:
                         meta = load_safetensors(self.graph, snap[path].oid, path).layout.metadata
@@ -571,11 +643,14 @@ class Repository:
                         dtype = lookup(dtype_name(t.dtype))
                         raw = tensor_bytes(t)
                         specs.append((name, dtype, tuple(t.shape)))
-                        ids[name] = ingestor.tensor(dtype, tuple(t.shape), len(raw), lambda o, n, r=raw: r[o : o + n])
+                        read = lambda o, n, r=raw: r[o : o + n]  # noqa: E731
+                        ids[name] = ingestor.tensor(name, dtype, tuple(t.shape), len(raw), read)
                     tree = ingestor.safetensors_tree(build_header(specs, meta), ids)
                     snap[path] = new_files[path] = Entry("safetensors", tree)
+                    stats[path] = ingestor.file_stats
             self._update_shard_index(snap, model_dir, assignment, total)
-            commit = self._commit_tree(write_snapshot(self.graph, snap), head, message)
+            self.store.seal()
+            commit = self._commit_tree(write_snapshot(self.graph, snap, self._stats_root(stats)), head, message)
             for path in set(old_files) - set(new_files):
                 index.entries.pop(path, None)
             for path, entry in new_files.items():
@@ -610,6 +685,10 @@ def _models(snap: Snapshot) -> dict[str, list[str]]:
         if entry.kind == "safetensors":
             models.setdefault(posixpath.dirname(path), []).append(path)
     return models
+
+
+def _canonical(obj: dict) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
 def _under(paths: Iterable[str], rel: str) -> list[str]:

@@ -34,7 +34,7 @@ def store_bytes(repo: Repository) -> int:
 
 
 def store_chunks(repo: Repository) -> set[str]:
-    return {p.parent.name + p.name for p in (repo.git_dir / "chunks").rglob("*") if p.is_file()}
+    return repo.store.ids()
 
 
 def raw_bytes(t: torch.Tensor) -> bytes:

@@ -127,9 +127,10 @@ def test_corrupted_chunk_is_named_on_checkout(committed):
     snap = repo.snapshot()
     stored = load_safetensors(repo.graph, snap["model/model.safetensors"].oid)
     manifest_chunk = stored.manifests[name].chunks[0].id
-    path = repo.store.path(manifest_chunk)
+    loc = repo.store.location(manifest_chunk)
+    path = loc.pack
     data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
+    data[loc.offset + loc.length - 10] ^= 0x01
     os.chmod(path, 0o644)
     path.write_bytes(bytes(data))
     (repo.root / "model" / "model.safetensors").unlink()

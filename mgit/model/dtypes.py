@@ -85,3 +85,16 @@ def chunk_stats(raw: memoryview | bytes, dtype: DType) -> tuple[float | None, fl
     l2 = math.sqrt(float(np.einsum("i,i->", x, x)))
     max_abs = max(float(x.max()), -float(x.min()))
     return _finite_or_none(l2), _finite_or_none(max_abs)
+
+
+def delta_l2(raw: bytes | memoryview, base: bytes | memoryview, dtype: DType | None) -> float | None:
+    """‖raw − base‖₂ as numbers of ``dtype``, in float64 (None where undefined)."""
+    if dtype is None or dtype.numpy is None:
+        return None
+    a = np.frombuffer(raw, dtype=dtype.numpy)
+    b = np.frombuffer(base, dtype=dtype.numpy)
+    if a.dtype.kind == "c":
+        d = np.abs(a.astype(np.complex128) - b.astype(np.complex128))
+    else:
+        d = a.astype(np.float64) - b.astype(np.float64)
+    return _finite_or_none(math.sqrt(float(np.einsum("i,i->", d, d))))

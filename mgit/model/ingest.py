@@ -16,7 +16,7 @@ from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, encode_tensor_name
 from mgit.graph.objects import MODE_EXEC, MODE_FILE, Graph
 from mgit.graph.snapshot import Entry
 from mgit.model.chunking import DEFAULT_CHUNK_BYTES, chunk_ranges, chunk_size_for
-from mgit.model.dtypes import DType, chunk_stats
+from mgit.model.dtypes import DType, chunk_stats, delta_l2
 from mgit.model.manifest import ChunkRef, FileManifest, TensorManifest
 from mgit.model.safetensors_file import SafetensorsLayout, read_layout
 from mgit.parallel import ordered_map
@@ -52,26 +52,65 @@ def _file_reader(fd: int, base: int) -> ReadAt:
     return read
 
 
-class Ingestor:
-    """Turns files (or tensors) into graph entries, storing their chunks."""
+# file path → the tensors (by name) of the same model in the base revision
+ParentLookup = Callable[[str], dict[str, TensorManifest]]
+# one relative statistic: [chunk id, parent chunk id, ‖chunk − parent chunk‖₂]
+DeltaStat = list
 
-    def __init__(self, graph: Graph, store: ChunkStore, pool: ThreadPoolExecutor, bar: Bar | None = None):
+
+class Ingestor:
+    """Turns files (or tensors) into graph entries, storing their chunks.
+
+    With ``parents``, a tensor whose name, dtype and shape match one of the base
+    revision's is stored chunk by chunk as an XOR delta against that tensor's chunk
+    (where that is smaller), and the L2 norm of each changed chunk's difference to its
+    parent chunk is recorded (``file_stats``) for the commit's stats blob.
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        store: ChunkStore,
+        pool: ThreadPoolExecutor,
+        bar: Bar | None = None,
+        parents: ParentLookup | None = None,
+    ):
         self.graph, self.store, self.pool = graph, store, pool
         self.bar = bar or Bar()
         self.stats = IngestStats()
+        self.parents = parents or (lambda rel: {})
+        self._parent_tensors: dict[str, TensorManifest] = {}
+        self.file_stats: list[DeltaStat] = []
 
-    def _chunks(self, read: ReadAt, nbytes: int, chunk_size: int, dtype: DType | None) -> tuple[ChunkRef, ...]:
-        def one(rng: tuple[int, int]) -> tuple[ChunkRef, int]:
-            start, end = rng
+    def _chunks(
+        self,
+        read: ReadAt,
+        nbytes: int,
+        chunk_size: int,
+        dtype: DType | None,
+        parent: TensorManifest | None = None,
+        what: str = "",
+    ) -> tuple[ChunkRef, ...]:
+        group = dtype.group if dtype else 1
+
+        def one(item: tuple[int, tuple[int, int]]) -> tuple[ChunkRef, int, DeltaStat | None]:
+            i, (start, end) = item
             raw = read(start, end - start)
             cid = chunk_id(raw)
             l2, max_abs = chunk_stats(raw, dtype) if dtype is not None else (None, None)
-            _, written = self.store.put(raw, dtype.group if dtype else 1, cid)
-            return ChunkRef(cid, end - start, l2, max_abs), written
+            base = parent.chunks[i] if parent is not None and i < len(parent.chunks) else None
+            if base is None or base.id == cid or base.size != end - start or not self.store.has(base.id):
+                return ChunkRef(cid, end - start, l2, max_abs), self.store.put(raw, group, cid).written, None
+            base_raw = self.store.get(base.id, what)
+            stat = [cid, base.id, delta_l2(raw, base_raw, dtype)]
+            written = self.store.put(raw, group, cid, base=(base.id, base_raw)).written
+            return ChunkRef(cid, end - start, l2, max_abs), written, stat
 
         refs = []
-        for ref, written in ordered_map(self.pool, one, chunk_ranges(nbytes, chunk_size)):
+        for ref, written, stat in ordered_map(self.pool, one, enumerate(chunk_ranges(nbytes, chunk_size))):
             refs.append(ref)
+            if stat is not None:
+                self.file_stats.append(stat)
             self.stats.chunks += 1
             self.stats.new_chunks += written > 0
             self.stats.stored_bytes += written
@@ -79,11 +118,19 @@ class Ingestor:
             self.bar.advance(ref.size)
         return tuple(refs)
 
-    def tensor(self, dtype: DType, shape: tuple[int, ...], nbytes: int, read: ReadAt) -> str:
+    def tensor(self, name: str, dtype: DType, shape: tuple[int, ...], nbytes: int, read: ReadAt) -> str:
         """Store one tensor's chunks and manifest; returns the manifest blob id."""
         size = chunk_size_for(shape, dtype.bits)
-        manifest = TensorManifest(dtype.name, shape, size, self._chunks(read, nbytes, size, dtype))
-        return self.graph.put_blob(manifest.to_bytes())
+        parent = self._parent_tensors.get(name)
+        if parent is not None and (parent.dtype, parent.shape, parent.chunk_size) != (dtype.name, shape, size):
+            parent = None
+        chunks = self._chunks(read, nbytes, size, dtype, parent, f"tensor {name!r}")
+        return self.graph.put_blob(TensorManifest(dtype.name, shape, size, chunks).to_bytes())
+
+    def begin_file(self, rel: str) -> None:
+        """Start a new file: look up its parent tensors, reset its statistics."""
+        self._parent_tensors = self.parents(rel) if rel.endswith(".safetensors") else {}
+        self.file_stats = []
 
     def safetensors_tree(self, header: bytes, manifest_ids: dict[str, str]) -> str:
         entries = [(HEADER_ENTRY, MODE_FILE, self.graph.put_blob(header))]
@@ -96,7 +143,7 @@ class Ingestor:
             ids = {}
             for t in layout.tensors:
                 read = _file_reader(f.fileno(), layout.data_start + t.begin)
-                ids[t.name] = self.tensor(t.dtype, t.shape, t.nbytes, read)
+                ids[t.name] = self.tensor(t.name, t.dtype, t.shape, t.nbytes, read)
         self.bar.advance(layout.data_start)
         return Entry("safetensors", self.safetensors_tree(layout.header, ids))
 
@@ -118,6 +165,7 @@ class Ingestor:
     def file(self, path: Path, rel: str) -> Entry:
         kind = classify(rel, os.stat(path).st_size)
         self.stats.files.append(rel)
+        self.begin_file(rel)
         if kind == "safetensors":
             return self.safetensors_file(path, rel)
         return self.chunked_file(path) if kind == "chunked" else self.blob_file(path)

@@ -1,9 +1,12 @@
 """The content-addressed chunk store: chunk id = BLAKE3 of the raw bytes.
 
-Each chunk is one file ``chunks/ab/<id>`` holding a 16-byte header (magic, encoding,
-byte-group width, raw size) and the payload. Files appear by atomic rename, so a
-killed writer leaves at most a temporary file, never a partial chunk under its id.
-Every read is verified against the id.
+Chunks live in pack files (see pack.py). A write session appends to one new pack and
+seals it at the end of the command; readers see only sealed packs. Each chunk is stored
+byte-grouped + zstd, raw, or as an XOR delta against a base chunk, whichever is
+smallest; a delta chain is at most MAX_DELTA_DEPTH links long, after which a full
+"keyframe" is stored, so reading any chunk decodes at most MAX_DELTA_DEPTH others.
+Every read is verified against the id. Chunks of format-1 repositories (one file per
+chunk under ``chunks/ab/``) are still read; gc packs them.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +22,11 @@ import blake3
 
 from mgit.errors import CorruptObjectError
 from mgit.store import codec
+from mgit.store.pack import Location, PackIndex, PackReader, PackWriter, Record, idx_path
 
-MAGIC = b"MGC1"
-_HEADER = struct.Struct("<4sBBxxQ")
+MAX_DELTA_DEPTH = 4
+LOOSE_MAGIC = b"MGC1"
+_LOOSE_HEADER = struct.Struct("<4sBBxxQ")
 
 
 def chunk_id(raw: bytes | memoryview) -> str:
@@ -30,70 +35,235 @@ def chunk_id(raw: bytes | memoryview) -> str:
 
 @dataclass
 class ReadCounters:
-    """What reads cost: chunks read, stored (encoded) bytes, raw bytes."""
+    """What reads cost: chunks decoded (delta bases included), stored bytes, raw bytes."""
 
     chunks: int = 0
     stored_bytes: int = 0
     raw_bytes: int = 0
 
 
+@dataclass(frozen=True)
+class PutResult:
+    cid: str
+    written: int  # stored bytes newly written (0 when deduplicated)
+    encoding: int | None = None
+    base: str | None = None
+
+
 class ChunkStore:
     def __init__(self, root: Path):
         self.root = Path(root)
+        self.pack_dir = self.root / "packs"
         self.reads = ReadCounters()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._indexes: dict[Path, PackIndex] = {}
+        self._readers: dict[Path, PackReader] = {}
+        self._writer: PackWriter | None = None
 
-    def path(self, cid: str) -> Path:
+    # -- finding chunks -----------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Pick up packs sealed since we last looked (by us or another process)."""
+        with self._lock:
+            if not self.pack_dir.is_dir():
+                return
+            for path in sorted(self.pack_dir.glob("pack-*.idx")):
+                if path not in self._indexes:
+                    try:
+                        self._indexes[path] = PackIndex(path)
+                    except (OSError, ValueError) as exc:
+                        raise CorruptObjectError(f"{exc}; run `mgit fsck`") from None
+
+    def indexes(self) -> list[PackIndex]:
+        self.refresh()
+        return list(self._indexes.values())
+
+    def locate(self, cid: str) -> Location | None:
+        with self._lock:
+            if self._writer is not None and cid in self._writer.entries:
+                return self._writer.entries[cid]
+            if not self._indexes:
+                self.refresh()
+            for idx in self._indexes.values():
+                loc = idx.find(cid)
+                if loc is not None:
+                    return loc
+            before = len(self._indexes)
+            self.refresh()
+            if len(self._indexes) != before:
+                for idx in list(self._indexes.values())[before:]:
+                    loc = idx.find(cid)
+                    if loc is not None:
+                        return loc
+        return None
+
+    def loose_path(self, cid: str) -> Path:
         return self.root / cid[:2] / cid[2:]
 
     def has(self, cid: str) -> bool:
-        return self.path(cid).exists()
+        return self.locate(cid) is not None or self.loose_path(cid).exists()
 
     def stored_size(self, cid: str) -> int:
-        return self.path(cid).stat().st_size
+        loc = self.locate(cid)
+        if loc is not None:
+            return loc.length
+        return self.loose_path(cid).stat().st_size
 
-    def put(self, raw: bytes | memoryview, group: int, cid: str | None = None) -> tuple[str, int]:
-        """Store raw bytes; returns (id, bytes newly written to disk: 0 when deduplicated)."""
+    def depth(self, cid: str) -> int:
+        loc = self.locate(cid)
+        return loc.depth if loc is not None else 0
+
+    def location(self, cid: str) -> Location | None:
+        return self.locate(cid)
+
+    # -- writing ------------------------------------------------------------------------
+
+    def put(
+        self, raw: bytes | memoryview, group: int, cid: str | None = None, base: tuple[str, bytes] | None = None
+    ) -> PutResult:
+        """Store raw bytes unless present; with ``base`` (id, raw bytes) try an XOR delta.
+
+        The smallest of delta / byte-grouped zstd / raw wins; a delta whose chain would
+        exceed MAX_DELTA_DEPTH is not considered (the chunk becomes a keyframe).
+        """
         cid = cid or chunk_id(raw)
-        target = self.path(cid)
-        if target.exists():
-            return cid, 0
+        if self.has(cid):
+            return PutResult(cid, 0)
         encoding, payload = codec.encode(raw, group)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".tmp-{cid[:16]}-{uuid.uuid4().hex}"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(_HEADER.pack(MAGIC, encoding, group, len(raw)))
-                f.write(payload)
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        return cid, _HEADER.size + len(payload)
+        base_id, depth = None, 0
+        if base is not None and len(base[1]) == len(raw):
+            base_depth = self.depth(base[0])
+            if base_depth + 1 <= MAX_DELTA_DEPTH:
+                delta = codec.encode_delta(raw, base[1], group)
+                if len(delta) < len(payload):
+                    encoding, payload, base_id, depth = codec.XOR_DELTA, delta, base[0], base_depth + 1
+        record = Record(cid, encoding, group, depth, len(raw), payload, base_id)
+        with self._lock:
+            if self.locate(cid) is not None:
+                return PutResult(cid, 0)
+            if self._writer is None:
+                self._writer = PackWriter(self.pack_dir)
+            loc = self._writer.append(record)
+        return PutResult(cid, loc.length, encoding, base_id)
 
-    def get(self, cid: str, what: str = "") -> bytes:
-        """Read and verify a chunk; ``what`` names the tensor or file for error messages."""
+    def seal(self) -> None:
+        """Make this session's chunks visible to other processes (end of a command)."""
+        with self._lock:
+            if self._writer is None:
+                return
+            path = self._writer.seal()
+            self._writer = None
+            if path is not None:
+                self._indexes[idx_path(path)] = PackIndex(idx_path(path))
+
+    def abort(self) -> None:
+        """Drop this session's unsealed pack (a failed command)."""
+        with self._lock:
+            if self._writer is not None:
+                self._writer.abort()
+                self._writer = None
+
+    def close(self) -> None:
+        self.seal()
+        with self._lock:
+            for reader in self._readers.values():
+                reader.close()
+            self._readers.clear()
+
+    # -- reading ------------------------------------------------------------------------
+
+    def _reader(self, pack: Path) -> PackReader:
+        reader = self._readers.get(pack)
+        if reader is None:
+            reader = self._readers[pack] = PackReader(pack)
+        return reader
+
+    def read_record(self, loc: Location) -> tuple[str, int, int, int, bytes, str | None, int]:
+        with self._lock:
+            if self._writer is not None and loc.pack == self._writer.path:
+                self._writer.flush()
+                with open(loc.pack, "rb") as f:
+                    data = os.pread(f.fileno(), loc.length, loc.offset)
+                return _parse_record(data)
+            reader = self._reader(loc.pack)
+        return reader.record(loc)
+
+    def get(self, cid: str, what: str = "", _depth: int = 0) -> bytes:
+        """Read, decode and verify a chunk; ``what`` names the tensor or file for errors."""
         where = f" of {what}" if what else ""
+        loc = self.locate(cid)
+        if loc is None:
+            return self._get_loose(cid, where)
+        if _depth > MAX_DELTA_DEPTH:
+            raise CorruptObjectError(f"chunk {cid[:12]}{where} has a delta chain longer than {MAX_DELTA_DEPTH}")
+        if loc.encoding not in codec.ENCODINGS:
+            raise CorruptObjectError(f"chunk {cid[:12]}{where} uses encoding {loc.encoding}, unknown to this mgit")
         try:
-            data = self.path(cid).read_bytes()
-        except FileNotFoundError:
-            raise CorruptObjectError(f"chunk {cid[:12]}{where} is missing from the store; run `mgit fsck`") from None
+            rec_id, encoding, group, _, payload, base_id, raw_size = self.read_record(loc)
+        except (OSError, ValueError, struct.error):
+            rec_id = None
+        if rec_id != cid:
+            raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (bad record in its pack); run `mgit fsck`")
+        base = self.get(base_id, what, _depth + 1) if encoding == codec.XOR_DELTA else None
         try:
-            magic, encoding, group, raw_size = _HEADER.unpack_from(data)
-        except struct.error:
-            magic, encoding, group, raw_size = b"", 0, 0, 0
-        if magic == MAGIC and encoding not in codec.ENCODINGS:
-            raise CorruptObjectError(
-                f"chunk {cid[:12]}{where} uses encoding {encoding}, unknown to this mgit; upgrade mgit"
-            )
-        try:
-            raw = codec.decode(encoding, data[_HEADER.size :], group, raw_size) if magic == MAGIC else None
+            raw = codec.decode(encoding, payload, group, raw_size, base)
         except Exception:
             raw = None
         if raw is None or len(raw) != raw_size or chunk_id(raw) != cid:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (fails verification); run `mgit fsck`")
+        self._count(loc.length, len(raw))
+        return raw
+
+    def _get_loose(self, cid: str, where: str) -> bytes:
+        try:
+            data = self.loose_path(cid).read_bytes()
+        except FileNotFoundError:
+            raise CorruptObjectError(f"chunk {cid[:12]}{where} is missing from the store; run `mgit fsck`") from None
+        raw = None
+        try:
+            magic, encoding, group, raw_size = _LOOSE_HEADER.unpack_from(data)
+            if magic == LOOSE_MAGIC and encoding != codec.XOR_DELTA:
+                raw = codec.decode(encoding, data[_LOOSE_HEADER.size :], group, raw_size)
+        except Exception:
+            raw = None
+        if raw is None or chunk_id(raw) != cid:
+            raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (fails verification); run `mgit fsck`")
+        self._count(len(data), len(raw))
+        return raw
+
+    def _count(self, stored: int, raw: int) -> None:
         with self._lock:
             self.reads.chunks += 1
-            self.reads.stored_bytes += len(data)
-            self.reads.raw_bytes += len(raw)
-        return raw
+            self.reads.stored_bytes += stored
+            self.reads.raw_bytes += raw
+
+    def ids(self) -> set[str]:
+        """Every chunk id in the store (sealed packs, this session's pack, loose files)."""
+        out = {cid for idx in self.indexes() for cid in idx.ids()}
+        with self._lock:
+            if self._writer is not None:
+                out.update(self._writer.entries)
+        out.update(self.loose_ids())
+        return out
+
+    def loose_ids(self) -> Iterator[str]:
+        """Chunks stored one file each (format 1)."""
+        if not self.root.is_dir():
+            return
+        for sub in sorted(self.root.iterdir()):
+            if len(sub.name) == 2 and sub.is_dir():
+                for f in sorted(sub.iterdir()):
+                    if len(f.name) == 62 and not f.name.startswith("."):
+                        yield sub.name + f.name
+
+
+def _parse_record(data: bytes) -> tuple[str, int, int, int, bytes, str | None, int]:
+    from mgit.store.pack import BASE_LEN, RECORD
+
+    raw_id, encoding, group, depth, length, raw_size = RECORD.unpack_from(data)
+    start = RECORD.size
+    base = None
+    if encoding == codec.XOR_DELTA:
+        base = data[start : start + BASE_LEN].hex()
+        start += BASE_LEN
+    return raw_id.hex(), encoding, group, depth, data[start : start + length], base, raw_size

@@ -1,8 +1,10 @@
-"""Chunk encodings: byte-grouped zstd, or raw when compression does not pay.
+"""Chunk encodings: byte-grouped zstd, XOR delta against a base chunk, or raw.
 
 Byte grouping splits each element into byte planes (bf16 → 2, fp32 → 4): the plane
 holding sign and exponent is highly repetitive and compresses, the mantissa planes
 barely do; zstd stores incompressible 128 KiB blocks raw, so one frame suffices.
+A fine-tuned chunk XOR its parent is mostly zero bits in the high planes, so the
+delta compresses far better than the chunk alone (the idea of ZipNN / BitX).
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ import zstandard
 
 RAW = 0
 GROUPED_ZSTD = 1
+XOR_DELTA = 2  # raw XOR base chunk, then byte-grouped zstd
 ZSTD_LEVEL = 1  # measured: faster than 3 and no larger on bf16 weights
-ENCODINGS = (RAW, GROUPED_ZSTD)
+ENCODINGS = (RAW, GROUPED_ZSTD, XOR_DELTA)
 MIN_SAVING = 0.02  # store raw unless compression saves at least 2%
 
 _local = threading.local()
@@ -55,9 +58,23 @@ def encode(raw: bytes | memoryview, group: int) -> tuple[int, bytes]:
     return RAW, bytes(raw)
 
 
-def decode(encoding: int, payload: bytes, group: int, raw_size: int) -> bytes:
+def xor(a: bytes | memoryview, b: bytes | memoryview) -> bytes:
+    return np.bitwise_xor(np.frombuffer(a, dtype=np.uint8), np.frombuffer(b, dtype=np.uint8)).tobytes()
+
+
+def encode_delta(raw: bytes | memoryview, base: bytes, group: int) -> bytes:
+    """Payload of ``raw`` as a delta against ``base`` (same length)."""
+    return _compressor().compress(group_bytes(xor(raw, base), group))
+
+
+def decode(encoding: int, payload: bytes, group: int, raw_size: int, base: bytes | None = None) -> bytes:
     if encoding == RAW:
-        return payload
-    if encoding == GROUPED_ZSTD:
-        return ungroup_bytes(_decompressor().decompress(payload, max_output_size=raw_size), group)
+        return bytes(payload)
+    if encoding in (GROUPED_ZSTD, XOR_DELTA):
+        plain = ungroup_bytes(_decompressor().decompress(payload, max_output_size=raw_size), group)
+        if encoding == GROUPED_ZSTD:
+            return plain
+        if base is None or len(base) != len(plain):
+            raise ValueError("delta chunk without its base")
+        return xor(plain, base)
     raise ValueError(f"unknown chunk encoding {encoding}")

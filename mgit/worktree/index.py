@@ -39,6 +39,7 @@ class IndexEntry:
     stat: StatKey | None = None  # working file as last seen matching ``entry``
     recorded_ns: int = 0
     skip_worktree: bool = False  # tracked but deliberately absent from the working tree
+    stats: str | None = None  # blob of relative chunk statistics computed when staged
 
     def matches(self, st: os.stat_result) -> bool:
         """True when the working file is certainly unchanged since it was recorded."""
@@ -46,7 +47,7 @@ class IndexEntry:
 
     def with_stat(self, st: os.stat_result | None) -> IndexEntry:
         key = StatKey.of(st) if st is not None else None
-        return IndexEntry(self.entry, key, time.time_ns(), False)
+        return IndexEntry(self.entry, key, time.time_ns(), False, self.stats)
 
 
 class Index:
@@ -66,7 +67,11 @@ class Index:
             for rel, e in obj["entries"].items():
                 stat = StatKey(**e["stat"]) if e.get("stat") else None
                 entries[rel] = IndexEntry(
-                    Entry(e["kind"], e["oid"], e["mode"]), stat, e.get("recorded_ns", 0), e.get("skip_worktree", False)
+                    Entry(e["kind"], e["oid"], e["mode"]),
+                    stat,
+                    e.get("recorded_ns", 0),
+                    e.get("skip_worktree", False),
+                    e.get("stats"),
                 )
         except (ValueError, KeyError, TypeError):
             raise CorruptObjectError(
@@ -85,6 +90,7 @@ class Index:
                 "stat": asdict(e.stat) if e.stat else None,
                 "recorded_ns": e.recorded_ns,
                 "skip_worktree": e.skip_worktree,
+                "stats": e.stats,
             }
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(json.dumps({"schema": SCHEMA, "entries": entries}, indent=0), "utf-8")
@@ -93,8 +99,8 @@ class Index:
     def snapshot(self) -> Snapshot:
         return {rel: e.entry for rel, e in self.entries.items()}
 
-    def set(self, rel: str, entry: Entry, st: os.stat_result | None) -> None:
-        self.entries[rel] = IndexEntry(entry).with_stat(st)
+    def set(self, rel: str, entry: Entry, st: os.stat_result | None, stats: str | None = None) -> None:
+        self.entries[rel] = IndexEntry(entry, stats=stats).with_stat(st)
 
     @classmethod
     def from_snapshot(cls, path: Path, snap: Snapshot) -> Index:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from mgit.errors import CorruptObjectError
 from mgit.store import codec
-from mgit.store.chunkstore import ChunkStore, chunk_id
+from mgit.store.chunkstore import MAX_DELTA_DEPTH, ChunkStore, chunk_id
 
 
 @given(data=st.binary(max_size=5000), group=st.sampled_from([1, 2, 4, 8]))
@@ -35,23 +35,59 @@ def test_bf16_like_weights_compress_and_random_bytes_stay_raw():
 @given(st.binary(min_size=1, max_size=20000))
 def test_put_get_dedup(tmp_path_factory, data):
     store = ChunkStore(tmp_path_factory.mktemp("s"))
-    cid, written = store.put(data, 2)
-    assert cid == chunk_id(data) and written > 0
-    assert store.put(data, 2) == (cid, 0)
-    assert store.get(cid) == data
+    res = store.put(data, 2)
+    assert res.cid == chunk_id(data) and res.written > 0
+    assert store.put(data, 2).written == 0
+    assert store.get(res.cid) == data
+    store.seal()
+    assert ChunkStore(store.root).get(res.cid) == data  # visible to another reader once sealed
+
+
+def flip_byte(path, offset: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[offset] ^= 0xFF
+    os.chmod(path, 0o644)
+    path.write_bytes(bytes(raw))
 
 
 def test_corrupt_chunk_is_detected_with_the_tensor_named(tmp_path):
     store = ChunkStore(tmp_path)
     data = bytes(range(256)) * 100
-    cid, _ = store.put(data, 1)
-    path = store.path(cid)
-    raw = bytearray(path.read_bytes())
-    raw[-1] ^= 0xFF
-    os.chmod(path, 0o644)
-    path.write_bytes(bytes(raw))
+    cid = store.put(data, 1).cid
+    store.seal()
+    loc = store.location(cid)
+    fresh = ChunkStore(tmp_path)
+    flip_byte(loc.pack, loc.offset + loc.length - 1)
     with pytest.raises(CorruptObjectError, match="tensor 'w' in m.safetensors"):
-        store.get(cid, "tensor 'w' in m.safetensors")
-    path.unlink()
+        fresh.get(cid, "tensor 'w' in m.safetensors")
     with pytest.raises(CorruptObjectError, match="missing"):
-        store.get(cid)
+        fresh.get("0" * 64)
+
+
+def test_unsealed_chunks_are_invisible_to_other_readers_and_aborted_ones_vanish(tmp_path):
+    writer = ChunkStore(tmp_path)
+    cid = writer.put(b"x" * 1000, 1).cid
+    assert writer.has(cid) and writer.get(cid) == b"x" * 1000
+    assert not ChunkStore(tmp_path).has(cid)
+    writer.abort()
+    assert not writer.has(cid) and not list((tmp_path / "packs").glob("*.pack"))
+
+
+def test_xor_delta_chain_is_bounded_by_keyframes(tmp_path):
+    rng = np.random.default_rng(1)
+    store = ChunkStore(tmp_path)
+    weights = (rng.standard_normal(100_000) * 0.02).astype(np.float32)
+    prev = None
+    depths = []
+    for _ in range(10):
+        weights = weights + (rng.standard_normal(weights.size) * 0.0004).astype(np.float32)
+        raw = weights.tobytes()
+        res = store.put(raw, 4, base=(prev, store.get(prev)) if prev else None)
+        depths.append(store.depth(res.cid))
+        prev = res.cid
+        assert store.get(res.cid) == raw
+    assert depths == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4]
+    assert max(depths) == MAX_DELTA_DEPTH
+    before = store.reads.chunks
+    store.get(prev)
+    assert store.reads.chunks - before == MAX_DELTA_DEPTH + 1

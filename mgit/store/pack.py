@@ -1,0 +1,228 @@
+"""Pack files: many chunks in one append-only file, found through a sorted index.
+
+A pack ``pack-<name>.pack`` is a sequence of records (chunk id, encoding, payload). It
+becomes visible to readers only when its index ``pack-<name>.idx`` appears, written by
+atomic rename once the pack is complete, so a reader never sees a chunk before its bytes
+are all on disk and a killed writer leaves an index-less pack that gc removes. Readers
+memory-map packs; index lookups are binary searches over a sorted numpy array, which
+keeps opening and searching cheap at 10^5–10^6 chunks.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import blake3
+import numpy as np
+
+PACK_MAGIC = b"MGPK\x00\x00\x00\x01"
+IDX_MAGIC = b"MGIX\x00\x00\x00\x01"
+# record header: id, encoding, byte-group width, delta depth, pad, payload length, raw size
+RECORD = struct.Struct("<32sBBBxIQ")
+BASE_LEN = 32  # a delta record's base chunk id follows its header
+
+IDX_DTYPE = np.dtype(
+    [
+        ("id", "S32"),
+        ("offset", "<u8"),  # of the record header in the pack
+        ("length", "<u4"),  # of the whole record
+        ("raw_size", "<u4"),
+        ("encoding", "u1"),
+        ("group", "u1"),
+        ("depth", "u1"),
+        ("pad", "u1"),
+        ("base", "S32"),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a chunk is and how it is encoded."""
+
+    pack: Path
+    offset: int
+    length: int
+    raw_size: int
+    encoding: int
+    group: int
+    depth: int
+    base: str | None
+
+
+@dataclass(frozen=True)
+class Record:
+    """One chunk as written into a pack."""
+
+    cid: str
+    encoding: int
+    group: int
+    depth: int
+    raw_size: int
+    payload: bytes
+    base: str | None = None
+
+    def to_bytes(self) -> bytes:
+        head = RECORD.pack(
+            bytes.fromhex(self.cid), self.encoding, self.group, self.depth, len(self.payload), self.raw_size
+        )
+        return head + (bytes.fromhex(self.base) if self.base else b"") + self.payload
+
+
+def idx_path(pack: Path) -> Path:
+    return pack.with_suffix(".idx")
+
+
+class PackWriter:
+    """Appends records to a new pack; ``seal`` writes its index and makes it visible."""
+
+    def __init__(self, directory: Path):
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"pack-{uuid.uuid4().hex}.pack"
+        self._f = open(self.path, "xb")
+        self._f.write(PACK_MAGIC)
+        self._offset = len(PACK_MAGIC)
+        self.entries: dict[str, Location] = {}
+
+    def append(self, rec: Record) -> Location:
+        data = rec.to_bytes()
+        self._f.write(data)
+        loc = Location(
+            self.path, self._offset, len(data), rec.raw_size, rec.encoding, rec.group, rec.depth, rec.base
+        )
+        self._offset += len(data)
+        self.entries[rec.cid] = loc
+        return loc
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def seal(self) -> Path | None:
+        """fsync the pack, write its index atomically; an empty pack is deleted instead."""
+        self._f.flush()
+        if not self.entries:
+            self._f.close()
+            self.path.unlink(missing_ok=True)
+            return None
+        os.fsync(self._f.fileno())
+        self._f.close()
+        write_index(idx_path(self.path), self.entries)
+        return self.path
+
+    def abort(self) -> None:
+        self._f.close()
+        self.path.unlink(missing_ok=True)
+
+
+def write_index(path: Path, entries: dict[str, Location]) -> None:
+    arr = np.zeros(len(entries), dtype=IDX_DTYPE)
+    for i, (cid, loc) in enumerate(sorted(entries.items())):
+        arr[i] = (
+            bytes.fromhex(cid),
+            loc.offset,
+            loc.length,
+            loc.raw_size,
+            loc.encoding,
+            loc.group,
+            loc.depth,
+            0,
+            bytes.fromhex(loc.base) if loc.base else b"",
+        )
+    body = IDX_MAGIC + struct.pack("<Q", len(arr)) + arr.tobytes()
+    tmp = path.with_name(path.name + f".tmp-{uuid.uuid4().hex[:8]}")
+    with open(tmp, "wb") as f:
+        f.write(body + blake3.blake3(body).digest())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class PackIndex:
+    """A sealed pack's index, searchable by chunk id."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.pack = path.with_suffix(".pack")
+        data = path.read_bytes()
+        body, digest = data[:-32], data[-32:]
+        if not body.startswith(IDX_MAGIC) or blake3.blake3(body).digest() != digest:
+            raise ValueError(f"pack index {path.name} is damaged")
+        (count,) = struct.unpack_from("<Q", body, len(IDX_MAGIC))
+        self.entries = np.frombuffer(body, dtype=IDX_DTYPE, count=count, offset=len(IDX_MAGIC) + 8)
+        self._ids = self.entries["id"]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def find(self, cid: str) -> Location | None:
+        key = np.array([bytes.fromhex(cid)], dtype="S32")
+        i = int(np.searchsorted(self._ids, key[0]))
+        # compare as fixed-width arrays: numpy strips trailing NULs from scalars
+        if i >= len(self._ids) or self._ids[i : i + 1] != key:
+            return None
+        return self._location(i)
+
+    def _location(self, i: int) -> Location:
+        e = self.entries[i]
+        base = bytes(self.entries["base"][i : i + 1].tobytes()).hex() if e["encoding"] == DELTA_ENCODING else None
+        return Location(
+            self.pack,
+            int(e["offset"]),
+            int(e["length"]),
+            int(e["raw_size"]),
+            int(e["encoding"]),
+            int(e["group"]),
+            int(e["depth"]),
+            base,
+        )
+
+    def ids(self) -> list[str]:
+        return [self._ids[i : i + 1].tobytes().hex() for i in range(len(self._ids))]
+
+    def locations(self) -> dict[str, Location]:
+        return {self._ids[i : i + 1].tobytes().hex(): self._location(i) for i in range(len(self._ids))}
+
+
+DELTA_ENCODING = 2  # mirrors codec.XOR_DELTA; kept here so the index can say which records have a base
+
+
+class PackReader:
+    """Memory-mapped access to the records of one pack."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        with open(path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def record(self, loc: Location) -> tuple[str, int, int, int, bytes, str | None, int]:
+        """(id, encoding, group, depth, payload, base, raw size) of the record at ``loc``."""
+        head = self._map[loc.offset : loc.offset + RECORD.size]
+        raw_id, encoding, group, depth, length, raw_size = RECORD.unpack(head)
+        start = loc.offset + RECORD.size
+        base = None
+        if encoding == DELTA_ENCODING:
+            base = self._map[start : start + BASE_LEN].hex()
+            start += BASE_LEN
+        return raw_id.hex(), encoding, group, depth, self._map[start : start + length], base, raw_size
+
+    def scan(self):
+        """Every record in file order (for fsck and recovery), stopping at a torn tail."""
+        offset = len(PACK_MAGIC)
+        size = len(self._map)
+        while offset + RECORD.size <= size:
+            raw_id, encoding, group, depth, length, raw_size = RECORD.unpack(self._map[offset : offset + RECORD.size])
+            extra = BASE_LEN if encoding == DELTA_ENCODING else 0
+            end = offset + RECORD.size + extra + length
+            if end > size:
+                return
+            loc = Location(self.path, offset, end - offset, raw_size, encoding, group, depth, None)
+            yield raw_id.hex(), loc
+            offset = end
+
+    def close(self) -> None:
+        self._map.close()
