@@ -78,7 +78,8 @@ class ChunkStore:
         self.refresh()
         return list(self._indexes.values())
 
-    def locate(self, cid: str) -> Location | None:
+    def locate(self, cid: str, refresh: bool = True) -> Location | None:
+        """Where a chunk is; on a miss, look for newly sealed packs unless ``refresh`` is off."""
         with self._lock:
             if self._writer is not None and cid in self._writer.entries:
                 return self._writer.entries[cid]
@@ -88,6 +89,8 @@ class ChunkStore:
                 loc = idx.find(cid)
                 if loc is not None:
                     return loc
+            if not refresh:
+                return None
             before = len(self._indexes)
             self.refresh()
             if len(self._indexes) != before:
@@ -127,7 +130,8 @@ class ChunkStore:
         exceed MAX_DELTA_DEPTH is not considered (the chunk becomes a keyframe).
         """
         cid = cid or chunk_id(raw)
-        if self.has(cid):
+        # Writers hold the repository lock, so no other process seals packs meanwhile.
+        if self.locate(cid, refresh=False) is not None or self.loose_path(cid).exists():
             return PutResult(cid, 0)
         encoding, payload = codec.encode(raw, group)
         base_id, depth = None, 0
@@ -139,7 +143,7 @@ class ChunkStore:
                     encoding, payload, base_id, depth = codec.XOR_DELTA, delta, base[0], base_depth + 1
         record = Record(cid, encoding, group, depth, len(raw), payload, base_id)
         with self._lock:
-            if self.locate(cid) is not None:
+            if self.locate(cid, refresh=False) is not None:
                 return PutResult(cid, 0)
             if self._writer is None:
                 self._writer = PackWriter(self.pack_dir)
@@ -188,7 +192,7 @@ class ChunkStore:
             reader = self._reader(loc.pack)
         return reader.record(loc)
 
-    def get(self, cid: str, what: str = "", _depth: int = 0) -> bytes:
+    def get(self, cid: str, what: str = "", _depth: int = 0) -> bytes | memoryview:
         """Read, decode and verify a chunk; ``what`` names the tensor or file for errors."""
         where = f" of {what}" if what else ""
         loc = self.locate(cid)
@@ -214,7 +218,7 @@ class ChunkStore:
         self._count(loc.length, len(raw))
         return raw
 
-    def _get_loose(self, cid: str, where: str) -> bytes:
+    def _get_loose(self, cid: str, where: str) -> bytes | memoryview:
         try:
             data = self.loose_path(cid).read_bytes()
         except FileNotFoundError:

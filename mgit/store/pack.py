@@ -92,9 +92,7 @@ class PackWriter:
     def append(self, rec: Record) -> Location:
         data = rec.to_bytes()
         self._f.write(data)
-        loc = Location(
-            self.path, self._offset, len(data), rec.raw_size, rec.encoding, rec.group, rec.depth, rec.base
-        )
+        loc = Location(self.path, self._offset, len(data), rec.raw_size, rec.encoding, rec.group, rec.depth, rec.base)
         self._offset += len(data)
         self.entries[rec.cid] = loc
         return loc
@@ -198,24 +196,30 @@ class PackReader:
         self.path = path
         with open(path, "rb") as f:
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._view = memoryview(self._map)
 
-    def record(self, loc: Location) -> tuple[str, int, int, int, bytes, str | None, int]:
-        """(id, encoding, group, depth, payload, base, raw size) of the record at ``loc``."""
-        head = self._map[loc.offset : loc.offset + RECORD.size]
-        raw_id, encoding, group, depth, length, raw_size = RECORD.unpack(head)
+    def record(self, loc: Location) -> tuple[str, int, int, int, memoryview, str | None, int]:
+        """(id, encoding, group, depth, payload, base, raw size) of the record at ``loc``.
+
+        The payload is a zero-copy view of the mapping: the decompressor then faults the
+        pages in from C with the GIL released, so reads scale over cores.
+        """
+        raw_id, encoding, group, depth, length, raw_size = RECORD.unpack_from(self._view, loc.offset)
         start = loc.offset + RECORD.size
         base = None
         if encoding == DELTA_ENCODING:
-            base = self._map[start : start + BASE_LEN].hex()
+            base = self._view[start : start + BASE_LEN].hex()
             start += BASE_LEN
-        return raw_id.hex(), encoding, group, depth, self._map[start : start + length], base, raw_size
+        if start + length > len(self._view):
+            raise ValueError("record runs past the end of its pack")
+        return raw_id.hex(), encoding, group, depth, self._view[start : start + length], base, raw_size
 
     def scan(self):
         """Every record in file order (for fsck and recovery), stopping at a torn tail."""
         offset = len(PACK_MAGIC)
         size = len(self._map)
         while offset + RECORD.size <= size:
-            raw_id, encoding, group, depth, length, raw_size = RECORD.unpack(self._map[offset : offset + RECORD.size])
+            raw_id, encoding, group, depth, length, raw_size = RECORD.unpack_from(self._view, offset)
             extra = BASE_LEN if encoding == DELTA_ENCODING else 0
             end = offset + RECORD.size + extra + length
             if end > size:
@@ -225,4 +229,8 @@ class PackReader:
             offset = end
 
     def close(self) -> None:
-        self._map.close()
+        try:
+            self._view.release()
+            self._map.close()
+        except BufferError:
+            pass  # a payload view is still alive somewhere; the mapping closes when it goes
