@@ -16,6 +16,8 @@ from rich.table import Table
 
 from mgit import __version__, progress
 from mgit.errors import MgitError
+from mgit.maintenance.du import Usage
+from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
 from mgit.repo import Repository
 from mgit.worktree.status import FileStatus
 
@@ -81,10 +83,11 @@ def config(ctx: click.Context, key: str, value: str | None) -> None:
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
+@click.option("--base", metavar="REV", help="Delta-encode changed tensors against REV (default HEAD).")
 @click.pass_context
-def add(ctx: click.Context, paths: tuple[str, ...]) -> None:
+def add(ctx: click.Context, paths: tuple[str, ...], base: str | None) -> None:
     """Stage PATHS: new, changed and deleted files under them."""
-    res = _repo(ctx).add(_abs(paths))
+    res = _repo(ctx).add(_abs(paths), base=base)
     if res.added or res.removed:
         err.print(
             f"staged {len(res.added)} file(s), unstaged {len(res.removed)} deleted; "
@@ -300,29 +303,52 @@ def checkout(ctx: click.Context, rev: str | None, new_branch: str | None, force:
     err.print(summary)
 
 
+def _usage_json(u: Usage) -> dict:
+    return {
+        "logical_bytes": u.logical_bytes,
+        "unique_bytes": u.unique_bytes,
+        "stored_bytes": u.stored_bytes,
+        "new_stored_bytes": u.new_stored_bytes,
+        "chunks": u.chunks,
+        "dedup_ratio": round(u.dedup_ratio, 4),
+        "compression_ratio": round(u.compression_ratio, 4),
+    }
+
+
+def _usage_line(u: Usage) -> str:
+    return (
+        f"{decimal(u.logical_bytes)} logical, {decimal(u.unique_bytes)} unique "
+        f"(dedup {u.dedup_ratio:.2f}×), {decimal(u.stored_bytes)} stored (compression {u.compression_ratio:.2f}×), "
+        f"{decimal(u.new_stored_bytes)} new vs parent"
+    )
+
+
 @cli.command()
 @click.argument("rev", default="HEAD")
+@click.option("--stats", is_flag=True, help="Add storage statistics (as `mgit du REV`).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.show/1).")
 @click.pass_context
-def show(ctx: click.Context, rev: str, as_json: bool) -> None:
+def show(ctx: click.Context, rev: str, stats: bool, as_json: bool) -> None:
     """Show a commit: files, tensor counts, logical vs stored bytes."""
-    info = _repo(ctx).show(rev)
+    repo = _repo(ctx)
+    info = repo.show(rev)
+    usage = repo.du(rev) if stats else None
     c = info.commit
     if as_json:
-        _dump(
-            "mgit.show/1",
-            {
-                "id": c.id,
-                "tree": c.tree,
-                "parents": list(c.parents),
-                "author": c.author,
-                "time": c.time,
-                "message": c.message,
-                "files": [vars(f) for f in info.files],
-                "logical_bytes": info.logical_bytes,
-                "stored_bytes": info.stored_bytes,
-            },
-        )
+        doc = {
+            "id": c.id,
+            "tree": c.tree,
+            "parents": list(c.parents),
+            "author": c.author,
+            "time": c.time,
+            "message": c.message,
+            "files": [vars(f) for f in info.files],
+            "logical_bytes": info.logical_bytes,
+            "stored_bytes": info.stored_bytes,
+        }
+        if usage is not None:
+            doc["usage"] = _usage_json(usage)
+        _dump("mgit.show/1", doc)
         return
     out.print(f"[yellow]commit {c.id}[/yellow]", markup=True)
     if c.parents:
@@ -350,6 +376,93 @@ def show(ctx: click.Context, rev: str, as_json: bool) -> None:
         f"\n{len(info.files)} file(s), {decimal(info.logical_bytes)} logical, "
         f"{decimal(info.stored_bytes)} stored ({ratio:.2f}×)"
     )
+    if usage is not None:
+        out.print(f"storage: {_usage_line(usage)}")
+
+
+@cli.command()
+@click.argument("rev", required=False)
+@click.option("-n", "--max-count", type=int, default=20, help="Commits to list when no REV is given.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.du/1).")
+@click.pass_context
+def du(ctx: click.Context, rev: str | None, max_count: int, as_json: bool) -> None:
+    """Logical, unique and stored bytes per commit (REV, or HEAD's history) and for the store."""
+    repo = _repo(ctx)
+    commits = [repo.resolve(rev)] if rev else [c.id for c in repo.log(max_count=max_count)]
+    rows = [(sha, repo.du(sha)) for sha in commits]
+    store = repo.store_usage()
+    if as_json:
+        _dump(
+            "mgit.du/1",
+            {
+                "commits": [{"id": sha, **_usage_json(u)} for sha, u in rows],
+                "store": {
+                    "packs": store.packs,
+                    "chunks": store.chunks,
+                    "raw_bytes": store.raw_bytes,
+                    "stored_bytes": store.stored_bytes,
+                    "compression_ratio": round(store.compression_ratio, 4),
+                    "chunks_by_encoding": store.by_encoding,
+                },
+            },
+        )
+        return
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("commit", "logical", "unique", "stored", "new", "dedup", "compression"):
+        table.add_column(col, justify="left" if col == "commit" else "right")
+    for sha, u in rows:
+        table.add_row(
+            sha[:12],
+            decimal(u.logical_bytes),
+            decimal(u.unique_bytes),
+            decimal(u.stored_bytes),
+            decimal(u.new_stored_bytes),
+            f"{u.dedup_ratio:.2f}×",
+            f"{u.compression_ratio:.2f}×",
+        )
+    out.print(table)
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(store.by_encoding.items()))
+    out.print(
+        f"\nstore: {store.chunks} chunks in {store.packs} pack(s) ({kinds}); {decimal(store.raw_bytes)} raw, "
+        f"{decimal(store.stored_bytes)} stored (compression {store.compression_ratio:.2f}×)"
+    )
+
+
+@cli.command()
+@click.option(
+    "--grace",
+    type=float,
+    default=DEFAULT_GRACE_SECONDS,
+    show_default=True,
+    metavar="SECONDS",
+    help="Keep unreferenced data younger than this (a write may be in flight).",
+)
+@click.option("--now", is_flag=True, help="Same as --grace 0.")
+@click.pass_context
+def gc(ctx: click.Context, grace: float, now: bool) -> None:
+    """Remove chunks and objects nothing references; repack the rest."""
+    report = _repo(ctx).gc(0 if now else grace)
+    c = report.chunks
+    err.print(
+        f"removed {c.removed_chunks} chunk(s) and {report.objects_removed} object(s); kept {c.kept_chunks} chunk(s); "
+        f"chunk store {decimal(c.bytes_before)} → {decimal(c.bytes_after)}"
+    )
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.fsck/1).")
+@click.pass_context
+def fsck(ctx: click.Context, as_json: bool) -> None:
+    """Verify every object and chunk; exit 1 if anything is wrong."""
+    problems = _repo(ctx).fsck()
+    if as_json:
+        _dump("mgit.fsck/1", {"ok": not problems, "problems": problems})
+    else:
+        for p in problems:
+            out.print(f"[red]problem:[/red] {p}", markup=True, highlight=False)
+        out.print("ok: every object and chunk verified" if not problems else f"{len(problems)} problem(s) found")
+    if problems:
+        raise click.exceptions.Exit(1)
 
 
 def _os_error_message(exc: OSError) -> str:
@@ -369,8 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         _state["paths"] = None
     try:
-        cli.main(args=args, prog_name="mgit", standalone_mode=False)
-        return 0
+        rc = cli.main(args=args, prog_name="mgit", standalone_mode=False)
+        return rc if isinstance(rc, int) else 0
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.UsageError as exc:

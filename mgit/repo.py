@@ -22,6 +22,9 @@ from mgit.graph.objects import MODE_FILE, CommitInfo, Graph
 from mgit.graph.refs import Refs, check_ref_name
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
 from mgit.lock import RepoLock
+from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
+from mgit.maintenance.fsck import check_repository
+from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
 from mgit.model.dtypes import lookup
 from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.ingest import Ingestor
@@ -392,6 +395,24 @@ class Repository:
             files.append(FileInfo(path, entry.kind, ntensors, logical, stored_bytes))
             total_logical += logical
         return ShowInfo(info, files, total_logical, total_stored)
+
+    # -- maintenance --------------------------------------------------------------------
+
+    def gc(self, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> GcReport:
+        """Remove what no ref, reflog entry or the index reaches (older than the grace period)."""
+        with self.lock:
+            return collect(self.graph, self.store, self._index(), grace_seconds)
+
+    def fsck(self) -> list[str]:
+        """Every problem found, one line each (empty: the repository is whole)."""
+        with self.lock:
+            return check_repository(self.graph, self.store, self._index(), self.pool)
+
+    def du(self, rev: str = "HEAD") -> Usage:
+        return commit_usage(self.graph, self.store, self.refs.resolve(rev))
+
+    def store_usage(self) -> StoreUsage:
+        return measure_store(self.store)
 
     # -- branches and tags --------------------------------------------------------------
 

@@ -167,6 +167,14 @@ class ChunkStore:
                 self._writer.abort()
                 self._writer = None
 
+    def forget_indexes(self) -> None:
+        """Drop cached indexes and mappings (after gc replaced packs)."""
+        with self._lock:
+            for reader in self._readers.values():
+                reader.close()
+            self._readers.clear()
+            self._indexes.clear()
+
     def close(self) -> None:
         self.seal()
         with self._lock:
@@ -203,7 +211,15 @@ class ChunkStore:
         if loc.encoding not in codec.ENCODINGS:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} uses encoding {loc.encoding}, unknown to this mgit")
         try:
-            rec_id, encoding, group, _, payload, base_id, raw_size = self.read_record(loc)
+            try:
+                record = self.read_record(loc)
+            except FileNotFoundError:  # another process's gc replaced the pack: look again
+                self.forget_indexes()
+                loc = self.locate(cid)
+                if loc is None:
+                    return self._get_loose(cid, where)
+                record = self.read_record(loc)
+            rec_id, encoding, group, _, payload, base_id, raw_size = record
         except (OSError, ValueError, struct.error):
             rec_id = None
         if rec_id != cid:
@@ -250,6 +266,19 @@ class ChunkStore:
         out.update(self.loose_ids())
         return out
 
+    def check_packs(self) -> list[str]:
+        """Pack-level damage: index checksums, magic bytes, record headers (fsck)."""
+        problems = []
+        if not self.pack_dir.is_dir():
+            return problems
+        for idx_file in sorted(self.pack_dir.glob("pack-*.idx")):
+            try:
+                index = PackIndex(idx_file)
+                problems += self._reader(index.pack).check_layout(index)
+            except (OSError, ValueError) as exc:
+                problems.append(str(exc))
+        return problems
+
     def loose_ids(self) -> Iterator[str]:
         """Chunks stored one file each (format 1)."""
         if not self.root.is_dir():
@@ -264,7 +293,7 @@ class ChunkStore:
 def _parse_record(data: bytes) -> tuple[str, int, int, int, bytes, str | None, int]:
     from mgit.store.pack import BASE_LEN, RECORD
 
-    raw_id, encoding, group, depth, length, raw_size = RECORD.unpack_from(data)
+    raw_id, encoding, group, depth, _, length, raw_size = RECORD.unpack_from(data)
     start = RECORD.size
     base = None
     if encoding == codec.XOR_DELTA:

@@ -23,7 +23,7 @@ import numpy as np
 PACK_MAGIC = b"MGPK\x00\x00\x00\x01"
 IDX_MAGIC = b"MGIX\x00\x00\x00\x01"
 # record header: id, encoding, byte-group width, delta depth, pad, payload length, raw size
-RECORD = struct.Struct("<32sBBBxIQ")
+RECORD = struct.Struct("<32sBBBBIQ")  # the pad byte is always 0
 BASE_LEN = 32  # a delta record's base chunk id follows its header
 
 IDX_DTYPE = np.dtype(
@@ -69,7 +69,7 @@ class Record:
 
     def to_bytes(self) -> bytes:
         head = RECORD.pack(
-            bytes.fromhex(self.cid), self.encoding, self.group, self.depth, len(self.payload), self.raw_size
+            bytes.fromhex(self.cid), self.encoding, self.group, self.depth, 0, len(self.payload), self.raw_size
         )
         return head + (bytes.fromhex(self.base) if self.base else b"") + self.payload
 
@@ -96,6 +96,14 @@ class PackWriter:
         self._offset += len(data)
         self.entries[rec.cid] = loc
         return loc
+
+    def append_raw(self, cid: str, data: bytes, loc: Location) -> Location:
+        """Copy a record verbatim from another pack (repacking keeps encodings)."""
+        self._f.write(data)
+        new = Location(self.path, self._offset, len(data), loc.raw_size, loc.encoding, loc.group, loc.depth, loc.base)
+        self._offset += len(data)
+        self.entries[cid] = new
+        return new
 
     def flush(self) -> None:
         self._f.flush()
@@ -204,7 +212,7 @@ class PackReader:
         The payload is a zero-copy view of the mapping: the decompressor then faults the
         pages in from C with the GIL released, so reads scale over cores.
         """
-        raw_id, encoding, group, depth, length, raw_size = RECORD.unpack_from(self._view, loc.offset)
+        raw_id, encoding, group, depth, _, length, raw_size = RECORD.unpack_from(self._view, loc.offset)
         start = loc.offset + RECORD.size
         base = None
         if encoding == DELTA_ENCODING:
@@ -214,19 +222,41 @@ class PackReader:
             raise ValueError("record runs past the end of its pack")
         return raw_id.hex(), encoding, group, depth, self._view[start : start + length], base, raw_size
 
-    def scan(self):
-        """Every record in file order (for fsck and recovery), stopping at a torn tail."""
-        offset = len(PACK_MAGIC)
-        size = len(self._map)
-        while offset + RECORD.size <= size:
-            raw_id, encoding, group, depth, length, raw_size = RECORD.unpack_from(self._view, offset)
-            extra = BASE_LEN if encoding == DELTA_ENCODING else 0
-            end = offset + RECORD.size + extra + length
-            if end > size:
-                return
-            loc = Location(self.path, offset, end - offset, raw_size, encoding, group, depth, None)
-            yield raw_id.hex(), loc
+    def check_layout(self, index: PackIndex) -> list[str]:
+        """Walk every record in file order and compare it with the index (fsck)."""
+        name = self.path.name
+        if self._view[: len(PACK_MAGIC)] != PACK_MAGIC:
+            return [f"pack {name}: bad magic bytes"]
+        expected = {loc.offset: (cid, loc) for cid, loc in index.locations().items()}
+        problems: list[str] = []
+        offset, size = len(PACK_MAGIC), len(self._view)
+        while offset < size:
+            if offset + RECORD.size > size:
+                problems.append(f"pack {name}: truncated record at offset {offset}")
+                break
+            raw_id, encoding, group, depth, pad, length, raw_size = RECORD.unpack_from(self._view, offset)
+            end = offset + RECORD.size + (BASE_LEN if encoding == DELTA_ENCODING else 0) + length
+            want = expected.pop(offset, None)
+            if want is None:
+                problems.append(f"pack {name}: record at offset {offset} is not in the index")
+                break
+            cid, loc = want
+            header_ok = (raw_id.hex(), encoding, group, depth, pad, raw_size, end - offset) == (
+                cid,
+                loc.encoding,
+                loc.group,
+                loc.depth,
+                0,
+                loc.raw_size,
+                loc.length,
+            )
+            if not header_ok:
+                problems.append(f"pack {name}: record header of chunk {cid[:12]} disagrees with the index")
+                offset = loc.offset + loc.length  # resynchronise on the index
+                continue
             offset = end
+        problems += [f"pack {name}: chunk {cid[:12]} of the index is not in the pack" for cid, _ in expected.values()]
+        return problems
 
     def close(self) -> None:
         try:

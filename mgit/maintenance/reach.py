@@ -1,0 +1,139 @@
+"""What a repository still needs: every git object and chunk reachable from a ref, a
+reflog entry or the index, each chunk with the first path/tensor found using it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dulwich.objects import Blob, Commit, Tag, Tree
+from dulwich.reflog import read_reflog
+
+from mgit.errors import MgitError
+from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, decode_tensor_name, is_reserved
+from mgit.graph.objects import Graph
+from mgit.model.manifest import FileManifest, TensorManifest
+from mgit.worktree.index import Index
+
+ZERO = "0" * 40
+
+
+@dataclass
+class Reach:
+    objects: set[str] = field(default_factory=set)  # git object ids
+    chunks: dict[str, str] = field(default_factory=dict)  # chunk id → who uses it
+    manifests: dict[str, str] = field(default_factory=dict)  # manifest blob id → who uses it
+    missing: list[str] = field(default_factory=list)  # problems met on the way
+
+
+def _reflog_ids(git_dir: Path) -> set[str]:
+    out = set()
+    logs = git_dir / "logs"
+    for dirpath, _, files in os.walk(logs):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                for entry in read_reflog(f):
+                    out.update({entry.old_sha.decode(), entry.new_sha.decode()})
+    out.discard(ZERO)
+    return out
+
+
+def roots(graph: Graph, index: Index | None) -> dict[str, str]:
+    """Object id → where it is referenced from (refs, reflogs, index)."""
+    out: dict[str, str] = {}
+    refs = graph.repo.refs
+    for ref in refs.allkeys():
+        try:
+            out.setdefault(refs[ref].decode(), ref.decode())
+        except KeyError:
+            continue
+    for sha in _reflog_ids(graph.git_dir):
+        out.setdefault(sha, "a reflog entry")
+    if index is not None:
+        for path, ie in index.entries.items():
+            out.setdefault(ie.entry.oid, f"the index ({path})")
+            if ie.stats:
+                out.setdefault(ie.stats, f"the index ({path} statistics)")
+    return out
+
+
+def reachable(graph: Graph, index: Index | None) -> Reach:
+    reach = Reach()
+    store = graph.objects
+
+    def get(sha: str, where: str):
+        try:
+            return store[sha.encode()]
+        except KeyError:
+            reach.missing.append(f"object {sha[:12]} is missing (needed by {where})")
+            return None
+
+    def walk_tree(sha: str, path: str, label: str) -> None:
+        if sha in reach.objects:
+            return
+        reach.objects.add(sha)
+        tree = get(sha, f"{path or 'the root'} in {label}")
+        if not isinstance(tree, Tree):
+            return
+        entries = [(e.path.decode("utf-8", "replace"), e.sha.decode(), e.mode) for e in tree.iteritems()]
+        names = {n for n, _, _ in entries}
+        for name, oid, mode in entries:
+            child = f"{path}/{name}" if path else name
+            if HEADER_ENTRY in names or CHUNKED_ENTRY in names:
+                _walk_file_member(name, oid, path, label)
+            elif mode & 0o170000 == 0o040000:
+                walk_tree(oid, child, label)
+            else:
+                reach.objects.add(oid)
+
+    def _walk_file_member(name: str, oid: str, path: str, label: str) -> None:
+        if oid in reach.objects:
+            return
+        reach.objects.add(oid)
+        if name == HEADER_ENTRY:
+            return
+        who = f"{path} ({label})"
+        if not is_reserved(name):
+            who = f"tensor {decode_tensor_name(name)!r} in {path} ({label})"
+        blob = get(oid, who)
+        if not isinstance(blob, Blob):
+            return
+        reach.manifests[oid] = who
+        try:
+            data = blob.as_raw_string()
+            chunks = (FileManifest if name == CHUNKED_ENTRY else TensorManifest).from_bytes(data).chunks
+        except (MgitError, KeyError, TypeError, ValueError):
+            reach.missing.append(f"manifest of {who} is not valid")
+            return
+        for c in chunks:
+            reach.chunks.setdefault(c.id, who)
+
+    pending = list(roots(graph, index).items())
+    seen_commits: set[str] = set()
+    while pending:
+        sha, where = pending.pop()
+        if sha in seen_commits:
+            continue
+        obj = get(sha, where)
+        if obj is None:
+            continue
+        if isinstance(obj, Tag):
+            reach.objects.add(sha)
+            pending.append((obj.object[1].decode(), f"tag {where}"))
+        elif isinstance(obj, Commit):
+            seen_commits.add(sha)
+            reach.objects.add(sha)
+            walk_tree(obj.tree.decode(), "", f"commit {sha[:12]}")
+            pending.extend((p.decode(), f"parent of {sha[:12]}") for p in obj.parents)
+        elif isinstance(obj, Tree):
+            # an index entry: a file tree, found under its path
+            path = where.removeprefix("the index (").removesuffix(")")
+            reach.objects.add(sha)
+            names = {e.path.decode("utf-8", "replace") for e in obj.iteritems()}
+            if HEADER_ENTRY in names or CHUNKED_ENTRY in names:
+                for e in obj.iteritems():
+                    _walk_file_member(e.path.decode("utf-8", "replace"), e.sha.decode(), path, "the index")
+        else:
+            reach.objects.add(sha)
+    return reach

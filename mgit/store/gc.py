@@ -1,0 +1,126 @@
+"""Repacking: keep the chunks still needed, drop the rest.
+
+``repack`` is given the ids a repository still references; it also keeps every base a
+kept delta needs (transitively). Old packs are rewritten into one new pack holding only
+what is kept: the new pack is sealed (fsync, index) before any old file is removed, so
+an interrupted gc leaves duplicates at worst, never a missing chunk. Files younger than
+the grace period are left alone: they may belong to a write still in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mgit.store import codec
+from mgit.store.chunkstore import ChunkStore
+from mgit.store.pack import PackWriter, Record, idx_path
+
+
+@dataclass
+class RepackReport:
+    kept_chunks: int = 0
+    removed_chunks: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    removed_files: int = 0
+
+
+def _age(path: Path, now: float) -> float:
+    try:
+        return now - path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _with_bases(store: ChunkStore, live: set[str]) -> set[str]:
+    keep, pending = set(), list(live)
+    while pending:
+        cid = pending.pop()
+        if cid in keep:
+            continue
+        keep.add(cid)
+        loc = store.locate(cid)
+        if loc is not None and loc.base:
+            pending.append(loc.base)
+    return keep
+
+
+def _disk_bytes(store: ChunkStore) -> int:
+    return sum(p.stat().st_size for p in store.root.rglob("*") if p.is_file())
+
+
+def repack(store: ChunkStore, live: set[str], grace_seconds: float) -> RepackReport:
+    report = RepackReport(bytes_before=_disk_bytes(store))
+    now = time.time()
+    indexes = store.indexes()
+    old_indexes = [i for i in indexes if _age(i.path, now) >= grace_seconds]
+    young = [i for i in indexes if i not in old_indexes]
+    # chunks of young packs stay; so must every base their deltas need
+    young_bases = {loc.base for i in young for loc in i.locations().values() if loc.base}
+    keep = _with_bases(store, set(live) | young_bases)
+    loose = [cid for cid in store.loose_ids() if _age(store.loose_path(cid), now) >= grace_seconds]
+    needed = {cid for i in old_indexes for cid in i.ids()} | set(loose)
+    if len(old_indexes) <= 1 and not loose and needed <= keep:
+        report.kept_chunks = len(needed)
+        _remove_leftovers(store, now, grace_seconds, report)
+        report.bytes_after = _disk_bytes(store)
+        return report  # one pack, nothing to drop: rewriting it would gain nothing
+
+    writer = PackWriter(store.pack_dir)
+    written: set[str] = set()
+    try:
+        for idx in old_indexes:
+            for cid, loc in idx.locations().items():
+                if cid not in keep:
+                    report.removed_chunks += 1
+                elif cid not in written:
+                    with open(loc.pack, "rb") as f:
+                        data = os.pread(f.fileno(), loc.length, loc.offset)
+                    writer.append_raw(cid, data, loc)
+                    written.add(cid)
+        for cid in loose:
+            if cid not in keep:
+                report.removed_chunks += 1
+            elif cid not in written and store.locate(cid) is None:
+                raw = store.get(cid)  # verified; re-encoded into the pack
+                encoding, payload = codec.encode(raw, 1)
+                writer.append(Record(cid, encoding, 1, 0, len(raw), payload))
+                written.add(cid)
+        writer.seal()
+    except BaseException:
+        writer.abort()
+        raise
+    report.kept_chunks = len(written)
+
+    # The new pack is durable; now the old files can go (indexes first: readers stop
+    # finding them before the packs disappear).
+    for idx in old_indexes:
+        idx.path.unlink(missing_ok=True)
+        report.removed_files += 1
+    for idx in old_indexes:
+        idx.pack.unlink(missing_ok=True)
+    for cid in loose:
+        store.loose_path(cid).unlink(missing_ok=True)
+        report.removed_files += 1
+    _remove_leftovers(store, now, grace_seconds, report)
+    store.forget_indexes()
+    report.bytes_after = _disk_bytes(store)
+    return report
+
+
+def _remove_leftovers(store: ChunkStore, now: float, grace_seconds: float, report: RepackReport) -> None:
+    """Packs a killed writer never sealed, temporary files, empty loose directories."""
+    for pack in store.pack_dir.glob("pack-*.pack") if store.pack_dir.is_dir() else []:
+        if not idx_path(pack).exists() and _age(pack, now) >= grace_seconds:
+            pack.unlink(missing_ok=True)
+            report.removed_files += 1
+    for tmp in list(store.root.rglob(".tmp-*")) + list(store.root.rglob("*.tmp-*")):
+        if _age(tmp, now) >= grace_seconds:
+            tmp.unlink(missing_ok=True)
+            report.removed_files += 1
+    for sub in store.root.iterdir():
+        if len(sub.name) == 2 and sub.is_dir() and not any(sub.iterdir()):
+            sub.rmdir()
