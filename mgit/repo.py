@@ -44,7 +44,8 @@ GIT_DIR = ".mgit"
 STATS_ENTRY = ".mgit-stats"  # reserved root entry: relative chunk statistics of a commit
 STATS_SCHEMA = "mgit.stats/1"
 FILE_STATS_SCHEMA = "mgit.filestats/1"
-FORMAT_VERSION = 1  # docs/format.md; bumped on incompatible changes
+FORMAT_VERSION = 2  # docs/format.md; bumped on incompatible changes
+READABLE_FORMATS = (1, 2)  # format 1 (loose chunks) is read, and upgraded on the first write
 
 
 @dataclass
@@ -100,11 +101,13 @@ class Repository:
         try:
             version = self.graph.repo.get_config().get(b"mgit", b"formatversion").decode()
         except KeyError:
-            version = str(FORMAT_VERSION)
-        if version != str(FORMAT_VERSION):
+            version = "1"
+        if version not in {str(v) for v in READABLE_FORMATS}:
             raise NotARepositoryError(
-                f"{self.root} uses mgit format {version}; this mgit reads format {FORMAT_VERSION}: upgrade mgit"
+                f"{self.root} uses mgit format {version}; this mgit reads formats "
+                f"{', '.join(map(str, READABLE_FORMATS))}: upgrade mgit"
             )
+        self.format = int(version)
         self.store = ChunkStore(self.git_dir / "chunks")
         self.lock = RepoLock(self.git_dir / "lock")
         self.refs = Refs(self.graph, self.identity())
@@ -116,12 +119,17 @@ class Repository:
         if (root / GIT_DIR / "HEAD").exists():
             raise BadInputError(f"{root} is already an mgit repository")
         root.mkdir(parents=True, exist_ok=True)
-        graph = Graph.init(root / GIT_DIR)
-        config = graph.repo.get_config()
-        config.set(b"mgit", b"formatversion", str(FORMAT_VERSION).encode())
-        config.write_to_path()
+        Graph.init(root / GIT_DIR)
         (root / GIT_DIR / "chunks").mkdir()
-        return cls(root)
+        repo = cls(root)
+        repo._set_format(FORMAT_VERSION)
+        return repo
+
+    def _set_format(self, version: int) -> None:
+        config = self.graph.repo.get_config()
+        config.set(b"mgit", b"formatversion", str(version).encode())
+        config.write_to_path()
+        self.format = version
 
     # -- plumbing helpers ---------------------------------------------------------------
 
@@ -147,6 +155,8 @@ class Repository:
     def _writing(self) -> Iterator[None]:
         """Hold the lock; on failure drop the chunks this command wrote but never published."""
         with self.lock:
+            if self.format < FORMAT_VERSION:  # this write may add packs: readers must know
+                self._set_format(FORMAT_VERSION)
             try:
                 yield
             except BaseException:
@@ -400,7 +410,7 @@ class Repository:
 
     def gc(self, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> GcReport:
         """Remove what no ref, reflog entry or the index reaches (older than the grace period)."""
-        with self.lock:
+        with self._writing():
             return collect(self.graph, self.store, self._index(), grace_seconds)
 
     def fsck(self) -> list[str]:

@@ -320,3 +320,35 @@ def test_a_reader_sees_only_sealed_packs_while_a_writer_appends(base_repo):
     assert reader.store.has(cid)  # a miss rescans for newly sealed packs
     reader.close()
     time.sleep(0)
+
+
+def test_format_1_loose_chunks_are_read_and_packed_by_gc(base_repo):
+    """A repository written before packs existed (one file per chunk) still works."""
+    import struct
+
+    from mgit.store import codec
+
+    repo, sd = base_repo
+    files = tree_hashes(repo.root)
+    ids = repo.store.ids()
+    for cid in ids:
+        raw = bytes(repo.store.get(cid))
+        encoding, payload = codec.encode(raw, 2)
+        path = repo.store.loose_path(cid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(struct.pack("<4sBBxxQ", b"MGC1", encoding, 2, len(raw)) + payload)
+    repo.close()
+    shutil.rmtree(repo.git_dir / "chunks" / "packs")
+    config = repo.git_dir / "config"
+    config.write_text(config.read_text().replace("formatversion = 2", "formatversion = 1"))
+    with Repository(repo.root) as old:
+        assert old.format == 1 and old.store.ids() == ids
+        got = old.state_dict()
+        assert all(torch.equal(got[k], sd[k]) for k in sd)
+        old.gc(grace_seconds=0)
+        assert old.format == 2 and "formatversion = 2" in config.read_text()
+        assert not list(old.store.loose_ids()) and old.store.ids() == ids
+        assert old.fsck() == []
+        shutil.rmtree(old.root / "model")
+        old.checkout("HEAD", ["model"])
+    assert tree_hashes(repo.root) == files
