@@ -33,6 +33,7 @@ from mgit.model.safetensors_file import build_header
 from mgit.parallel import make_pool, ordered_map
 from mgit.progress import byte_progress
 from mgit.store.chunkstore import ChunkStore
+from mgit.store.gc import consolidate
 from mgit.worktree.index import Index, IndexEntry
 from mgit.worktree.scan import Ignorer, walk
 from mgit.worktree.status import Status, compare_snapshots, working_matches, worktree_changes
@@ -46,6 +47,7 @@ STATS_SCHEMA = "mgit.stats/1"
 FILE_STATS_SCHEMA = "mgit.filestats/1"
 FORMAT_VERSION = 2  # docs/format.md; bumped on incompatible changes
 READABLE_FORMATS = (1, 2)  # format 1 (loose chunks) is read, and upgraded on the first write
+AUTO_REPACK_PACKS = 32  # more sealed packs than this after a write: merge them into one
 
 
 @dataclass
@@ -163,6 +165,8 @@ class Repository:
                 self.store.abort()
                 raise
             self.store.seal()
+            if len(self.store.indexes()) > AUTO_REPACK_PACKS:
+                consolidate(self.store)  # every lookup searches every pack: keep them few
 
     def identity(self) -> bytes:
         """GIT_AUTHOR_NAME/EMAIL, else user.name/email from .mgit/config or git's config, else the system."""

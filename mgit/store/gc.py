@@ -124,3 +124,8 @@ def _remove_leftovers(store: ChunkStore, now: float, grace_seconds: float, repor
     for sub in store.root.iterdir():
         if len(sub.name) == 2 and sub.is_dir() and not any(sub.iterdir()):
             sub.rmdir()
+
+
+def consolidate(store: ChunkStore) -> RepackReport:
+    """Merge every sealed pack into one, dropping nothing (caller holds the repository lock)."""
+    return repack(store, store.ids(), grace_seconds=0)

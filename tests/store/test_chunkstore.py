@@ -91,3 +91,36 @@ def test_xor_delta_chain_is_bounded_by_keyframes(tmp_path):
     before = store.reads.chunks
     store.get(prev)
     assert store.reads.chunks - before == MAX_DELTA_DEPTH + 1
+
+
+def test_pack_index_finds_every_id_among_100k(tmp_path):
+    from mgit.store.pack import Location, PackIndex, write_index
+
+    rng = np.random.default_rng(3)
+    ids = {rng.bytes(32).hex() for _ in range(100_000)}
+    ids.add("00" * 31 + "01")  # NUL bytes inside an id must not confuse the search
+    ids.add("ab" * 31 + "00")  # nor a trailing NUL
+    pack = tmp_path / "pack-x.pack"
+    entries = {cid: Location(pack, i * 10, 10, 4, 1, 2, 0, None) for i, cid in enumerate(sorted(ids))}
+    write_index(tmp_path / "pack-x.idx", entries)
+    index = PackIndex(tmp_path / "pack-x.idx")
+    assert len(index) == len(ids)
+    for cid in list(ids)[:2000] + ["00" * 31 + "01", "ab" * 31 + "00"]:
+        assert index.find(cid).offset == entries[cid].offset
+    assert index.find("ab" * 31 + "01") is None and index.find("ff" * 32) is None
+
+
+def test_many_small_writes_are_consolidated(tmp_path):
+    from mgit import Repository
+
+    with Repository.init(tmp_path / "r") as repo:
+        for i in range(40):
+            (repo.root / "t.safetensors").write_bytes(b"")
+            from safetensors.numpy import save_file
+
+            save_file({"x": np.full(64, i, dtype=np.float32)}, repo.root / "t.safetensors")
+            repo.add(["t.safetensors"])
+        packs = list((repo.git_dir / "chunks" / "packs").glob("*.idx"))
+        assert 1 <= len(packs) <= 33
+        assert len(repo.store.ids()) == 40
+        assert repo.fsck() == []
