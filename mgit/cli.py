@@ -298,8 +298,10 @@ def checkout(ctx: click.Context, rev: str | None, new_branch: str | None, force:
             "(create one with `mgit checkout -b NAME`)[/yellow]",
             markup=True,
         )
-    else:
+    elif rev in repo.branches():
         err.print(f"Switched to branch '{rev}'")
+    else:
+        err.print(f"HEAD is at {res.commit[:12]}")
     err.print(summary)
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import time
 
 from dulwich.objects import Tag
 from dulwich.objectspec import parse_commit
+from dulwich.reflog import format_reflog_line
 
 from mgit.errors import BadInputError, RefUpdateError, RevisionError
 from mgit.graph.objects import Graph
@@ -67,6 +69,24 @@ class Refs:
         """Move the current branch (or a detached HEAD) from old to new, atomically."""
         branch = self.current_branch()
         self._cas(f"{HEADS}{branch}" if branch else "HEAD", old, new, message)
+        if branch:
+            self.log_head(old, new, message)
+
+    def log_head(self, old: str | None, new: str, message: str) -> None:
+        """Append to HEAD's reflog, as git does for every move of HEAD (dulwich only logs
+        the branch a symbolic HEAD points to); it keeps deleted branches' commits reachable."""
+        line = format_reflog_line(
+            old.encode() if old else None,
+            new.encode(),
+            self.identity,
+            int(time.time()),
+            -time.timezone,
+            message.encode(),
+        )
+        path = self.graph.git_dir / "logs" / "HEAD"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as f:
+            f.write(line + b"\n")
 
     def create_branch(self, name: str, commit: str) -> None:
         check_ref_name(name, "branch")
@@ -82,6 +102,8 @@ class Refs:
         if ref not in self.refs:
             raise BadInputError(f"branch {name!r} not found")
         self.refs.remove_if_equals(ref, None)
+        # as git does: a deleted branch's reflog goes with it (HEAD's reflog keeps its history)
+        (self.graph.git_dir / "logs" / HEADS / name).unlink(missing_ok=True)
 
     def create_tag(self, name: str, commit: str) -> None:
         check_ref_name(name, "tag")
@@ -98,11 +120,17 @@ class Refs:
         self.refs.remove_if_equals(ref, None)
 
     def point_head_at_branch(self, name: str) -> None:
+        old = self.head()
         self.refs.set_symbolic_ref(b"HEAD", f"{HEADS}{name}".encode())
+        new = self.head()
+        if new:
+            self.log_head(old, new, f"checkout: moving to {name}")
 
     def detach_head(self, commit: str) -> None:
+        old = self.head()
         self.refs.remove_if_equals(b"HEAD", None)
         self.refs[b"HEAD"] = commit.encode()
+        self.log_head(old, commit, f"checkout: moving to {commit}")
 
     def resolve(self, rev: str) -> str:
         """A revision (branch, tag, id or abbreviation, HEAD~N, REV^N) → commit id.

@@ -251,6 +251,12 @@ class ChunkStore:
         self._count(len(data), len(raw))
         return raw
 
+    def loose_record(self, cid: str) -> Record:
+        """A format-1 loose chunk as a pack record, keeping its encoding and grouping."""
+        data = self.loose_path(cid).read_bytes()
+        _, encoding, group, raw_size = _LOOSE_HEADER.unpack_from(data)
+        return Record(cid, encoding, group, 0, raw_size, data[_LOOSE_HEADER.size :])
+
     def _count(self, stored: int, raw: int) -> None:
         with self._lock:
             self.reads.chunks += 1

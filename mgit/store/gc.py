@@ -14,9 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgit.store import codec
 from mgit.store.chunkstore import ChunkStore
-from mgit.store.pack import PackWriter, Record, idx_path
+from mgit.store.pack import PackWriter, idx_path
 
 
 @dataclass
@@ -64,7 +63,7 @@ def repack(store: ChunkStore, live: set[str], grace_seconds: float) -> RepackRep
     loose = [cid for cid in store.loose_ids() if _age(store.loose_path(cid), now) >= grace_seconds]
     needed = {cid for i in old_indexes for cid in i.ids()} | set(loose)
     if len(old_indexes) <= 1 and not loose and needed <= keep:
-        report.kept_chunks = len(needed)
+        report.kept_chunks = len(store.ids())
         _remove_leftovers(store, now, grace_seconds, report)
         report.bytes_after = _disk_bytes(store)
         return report  # one pack, nothing to drop: rewriting it would gain nothing
@@ -72,10 +71,11 @@ def repack(store: ChunkStore, live: set[str], grace_seconds: float) -> RepackRep
     writer = PackWriter(store.pack_dir)
     written: set[str] = set()
     try:
+        dropped: set[str] = set()
         for idx in old_indexes:
             for cid, loc in idx.locations().items():
                 if cid not in keep:
-                    report.removed_chunks += 1
+                    dropped.add(cid)
                 elif cid not in written:
                     with open(loc.pack, "rb") as f:
                         data = os.pread(f.fileno(), loc.length, loc.offset)
@@ -83,17 +83,17 @@ def repack(store: ChunkStore, live: set[str], grace_seconds: float) -> RepackRep
                     written.add(cid)
         for cid in loose:
             if cid not in keep:
-                report.removed_chunks += 1
+                dropped.add(cid)
             elif cid not in written and store.locate(cid) is None:
-                raw = store.get(cid)  # verified; re-encoded into the pack
-                encoding, payload = codec.encode(raw, 1)
-                writer.append(Record(cid, encoding, 1, 0, len(raw), payload))
+                store.get(cid)  # verify before keeping it
+                writer.append(store.loose_record(cid))  # same encoding and byte grouping, now packed
                 written.add(cid)
         writer.seal()
+        report.removed_chunks = len(dropped - written)
     except BaseException:
         writer.abort()
         raise
-    report.kept_chunks = len(written)
+    report.kept_chunks = len(written) + sum(len(i) for i in young)
 
     # The new pack is durable; now the old files can go (indexes first: readers stop
     # finding them before the packs disappear).

@@ -90,6 +90,8 @@ class PackWriter:
         self.entries: dict[str, Location] = {}
 
     def append(self, rec: Record) -> Location:
+        if rec.raw_size >= 2**32:
+            raise ValueError("a chunk must be smaller than 4 GiB (the index stores sizes as u32)")
         data = rec.to_bytes()
         self._f.write(data)
         loc = Location(self.path, self._offset, len(data), rec.raw_size, rec.encoding, rec.group, rec.depth, rec.base)
@@ -146,6 +148,16 @@ def write_index(path: Path, entries: dict[str, Location]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename durable: the new name lives in the directory's own data."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class PackIndex:
