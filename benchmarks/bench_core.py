@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import math
 import multiprocessing
@@ -38,6 +39,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -310,6 +313,7 @@ class Proc:
     max_rss: int  # bytes, peak resident set of the child (and its waited-for children)
     background: float  # CPU-seconds other processes (and kernel threads) used meanwhile
     output: str
+    parts: tuple[float, ...] = ()  # seconds of each command, when several make one measurement
 
 
 @dataclass
@@ -324,15 +328,14 @@ class Runner:
         if timed:
             os.sync()
             wait_for_idle(self.idle_wait)
-        log = cwd / ".bench-output"
-        with open(log, "wb") as out:
+        with tempfile.TemporaryFile() as out:  # not in cwd, where `git add .` would pick it up
             busy0, t0 = cpu_busy_seconds(), time.perf_counter()
             proc = subprocess.Popen(list(cmd), cwd=cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT)
             _, status, usage = os.wait4(proc.pid, 0)
             seconds, busy1 = time.perf_counter() - t0, cpu_busy_seconds()
+            out.seek(0)
+            text = out.read().decode(errors="replace")
         proc.returncode = os.waitstatus_to_exitcode(status)
-        text = log.read_text(errors="replace")
-        log.unlink()
         if proc.returncode != 0:
             raise RuntimeError(f"`{shlex.join(cmd)}` failed in {cwd} (exit {proc.returncode}):\n{text}")
         background = max(0.0, busy1 - busy0 - usage.ru_utime - usage.ru_stime)
@@ -346,6 +349,7 @@ class Runner:
             max(p.max_rss for p in procs),
             sum(p.background for p in procs),
             "".join(p.output for p in procs),
+            tuple(p.seconds for p in procs),
         )
 
 
@@ -392,7 +396,7 @@ def tool_env(workdir: Path) -> dict[str, str]:
 
 @dataclass
 class Tools:
-    mgit: str
+    mgit: list[str]  # command prefix running the mgit under test
     git_lfs: bool
     dvc: str | None
     versions: dict[str, str] = field(default_factory=dict)
@@ -431,10 +435,34 @@ def ensure_dvc(workdir: Path) -> str | None:
     return str(dvc)
 
 
-def find_tools(workdir: Path, with_dvc: bool) -> Tools:
-    mgit = Path(sys.executable).with_name("mgit")
-    tools = Tools(str(mgit) if mgit.exists() else (shutil.which("mgit") or "mgit"), False, None)
-    tools.versions["mgit"] = version_of([tools.mgit, "--version"]) or "?"
+def mgit_command(workdir: Path, rev: str) -> tuple[list[str], str]:
+    """(command prefix, label) for mgit as committed at ``rev``, or as installed for "worktree".
+
+    A committed revision is exported into the workdir and run from there, so edits made to
+    the working tree while the benchmark runs cannot change what is measured.
+    """
+    if rev == "worktree":
+        installed = Path(sys.executable).with_name("mgit")
+        return [str(installed) if installed.exists() else "mgit"], "working tree"
+    sha = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    dest = workdir / f"mgit-{sha[:12]}"
+    if not (dest / "mgit" / "__init__.py").exists():
+        archive = subprocess.run(["git", "archive", sha, "mgit"], cwd=REPO_ROOT, capture_output=True, check=True)
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(tmp, filter="data")
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(tmp, dest)
+    return ["env", f"PYTHONPATH={dest}", sys.executable, "-m", "mgit"], f"commit {sha[:12]}"
+
+
+def find_tools(workdir: Path, mgit_rev: str, with_dvc: bool) -> Tools:
+    mgit, where = mgit_command(workdir, mgit_rev)
+    tools = Tools(mgit, False, None)
+    tools.versions["mgit"] = f"{version_of([*mgit, '--version']) or '?'} ({where})"
     tools.versions["git"] = version_of(["git", "--version"]) or "?"
     lfs = version_of(["git", "lfs", "version"])
     if lfs:
@@ -466,7 +494,7 @@ class Contender:
 
 
 def contenders(tools: Tools) -> list[Contender]:
-    mgit = [tools.mgit, "-q"]
+    mgit = [*tools.mgit, "-q"]
     out = [
         Contender(
             "mgit",
@@ -559,7 +587,7 @@ def bench_cp(model: Path, run_dir: Path, runner: Runner, sums: dict[str, str], r
         return proc
 
     best, times = best_of(reps, lambda: shutil.rmtree(src / "copy", ignore_errors=True), copy)
-    return Result("cp -r", "cp -r model copy", best, times, identical=identical)
+    return Result("cp -r", "copy the model directory", best, times, identical=identical)
 
 
 # -- reporting ----------------------------------------------------------------------------
@@ -607,8 +635,8 @@ def load_share(p: Proc) -> float:
 def results_table(results: list[Result], raw: int) -> str:
     rows = [
         "| tool | step | wall time (s) | MB/s | store (GB) | store / raw | peak RSS (MB) | other load "
-        "| byte-identical | all runs (s) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+        "| byte-identical | all runs (s) | fastest run by command (s) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for r in results:
         p = r.best
@@ -623,6 +651,7 @@ def results_table(results: list[Result], raw: int) -> str:
             f"{load_share(p):.0%}",
             "" if r.identical is None else ("yes" if r.identical else "**NO**"),
             " / ".join(f"{t:.2f}" for t in r.times),
+            " + ".join(f"{t:.2f}" for t in p.parts) if len(p.parts) > 1 else "",
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
@@ -649,6 +678,18 @@ def targets_table(results: list[Result], raw: int) -> str:
     slow = m_co.best.seconds / cp.best.seconds if m_co and cp else None
     row("mgit checkout time / cp -r time", slow, "≤ 2", None if slow is None else slow <= 2)
     return "\n".join(rows)
+
+
+def spread_note(results: list[Result]) -> str:
+    """How far repeated runs of one step drifted apart, and why the fastest is the one shown."""
+    r = max(results, key=lambda r: max(r.times) / min(r.times))
+    lo, hi = min(r.times), max(r.times)
+    return (
+        f"Spread: repeated runs of one step differ by up to {hi / lo:.1f}× ({r.tool} {r.step}: {lo:.2f} to "
+        f"{hi:.2f} s). Every step writes about the model's size into the page cache, and how fast fresh memory "
+        "is handed out can vary a lot (notably on virtual machines); the fastest run is the least disturbed "
+        "one, so the ratios above compare fastest runs."
+    )
 
 
 def report(
@@ -693,14 +734,18 @@ def report(
         "cannot be dropped, so every tool reads files written moments before (warm). Each tool stores the model "
         f"{reps} times, each time in a fresh directory, and checks it out {reps} times into its working tree after "
         "the model directory was deleted (mgit: `mgit checkout --force main`; git: `git checkout -- model`; "
-        "DVC: `dvc checkout`); the table shows the fastest run, `all runs` every one. Store size is disk usage "
+        "DVC: `dvc checkout`); the table shows the fastest run, `all runs` every one, and the last column "
+        "splits the fastest run into its commands (e.g. add + commit). Store size is disk usage "
         "like `du -s` of `.mgit/`, `.git/` (its `lfs/objects` hold the file contents) and `.dvc/cache`. MB/s is "
         "the model's size over the wall time. Peak RSS is the largest resident set of the timed process(es) as "
         f"the kernel reports it; it includes about {rss_floor / MB:.0f} MB inherited from the launching process "
-        "at fork (what `true` reports). Other load is the share of all CPUs that other processes and kernel "
-        "threads (writeback included) used during the fastest run. Byte-identical: sha256 of every file after "
+        "at fork (what `true` reports), and the pages of memory-mapped files it touched (mgit maps its pack "
+        "files), which are page cache rather than memory the process allocated. Other load is the share of all "
+        "CPUs that other processes and kernel threads (writeback included) used during the fastest run. "
+        "Byte-identical: sha256 of every file after "
         "every run equals the generated model's. Targets are reported, not asserted.",
     ]
+    lines += ["", spread_note(results)]
     if skipped:
         lines += ["", f"Skipped baselines: {', '.join(skipped)} (not installed; see the script's output)."]
     return "\n".join(lines) + "\n"
@@ -729,8 +774,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, default=REPO_ROOT / "bench-work", help="scratch directory (git-ignored)")
     p.add_argument("--size-gb", type=float, default=1.0, help="model size in GB (10^9 bytes); default 1")
     p.add_argument("--quick", action="store_true", help="a ~0.1 GB model (overrides --size-gb)")
-    p.add_argument("--reps", type=int, default=3, help="runs of every store and checkout step; the best is reported")
+    p.add_argument("--reps", type=int, default=5, help="runs of every store and checkout step; the best is reported")
     p.add_argument("--idle-wait", type=float, default=120, help="most seconds to wait for an idle machine per step")
+    p.add_argument(
+        "--mgit-rev",
+        default="HEAD",
+        help="the mgit to measure: a commit of this repository (exported, so edits during the run do not count) "
+        "or 'worktree' for the installed working tree; default HEAD",
+    )
     p.add_argument("--no-dvc", action="store_true", help="skip the DVC baseline (and its installation)")
     p.add_argument("--keep", action="store_true", help="keep the per-tool run directories afterwards")
     p.add_argument("--write-docs", action="store_true", help="replace this benchmark's section in docs/benchmarks.md")
@@ -742,7 +793,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = shlex.join(["python", *sys.argv]) if argv is None else shlex.join(["python", __file__, *argv])
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    tools = find_tools(workdir, not args.no_dvc)
+    tools = find_tools(workdir, args.mgit_rev, not args.no_dvc)
     model, plan, sums = ensure_model(workdir, 0.1 if args.quick else args.size_gb, SHARDS)
     raw = sum((model / name).stat().st_size for name in sums)
     runner = Runner(tool_env(workdir), args.idle_wait)
