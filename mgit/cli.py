@@ -15,13 +15,17 @@ from rich.filesize import decimal
 from rich.table import Table
 
 from mgit import __version__, progress
+from mgit.diff.model import ModelDiff, TensorDiff
+from mgit.diff.plot import heatmap
+from mgit.diff.summary import by_layer as by_layer_groups
 from mgit.errors import MgitError
 from mgit.maintenance.du import Usage
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
 from mgit.repo import Repository
 from mgit.worktree.status import FileStatus
 
-out = Console(highlight=False, soft_wrap=True)
+# Piped output is not cut at 80 columns: tables keep whole tensor names on one line.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 240)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 _state = {"debug": False, "paths": None}
 
@@ -465,6 +469,142 @@ def fsck(ctx: click.Context, as_json: bool) -> None:
         out.print("ok: every object and chunk verified" if not problems else f"{len(problems)} problem(s) found")
     if problems:
         raise click.exceptions.Exit(1)
+
+
+def _num(x: float | None, fmt: str = ".3g") -> str:
+    return "" if x is None else format(x, fmt)
+
+
+def _bar(value: float | None, top: float, width: int = 20) -> str:
+    if value is None or top <= 0:
+        return ""
+    filled = value / top * width
+    return "█" * int(filled) + ("▌" if filled - int(filled) >= 0.5 else "")
+
+
+def _tensor_json(t: TensorDiff) -> dict:
+    d = dict(vars(t))
+    d["shape_a"] = list(t.shape_a) if t.shape_a is not None else None
+    d["shape_b"] = list(t.shape_b) if t.shape_b is not None else None
+    return d
+
+
+@cli.command()
+@click.argument("revs", nargs=-1)
+@click.option("--staged", is_flag=True, help="Compare the index (not the working tree) with REV/HEAD.")
+@click.option("--stat", is_flag=True, help="One line per file, from chunk ids only (no tensor data read).")
+@click.option("--by-layer", is_flag=True, help="Group by layer index and module (attn, mlp, norm, embed, experts.N).")
+@click.option("-k", "patterns", multiple=True, metavar="PATTERN", help="fnmatch pattern on tensor names (repeatable).")
+@click.option("--model", metavar="DIR", help="Only the model in directory DIR.")
+@click.option("--top", type=int, default=40, show_default=True, help="Rows to show, largest relative change first.")
+@click.option("--plot", type=click.Path(dir_okay=False), metavar="PNG", help="Write a layers × modules heatmap.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.diff/1).")
+@click.pass_context
+def diff(
+    ctx: click.Context,
+    revs: tuple[str, ...],
+    staged: bool,
+    stat: bool,
+    by_layer: bool,
+    patterns: tuple[str, ...],
+    model: str | None,
+    top: int,
+    plot: str | None,
+    as_json: bool,
+) -> None:
+    """Tensor-level diff: `mgit diff A B`, `mgit diff A` (vs working tree), `mgit diff` (HEAD vs working tree)."""
+    if len(revs) > 2:
+        raise click.UsageError("give at most two revisions")
+    a = revs[0] if revs else None
+    b = revs[1] if len(revs) > 1 else None
+    result = _repo(ctx).diff(
+        a, b, staged=staged, numeric=not stat, patterns=patterns, model=os.path.abspath(model) if model else None
+    )
+    groups = by_layer_groups(result.tensors) if (by_layer or plot or as_json) else []
+    if plot:
+        heatmap(groups, plot, f"relative change {result.a} → {result.b}")
+    if as_json:
+        _dump(
+            "mgit.diff/1",
+            {
+                "a": result.a,
+                "b": result.b,
+                "numeric": result.numeric,
+                "tensors": [_tensor_json(t) for t in result.tensors],
+                "files": [vars(f) for f in result.files],
+                "groups": [
+                    {**vars(g), "delta_norm": g.delta_norm, "relative_change": g.relative_change} for g in groups
+                ],
+            },
+        )
+        return
+    changed = result.changed
+    if stat:
+        _print_stat(result)
+    elif by_layer:
+        _print_groups(groups)
+    else:
+        _print_tensors(changed, top)
+    for f in result.files:
+        if f.text:
+            out.print(f.text, markup=False, highlight=False, end="")
+    if not changed and not any(f.text for f in result.files):
+        err.print(f"no differences between {result.a} and {result.b}")
+
+
+def _print_tensors(changed: list[TensorDiff], top: int) -> None:
+    if not changed:
+        return
+    ranked = sorted(changed, key=lambda t: (t.relative_change is None, -(t.relative_change or 0), t.name))
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("tensor", "status", "chunks", "‖Δ‖", "‖Δ‖/‖A‖", "cos(A,B)", "max|Δ|"):
+        table.add_column(col, justify="left" if col in ("tensor", "status") else "right", overflow="fold")
+    for t in ranked[:top]:
+        status = t.status if t.status != "changed" or t.file_a == t.file_b else "changed, moved"
+        table.add_row(
+            t.name,
+            status,
+            f"{t.chunks_changed}/{t.chunks_total}",
+            _num(t.delta_norm),
+            _num(t.relative_change),
+            _num(t.cosine, ".6f"),
+            _num(t.max_abs_delta),
+        )
+    out.print(table)
+    if len(ranked) > top:
+        out.print(f"… and {len(ranked) - top} more changed tensor(s) (--top N shows more)")
+
+
+def _print_stat(result: ModelDiff) -> None:
+    for f in result.files:
+        if f.kind == "safetensors":
+            out.print(
+                f" {f.path} | {f.status}: {f.tensors_changed} tensor(s), {f.chunks_changed} chunk(s), "
+                f"{decimal(f.bytes_changed)}"
+            )
+        else:
+            out.print(f" {f.path} | {f.status}")
+    changed = result.changed
+    out.print(
+        f" {len(result.files)} file(s) changed, {len(changed)} tensor(s) changed, "
+        f"{sum(t.chunks_changed for t in changed)} chunk(s), {decimal(sum(t.bytes_changed for t in changed))}"
+    )
+
+
+def _print_groups(groups: list) -> None:
+    top = max((g.relative_change or 0 for g in groups), default=0)
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("layer", "module", "changed", "‖Δ‖/‖A‖", ""):
+        table.add_column(col, justify="left" if col in ("module", "") else "right")
+    for g in groups:
+        table.add_row(
+            "" if g.layer is None else str(g.layer),
+            g.module,
+            f"{g.changed}/{g.tensors}",
+            _num(g.relative_change),
+            _bar(g.relative_change, top),
+        )
+    out.print(table)
 
 
 def _os_error_message(exc: OSError) -> str:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from dulwich.repo import get_user_identity
 
+from mgit.diff.model import ModelDiff, compare_models
+from mgit.diff.sources import file_diffs, snapshot_side, worktree_side
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NotARepositoryError, RevisionError
 from mgit.graph.objects import MODE_FILE, CommitInfo, Graph
 from mgit.graph.refs import Refs, check_ref_name
@@ -409,6 +411,38 @@ class Repository:
             files.append(FileInfo(path, entry.kind, ntensors, logical, stored_bytes))
             total_logical += logical
         return ShowInfo(info, files, total_logical, total_stored)
+
+    # -- diff ---------------------------------------------------------------------------
+
+    def diff(
+        self,
+        a: str | None = None,
+        b: str | None = None,
+        *,
+        staged: bool = False,
+        numeric: bool = True,
+        patterns: Iterable[str] = (),
+        model: str | None = None,
+    ) -> ModelDiff:
+        """Compare two revisions; ``b`` None means the working tree (the index if ``staged``),
+        ``a`` None means HEAD. Unchanged tensors cost no data read; with ``numeric`` the
+        change statistics stream over changed chunks only."""
+        model_key = self.relpath(model) if model is not None else None
+        patterns = list(patterns)
+        snap_a = self.snapshot(a) if a else self._head_snapshot()
+        side_a = snapshot_side(self.graph, self.store, snap_a, a or "HEAD", model_key)
+        if b is not None:
+            side_b = snapshot_side(self.graph, self.store, self.snapshot(b), b, model_key)
+        elif staged:
+            side_b = snapshot_side(self.graph, self.store, self._index().snapshot(), "index", model_key)
+        else:
+            side_b = worktree_side(self.root, walk(self.root), self.pool, side_a, model_key)
+        if model_key is not None and not any(m == model_key for m, _ in side_a.tensors | side_b.tensors):
+            raise BadInputError(f"no model (safetensors files) in {model!r} on either side of the diff")
+        tensors = compare_models(side_a.tensors, side_b.tensors, patterns, numeric, self.pool)
+        if patterns and not tensors:
+            raise BadInputError(f"no tensor matches {', '.join(map(repr, patterns))}")
+        return ModelDiff(side_a.label, side_b.label, tensors, file_diffs(side_a, side_b, tensors), numeric)
 
     # -- maintenance --------------------------------------------------------------------
 

@@ -352,3 +352,18 @@ def test_format_1_loose_chunks_are_read_and_packed_by_gc(base_repo):
         shutil.rmtree(old.root / "model")
         old.checkout("HEAD", ["model"])
     assert tree_hashes(repo.root) == files
+
+
+def test_gc_cli(base_repo):
+    repo, _ = base_repo
+    (repo.root / "junk.safetensors").write_bytes(b"")
+    from safetensors.torch import save_file
+
+    save_file({"junk": torch.randn(64, 64)}, repo.root / "junk.safetensors")
+    repo.add(["junk.safetensors"])
+    repo.rm(["junk.safetensors"])
+    young = run_mgit("gc", cwd=repo.root, check=True)
+    assert "removed 0 chunk(s)" in young.stderr
+    now = run_mgit("gc", "--now", cwd=repo.root, check=True)
+    assert "removed 1 chunk(s)" in now.stderr
+    assert run_mgit("fsck", cwd=repo.root).returncode == 0

@@ -1,0 +1,1 @@
+"""Diffs between model versions: which tensors changed and by how much."""

@@ -1,0 +1,172 @@
+"""Tensor-level diff of two model versions.
+
+Tensors are matched by (model directory, tensor name) across all shards, so a tensor
+that moved to another shard file is "moved", not removed + added. Unchanged tensors are
+recognised by chunk ids alone; statistics of changed tensors stream over the changed
+chunk pairs only, one pair in memory at a time.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from mgit.diff.numeric import Accumulator, numeric
+from mgit.model.dtypes import lookup
+
+ReadChunk = Callable[[int], bytes | memoryview]  # chunk index → raw bytes
+
+
+@dataclass(frozen=True)
+class TensorSide:
+    """One version of a tensor: where it is, what it is, and how to read its chunks."""
+
+    file: str
+    dtype: str
+    shape: tuple[int, ...]
+    chunk_ids: tuple[str, ...]
+    chunk_sizes: tuple[int, ...]
+    chunk_l2: tuple[float | None, ...]  # per chunk, where known (manifests know it)
+    read: ReadChunk
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.chunk_sizes)
+
+
+@dataclass
+class TensorDiff:
+    model: str
+    name: str
+    status: str  # added | removed | changed | moved | shape-changed | dtype-changed | unchanged
+    file_a: str | None
+    file_b: str | None
+    dtype_a: str | None = None
+    dtype_b: str | None = None
+    shape_a: tuple[int, ...] | None = None
+    shape_b: tuple[int, ...] | None = None
+    chunks_changed: int = 0
+    chunks_total: int = 0
+    bytes_changed: int = 0
+    delta_norm: float | None = None
+    norm_a: float | None = None
+    norm_b: float | None = None
+    relative_change: float | None = None
+    cosine: float | None = None
+    max_abs_delta: float | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.status != "unchanged"
+
+
+@dataclass
+class FileDiff:
+    path: str
+    status: str  # added | removed | modified
+    kind: str  # safetensors | file
+    tensors_changed: int = 0
+    chunks_changed: int = 0
+    bytes_changed: int = 0
+    text: str | None = None  # unified diff of a small text file
+
+
+@dataclass
+class ModelDiff:
+    a: str
+    b: str
+    tensors: list[TensorDiff] = field(default_factory=list)
+    files: list[FileDiff] = field(default_factory=list)
+    numeric: bool = True
+
+    @property
+    def changed(self) -> list[TensorDiff]:
+        return [t for t in self.tensors if t.changed]
+
+
+def compare_tensor(model: str, name: str, a: TensorSide | None, b: TensorSide | None, with_numbers: bool) -> TensorDiff:
+    if a is None or b is None:
+        side = b or a
+        return TensorDiff(
+            model, name, "added" if a is None else "removed", a and a.file, b and b.file,
+            dtype_a=a and a.dtype, dtype_b=b and b.dtype, shape_a=a and a.shape, shape_b=b and b.shape,
+            chunks_total=len(side.chunk_ids), chunks_changed=len(side.chunk_ids), bytes_changed=side.nbytes,
+        )  # fmt: skip
+    diff = TensorDiff(
+        model, name, "unchanged", a.file, b.file, a.dtype, b.dtype, a.shape, b.shape, chunks_total=len(b.chunk_ids)
+    )
+    if a.dtype != b.dtype or a.shape != b.shape:
+        diff.status = "dtype-changed" if a.dtype != b.dtype else "shape-changed"
+        diff.chunks_changed, diff.bytes_changed = len(b.chunk_ids), b.nbytes
+        return diff
+    same_chunking = a.chunk_sizes == b.chunk_sizes
+    changed = [i for i, (x, y) in enumerate(zip(a.chunk_ids, b.chunk_ids, strict=False)) if x != y or not same_chunking]
+    diff.chunks_changed = len(changed)
+    diff.bytes_changed = sum(b.chunk_sizes[i] for i in changed)
+    if changed:
+        diff.status = "changed"
+    elif a.file != b.file:
+        diff.status = "moved"
+    dtype = lookup(a.dtype)
+    if not with_numbers or dtype is None or not numeric(dtype):
+        return diff
+    acc = Accumulator()
+    if not same_chunking:  # written by a different chunking rule: stream aligned windows
+        for x, y in _aligned(a, b, dtype.group):
+            acc.add_pair(x, y, dtype)
+    else:
+        changed_set = set(changed)
+        for i, l2 in enumerate(a.chunk_l2):
+            if i in changed_set:
+                acc.add_pair(a.read(i), b.read(i), dtype)
+            elif l2 is not None:
+                acc.add_identical(l2)
+            else:  # no recorded norm (never so for stored manifests): measure it
+                x = a.read(i)
+                acc.add_pair(x, x, dtype)
+    diff.delta_norm = acc.delta_norm
+    diff.norm_a, diff.norm_b = acc.a_sq**0.5, acc.b_sq**0.5
+    diff.relative_change, diff.cosine, diff.max_abs_delta = acc.relative_change, acc.cosine, acc.max_abs_delta
+    return diff
+
+
+def _aligned(a: TensorSide, b: TensorSide, itemsize: int) -> Iterable[tuple[bytes, bytes]]:
+    """Equal-length, element-aligned windows of both sides, about one chunk at a time."""
+    ia = (a.read(i) for i in range(len(a.chunk_ids)))
+    ib = (b.read(i) for i in range(len(b.chunk_ids)))
+    buf_a = buf_b = b""
+    while True:
+        if not buf_a:
+            buf_a = bytes(next(ia, b""))
+        if not buf_b:
+            buf_b = bytes(next(ib, b""))
+        n = min(len(buf_a), len(buf_b)) // itemsize * itemsize
+        if n == 0:
+            return
+        yield buf_a[:n], buf_b[:n]
+        buf_a, buf_b = buf_a[n:], buf_b[n:]
+
+
+def compare_models(
+    a: dict[tuple[str, str], TensorSide],
+    b: dict[tuple[str, str], TensorSide],
+    patterns: Iterable[str] = (),
+    with_numbers: bool = True,
+    pool: ThreadPoolExecutor | None = None,
+) -> list[TensorDiff]:
+    """Every tensor of either side (matching the fnmatch patterns, if any).
+
+    Tensors are compared in parallel, each streaming its own chunk pairs, so at most
+    one chunk pair per worker is in memory.
+    """
+    pats = list(patterns)
+    keys = sorted(set(a) | set(b))
+    if pats:
+        keys = [k for k in keys if any(fnmatch.fnmatchcase(k[1], p) for p in pats)]
+
+    def one(key: tuple[str, str]) -> TensorDiff:
+        return compare_tensor(key[0], key[1], a.get(key), b.get(key), with_numbers)
+
+    return list(pool.map(one, keys)) if pool is not None else [one(k) for k in keys]

@@ -1,0 +1,166 @@
+"""The two sides of a diff: a committed (or staged) snapshot, or the working tree.
+
+A committed tensor comes with its manifest (chunk ids and norms, no data read); a
+working-tree tensor is hashed chunk by chunk (BLAKE3 only) with the chunk sizes its
+committed counterpart recorded, so both sides cut the bytes at the same places.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import posixpath
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import blake3
+
+from mgit.diff.model import FileDiff, TensorDiff, TensorSide
+from mgit.graph.objects import Graph, blob_id
+from mgit.graph.snapshot import Snapshot
+from mgit.model.chunking import chunk_ranges, chunk_size_for
+from mgit.model.filetree import load_chunked, load_safetensors
+from mgit.model.ingest import classify, scan_file_chunks, scan_tensor_chunks
+from mgit.model.safetensors_file import read_layout
+from mgit.store.chunkstore import ChunkStore
+
+TEXT_DIFF_LIMIT = 1_000_000  # bytes: larger files are summarised, not diffed line by line
+
+Tensors = dict[tuple[str, str], TensorSide]
+
+
+@dataclass
+class Side:
+    """Tensors keyed by (model directory, name), and every other file's content reader."""
+
+    label: str
+    tensors: Tensors
+    files: dict[str, str]  # path → content id (git blob id, or file-tree id)
+    read_file: dict[str, object]  # path → callable returning bytes (non-tensor files)
+
+
+def _in_model(path: str, model: str | None) -> bool:
+    return model is None or posixpath.dirname(path) == model or path.startswith(model + "/") or model == ""
+
+
+def _content_key(header: bytes, ids: list[tuple[str, ...]]) -> str:
+    """Identity of a safetensors file comparable across sides: header bytes + chunk ids."""
+    return blake3.blake3(header + "".join("".join(t) for t in ids).encode()).hexdigest()
+
+
+def snapshot_side(graph: Graph, store: ChunkStore, snap: Snapshot, label: str, model: str | None) -> Side:
+    tensors: Tensors = {}
+    files, readers = {}, {}
+    for path, entry in sorted(snap.items()):
+        if not _in_model(path, model):
+            continue
+        files[path] = entry.oid
+        if entry.kind == "safetensors":
+            stored = load_safetensors(graph, entry.oid, path)
+            for name, m in stored.manifests.items():
+                ids, what = m.chunk_ids, f"tensor {name!r} in {path}"
+
+                def read(i: int, ids=ids, what=what) -> bytes | memoryview:
+                    return store.get(ids[i], what)
+
+                tensors[(posixpath.dirname(path), name)] = TensorSide(
+                    path, m.dtype, m.shape, ids, tuple(c.size for c in m.chunks), tuple(c.l2 for c in m.chunks), read
+                )
+            order = [stored.manifests[t.name].chunk_ids for t in stored.layout.tensors]
+            files[path] = _content_key(stored.layout.header, order)
+        elif entry.kind == "blob":
+            readers[path] = lambda oid=entry.oid: graph.blob(oid)
+        else:
+            files[path] = _content_key(b"", [tuple(c.id for c in load_chunked(graph, entry.oid).chunks)])
+    return Side(label, tensors, files, readers)
+
+
+def worktree_side(
+    root: Path, paths: dict[str, os.stat_result], pool: ThreadPoolExecutor, like: Side, model: str | None
+) -> Side:
+    """The working tree's files; tensors chunked as their counterparts in ``like`` were."""
+    tensors: Tensors = {}
+    files, readers = {}, {}
+    for path in sorted(paths):
+        if not _in_model(path, model):
+            continue
+        full = root / path
+        kind = classify(path, paths[path].st_size)
+        if kind == "chunked":
+            files[path] = _content_key(b"", [scan_file_chunks(full, pool)])
+            continue
+        if kind == "blob":
+            data = full.read_bytes()
+            files[path] = blob_id(data)
+            readers[path] = lambda data=data: data
+            continue
+        model_dir = posixpath.dirname(path)
+        sizes = {}
+        for t in read_layout(full, path).tensors:
+            other = like.tensors.get((model_dir, t.name))
+            if other is not None and other.nbytes == t.nbytes and other.chunk_sizes:
+                sizes[t.name] = other.chunk_sizes[0]
+        layout, ids = scan_tensor_chunks(full, path, pool, sizes)
+        for t in layout.tensors:
+            ranges = chunk_ranges(t.nbytes, sizes.get(t.name) or chunk_size_for(t.shape, t.dtype.bits))
+            start = layout.data_start + t.begin
+
+            def read(i: int, full=full, start=start, ranges=ranges) -> bytes:
+                with open(full, "rb") as f:
+                    return os.pread(f.fileno(), ranges[i][1] - ranges[i][0], start + ranges[i][0])
+
+            sizes_t = tuple(e - s for s, e in ranges)
+            tensors[(model_dir, t.name)] = TensorSide(
+                path, t.dtype.name, t.shape, ids[t.name], sizes_t, (None,) * len(ranges), read
+            )
+        files[path] = _content_key(layout.header, [ids[t.name] for t in layout.tensors])
+    return Side("working tree", tensors, files, readers)
+
+
+def file_diffs(a: Side, b: Side, tensors: list[TensorDiff], text: bool = True) -> list[FileDiff]:
+    """One record per file that differs; safetensors files summarise their tensors."""
+    per_file: dict[str, FileDiff] = {}
+    for t in tensors:
+        if not t.changed:
+            continue
+        for path in {t.file_a, t.file_b} - {None}:
+            fd = per_file.setdefault(path, FileDiff(path, "modified", "safetensors"))
+            fd.tensors_changed += 1
+            if path == (t.file_b or t.file_a):
+                fd.chunks_changed += t.chunks_changed
+                fd.bytes_changed += t.bytes_changed
+    out = []
+    for path in sorted(set(a.files) | set(b.files)):
+        in_a, in_b = path in a.files, path in b.files
+        if in_a and in_b and a.files[path] == b.files[path]:
+            continue
+        status = "added" if not in_a else "removed" if not in_b else "modified"
+        if path.endswith(".safetensors"):
+            fd = per_file.get(path, FileDiff(path, status, "safetensors"))
+            fd.status = status
+            out.append(fd)
+            continue
+        fd = FileDiff(path, status, "file")
+        if text:
+            fd.text = _text_diff(path, a.read_file.get(path), b.read_file.get(path), a.label, b.label)
+        out.append(fd)
+    return out
+
+
+def _text_diff(path: str, read_a, read_b, label_a: str, label_b: str) -> str:
+    old = read_a() if read_a else b""
+    new = read_b() if read_b else b""
+    if max(len(old), len(new)) > TEXT_DIFF_LIMIT:
+        return f"{path}: large file changed ({len(old)} → {len(new)} bytes)\n"
+    try:
+        old_text, new_text = old.decode("utf-8"), new.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"Binary files {label_a}:{path} and {label_b}:{path} differ\n"
+    lines = difflib.unified_diff(
+        old_text.splitlines(keepends=True),
+        new_text.splitlines(keepends=True),
+        fromfile=f"{label_a}:{path}",
+        tofile=f"{label_b}:{path}",
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)

@@ -1,0 +1,47 @@
+"""Per-layer / per-module aggregation of a diff, for the --by-layer view and the plot.
+
+A group's change is ‖Δ‖ over all its tensors (root of the summed squares) relative to
+‖A‖ over the same tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mgit.diff.layers import layer_of, module_of
+from mgit.diff.model import TensorDiff
+
+
+@dataclass
+class Group:
+    layer: int | None
+    module: str
+    tensors: int = 0
+    changed: int = 0
+    delta_sq: float = 0.0
+    a_sq: float = 0.0
+
+    @property
+    def delta_norm(self) -> float:
+        return math.sqrt(self.delta_sq)
+
+    @property
+    def relative_change(self) -> float | None:
+        return self.delta_norm / math.sqrt(self.a_sq) if self.a_sq > 0 else None
+
+
+def by_layer(tensors: list[TensorDiff]) -> list[Group]:
+    """Groups ordered by layer (non-layer groups first) then module."""
+    groups: dict[tuple[int, str], Group] = {}
+    for t in tensors:
+        layer = layer_of(t.name)
+        key = (-1 if layer is None else layer, module_of(t.name))
+        g = groups.setdefault(key, Group(layer, key[1]))
+        g.tensors += 1
+        g.changed += t.changed
+        if t.delta_norm is not None:
+            g.delta_sq += t.delta_norm**2
+        if t.norm_a is not None:
+            g.a_sq += t.norm_a**2
+    return [groups[k] for k in sorted(groups)]
