@@ -533,7 +533,15 @@ def diff(
                 "tensors": [_tensor_json(t) for t in result.tensors],
                 "files": [vars(f) for f in result.files],
                 "groups": [
-                    {**vars(g), "delta_norm": g.delta_norm, "relative_change": g.relative_change} for g in groups
+                    {
+                        "layer": g.layer,
+                        "module": g.module,
+                        "tensors": g.tensors,
+                        "changed": g.changed,
+                        "delta_norm": g.delta_norm,
+                        "relative_change": g.relative_change,
+                    }
+                    for g in groups
                 ],
             },
         )

@@ -6,11 +6,11 @@ A group's change is ‖Δ‖ over all its tensors (root of the summed squares) r
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mgit.diff.layers import layer_of, module_of
 from mgit.diff.model import TensorDiff
+from mgit.diff.numeric import Accumulator
 
 
 @dataclass
@@ -19,16 +19,15 @@ class Group:
     module: str
     tensors: int = 0
     changed: int = 0
-    delta_sq: float = 0.0
-    a_sq: float = 0.0
+    sums: Accumulator = field(default_factory=Accumulator)  # only ‖Δ‖² and ‖A‖² are used
 
     @property
     def delta_norm(self) -> float:
-        return math.sqrt(self.delta_sq)
+        return self.sums.delta_norm
 
     @property
     def relative_change(self) -> float | None:
-        return self.delta_norm / math.sqrt(self.a_sq) if self.a_sq > 0 else None
+        return self.sums.relative_change
 
 
 def by_layer(tensors: list[TensorDiff]) -> list[Group]:
@@ -41,7 +40,7 @@ def by_layer(tensors: list[TensorDiff]) -> list[Group]:
         g.tensors += 1
         g.changed += t.changed
         if t.delta_norm is not None:
-            g.delta_sq += t.delta_norm**2
+            g.sums.delta_sq += t.delta_norm**2
         if t.norm_a is not None:
-            g.a_sq += t.norm_a**2
+            g.sums.a_sq += t.norm_a**2
     return [groups[k] for k in sorted(groups)]
