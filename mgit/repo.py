@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from dulwich.repo import get_user_identity
 
 from mgit.diff.model import ModelDiff, compare_models
-from mgit.diff.sources import file_diffs, snapshot_side, worktree_side
+from mgit.diff.sources import Side, file_diffs, snapshot_side, worktree_side
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NotARepositoryError, RevisionError
 from mgit.graph.objects import MODE_FILE, CommitInfo, Graph
 from mgit.graph.refs import Refs, check_ref_name
@@ -436,13 +436,30 @@ class Repository:
         elif staged:
             side_b = snapshot_side(self.graph, self.store, self._index().snapshot(), "index", model_key)
         else:
-            side_b = worktree_side(self.root, walk(self.root), self.pool, side_a, model_key)
+            side_b = self._worktree_side(side_a, model_key)
         if model_key is not None and not any(m == model_key for m, _ in side_a.tensors | side_b.tensors):
             raise BadInputError(f"no model (safetensors files) in {model!r} on either side of the diff")
         tensors = compare_models(side_a.tensors, side_b.tensors, patterns, numeric, self.pool)
         if patterns and not tensors:
             raise BadInputError(f"no tensor matches {', '.join(map(repr, patterns))}")
         return ModelDiff(side_a.label, side_b.label, tensors, file_diffs(side_a, side_b, tensors), numeric)
+
+    def _worktree_side(self, like: Side, model: str | None) -> Side:
+        """The working tree; files the stat cache vouches for are read from the index
+        (their manifests), so only modified files are hashed."""
+        index = self._index()
+        files = walk(self.root)
+        clean = {
+            p: index.entries[p].entry for p, st in files.items() if p in index.entries and index.entries[p].matches(st)
+        }
+        vouched = snapshot_side(self.graph, self.store, clean, "working tree", model)
+        hashed = worktree_side(self.root, {p: st for p, st in files.items() if p not in clean}, self.pool, like, model)
+        return Side(
+            "working tree",
+            vouched.tensors | hashed.tensors,
+            vouched.files | hashed.files,
+            vouched.read_file | hashed.read_file,
+        )
 
     # -- maintenance --------------------------------------------------------------------
 

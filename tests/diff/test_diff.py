@@ -191,3 +191,22 @@ def test_non_float_and_sharded_working_tree(repo):
     bump(repo.root / "m.safetensors")
     (t,) = repo.diff().changed
     assert t.name == "ids" and math.isclose(t.delta_norm, math.sqrt(sum(i * i for i in range(100))), rel_tol=1e-12)
+
+
+def test_clean_working_tree_is_not_rehashed(repo, monkeypatch):
+    import time
+
+    import mgit.diff.sources as sources
+
+    write_model(repo.root / "model", llama_state_dict())
+    repo.add(["model"])
+    repo.commit("a")
+    time.sleep(2.1)  # past the racy window
+    repo.status()  # refresh the stat cache
+
+    def no_hashing(*args, **kwargs):
+        raise AssertionError("hashed a file the stat cache vouches for")
+
+    monkeypatch.setattr(sources, "scan_tensor_chunks", no_hashing)
+    result = repo.diff()
+    assert result.changed == [] and result.files == []
