@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgit.model.dtypes import DType
+from mgit.model.dtypes import DType, dot, to_float64
 
 
 @dataclass
@@ -31,13 +31,13 @@ class Accumulator:
         self.b_sq += sq
 
     def add_pair(self, a: bytes | memoryview, b: bytes | memoryview, dtype: DType) -> None:
-        x = _as_float64(a, dtype)
-        y = _as_float64(b, dtype)
+        x = to_float64(a, dtype)
+        y = to_float64(b, dtype)
         d = y - x
-        self.delta_sq += float(np.einsum("i,i->", d, d))
-        self.dot += float(np.einsum("i,i->", x, y))
-        self.a_sq += float(np.einsum("i,i->", x, x))
-        self.b_sq += float(np.einsum("i,i->", y, y))
+        self.delta_sq += dot(d, d)
+        self.dot += dot(x, y)
+        self.a_sq += dot(x, x)
+        self.b_sq += dot(y, y)
         if d.size:
             self.max_abs_delta = max(self.max_abs_delta, float(np.max(np.abs(d))))
 
@@ -54,13 +54,6 @@ class Accumulator:
     def cosine(self) -> float | None:
         denom = math.sqrt(self.a_sq) * math.sqrt(self.b_sq)
         return self.dot / denom if denom > 0 else None
-
-
-def _as_float64(raw: bytes | memoryview, dtype: DType) -> np.ndarray:
-    arr = np.frombuffer(raw, dtype=dtype.numpy)
-    if arr.dtype.kind == "c":
-        return np.abs(arr).astype(np.float64)  # complex: compare magnitudes
-    return arr.astype(np.float64)
 
 
 def numeric(dtype: DType) -> bool:

@@ -72,29 +72,40 @@ def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def to_float64(raw: bytes | memoryview, dtype: DType) -> np.ndarray:
+    """The chunk's numbers as float64 (exact for every dtype; complex numbers become
+    (real, imaginary) pairs). bf16 is widened by a bit shift: plain numpy loops that
+    release the GIL and run ~5x faster than a cast through ml_dtypes."""
+    if dtype.name == "BF16":
+        bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32)
+        bits <<= 16
+        return bits.view(np.float32).astype(np.float64)
+    arr = np.frombuffer(raw, dtype=dtype.numpy)
+    if arr.dtype.kind == "c":
+        return arr.astype(np.complex128).view(np.float64)
+    return arr.astype(np.float64)
+
+
+def dot(x: np.ndarray, y: np.ndarray) -> float:
+    # einsum's sum-of-products loop is single-threaded with a fixed order (unlike BLAS dot),
+    # so the same bytes always give the same last bit.
+    return float(np.einsum("i,i->", x, y))
+
+
 def chunk_stats(raw: memoryview | bytes, dtype: DType) -> tuple[float | None, float | None]:
     """(L2 norm, max |x|) of one chunk in float64; None where undefined or non-finite."""
     if dtype.numpy is None:
         return None, None
-    arr = np.frombuffer(raw, dtype=dtype.numpy)
-    if arr.size == 0:
+    x = to_float64(raw, dtype)
+    if x.size == 0:
         return 0.0, 0.0
-    x = np.abs(arr) if arr.dtype.kind == "c" else arr
-    x = x.astype(np.float64)
-    # einsum's sum-of-products loop is single-threaded with a fixed order (unlike BLAS dot).
-    l2 = math.sqrt(float(np.einsum("i,i->", x, x)))
     max_abs = max(float(x.max()), -float(x.min()))
-    return _finite_or_none(l2), _finite_or_none(max_abs)
+    return _finite_or_none(math.sqrt(dot(x, x))), _finite_or_none(max_abs)
 
 
 def delta_l2(raw: bytes | memoryview, base: bytes | memoryview, dtype: DType | None) -> float | None:
     """‖raw − base‖₂ as numbers of ``dtype``, in float64 (None where undefined)."""
     if dtype is None or dtype.numpy is None:
         return None
-    a = np.frombuffer(raw, dtype=dtype.numpy)
-    b = np.frombuffer(base, dtype=dtype.numpy)
-    if a.dtype.kind == "c":
-        d = np.abs(a.astype(np.complex128) - b.astype(np.complex128))
-    else:
-        d = a.astype(np.float64) - b.astype(np.float64)
-    return _finite_or_none(math.sqrt(float(np.einsum("i,i->", d, d))))
+    d = to_float64(raw, dtype) - to_float64(base, dtype)
+    return _finite_or_none(math.sqrt(dot(d, d)))

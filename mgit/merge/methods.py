@@ -1,0 +1,821 @@
+"""Merge methods: pure torch functions that compute ONE output tensor, in one registry.
+
+Every method takes the base tensor (or ``None``), the expert tensors and the parameters for one
+output tensor, and returns the merged tensor. Nothing here reads files or knows about models:
+the merge engine streams tensors through :func:`merge_tensor` one at a time.
+
+Conventions (all chosen so that results equal mergekit 0.1.5's, see ``tests/merge``):
+
+* **Parameters** carry mergekit's names (``weight``, ``density``, ``lambda``, ``normalize``,
+  ``rescale``, ``epsilon``, ``gamma``, ``t``, ``filter_wise``, ``scale``, ``int8_mask``) and its
+  defaults. A *global* parameter has one value; an *expert* parameter has one value per expert,
+  given either as a scalar (broadcast) or as a sequence with exactly one value per expert.
+  Per-tensor filters and per-layer gradients are resolved by the caller (the config layer) before
+  calling in here.
+* **Base.** Task-arithmetic-family methods, SLERP and Model Stock need a base; the expert
+  parameters then describe the experts only (mergekit's ``NON_BASE`` scope). ``linear`` and
+  ``passthrough`` have no base (mergekit ignores it: a base model named in a mergekit config is
+  merely one more input there, with its own weight); pass every input as an expert.
+* **dtypes** as mergekit's ``dtype`` / ``out_dtype``: all inputs are first converted to ``dtype``,
+  or, when it is ``None``, to the promotion of all input dtypes (``torch.promote_types``); the method
+  computes in that working dtype (with its own internal upcasts, documented per method) and the
+  result is cast to ``out_dtype`` when given. Only floating-point tensors are merged (mergekit copies
+  non-floating buffers instead of merging them; so must the caller).
+* **Randomness.** The random methods (``dare_*``, ``della*``) draw their keep-masks from an explicit
+  ``torch.Generator``; the draws are exactly those mergekit makes from torch's global generator,
+  so a generator seeded with ``s`` reproduces ``torch.manual_seed(s)`` + mergekit bit for bit
+  (experts drawn in order). A keep-mask per expert can also be injected (``masks=``), which skips
+  that expert's draw. :func:`seeded_generator` derives a per-tensor stream from a merge seed.
+
+Errors are :class:`mgit.errors.BadInputError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mgit.errors import BadInputError
+
+__all__ = [
+    "METHODS",
+    "REQUIRED",
+    "MergeMethod",
+    "Param",
+    "Sampling",
+    "Scope",
+    "dare_drop",
+    "dare_mask",
+    "dare_probabilities",
+    "della_mask",
+    "della_probabilities",
+    "della_prune",
+    "get_method",
+    "merge_tensor",
+    "method_names",
+    "rescale_l1",
+    "seeded_generator",
+    "sign_consensus",
+    "slerp",
+    "trim_magnitude",
+    "trim_outliers",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Parameters
+
+
+class _Required:
+    """Sentinel default of a parameter that must be given."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
+class Scope(enum.Enum):
+    """Along which axis a parameter takes values."""
+
+    GLOBAL = "global"  # one value for the output tensor
+    EXPERT = "expert"  # one value per expert (a scalar is broadcast)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter a method accepts: its mergekit name, type, scope and default."""
+
+    name: str
+    kind: type  # float or bool
+    scope: Scope
+    default: Any = REQUIRED
+    nullable: bool = False  # None is a valid value (mergekit's Optional[float])
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def coerce(self, value: Any, method: str) -> Any:
+        """Validate one value (numbers for floats, bools or 0/1 for bools), as mergekit's pydantic would."""
+        if value is None and self.nullable:
+            return None
+        if self.kind is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, numbers.Integral) and value in (0, 1):
+                return bool(value)
+            raise BadInputError(f"{method}: parameter {self.name} must be true or false, got {value!r}")
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return float(value)
+        raise BadInputError(f"{method}: parameter {self.name} must be a number, got {value!r}")
+
+
+def _global(name: str, kind: type, default: Any = REQUIRED, doc: str = "") -> Param:
+    return Param(name, kind, Scope.GLOBAL, default, doc=doc)
+
+
+def _expert(name: str, default: Any = REQUIRED, nullable: bool = False, doc: str = "") -> Param:
+    return Param(name, float, Scope.EXPERT, default, nullable=nullable, doc=doc)
+
+
+# --------------------------------------------------------------------------------------------
+# Randomness
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Where a random method gets its keep-masks: an injected mask for an expert, else the generator."""
+
+    generator: torch.Generator | None = None
+    masks: tuple[torch.Tensor | None, ...] | None = None
+    where: str = "merge"  # for error messages
+
+    def mask(self, expert: int) -> torch.Tensor | None:
+        return None if self.masks is None else self.masks[expert]
+
+    def draw(self, probabilities: torch.Tensor) -> torch.Tensor:
+        """Bernoulli draws with the given keep probabilities (same dtype and shape)."""
+        if self.generator is None:
+            raise BadInputError(f"{self.where}: is random and needs a seeded generator (or a mask for every expert)")
+        return torch.bernoulli(probabilities, generator=self.generator)
+
+
+def seeded_generator(seed: int, tensor_name: str | None = None, device: str | torch.device = "cpu") -> torch.Generator:
+    """A generator for one tensor of a random merge.
+
+    Without a name it is seeded with ``seed`` itself, so it draws exactly what mergekit draws after
+    ``torch.manual_seed(seed)``. With a name the seed is derived from (seed, name), giving every
+    tensor its own stream, so a merge is reproducible whatever order or parallelism it runs in.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise BadInputError(f"a merge seed must be a non-negative integer, got {seed!r}")
+    value = int(seed)
+    if tensor_name is not None:
+        digest = hashlib.blake2b(f"{value}\0{tensor_name}".encode(), digest_size=8).digest()
+        value = int.from_bytes(digest, "little") & (2**63 - 1)
+    return torch.Generator(device=device).manual_seed(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Sparsification of task vectors (deltas)
+
+_RESCALE_EPS = 1e-7
+
+
+def rescale_l1(delta: torch.Tensor, keep: torch.Tensor, rescale: bool) -> torch.Tensor:
+    """Apply a keep-mask; with ``rescale``, scale what is kept back to the delta's L1 norm.
+
+    mergekit's ``rescale`` matches the L1 norm (sum of |x| before over after, both summed in the
+    delta's dtype), not a factor 1/density: for DARE the two agree in expectation, but the L1 form is
+    what mergekit computes, also for TIES/breadcrumbs/DELLA when ``rescale`` is set. When either sum
+    is below 1e-7 the masked delta is returned unscaled.
+    """
+    kept = delta * keep
+    if not rescale:
+        return kept
+    before = delta.abs().sum()
+    after = kept.abs().sum()
+    if before < _RESCALE_EPS or after < _RESCALE_EPS:
+        return kept
+    return kept * (before / after)
+
+
+def _sampling_dtype(delta: torch.Tensor) -> torch.dtype:
+    """mergekit samples in bf16 for bf16 and otherwise in float32 on CPU (torch has no fp16 bernoulli
+    there; float64 is downcast too); on other devices in the delta's own dtype."""
+    if delta.device.type != "cpu" or delta.dtype == torch.bfloat16:
+        return delta.dtype
+    return torch.float32
+
+
+def trim_magnitude(delta: torch.Tensor, density: float, rescale: bool = False) -> torch.Tensor:
+    """TIES trim: keep the ``k = max(1, int(density * n))`` largest magnitudes, zero the rest.
+
+    Ranking uses ``torch.argsort(|delta| as float32, descending=True)`` like mergekit's CPU path,
+    so ties between equal magnitudes (common in bf16) are broken identically. density >= 1 returns
+    the delta untouched (no rescale); density <= 0 or an empty tensor gives zeros.
+    """
+    if density >= 1:
+        return delta
+    n = delta.numel()
+    if density <= 0 or n == 0:
+        return torch.zeros_like(delta)
+    k = max(1, int(density * n))
+    order = torch.argsort(delta.abs().reshape(-1).float(), descending=True)
+    keep = torch.zeros(n, dtype=delta.dtype, device=delta.device)
+    keep[order[:k]] = 1
+    return rescale_l1(delta, keep.reshape(delta.shape), rescale)
+
+
+def trim_outliers(delta: torch.Tensor, density: float, gamma: float, rescale: bool = False) -> torch.Tensor:
+    """Model Breadcrumbs: drop the ``int(gamma * n)`` largest magnitudes (outliers) and the smallest,
+    keeping ``int(density * n)`` values.
+
+    As in mergekit, the outlier cut shrinks when density + gamma > 1 (the smallest
+    ``max(0, n - kept - outliers)`` are dropped first, then ``kept`` values are taken upwards), and
+    the ranking is ``torch.sort(|delta| as float32)`` ascending. Deterministic; density >= 1 returns
+    the delta untouched.
+    """
+    if density >= 1:
+        return delta
+    n = delta.numel()
+    kept = int(density * n)
+    outliers = int(gamma * n)
+    dropped_low = max(0, n - kept - outliers)
+    order = torch.sort(delta.abs().reshape(-1).float()).indices
+    keep = torch.zeros(n, dtype=delta.dtype, device=delta.device)
+    keep[order[dropped_low : dropped_low + kept]] = 1
+    return rescale_l1(delta, keep.reshape(delta.shape), rescale)
+
+
+def dare_probabilities(delta: torch.Tensor, density: float) -> torch.Tensor:
+    """DARE's keep probabilities: ``density`` everywhere, filled in the sampling dtype, so in bf16 the
+    keep probability is density rounded to bf16 (mergekit does the same)."""
+    return torch.full_like(delta, density, dtype=_sampling_dtype(delta))
+
+
+def dare_mask(delta: torch.Tensor, density: float, sampling: Sampling) -> torch.Tensor:
+    """DARE's keep-mask: each element independently kept with probability ``density``."""
+    return sampling.draw(dare_probabilities(delta, density))
+
+
+def dare_drop(
+    delta: torch.Tensor, density: float, rescale: bool, sampling: Sampling, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """DARE: drop delta elements at random (keep probability ``density``) and optionally rescale
+    (L1, see :func:`rescale_l1`). Computed in the sampling dtype and returned in the delta's dtype.
+    density >= 1 returns the delta untouched and draws nothing; density <= 0 still draws (as mergekit)."""
+    if density >= 1:
+        return delta
+    work = _sampling_dtype(delta)
+    keep = dare_mask(delta, density, sampling) if mask is None else mask.to(device=delta.device, dtype=work)
+    return rescale_l1(delta.to(work), keep, rescale).to(delta.dtype)
+
+
+def _della_rows(delta: torch.Tensor, method: str) -> torch.Tensor:
+    """DELLA ranks along dim 1; mergekit views a 1-D tensor as one row and cannot rank fewer than 2
+    elements per row (it fails), so neither do we."""
+    rows = delta.unsqueeze(0) if delta.dim() < 2 else delta
+    if delta.dim() == 0 or rows.shape[1] < 2:
+        raise BadInputError(
+            f"{method}: cannot rank magnitudes of a tensor of shape {tuple(delta.shape)} "
+            "(needs at least 2 elements along dimension 1; mergekit fails on it too)"
+        )
+    return rows
+
+
+def della_probabilities(delta: torch.Tensor, density: float, epsilon: float, method: str = "della") -> torch.Tensor:
+    """DELLA's MagPrune keep probabilities: rising linearly with the magnitude rank.
+
+    Per row (dim 1; a 1-D tensor is one row) ranks r = 1..n of |delta| (``argsort`` of ``argsort``,
+    ties broken by torch's argsort as in mergekit) are normalised to [0, 1] and mapped to
+    p = (density - epsilon) + r_norm * 2 * epsilon, so the mean keep rate is density. Ranks are held
+    in the sampling dtype, hence rounded in bf16 (as mergekit does). The result has the row shape.
+    """
+    rows = _della_rows(delta, method)
+    ranks = torch.argsort(rows.abs(), dim=1).argsort(dim=1).to(_sampling_dtype(delta)) + 1
+    lowest = ranks.min(dim=1, keepdim=True).values
+    highest = ranks.max(dim=1, keepdim=True).values
+    normalised = ((ranks - lowest) / (highest - lowest)).clamp(0, 1)
+    return (density - epsilon) + normalised * 2 * epsilon
+
+
+def della_mask(
+    delta: torch.Tensor, density: float, epsilon: float, sampling: Sampling, method: str = "della"
+) -> torch.Tensor:
+    """DELLA's keep-mask: one Bernoulli draw per element with :func:`della_probabilities`."""
+    return sampling.draw(della_probabilities(delta, density, epsilon, method))
+
+
+def della_prune(
+    delta: torch.Tensor,
+    density: float,
+    epsilon: float,
+    rescale: bool,
+    sampling: Sampling,
+    mask: torch.Tensor | None = None,
+    method: str = "della",
+) -> torch.Tensor:
+    """DELLA (MagPrune): drop at random, large magnitudes less likely, then optionally rescale (L1).
+
+    density >= 1 returns the delta, density <= 0 zeros (no draws); otherwise density +/- epsilon must
+    lie strictly inside (0, 1), as mergekit requires.
+    """
+    if density >= 1:
+        return delta
+    if density <= 0:
+        return torch.zeros_like(delta)
+    if density + epsilon >= 1 or density - epsilon <= 0:
+        raise BadInputError(
+            f"{method}: epsilon must keep density +/- epsilon inside (0, 1); got density={density}, epsilon={epsilon}"
+        )
+    work = _sampling_dtype(delta)
+    rows = _della_rows(delta, method)
+    if mask is None:
+        keep = della_mask(delta, density, epsilon, sampling, method)
+    else:
+        keep = mask.to(device=delta.device, dtype=work).reshape(rows.shape)
+    return rescale_l1(rows.to(work), keep, rescale).to(delta.dtype).reshape(delta.shape)
+
+
+def sign_consensus(weighted: torch.Tensor) -> torch.Tensor:
+    """TIES sign election over the stacked weighted deltas ``[K, ...]``.
+
+    The elected sign is that of the summed mass (sum over experts, ties -> +); an expert element
+    counts only if its sign equals it (zeros never count). ``int8_mask`` in mergekit only changes
+    the dtype of this comparison, not its result.
+    """
+    elected = torch.where(weighted.sum(dim=0) >= 0, 1, -1).to(weighted.dtype)
+    return weighted.sign() == elected
+
+
+# --------------------------------------------------------------------------------------------
+# The methods. Each receives tensors already in the working dtype and fully resolved parameters.
+
+MergeFn = Callable[[torch.Tensor | None, list[torch.Tensor], Mapping[str, Any], Sampling], torch.Tensor]
+Sparsifier = Callable[[torch.Tensor, int, Mapping[str, Any], Sampling, str], torch.Tensor]
+
+
+def _sparsify_magnitude(delta: torch.Tensor, k: int, p: Mapping[str, Any], s: Sampling, m: str) -> torch.Tensor:
+    return trim_magnitude(delta, p["density"][k], p["rescale"])
+
+
+def _sparsify_outliers(delta: torch.Tensor, k: int, p: Mapping[str, Any], s: Sampling, m: str) -> torch.Tensor:
+    return trim_outliers(delta, p["density"][k], p["gamma"][k], p["rescale"])
+
+
+def _sparsify_random(delta: torch.Tensor, k: int, p: Mapping[str, Any], s: Sampling, m: str) -> torch.Tensor:
+    return dare_drop(delta, p["density"][k], p["rescale"], s, s.mask(k))
+
+
+def _sparsify_della(delta: torch.Tensor, k: int, p: Mapping[str, Any], s: Sampling, m: str) -> torch.Tensor:
+    return della_prune(delta, p["density"][k], p["epsilon"][k], p["rescale"], s, s.mask(k), m)
+
+
+def _task_arithmetic_family(name: str, sparsify: Sparsifier | None, consensus: bool) -> MergeFn:
+    """Build one member of the generalized task arithmetic family (mergekit's
+    ``GeneralizedTaskArithmeticMerge``): base + lambda * combine(weight_k * sparsify(expert_k - base)).
+
+    Steps, all in the working dtype:
+      1. delta_k = expert_k - base, sparsified per expert (trim / breadcrumbs / DARE / DELLA);
+      2. multiplied by weight_k, the weights first rounded to the working dtype (bf16 in a bf16 merge);
+      3. combined: without consensus the sum over experts; with consensus (TIES sign election) the
+         sum of the elements whose sign agrees with the elected one;
+      4. ``normalize`` divides by the sum of weights (with consensus: per element, of the agreeing
+         experts' weights; a zero divisor becomes 1; without consensus a |sum| < 1e-8 becomes 1);
+      5. multiplied by ``lambda`` (only when lambda != 1) and added to the base.
+    With no experts the base is returned.
+    """
+
+    def merge(
+        base: torch.Tensor | None, experts: list[torch.Tensor], p: Mapping[str, Any], s: Sampling
+    ) -> torch.Tensor:
+        assert base is not None
+        if not experts:
+            return base
+        deltas = []
+        for k, expert in enumerate(experts):
+            delta = expert - base
+            if sparsify is not None:
+                delta = sparsify(delta, k, p, s, name)
+            deltas.append(delta.to(base.dtype))
+        stacked = torch.stack(deltas)
+        weights = torch.tensor(p["weight"], dtype=stacked.dtype, device=stacked.device)
+        weights = weights.reshape((len(experts),) + (1,) * base.dim())
+        stacked.mul_(weights)
+        if consensus:
+            agree = sign_consensus(stacked)
+            mixed = (stacked * agree).sum(dim=0)
+            if p["normalize"]:
+                divisor = (weights * agree).sum(dim=0)
+                divisor[divisor == 0] = 1
+                mixed /= divisor
+        else:
+            mixed = stacked.sum(dim=0)
+            if p["normalize"]:
+                divisor = weights.sum(dim=0)
+                divisor[divisor.abs() < 1e-8] = 1
+                mixed /= divisor
+        if p["lambda"] != 1:
+            mixed *= p["lambda"]
+        return (base + mixed).to(base.dtype)
+
+    merge.__name__ = merge.__qualname__ = f"merge_{name}"
+    merge.__doc__ = _task_arithmetic_family.__doc__
+    return merge
+
+
+def _linear(base: torch.Tensor | None, experts: list[torch.Tensor], p: Mapping[str, Any], s: Sampling) -> torch.Tensor:
+    """Weighted average sum_k w_k x_k (divided by sum_k w_k when ``normalize``, the default).
+
+    As mergekit: accumulated in float32 (float64 for float64 inputs) with one ``addcmul`` per input
+    in input order, the weights rounded to that accumulation dtype, then cast back to the working
+    dtype. Deviation: mergekit silently divides by a zero weight sum (inf/NaN); we refuse.
+    """
+    first = experts[0]
+    acc_dtype = torch.float64 if first.dtype == torch.float64 else torch.float32
+    # Shapes [1, ...] mirror mergekit's batch layout so the same kernels (and roundings) apply.
+    weights = torch.tensor([p["weight"]], dtype=acc_dtype, device=first.device)
+    column = (1,) * (first.dim() + 1)
+    acc = torch.zeros((1, *first.shape), dtype=acc_dtype, device=first.device)
+    for k, tensor in enumerate(experts):
+        acc.addcmul_(tensor.unsqueeze(0), weights[:, k].reshape(column))
+    if p["normalize"]:
+        total = weights.sum(dim=1)
+        if bool((total == 0).any()):
+            raise BadInputError("linear: the weights sum to 0, cannot normalize (set normalize: false)")
+        acc.div_(total.reshape(column))
+    return acc[0].to(first.dtype)
+
+
+_SLERP_CHUNK = 1024 * 1024  # elements per chunk, as mergekit: bounds float32 scratch and fixes reduction order
+_SLERP_DOT_THRESHOLD = 0.9995
+_SLERP_NORM_EPS = 1e-8
+
+
+def slerp(t: float, v0: torch.Tensor, v1: torch.Tensor) -> torch.Tensor:
+    """Spherical interpolation between whole tensors v0 (t = 0) and v1 (t = 1).
+
+    Follows mergekit's ``slerp`` exactly: computed in float32 (float64 for float64 v0) over the
+    flattened tensors; each norm is the norm of per-chunk norms (chunks of 2**20 elements); the
+    cosine is the sum of per-chunk dot products of the *normalised* vectors (a norm <= 1e-8 is
+    replaced by 1), clamped to [-1, 1]. When |cos| > 0.9995 (nearly colinear or antipodal) it falls
+    back to linear interpolation (1 - t) v0 + t v1; otherwise
+    sin((1 - t) theta) / sin(theta) v0 + sin(t theta) / sin(theta) v1 on the un-normalised inputs.
+    The result has v0's dtype.
+    """
+    work = torch.float64 if v0.dtype == torch.float64 else torch.float32
+    a = v0.reshape(1, -1)
+    b = v1.reshape(1, -1)
+    tt = torch.tensor([t], dtype=work, device=v0.device).reshape(-1, 1)
+    n = a.shape[1]
+    if n == 0:
+        return ((1 - tt) * a + tt * b).reshape(v0.shape).to(v0.dtype)
+    chunks = [slice(start, start + _SLERP_CHUNK) for start in range(0, n, _SLERP_CHUNK)]
+
+    def norm(x: torch.Tensor) -> torch.Tensor:
+        parts = [torch.linalg.vector_norm(x[:, c].to(work), dim=1, keepdim=True) for c in chunks]
+        value = torch.linalg.vector_norm(torch.stack(parts), dim=0)
+        return torch.where(value > _SLERP_NORM_EPS, value, 1)
+
+    norm_a, norm_b = norm(a), norm(b)
+    dots = [((a[:, c].to(work) / norm_a) * (b[:, c].to(work) / norm_b)).sum(dim=1, keepdim=True) for c in chunks]
+    cos = torch.stack(dots).sum(dim=0).clamp(-1, 1)
+    colinear = cos.abs() > _SLERP_DOT_THRESHOLD
+    theta = torch.acos(torch.where(colinear, 0, cos))
+    sin_theta = torch.sin(theta)
+    coef_a = torch.where(colinear, 1 - tt, torch.sin((1 - tt) * theta) / sin_theta)
+    coef_b = torch.where(colinear, tt, torch.sin(tt * theta) / sin_theta)
+    out = torch.empty_like(a)
+    for c in chunks:
+        out[:, c] = coef_a * a[:, c].to(work) + coef_b * b[:, c].to(work)
+    return out.reshape(v0.shape)
+
+
+def _slerp(base: torch.Tensor | None, experts: list[torch.Tensor], p: Mapping[str, Any], s: Sampling) -> torch.Tensor:
+    """SLERP from the base (t = 0) to the single expert (t = 1); see :func:`slerp`."""
+    assert base is not None
+    return slerp(p["t"], base, experts[0])
+
+
+def _model_stock(
+    base: torch.Tensor | None, experts: list[torch.Tensor], p: Mapping[str, Any], s: Sampling
+) -> torch.Tensor:
+    """Model Stock: move from the base towards the experts' average by t = k cos / (1 + (k - 1) cos).
+
+    cos is the mean, over all expert pairs, of the cosine between their offsets from the base
+    (norm product clamped below at 1e-6, cosine clamped to [-1, 1]); over the whole flattened tensor,
+    or with ``filter_wise`` per row along the last dimension (a 1-D tensor is one row). Where
+    |1 + (k - 1) cos| < 1e-6 the base is kept (t = 0). Everything in the working dtype, as mergekit.
+    """
+    assert base is not None
+    w0, ws = base, list(experts)
+    if p["filter_wise"]:
+        if w0.dim() == 1:
+            w0, ws = w0.unsqueeze(0), [w.unsqueeze(0) for w in ws]
+    else:
+        w0, ws = w0.reshape(-1), [w.reshape(-1) for w in ws]
+    offsets = [w - w0 for w in ws]
+    cosines = []
+    for i, first in enumerate(offsets):
+        for second in offsets[i + 1 :]:
+            norms = torch.norm(first, dim=-1) * torch.norm(second, dim=-1)
+            cosines.append(((first * second).sum(dim=-1) / norms.clamp(min=1e-6)).clamp(-1, 1))
+    cos = torch.stack(cosines).mean(dim=0).unsqueeze(-1)
+    k = len(ws)
+    denominator = 1 + (k - 1) * cos
+    singular = denominator.abs() < 1e-6
+    ratio = (k * cos) / torch.where(singular, torch.ones_like(denominator), denominator)
+    t = torch.where(singular, torch.zeros_like(cos), ratio)
+    average = sum(ws) / k  # left-to-right sum, as mergekit's Python sum()
+    return (t * average + (1 - t) * w0).reshape(base.shape)
+
+
+def _passthrough(
+    base: torch.Tensor | None, experts: list[torch.Tensor], p: Mapping[str, Any], s: Sampling
+) -> torch.Tensor:
+    """The single input, multiplied by ``scale`` when given (the result may alias the input)."""
+    (tensor,) = experts
+    scale = p["scale"][0]
+    return tensor if scale is None else tensor * scale
+
+
+# --------------------------------------------------------------------------------------------
+# Registry
+
+
+@dataclass(frozen=True)
+class MergeMethod:
+    """A named merge method: its function, accepted parameters and input contract."""
+
+    name: str
+    fn: MergeFn
+    params: tuple[Param, ...]
+    needs_base: bool
+    min_experts: int
+    max_experts: int | None
+    random: bool
+    summary: str
+
+    def param(self, name: str) -> Param:
+        for param in self.params:
+            if param.name == name:
+                return param
+        raise BadInputError(f"{self.name}: unknown parameter {name!r} (accepted: {self._accepted()})")
+
+    def _accepted(self) -> str:
+        return ", ".join(p.name for p in self.params) or "none"
+
+    def resolve(self, params: Mapping[str, Any] | None, n_experts: int) -> dict[str, Any]:
+        """Check names, fill defaults, broadcast expert parameters to tuples of ``n_experts`` values."""
+        given = dict(params or {})
+        unknown = sorted(set(given) - {p.name for p in self.params})
+        if unknown:
+            raise BadInputError(
+                f"{self.name}: unknown parameter(s) {', '.join(unknown)} (accepted: {self._accepted()})"
+            )
+        resolved: dict[str, Any] = {}
+        for param in self.params:
+            if param.name in given:
+                value = given[param.name]
+            elif param.scope is Scope.EXPERT and n_experts == 0:
+                value = ()
+            elif param.required:
+                raise BadInputError(f"{self.name}: missing required parameter {param.name}")
+            else:
+                value = param.default
+            if param.scope is Scope.GLOBAL:
+                resolved[param.name] = param.coerce(value, self.name)
+                continue
+            if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+                if len(value) != n_experts:
+                    raise BadInputError(f"{self.name}: {len(value)} values of {param.name} for {n_experts} expert(s)")
+                values = list(value)
+            elif isinstance(value, torch.Tensor) and value.dim() > 0:
+                raise BadInputError(f"{self.name}: give {param.name} as a number or a list, not a tensor")
+            else:
+                values = [value] * n_experts
+            resolved[param.name] = tuple(param.coerce(v, self.name) for v in values)
+        return resolved
+
+    def __call__(
+        self,
+        base: torch.Tensor | None,
+        experts: Sequence[torch.Tensor],
+        params: Mapping[str, Any] | None = None,
+        *,
+        dtype: torch.dtype | None = None,
+        out_dtype: torch.dtype | None = None,
+        generator: torch.Generator | None = None,
+        masks: Sequence[torch.Tensor | None] | None = None,
+        name: str | None = None,
+    ) -> torch.Tensor:
+        """Merge one output tensor. See :func:`merge_tensor`."""
+        where = f"{self.name}{f' ({name})' if name else ''}"
+        if isinstance(experts, torch.Tensor) or not isinstance(experts, Sequence):
+            raise BadInputError(f"{where}: experts must be a list of tensors")
+        experts = list(experts)
+        count = len(experts)
+        if count < self.min_experts or (self.max_experts is not None and count > self.max_experts):
+            if self.max_experts == self.min_experts:
+                expected = f"exactly {self.min_experts}"
+            elif self.max_experts is None:
+                expected = f"at least {self.min_experts}"
+            else:
+                expected = f"{self.min_experts} to {self.max_experts}"
+            raise BadInputError(f"{where}: needs {expected} expert tensor(s), got {count}")
+        if self.needs_base and base is None:
+            raise BadInputError(f"{where}: needs a base tensor")
+        if not self.needs_base and base is not None:
+            raise BadInputError(
+                f"{where}: takes no base; pass the base as one more input (with its own weight) if it should count"
+            )
+        inputs = ([base] if base is not None else []) + experts
+        _check_tensors(where, inputs)
+        for label, value in (("dtype", dtype), ("out_dtype", out_dtype)):
+            if value is not None and (not isinstance(value, torch.dtype) or not value.is_floating_point):
+                raise BadInputError(f"{where}: {label} must be a floating-point torch dtype, got {value!r}")
+        resolved = self.resolve(params, count)
+        sampling = self._sampling(where, generator, masks, inputs[0], count)
+
+        work = dtype or _promoted(inputs)
+        aligned_base = base.to(dtype=work) if base is not None else None
+        aligned = [expert.to(dtype=work) for expert in experts]
+        result = self.fn(aligned_base, aligned, resolved, sampling)
+        if result.shape != inputs[0].shape:  # pragma: no cover - a bug in a method
+            raise AssertionError(f"{where}: produced shape {tuple(result.shape)}")
+        return result.to(dtype=out_dtype) if out_dtype is not None else result
+
+    def _sampling(
+        self,
+        where: str,
+        generator: torch.Generator | None,
+        masks: Sequence[torch.Tensor | None] | None,
+        like: torch.Tensor,
+        count: int,
+    ) -> Sampling:
+        if not self.random:
+            if masks is not None:
+                raise BadInputError(f"{where}: is deterministic and takes no masks")
+            return Sampling()
+        if masks is not None:
+            if isinstance(masks, torch.Tensor) or len(masks) != count:
+                raise BadInputError(f"{where}: give one mask (or None) per expert, {count} in all")
+            for mask in masks:
+                if mask is not None and (not isinstance(mask, torch.Tensor) or mask.shape != like.shape):
+                    raise BadInputError(f"{where}: a mask must be a tensor of shape {tuple(like.shape)}")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise BadInputError(f"{where}: generator must be a torch.Generator")
+        # A missing generator is reported when a draw is needed: experts with density >= 1 draw nothing.
+        return Sampling(generator, tuple(masks) if masks is not None else None, where)
+
+
+def _check_tensors(where: str, tensors: list[torch.Tensor]) -> None:
+    for tensor in tensors:
+        if not isinstance(tensor, torch.Tensor):
+            raise BadInputError(f"{where}: inputs must be torch tensors, got {type(tensor).__name__}")
+        if not tensor.is_floating_point():
+            raise BadInputError(f"{where}: only floating-point tensors are merged, got {tensor.dtype}")
+    first = tensors[0]
+    if any(t.shape != first.shape for t in tensors[1:]):
+        shapes = ", ".join(str(tuple(t.shape)) for t in tensors)
+        raise BadInputError(f"{where}: tensor shapes differ: {shapes}")
+    if any(t.device != first.device for t in tensors[1:]):
+        raise BadInputError(f"{where}: tensors are on different devices")
+
+
+def _promoted(tensors: list[torch.Tensor]) -> torch.dtype:
+    dtype = tensors[0].dtype
+    for tensor in tensors[1:]:
+        dtype = torch.promote_types(dtype, tensor.dtype)
+    return dtype
+
+
+def _gta_params(normalize: bool, rescale: bool, extra: tuple[Param, ...] = ()) -> tuple[Param, ...]:
+    return (
+        _global("int8_mask", bool, False, "mergekit: dtype of the sign mask only; no effect on the result"),
+        _global("normalize", bool, normalize, "divide by the sum of (agreeing) weights"),
+        _global("rescale", bool, rescale, "rescale sparsified deltas to their L1 norm"),
+        _global("lambda", float, 1.0, "scale of the combined delta"),
+        _expert("weight", doc="weight of each expert's delta"),
+        _expert("density", 1.0, doc="fraction of each delta kept"),
+        *extra,
+    )
+
+
+_GAMMA = _expert("gamma", 0.01, doc="fraction of largest-magnitude outliers dropped (breadcrumbs)")
+_EPSILON = _expert("epsilon", 0.15, doc="spread of DELLA's keep probabilities around density")
+
+
+def _gta(
+    name: str,
+    sparsify: Sparsifier | None,
+    consensus: bool,
+    normalize: bool,
+    rescale: bool,
+    summary: str,
+    extra: tuple[Param, ...] = (),
+) -> MergeMethod:
+    return MergeMethod(
+        name=name,
+        fn=_task_arithmetic_family(name, sparsify, consensus),
+        params=_gta_params(normalize, rescale, extra),
+        needs_base=True,
+        min_experts=0,
+        max_experts=None,
+        random=sparsify in (_sparsify_random, _sparsify_della),
+        summary=summary,
+    )
+
+
+METHODS: dict[str, MergeMethod] = {
+    m.name: m
+    for m in (
+        MergeMethod(
+            name="linear",
+            fn=_linear,
+            params=(_expert("weight", doc="weight of each input"), _global("normalize", bool, True)),
+            needs_base=False,
+            min_experts=1,
+            max_experts=None,
+            random=False,
+            summary="weighted average of the inputs",
+        ),
+        _gta("task_arithmetic", None, False, False, False, "base + lambda * sum of weighted deltas"),
+        _gta(
+            "ties", _sparsify_magnitude, True, True, False, "trim to top-density magnitudes, elect sign, disjoint mean"
+        ),
+        _gta("dare_linear", _sparsify_random, False, False, True, "random drop (keep density) + rescale, weighted sum"),
+        _gta("dare_ties", _sparsify_random, True, False, True, "random drop + rescale, then TIES sign election"),
+        _gta("breadcrumbs", _sparsify_outliers, False, False, False, "drop outliers and small deltas", (_GAMMA,)),
+        _gta(
+            "breadcrumbs_ties",
+            _sparsify_outliers,
+            True,
+            False,
+            False,
+            "breadcrumbs, then TIES sign election",
+            (_GAMMA,),
+        ),
+        _gta("della", _sparsify_della, True, True, True, "magnitude-ranked random drop, TIES election", (_EPSILON,)),
+        _gta("della_linear", _sparsify_della, False, False, True, "magnitude-ranked random drop", (_EPSILON,)),
+        MergeMethod(
+            name="slerp",
+            fn=_slerp,
+            params=(_global("t", float, doc="0 = base, 1 = the expert"),),
+            needs_base=True,
+            min_experts=1,
+            max_experts=1,
+            random=False,
+            summary="spherical interpolation between base and one expert",
+        ),
+        MergeMethod(
+            name="model_stock",
+            fn=_model_stock,
+            params=(_global("filter_wise", bool, False, "one ratio per row instead of per tensor"),),
+            needs_base=True,
+            min_experts=2,
+            max_experts=None,
+            random=False,
+            summary="move towards the experts' mean by a ratio from their pairwise angles",
+        ),
+        MergeMethod(
+            name="passthrough",
+            fn=_passthrough,
+            params=(_expert("scale", None, nullable=True, doc="optional factor"),),
+            needs_base=False,
+            min_experts=1,
+            max_experts=1,
+            random=False,
+            summary="the single input, optionally scaled",
+        ),
+    )
+}
+
+
+def method_names() -> list[str]:
+    return sorted(METHODS)
+
+
+def get_method(name: str) -> MergeMethod:
+    try:
+        return METHODS[name]
+    except (KeyError, TypeError):
+        raise BadInputError(f"unknown merge method {name!r} (known: {', '.join(method_names())})") from None
+
+
+def merge_tensor(
+    method: str | MergeMethod,
+    base: torch.Tensor | None,
+    experts: Sequence[torch.Tensor],
+    params: Mapping[str, Any] | None = None,
+    *,
+    dtype: torch.dtype | None = None,
+    out_dtype: torch.dtype | None = None,
+    generator: torch.Generator | None = None,
+    masks: Sequence[torch.Tensor | None] | None = None,
+    name: str | None = None,
+) -> torch.Tensor:
+    """Merge one output tensor with the named method.
+
+    ``base``: the base tensor, or None for methods without a base (linear, passthrough).
+    ``experts``: the other inputs, in order; expert parameters are given in the same order.
+    ``params``: mergekit-named parameters; expert parameters as a scalar or one value per expert.
+    ``dtype``/``out_dtype``: as mergekit (working dtype, default the promotion of the inputs; cast of
+    the result). ``generator``: needed by random methods for every expert they sample (density < 1)
+    that has no injected keep-mask in ``masks`` (same shape as the tensors, 1 = keep). ``name``: for error messages.
+    Inputs are never modified; the result may alias an input (passthrough, or a single-input no-op).
+    """
+    resolved = method if isinstance(method, MergeMethod) else get_method(method)
+    return resolved(
+        base, experts, params, dtype=dtype, out_dtype=out_dtype, generator=generator, masks=masks, name=name
+    )
