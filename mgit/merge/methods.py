@@ -28,6 +28,16 @@ Conventions (all chosen so that results equal mergekit 0.1.5's, see ``tests/merg
   that expert's draw. :func:`seeded_generator` derives a per-tensor stream from a merge seed.
 
 Errors are :class:`mgit.errors.BadInputError` with a one-line message.
+
+Where mgit departs from mergekit (all on inputs mergekit mishandles or on paths it does not take):
+a ``linear`` weight sum of 0 with ``normalize`` is refused (mergekit returns inf/NaN); DELLA on a
+tensor with fewer than 2 elements per row is refused with a clear message (mergekit fails with an
+IndexError or a bernoulli RuntimeError); a base given to ``linear``/``passthrough`` is refused rather
+than being merged as an input. Magnitude ranking always upcasts to float32, i.e. mergekit's CPU path
+(on an accelerator mergekit sorts in the native dtype). SLERP reduces in chunks of 2**20 elements as
+mergekit does for one tensor at a time (``merge_tensors``, ``mergekit-yaml``); mergekit's
+``merge_state_dicts`` batches B same-shaped tensors and then uses chunks of 2**20 // B, which can
+change the last bits of tensors above that size.
 """
 
 from __future__ import annotations
