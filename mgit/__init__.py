@@ -2,6 +2,6 @@
 
 from mgit.errors import MgitError
 from mgit.repo import Repository
+from mgit.version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["MgitError", "Repository", "__version__"]

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from collections.abc import Iterable, Iterator, Mapping
+import secrets
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dulwich.repo import get_user_identity
 
@@ -27,6 +28,10 @@ from mgit.lock import RepoLock
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
 from mgit.maintenance.fsck import check_repository
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
+from mgit.merge.engine import MergeSpec, execute
+from mgit.merge.methods import get_method
+from mgit.merge.plan import MergePlan, plan_merge
+from mgit.merge.record import PLAN_ENTRY, MergeSetup, plan_record
 from mgit.model.dtypes import lookup
 from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.ingest import Ingestor
@@ -36,6 +41,7 @@ from mgit.parallel import make_pool, ordered_map
 from mgit.progress import byte_progress
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.gc import consolidate
+from mgit.version import __version__
 from mgit.worktree.index import Index, IndexEntry
 from mgit.worktree.scan import Ignorer, walk
 from mgit.worktree.status import Status, compare_snapshots, working_matches, worktree_changes
@@ -411,6 +417,106 @@ class Repository:
             files.append(FileInfo(path, entry.kind, ntensors, logical, stored_bytes))
             total_logical += logical
         return ShowInfo(info, files, total_logical, total_stored)
+
+    # -- merge --------------------------------------------------------------------------
+
+    def merge(
+        self,
+        experts: Sequence[str],
+        method: str,
+        base: str | None = None,
+        *,
+        branch: str | None = None,
+        message: str | None = None,
+        seed: int | None = None,
+        dtype: str | None = None,
+        out_dtype: str | None = None,
+        model: str | None = None,
+        allow_missing: bool = False,
+        **params: Any,
+    ) -> str:
+        """Merge expert revisions into ``base`` (default HEAD) as a commit with parents
+        [base, *experts] holding the merged model and its plan; returns the commit id.
+
+        On HEAD the current branch advances; on another base ``branch`` is required and
+        created. Either way the working tree then holds the merged model. Parameters are
+        mergekit's (weight, density, lambda, normalize, rescale, epsilon, gamma, t, ...).
+        """
+        plan, setup = self.merge_plan(experts, method, base, model=model, allow_missing=allow_missing, **params)
+        spec = MergeSpec(setup.method, setup.params, secrets.randbits(31) if seed is None else seed, dtype, out_dtype)
+        on_head = setup.base_commit == self.refs.head() and base in (None, "HEAD", self.refs.current_branch())
+        if not on_head and not branch:
+            raise BadInputError("merging into a base other than HEAD needs -b NAME for the new branch")
+        if branch is not None:
+            check_ref_name(branch, "branch")
+            if branch in self.refs.branches():
+                raise BadInputError(f"branch {branch!r} already exists")
+        with self._writing():
+            self._refuse_dirty("merge")
+            base_snap = setup.base_snap
+            bar_total = sum(tp.base.nbytes for tp in plan.tensors)
+            with byte_progress("merge", bar_total) as bar:
+                ingestor = Ingestor(self.graph, self.store, self.pool, bar, self._parent_lookup(base_snap))
+                run = execute(plan, spec, ingestor, self.store, self.pool, base_snap, bar)
+            merged = dict(base_snap) | run.files
+            record = plan_record(plan, spec, setup, run, __version__)
+            extra = self._stats_root(run.stats) + [(PLAN_ENTRY, MODE_FILE, self.graph.put_blob(_canonical(record)))]
+            self.store.seal()
+            tree = write_snapshot(self.graph, merged, extra)
+            text = message or f"merge {', '.join(experts)} into {base or 'HEAD'} ({method})"
+            who = self.identity()
+            parents = [setup.base_commit, *setup.expert_commits]
+            commit = self.graph.put_commit(tree, parents, text, who, who)
+            if on_head and branch is None:
+                index = self._index()
+                self._write_files(
+                    index, {p: e for p, e in merged.items() if base_snap.get(p) != e}, CheckoutResult(None)
+                )
+                index.save()
+                self.refs.advance_head(setup.base_commit, commit, f"merge: {text.splitlines()[0]}")
+            else:
+                self.refs.create_branch(branch, commit)
+                self._switch(branch, None, force=False)
+            return commit
+
+    def merge_plan(
+        self,
+        experts: Sequence[str],
+        method: str,
+        base: str | None = None,
+        *,
+        model: str | None = None,
+        allow_missing: bool = False,
+        **params: Any,
+    ) -> tuple[MergePlan, MergeSetup]:
+        """What a merge would read, from manifests alone (``mgit merge --dry-run``)."""
+        if not experts:
+            raise BadInputError("name at least one expert revision to merge")
+        chosen = get_method(method)
+        resolved = chosen.resolve(params, len(experts))
+        base_commit = self.refs.resolve(base or "HEAD")
+        base_snap = self.snapshot(base_commit)
+        expert_commits = [self.refs.resolve(e) for e in experts]
+        model_dir, _ = self._pick_model(base_snap, model)
+        snaps = [self.snapshot(c) for c in expert_commits]
+        plan = plan_merge(self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing)
+        setup = MergeSetup(chosen, resolved, base_commit, expert_commits, list(experts), base_snap)
+        return plan, setup
+
+    def merge_record(self, rev: str = "HEAD") -> dict | None:
+        """The plan recorded in a merge commit (None for other commits)."""
+        for name, _, oid in self.graph.tree(self.graph.commit(self.refs.resolve(rev)).tree):
+            if name == PLAN_ENTRY:
+                return json.loads(self.graph.blob(oid))
+        return None
+
+    def _refuse_dirty(self, what: str) -> None:
+        status = self.status()
+        dirty = [f.path for f in status.staged + status.unstaged]
+        if dirty:
+            raise DirtyWorktreeError(
+                f"cannot {what} with uncommitted changes ({', '.join(dirty[:3])}); commit them first"
+            )
 
     # -- diff ---------------------------------------------------------------------------
 

@@ -112,6 +112,17 @@ class ChunkStore:
             return loc.length
         return self.loose_path(cid).stat().st_size
 
+    def read_cost(self, cid: str) -> int:
+        """Stored bytes a read of this chunk touches: itself and its delta bases."""
+        cost = 0
+        loc = self.locate(cid)
+        if loc is None:
+            return self.loose_path(cid).stat().st_size if self.loose_path(cid).exists() else 0
+        while loc is not None:
+            cost += loc.length
+            loc = self.locate(loc.base) if loc.base else None
+        return cost
+
     def depth(self, cid: str) -> int:
         loc = self.locate(cid)
         return loc.depth if loc is not None else 0

@@ -1,0 +1,101 @@
+"""The merge plan: what a merge will read, decided from manifests alone (no tensor data).
+
+Per output tensor and expert, chunks whose id equals the base's chunk at the same place
+cost nothing (the expert's bytes there ARE the base's); only the others are read. The
+plan is recorded in the merge commit, beside what the execution actually read.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+
+from mgit.errors import BadInputError
+from mgit.graph.objects import Graph
+from mgit.graph.snapshot import Snapshot
+from mgit.model.filetree import load_safetensors
+from mgit.model.manifest import TensorManifest
+from mgit.store.chunkstore import ChunkStore
+
+
+@dataclass
+class TensorPlan:
+    file: str  # the base's file this tensor is written to
+    name: str
+    base: TensorManifest
+    experts: list[TensorManifest]  # in expert order (the base's manifest for a missing tensor)
+    reads: list[list[int]] = field(default_factory=list)  # per expert: chunk indexes to read
+    read_bytes: list[int] = field(default_factory=list)  # per expert: stored bytes of those chunks
+    missing: list[int] = field(default_factory=list)  # experts lacking the tensor (treated as the base)
+
+
+@dataclass
+class MergePlan:
+    model: str
+    files: dict[str, list[str]]  # base file → tensor names in data order
+    tensors: list[TensorPlan]
+    base_bytes: int = 0  # stored bytes of every base chunk (read once)
+
+    @property
+    def expert_bytes(self) -> int:
+        return sum(sum(t.read_bytes) for t in self.tensors)
+
+    @property
+    def expert_chunks(self) -> int:
+        return sum(len(r) for t in self.tensors for r in t.reads)
+
+
+def model_tensors(graph: Graph, snap: Snapshot, model: str) -> tuple[dict[str, list[str]], dict[str, TensorManifest]]:
+    """(file → tensor names in data order, name → manifest) for the model in directory ``model``."""
+    files, manifests = {}, {}
+    for path, entry in sorted(snap.items()):
+        if entry.kind != "safetensors" or posixpath.dirname(path) != model:
+            continue
+        stored = load_safetensors(graph, entry.oid, path)
+        files[path] = [t.name for t in stored.layout.tensors]
+        manifests.update(stored.manifests)
+    return files, manifests
+
+
+def plan_merge(
+    graph: Graph,
+    store: ChunkStore,
+    model: str,
+    base_snap: Snapshot,
+    expert_snaps: list[Snapshot],
+    expert_names: list[str],
+    allow_missing: bool = False,
+) -> MergePlan:
+    files, base = model_tensors(graph, base_snap, model)
+    if not files:
+        raise BadInputError(f"the base holds no model in {model or '.'!r}")
+    experts = [model_tensors(graph, snap, model)[1] for snap in expert_snaps]
+    for label, tensors in zip(expert_names, experts, strict=True):
+        extra = sorted(set(tensors) - set(base))
+        if extra:
+            raise BadInputError(f"{label} has tensors the base lacks: {', '.join(extra[:3])}")
+    plan = MergePlan(model, files, [])
+    for file, names in files.items():
+        for name in names:
+            b = base[name]
+            tp = TensorPlan(file, name, b, [])
+            for k, (label, tensors) in enumerate(zip(expert_names, experts, strict=True)):
+                m = tensors.get(name)
+                if m is None:
+                    if not allow_missing:
+                        raise BadInputError(f"{label} lacks tensor {name!r}; pass --allow-missing to use the base's")
+                    tp.missing.append(k)
+                    m = b
+                if (m.dtype, m.shape) != (b.dtype, b.shape):
+                    raise BadInputError(
+                        f"tensor {name!r}: {label} has {m.dtype}{list(m.shape)}, the base {b.dtype}{list(b.shape)}"
+                    )
+                same_chunking = [c.size for c in m.chunks] == [c.size for c in b.chunks]
+                idx = [i for i, c in enumerate(m.chunks) if not same_chunking or c.id != b.chunks[i].id]
+                tp.experts.append(m)
+                tp.reads.append(idx)
+                tp.read_bytes.append(sum(store.read_cost(m.chunks[i].id) for i in idx))
+            plan.base_bytes += sum(store.read_cost(c.id) for c in b.chunks)
+            plan.tensors.append(tp)
+    return plan
+

@@ -1,0 +1,68 @@
+"""The merge plan as recorded in the merge commit: a JSON blob at the reserved root entry
+``.mgit-plan`` (schema ``mgit.plan/1``, documented in docs/merging.md). It travels with
+the commit, so `mgit show`, `mgit lineage` and any clone can tell how a model was made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mgit.graph.snapshot import Snapshot
+from mgit.merge.engine import Execution, MergeSpec
+from mgit.merge.methods import MergeMethod
+from mgit.merge.plan import MergePlan
+
+PLAN_ENTRY = ".mgit-plan"
+PLAN_SCHEMA = "mgit.plan/1"
+
+
+@dataclass(frozen=True)
+class MergeSetup:
+    method: MergeMethod
+    params: dict[str, Any]  # resolved: defaults filled, expert parameters one per expert
+    base_commit: str
+    expert_commits: list[str]
+    expert_names: list[str]
+    base_snap: Snapshot
+
+
+def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execution | None, version: str) -> dict:
+    tensors = []
+    for tp in plan.tensors:
+        entry: dict[str, Any] = {
+            "name": tp.name,
+            "file": tp.file,
+            "chunks": len(tp.base.chunks),
+            "expert_chunks_read": [len(r) for r in tp.reads],
+            "expert_bytes_estimated": tp.read_bytes,
+        }
+        if tp.missing:
+            entry["missing_in"] = tp.missing
+        if run is not None:
+            entry["decision"] = run.decisions.get(tp.name)
+        tensors.append(entry)
+    record: dict[str, Any] = {
+        "schema": PLAN_SCHEMA,
+        "mgit_version": version,
+        "method": setup.method.name,
+        "parameters": {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(spec.params.items())},
+        "seed": spec.seed,
+        "dtype": spec.dtype,
+        "out_dtype": spec.out_dtype,
+        "model": plan.model,
+        "base": setup.base_commit,
+        "experts": [{"name": n, "commit": c} for n, c in zip(setup.expert_names, setup.expert_commits, strict=True)],
+        "bytes": {
+            "base_estimated": plan.base_bytes,
+            "experts_estimated": plan.expert_bytes,
+            "expert_chunks_estimated": plan.expert_chunks,
+        },
+        "tensors": tensors,
+    }
+    if run is not None:
+        record["bytes"] |= {
+            "base_measured": run.base_bytes_read,
+            "experts_measured": run.expert_bytes_read,
+            "expert_chunks_measured": run.expert_chunks_read,
+        }
+    return record
