@@ -21,6 +21,8 @@ from mgit.diff.summary import by_layer as by_layer_groups
 from mgit.errors import MgitError
 from mgit.maintenance.du import Usage
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
+from mgit.merge.engine import MergeSpec
+from mgit.merge.record import plan_record
 from mgit.repo import Repository
 from mgit.worktree.status import FileStatus
 
@@ -339,6 +341,7 @@ def show(ctx: click.Context, rev: str, stats: bool, as_json: bool) -> None:
     repo = _repo(ctx)
     info = repo.show(rev)
     usage = repo.du(rev) if stats else None
+    plan = repo.merge_record(rev)
     c = info.commit
     if as_json:
         doc = {
@@ -354,6 +357,8 @@ def show(ctx: click.Context, rev: str, stats: bool, as_json: bool) -> None:
         }
         if usage is not None:
             doc["usage"] = _usage_json(usage)
+        if plan is not None:
+            doc["plan"] = plan
         _dump("mgit.show/1", doc)
         return
     out.print(f"[yellow]commit {c.id}[/yellow]", markup=True)
@@ -384,6 +389,30 @@ def show(ctx: click.Context, rev: str, stats: bool, as_json: bool) -> None:
     )
     if usage is not None:
         out.print(f"storage: {_usage_line(usage)}")
+    if plan is not None:
+        _print_plan(plan)
+
+
+def _print_plan(plan: dict) -> None:
+    b = plan["bytes"]
+    params = ", ".join(f"{k}={v}" for k, v in plan["parameters"].items())
+    out.print(f"\nmerge: {plan['method']} ({params}), seed {plan['seed']}, mgit {plan['mgit_version']}")
+    out.print(f"  base    {plan['base'][:12]}")
+    for e in plan["experts"]:
+        out.print(f"  expert  {e['commit'][:12]}  {e['name']}")
+    measured = f", measured {decimal(b['experts_measured'])}" if "experts_measured" in b else ""
+    out.print(
+        f"  expert reads: {b['expert_chunks_estimated']} chunk(s), estimated {decimal(b['experts_estimated'])}"
+        f"{measured}; base reads {decimal(b.get('base_measured', b['base_estimated']))}"
+    )
+    decisions: dict[str, int] = {}
+    for t in plan["tensors"]:
+        decisions[t.get("decision") or "planned"] = decisions.get(t.get("decision") or "planned", 0) + 1
+    untouched = sum(1 for t in plan["tensors"] if not any(t["expert_chunks_read"]))
+    out.print(
+        f"  tensors: {', '.join(f'{n} {d}' for d, n in sorted(decisions.items()))}; "
+        f"{untouched} with every expert identical to the base (no expert read)"
+    )
 
 
 @cli.command()
@@ -613,6 +642,123 @@ def _print_groups(groups: list) -> None:
             _bar(g.relative_change, top),
         )
     out.print(table)
+
+
+def _numbers(text: str | None) -> float | list[float] | None:
+    """'0.5' → 0.5; '0.5,0.3,0.2' → one value per expert."""
+    if text is None:
+        return None
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a number or a comma-separated list of numbers") from None
+    return values[0] if len(values) == 1 else values
+
+
+def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise click.BadParameter(f"--param {pair!r}: expected NAME=VALUE")
+        lowered = value.lower()
+        out[key] = lowered == "true" if lowered in ("true", "false") else _numbers(value)
+    return out
+
+
+@cli.command()
+@click.argument("experts", nargs=-1, required=True)
+@click.option("--method", required=True, help="linear, task_arithmetic, ties, dare_linear, dare_ties, ... (see docs)")
+@click.option("--weights", "weight", metavar="W[,W...]", help="weight per expert (or one for all)")
+@click.option("--density", metavar="D[,D...]", help="fraction of each delta kept (ties/dare/breadcrumbs/della)")
+@click.option("--lambda", "lambda_", type=float, help="scale of the merged delta")
+@click.option("--epsilon", metavar="E[,E...]", help="della: spread of keep probabilities")
+@click.option("--gamma", metavar="G[,G...]", help="breadcrumbs: fraction of largest magnitudes removed")
+@click.option("--t", "t", type=float, help="slerp: interpolation factor")
+@click.option("--normalize/--no-normalize", default=None, help="divide by the sum of weights")
+@click.option("--rescale/--no-rescale", default=None, help="restore the L1 norm of sparsified deltas")
+@click.option("--param", "extra", multiple=True, metavar="NAME=VALUE", help="any other mergekit parameter")
+@click.option("--base", metavar="REV", help="base revision (default HEAD)")
+@click.option("-b", "branch", metavar="NAME", help="put the merge on a new branch NAME")
+@click.option("-m", "--message", help="commit message")
+@click.option("--seed", type=int, help="seed of random methods (recorded; default random)")
+@click.option("--dtype", help="working dtype, e.g. F32 (default: promotion of the inputs)")
+@click.option("--out-dtype", help="dtype of the merged tensors, e.g. BF16")
+@click.option("--model", metavar="DIR", help="the model directory, when a commit holds several")
+@click.option("--allow-missing", is_flag=True, help="an expert lacking a tensor contributes the base's")
+@click.option("--dry-run", is_flag=True, help="print the plan (what would be read); read no tensor data")
+@click.option("--json", "as_json", is_flag=True, help="with --dry-run: the plan as JSON (schema mgit.plan/1)")
+@click.pass_context
+def merge(
+    ctx: click.Context,
+    experts: tuple[str, ...],
+    method: str,
+    weight: str | None,
+    density: str | None,
+    lambda_: float | None,
+    epsilon: str | None,
+    gamma: str | None,
+    t: float | None,
+    normalize: bool | None,
+    rescale: bool | None,
+    extra: tuple[str, ...],
+    base: str | None,
+    branch: str | None,
+    message: str | None,
+    seed: int | None,
+    dtype: str | None,
+    out_dtype: str | None,
+    model: str | None,
+    allow_missing: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Merge EXPERTS (revisions) into the base as a commit with parents [base, experts...]."""
+    repo = _repo(ctx)
+    given = {
+        "weight": _numbers(weight),
+        "density": _numbers(density),
+        "lambda": lambda_,
+        "epsilon": _numbers(epsilon),
+        "gamma": _numbers(gamma),
+        "t": t,
+        "normalize": normalize,
+        "rescale": rescale,
+    }
+    params = {k: v for k, v in given.items() if v is not None} | _param_pairs(extra)
+    model_dir = os.path.abspath(model) if model else None
+    if dry_run:
+        plan, setup = repo.merge_plan(
+            list(experts), method, base, model=model_dir, allow_missing=allow_missing, **params
+        )
+        record = plan_record(
+            plan, MergeSpec(setup.method, setup.params, seed or 0, dtype, out_dtype), setup, None, __version__
+        )
+        if as_json:
+            click.echo(json.dumps(record, indent=2))
+        else:
+            _print_plan(record)
+            table = Table(show_edge=False, pad_edge=False)
+            for col in ("tensor", *[e["name"] for e in record["experts"]]):
+                table.add_column(col, justify="left" if col == "tensor" else "right", overflow="fold")
+            for tp in plan.tensors:
+                cells = [
+                    f"{len(r)}/{len(tp.base.chunks)} {decimal(b)}" for r, b in zip(tp.reads, tp.read_bytes, strict=True)
+                ]
+                table.add_row(tp.name, *cells)
+            out.print(table)
+        return
+    sha = repo.merge(
+        list(experts), method, base, branch=branch, message=message, seed=seed, dtype=dtype,
+        out_dtype=out_dtype, model=model_dir, allow_missing=allow_missing, **params,
+    )  # fmt: skip
+    record = repo.merge_record(sha)
+    b = record["bytes"]
+    err.print(
+        f"merged {len(experts)} expert(s) with {method} → {sha[:12]} on {repo.refs.current_branch() or 'HEAD'}; "
+        f"read {decimal(b['experts_measured'])} of expert chunks ({b['expert_chunks_measured']}), "
+        f"{decimal(b['base_measured'])} of base chunks"
+    )
 
 
 def _os_error_message(exc: OSError) -> str:

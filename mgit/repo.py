@@ -443,7 +443,9 @@ class Repository:
         mergekit's (weight, density, lambda, normalize, rescale, epsilon, gamma, t, ...).
         """
         plan, setup = self.merge_plan(experts, method, base, model=model, allow_missing=allow_missing, **params)
-        spec = MergeSpec(setup.method, setup.params, secrets.randbits(31) if seed is None else seed, dtype, out_dtype)
+        if seed is None:  # deterministic methods need none: keep their commits reproducible
+            seed = secrets.randbits(31) if setup.method.random else 0
+        spec = MergeSpec(setup.method, setup.params, seed, dtype, out_dtype)
         on_head = setup.base_commit == self.refs.head() and base in (None, "HEAD", self.refs.current_branch())
         if not on_head and not branch:
             raise BadInputError("merging into a base other than HEAD needs -b NAME for the new branch")

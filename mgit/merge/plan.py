@@ -98,4 +98,3 @@ def plan_merge(
             plan.base_bytes += sum(store.read_cost(c.id) for c in b.chunks)
             plan.tensors.append(tp)
     return plan
-
