@@ -12,13 +12,16 @@ from datetime import datetime, timedelta, timezone
 import click
 from rich.console import Console
 from rich.filesize import decimal
+from rich.markup import escape
 from rich.table import Table
+from rich.tree import Tree as RichTree
 
 from mgit import __version__, progress
 from mgit.diff.model import ModelDiff, TensorDiff
 from mgit.diff.plot import heatmap
 from mgit.diff.summary import by_layer as by_layer_groups
 from mgit.errors import MgitError
+from mgit.graph.objects import CommitInfo
 from mgit.maintenance.du import Usage
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
 from mgit.merge.engine import MergeSpec
@@ -165,15 +168,15 @@ def status(ctx: click.Context, as_json: bool) -> None:
         if items:
             out.print(f"\n{title}")
             for f in items:
-                out.print(f"  [{style}]{_describe(f)}[/{style}]", markup=True)
+                out.print(f"  [{style}]{escape(_describe(f))}[/{style}]", markup=True)
     if st.untracked:
         out.print("\nUntracked files:")
         for p in st.untracked:
-            out.print(f"  [red]{p}[/red]")
+            out.print(f"  [red]{escape(p)}[/red]")
     if st.not_checked_out:
         out.print(f"\nNot checked out (tracked, absent from the working tree): {len(st.not_checked_out)} file(s)")
         for p in st.not_checked_out:
-            out.print(f"  {p}")
+            out.print(f"  {p}", markup=False)
     if st.clean:
         out.print("\nnothing to commit, working tree clean")
 
@@ -196,11 +199,56 @@ def _when(t: int, tz: int) -> str:
 
 @cli.command()
 @click.argument("rev", default="HEAD")
+@click.option("--depth", type=int, default=50, show_default=True, help="How many generations to follow.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.lineage/1).")
+@click.pass_context
+def lineage(ctx: click.Context, rev: str, depth: int, as_json: bool) -> None:
+    """The derivation tree of REV: fine-tunes and merges down to the roots, with methods and weights."""
+    tree_doc = _repo(ctx).lineage(rev, depth)
+    if as_json:
+        _dump("mgit.lineage/1", {"root": tree_doc})
+        return
+
+    def label(n: dict) -> str:
+        text = f"[yellow]{n['commit'][:12]}[/yellow] {escape(n['summary'])}  [dim]{escape(n['role'])}[/dim]"
+        if "method" in n:
+            text += f"  [cyan]merge: {n['method']}[/cyan]"
+        if n.get("seen"):
+            text += "  [dim](shown above)[/dim]"
+        if n.get("truncated"):
+            text += "  [dim]…[/dim]"
+        return text
+
+    def grow(branch: RichTree, n: dict) -> None:
+        for child in n["inputs"]:
+            grow(branch.add(label(child)), child)
+
+    root = RichTree(label(tree_doc))
+    grow(root, tree_doc)
+    out.print(root)
+
+
+def _graph_lines(repo: Repository, c: CommitInfo) -> list[str]:
+    """For --graph: a merge's experts drawn under it (from its plan)."""
+    plan = repo.merge_record(c.id) if len(c.parents) > 1 else None
+    if plan is None:
+        return []
+    weights = plan["parameters"].get("weight")
+    lines = [f"|\\  merge ({plan['method']}) of base {plan['base'][:12]}"]
+    for k, e in enumerate(plan["experts"]):
+        w = f" × {weights[k]}" if weights is not None else ""
+        lines.append(f"| + {e['name']} {e['commit'][:12]}{w}")
+    return lines
+
+
+@cli.command()
+@click.argument("rev", default="HEAD")
 @click.option("--oneline", is_flag=True, help="One line per commit.")
+@click.option("--graph", is_flag=True, help="Draw merges with their experts.")
 @click.option("-n", "--max-count", type=int, default=None)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.log/1).")
 @click.pass_context
-def log(ctx: click.Context, rev: str, oneline: bool, max_count: int | None, as_json: bool) -> None:
+def log(ctx: click.Context, rev: str, oneline: bool, graph: bool, max_count: int | None, as_json: bool) -> None:
     """Show commits, newest first (`mgit log -- PATH` limits to a path)."""
     repo = _repo(ctx)
     commits = repo.log(rev, _abs(_paths_after_dashdash() or []), max_count)
@@ -231,16 +279,28 @@ def log(ctx: click.Context, rev: str, oneline: bool, max_count: int | None, as_j
         labels.setdefault(sha, []).append(f"tag: {name}")
     for c in commits:
         deco = f" [cyan]({', '.join(labels[c.id])})[/cyan]" if c.id in labels else ""
+        star = "* " if graph else ""
         if oneline:
-            out.print(f"[yellow]{c.id[:12]}[/yellow]{deco} {c.summary}", markup=True)
+            out.print(f"{star}[yellow]{c.id[:12]}[/yellow]{deco} {escape(c.summary)}", markup=True)
+            for line in _graph_lines(repo, c) if graph else []:
+                out.print(line, markup=False)
+            continue
+        if graph:
+            out.print(f"* [yellow]commit {c.id}[/yellow]{deco}", markup=True)
+            for line in _graph_lines(repo, c):
+                out.print(line, markup=False)
+            out.print(f"| Author: {c.author}\n|", markup=False)
+            for line in c.message.rstrip().splitlines():
+                out.print(f"|     {line}", markup=False)
+            out.print("|")
             continue
         out.print(f"[yellow]commit {c.id}[/yellow]{deco}", markup=True)
         if len(c.parents) > 1:
             out.print("Merge:  " + " ".join(p[:12] for p in c.parents))
-        out.print(f"Author: {c.author}")
+        out.print(f"Author: {c.author}", markup=False)
         out.print(f"Date:   {_when(c.time, c.timezone)}\n")
         for line in c.message.rstrip().splitlines():
-            out.print(f"    {line}")
+            out.print(f"    {line}", markup=False)
         out.print()
 
 
@@ -364,9 +424,9 @@ def show(ctx: click.Context, rev: str, stats: bool, as_json: bool) -> None:
     out.print(f"[yellow]commit {c.id}[/yellow]", markup=True)
     if c.parents:
         out.print("Parents: " + " ".join(p[:12] for p in c.parents))
-    out.print(f"Author:  {c.author}\nDate:    {_when(c.time, c.timezone)}\n")
+    out.print(f"Author:  {c.author}\nDate:    {_when(c.time, c.timezone)}\n", markup=False)
     for line in c.message.rstrip().splitlines():
-        out.print(f"    {line}")
+        out.print(f"    {line}", markup=False)
     table = Table(show_edge=False, pad_edge=False)
     for col, justify in (
         ("path", "left"),

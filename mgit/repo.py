@@ -505,6 +505,39 @@ class Repository:
         setup = MergeSetup(chosen, resolved, base_commit, expert_commits, list(experts), base_snap)
         return plan, setup
 
+    def lineage(self, rev: str = "HEAD", depth: int = 50) -> dict:
+        """The derivation tree of a revision: each commit with its inputs, down to the roots.
+
+        A merge commit's inputs are its base and its experts (with method and weights from
+        its plan); another commit's input is its first parent. A commit met a second time is
+        marked ``"seen": true`` instead of being expanded again; ``depth`` bounds the walk.
+        """
+        seen: set[str] = set()
+
+        def node(sha: str, role: str, left: int) -> dict:
+            info = self.graph.commit(sha)
+            out: dict[str, Any] = {"commit": sha, "role": role, "summary": info.summary, "inputs": []}
+            if sha in seen:
+                return out | {"seen": True}
+            seen.add(sha)
+            plan = self.merge_record(sha)
+            if left <= 0:
+                return out | {"truncated": bool(info.parents)}
+            if plan is not None:
+                weights = plan["parameters"].get("weight")
+                out |= {"method": plan["method"], "parameters": plan["parameters"], "seed": plan["seed"]}
+                out["inputs"].append(node(plan["base"], "base", left - 1))
+                for k, expert in enumerate(plan["experts"]):
+                    role = f"expert {expert['name']}"
+                    if weights is not None:
+                        role += f" (weight {weights[k]})"
+                    out["inputs"].append(node(expert["commit"], role, left - 1))
+            elif info.parents:
+                out["inputs"].append(node(info.parents[0], "parent", left - 1))
+            return out
+
+        return node(self.refs.resolve(rev), "revision", depth)
+
     def merge_record(self, rev: str = "HEAD") -> dict | None:
         """The plan recorded in a merge commit (None for other commits)."""
         for name, _, oid in self.graph.tree(self.graph.commit(self.refs.resolve(rev)).tree):

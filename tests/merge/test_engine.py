@@ -211,3 +211,19 @@ def test_cli_merge_dry_run_and_show(experts):
     assert doc["plan"]["parameters"]["density"] == [0.5, 0.5] and len(doc["parents"]) == 3
     bad = run_mgit("merge", "math", "--method", "ties", "--weights", "x", cwd=repo.root)
     assert bad.returncode == 2 and "not a number" in bad.stderr
+
+
+def test_lineage_and_log_graph(experts):
+    repo, base, tuned = experts
+    merged = repo.merge(["math", "code"], "task_arithmetic", weight=[0.6, 0.4], message="merge [v1]")
+    tree = repo.lineage(merged)
+    assert tree["method"] == "task_arithmetic"
+    roles = [n["role"] for n in tree["inputs"]]
+    assert roles == ["base", "expert math (weight 0.6)", "expert code (weight 0.4)"]
+    assert tree["inputs"][1]["inputs"][0]["seen"]  # math's parent is the base, already shown
+    text = run_mgit("lineage", cwd=repo.root, check=True).stdout
+    assert "merge: task_arithmetic" in text and "expert code (weight 0.4)" in text
+    doc = json.loads(run_mgit("lineage", "--json", cwd=repo.root, check=True).stdout)
+    assert doc["schema"] == "mgit.lineage/1" and doc["root"]["commit"] == merged
+    graph = run_mgit("log", "--graph", "--oneline", cwd=repo.root, check=True).stdout
+    assert "merge [v1]" in graph and "| + math" in graph and "× 0.6" in graph
