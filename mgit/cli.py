@@ -727,8 +727,9 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 
 
 @cli.command()
-@click.argument("experts", nargs=-1, required=True)
-@click.option("--method", required=True, help="linear, task_arithmetic, ties, dare_linear, dare_ties, ... (see docs)")
+@click.argument("experts", nargs=-1)
+@click.option("--method", help="linear, task_arithmetic, ties, dare_linear, dare_ties, ... (see docs/merging.md)")
+@click.option("--config", "config", type=click.Path(dir_okay=False), help="a mergekit YAML config instead")
 @click.option("--weights", "weight", metavar="W[,W...]", help="weight per expert (or one for all)")
 @click.option("--density", metavar="D[,D...]", help="fraction of each delta kept (ties/dare/breadcrumbs/della)")
 @click.option("--lambda", "lambda_", type=float, help="scale of the merged delta")
@@ -752,7 +753,8 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 def merge(
     ctx: click.Context,
     experts: tuple[str, ...],
-    method: str,
+    method: str | None,
+    config: str | None,
     weight: str | None,
     density: str | None,
     lambda_: float | None,
@@ -774,6 +776,9 @@ def merge(
     as_json: bool,
 ) -> None:
     """Merge EXPERTS (revisions) into the base as a commit with parents [base, experts...]."""
+    if (method is None) == (config is None):
+        raise click.UsageError("give --method with EXPERTS, or --config FILE")
+    config = os.path.abspath(config) if config else None
     repo = _repo(ctx)
     given = {
         "weight": _numbers(weight),
@@ -789,7 +794,7 @@ def merge(
     model_dir = os.path.abspath(model) if model else None
     if dry_run:
         plan, setup = repo.merge_plan(
-            list(experts), method, base, model=model_dir, allow_missing=allow_missing, **params
+            list(experts), method, base, model=model_dir, allow_missing=allow_missing, config=config, **params
         )
         record = plan_record(
             plan, MergeSpec(setup.method, setup.params, seed or 0, dtype, out_dtype), setup, None, __version__
@@ -810,12 +815,13 @@ def merge(
         return
     sha = repo.merge(
         list(experts), method, base, branch=branch, message=message, seed=seed, dtype=dtype,
-        out_dtype=out_dtype, model=model_dir, allow_missing=allow_missing, **params,
+        out_dtype=out_dtype, model=model_dir, allow_missing=allow_missing, config=config, **params,
     )  # fmt: skip
     record = repo.merge_record(sha)
     b = record["bytes"]
     err.print(
-        f"merged {len(experts)} expert(s) with {method} → {sha[:12]} on {repo.refs.current_branch() or 'HEAD'}; "
+        f"merged {len(record['experts'])} expert(s) with {record['method']} → {sha[:12]} "
+        f"on {repo.refs.current_branch() or 'HEAD'}; "
         f"read {decimal(b['experts_measured'])} of expert chunks ({b['expert_chunks_measured']}), "
         f"{decimal(b['base_measured'])} of base chunks"
     )

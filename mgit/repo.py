@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 import secrets
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,9 +29,10 @@ from mgit.lock import RepoLock
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
 from mgit.maintenance.fsck import check_repository
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
+from mgit.merge.config import load_config, num_layers, tensor_parameters
 from mgit.merge.engine import MergeSpec, execute
 from mgit.merge.methods import get_method
-from mgit.merge.plan import MergePlan, plan_merge
+from mgit.merge.plan import MergePlan, model_tensors, plan_merge
 from mgit.merge.record import PLAN_ENTRY, MergeSetup, plan_record
 from mgit.model.dtypes import lookup
 from mgit.model.filetree import load_chunked, load_safetensors
@@ -433,6 +435,7 @@ class Repository:
         out_dtype: str | None = None,
         model: str | None = None,
         allow_missing: bool = False,
+        config: str | os.PathLike[str] | None = None,
         **params: Any,
     ) -> str:
         """Merge expert revisions into ``base`` (default HEAD) as a commit with parents
@@ -441,11 +444,18 @@ class Repository:
         On HEAD the current branch advances; on another base ``branch`` is required and
         created. Either way the working tree then holds the merged model. Parameters are
         mergekit's (weight, density, lambda, normalize, rescale, epsilon, gamma, t, ...).
+        With ``config`` (a mergekit YAML file) method, base, experts and parameters come
+        from it instead, with per-tensor filters and per-layer gradients.
         """
-        plan, setup = self.merge_plan(experts, method, base, model=model, allow_missing=allow_missing, **params)
+        plan, setup = self.merge_plan(
+            experts, method, base, model=model, allow_missing=allow_missing, config=config, **params
+        )
         if seed is None:  # deterministic methods need none: keep their commits reproducible
             seed = secrets.randbits(31) if setup.method.random else 0
-        spec = MergeSpec(setup.method, setup.params, seed, dtype, out_dtype)
+        spec = MergeSpec(
+            setup.method, setup.params, seed, dtype or setup.dtype, out_dtype or setup.out_dtype, setup.params_for
+        )
+        base = setup.base_ref
         on_head = setup.base_commit == self.refs.head() and base in (None, "HEAD", self.refs.current_branch())
         if not on_head and not branch:
             raise BadInputError("merging into a base other than HEAD needs -b NAME for the new branch")
@@ -465,7 +475,7 @@ class Repository:
             extra = self._stats_root(run.stats) + [(PLAN_ENTRY, MODE_FILE, self.graph.put_blob(_canonical(record)))]
             self.store.seal()
             tree = write_snapshot(self.graph, merged, extra)
-            text = message or f"merge {', '.join(experts)} into {base or 'HEAD'} ({method})"
+            text = message or f"merge {', '.join(setup.expert_names)} into {base or 'HEAD'} ({setup.method.name})"
             who = self.identity()
             parents = [setup.base_commit, *setup.expert_commits]
             commit = self.graph.put_commit(tree, parents, text, who, who)
@@ -489,21 +499,73 @@ class Repository:
         *,
         model: str | None = None,
         allow_missing: bool = False,
+        config: str | os.PathLike[str] | None = None,
         **params: Any,
     ) -> tuple[MergePlan, MergeSetup]:
         """What a merge would read, from manifests alone (``mgit merge --dry-run``)."""
+        cfg = load_config(config) if config is not None else None
+        if cfg is not None:
+            if experts or params:
+                raise BadInputError("with a merge config, name experts and parameters in the config only")
+            method, base = cfg.method, cfg.base
+        chosen = get_method(method)
+        base_commit = self._merge_input(base or "HEAD", None)
+        base_snap = self.snapshot(base_commit)
+        model_dir, _ = self._pick_model(base_snap, model)
+        params_for = None
+        if cfg is not None:
+            entries = [m for m in cfg.models if not (chosen.needs_base and m.ref == cfg.base)]
+            experts = [m.ref for m in entries]
+            if not experts:
+                raise BadInputError(f"{config}: no model to merge besides the base")
+            names = list(model_tensors(self.graph, base_snap, model_dir)[1])
+            params_for = tensor_parameters(chosen, cfg, entries, num_layers(names))
+            params = params_for("")
         if not experts:
             raise BadInputError("name at least one expert revision to merge")
-        chosen = get_method(method)
-        resolved = chosen.resolve(params, len(experts))
-        base_commit = self.refs.resolve(base or "HEAD")
-        base_snap = self.snapshot(base_commit)
-        expert_commits = [self.refs.resolve(e) for e in experts]
-        model_dir, _ = self._pick_model(base_snap, model)
+        resolved = chosen.resolve(params, len(experts)) if params_for is None else params
+        expert_commits = [self._merge_input(e, model_dir) for e in experts]
         snaps = [self.snapshot(c) for c in expert_commits]
         plan = plan_merge(self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing)
-        setup = MergeSetup(chosen, resolved, base_commit, expert_commits, list(experts), base_snap)
+        if params_for is not None:  # every tensor's parameters must resolve before anything is written
+            for tp in plan.tensors:
+                chosen.resolve(params_for(tp.name), len(experts))
+        setup = MergeSetup(
+            chosen, resolved, base_commit, expert_commits, list(experts), base_snap,
+            base_ref=base, params_for=params_for, config=cfg.source if cfg else None,
+            dtype=cfg.dtype if cfg else None, out_dtype=cfg.out_dtype if cfg else None,
+        )  # fmt: skip
         return plan, setup
+
+    def _merge_input(self, ref: str, model_dir: str | None) -> str:
+        """A merge input: a revision, or a model directory on disk imported as a root commit
+        under refs/imports/ (so the merge's parents and lineage stay in the graph)."""
+        path = Path(ref).expanduser()
+        if ref.startswith(("/", "./", "../", "~")) and path.is_dir():
+            return self._import_directory(path.resolve(), model_dir or "model")
+        try:
+            return self.refs.resolve(ref)
+        except RevisionError:
+            if not path.is_dir():
+                raise
+        return self._import_directory(path.resolve(), model_dir or "model")
+
+    def _import_directory(self, path: Path, model_dir: str) -> str:
+        with self._writing():
+            files = walk(path)
+            snap: Snapshot = {}
+            with byte_progress("import", sum(st.st_size for st in files.values())) as bar:
+                ingestor = Ingestor(self.graph, self.store, self.pool, bar)
+                for rel in sorted(files):
+                    target = validate_path(posixpath.join(model_dir, rel) if model_dir else rel)
+                    snap[target] = ingestor.file(path / rel, target)
+            self.store.seal()
+            tree = write_snapshot(self.graph, snap)
+            who = self.identity()
+            commit = self.graph.put_commit(tree, [], f"import {path}", who, who)
+            name = re.sub(r"[^A-Za-z0-9._-]+", "-", path.name).strip("-.") or "model"
+            self.graph.repo.refs[f"refs/imports/{name}-{tree[:8]}".encode()] = commit.encode()
+            return commit
 
     def lineage(self, rev: str = "HEAD", depth: int = 50) -> dict:
         """The derivation tree of a revision: each commit with its inputs, down to the roots.

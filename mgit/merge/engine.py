@@ -9,6 +9,7 @@ store as deltas against the base where that is smaller. Nothing here moves a ref
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ class MergeSpec:
     seed: int
     dtype: str | None = None  # safetensors dtype names, as mergekit's dtype / out_dtype
     out_dtype: str | None = None
+    params_for: Callable[[str], dict[str, Any]] | None = None  # per tensor (a config's filters/gradients)
 
 
 @dataclass
@@ -98,7 +100,7 @@ def merge_one(tp: TensorPlan, spec: MergeSpec, base: bytearray, experts: list[by
             spec.method,
             base_t if spec.method.needs_base else None,
             expert_ts,
-            spec.params,
+            spec.params_for(tp.name) if spec.params_for else spec.params,
             dtype=torch_dtype(spec.dtype) if spec.dtype else None,
             out_dtype=torch_dtype(spec.out_dtype) if spec.out_dtype else None,
             generator=generator,

@@ -4,6 +4,7 @@ the commit, so `mgit show`, `mgit lineage` and any clone can tell how a model wa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,11 @@ class MergeSetup:
     expert_commits: list[str]
     expert_names: list[str]
     base_snap: Snapshot
+    base_ref: str | None = None  # as given (None: HEAD)
+    params_for: Callable[[str], dict[str, Any]] | None = None  # per-tensor parameters (configs)
+    config: dict[str, Any] | None = None  # the mergekit config as read
+    dtype: str | None = None
+    out_dtype: str | None = None
 
 
 def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execution | None, version: str) -> dict:
@@ -38,6 +44,9 @@ def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execut
         }
         if tp.missing:
             entry["missing_in"] = tp.missing
+        if setup.params_for is not None:
+            resolved = setup.method.resolve(setup.params_for(tp.name), len(setup.expert_commits))
+            entry["parameters"] = {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(resolved.items())}
         if run is not None:
             entry["decision"] = run.decisions.get(tp.name)
         tensors.append(entry)
@@ -59,6 +68,8 @@ def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execut
         },
         "tensors": tensors,
     }
+    if setup.config is not None:
+        record["config"] = setup.config
     if run is not None:
         record["bytes"] |= {
             "base_measured": run.base_bytes_read,

@@ -1,0 +1,186 @@
+"""mergekit YAML configs: which models, which method, and parameters that may vary by
+tensor (filters) and by layer (gradients).
+
+A parameter setting is a scalar; a list of scalars (a gradient: numeric endpoints are
+interpolated linearly over the layers, other values are picked by position); or a list
+of ``{filter, value}`` conditions, the first whose filter is a substring of the tensor
+name (or is ``*`` or absent) applying. A tensor of layer i out of N layers sits at
+t = i / (N - 1); tensors outside the layers (embeddings, final norm, head) at t = 0 — the
+rules mergekit applies, so a config means the same thing to both tools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mgit.diff.layers import layer_of
+from mgit.errors import BadInputError
+from mgit.merge.methods import MergeMethod, Scope
+
+DTYPES = {
+    "float32": "F32",
+    "fp32": "F32",
+    "float16": "F16",
+    "fp16": "F16",
+    "half": "F16",
+    "bfloat16": "BF16",
+    "bf16": "BF16",
+    "float64": "F64",
+}
+Setting = Any  # scalar | list[scalar] | list[{"filter", "value"}] | {"filter", "value"}
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    ref: str  # a revision of this repository, or a path to a model directory
+    parameters: dict[str, Setting] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MergeConfig:
+    method: str
+    base: str | None
+    models: list[ModelEntry]
+    parameters: dict[str, Setting]
+    dtype: str | None
+    out_dtype: str | None
+    source: dict[str, Any]  # the config as read, recorded in the plan
+
+
+def _dtype(value: Any, key: str, where: str) -> str | None:
+    if value is None:
+        return None
+    name = DTYPES.get(str(value).lower())
+    if name is None:
+        raise BadInputError(f"{where}: {key} {value!r} is not one of {', '.join(sorted(DTYPES))}")
+    return name
+
+
+def load_config(path: str | Path) -> MergeConfig:
+    where = str(path)
+    try:
+        doc = yaml.safe_load(Path(path).read_text("utf-8"))
+    except OSError as exc:
+        raise BadInputError(f"cannot read merge config {where}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise BadInputError(f"{where} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(doc, dict):
+        raise BadInputError(f"{where}: a merge config is a YAML mapping")
+    if doc.get("slices") or doc.get("modules"):
+        raise BadInputError(f"{where}: `slices:`/`modules:` configs (layer surgery) are not supported; use `models:`")
+    known = {"merge_method", "base_model", "models", "parameters", "dtype", "out_dtype", "tokenizer_source"}
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise BadInputError(f"{where}: unsupported key(s) {', '.join(unknown)}")
+    method = doc.get("merge_method")
+    if not isinstance(method, str):
+        raise BadInputError(f"{where}: merge_method is required")
+    models = []
+    for i, entry in enumerate(doc.get("models") or []):
+        if isinstance(entry, str):
+            entry = {"model": entry}
+        if not isinstance(entry, dict) or not isinstance(entry.get("model"), str):
+            raise BadInputError(f"{where}: models[{i}] needs a `model:` (a revision or a path)")
+        params = entry.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise BadInputError(f"{where}: models[{i}].parameters must be a mapping")
+        models.append(ModelEntry(entry["model"], params))
+    if not models:
+        raise BadInputError(f"{where}: `models:` lists no model")
+    params = doc.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise BadInputError(f"{where}: parameters must be a mapping")
+    base = doc.get("base_model")
+    if base is not None and not isinstance(base, str):
+        raise BadInputError(f"{where}: base_model must be a revision or a path")
+    return MergeConfig(
+        method, base, models, params, _dtype(doc.get("dtype"), "dtype", where),
+        _dtype(doc.get("out_dtype"), "out_dtype", where), doc,
+    )  # fmt: skip
+
+
+def layer_position(name: str, num_layers: int) -> float:
+    """t of a tensor for gradients: i / (N - 1) in layer i; 0 outside the layers."""
+    layer = layer_of(name)
+    if layer is None:
+        return 0.0
+    return layer / (num_layers - 1) if num_layers > 1 else 1.0
+
+
+def evaluate(setting: Setting, tensor: str, t: float) -> Any:
+    """The value a setting takes for one tensor (None: unset for this tensor)."""
+    if isinstance(setting, dict):
+        setting = [setting]
+    if isinstance(setting, bool | int | float | str):
+        return setting
+    if not isinstance(setting, list):
+        raise BadInputError(f"parameter setting {setting!r} is not a number, a list or a filter list")
+    if not setting:
+        return None
+    if all(isinstance(v, bool | int | float | str) for v in setting):
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in setting):
+            return setting[int(t * (len(setting) - 1))]
+        scaled = t * (len(setting) - 1)
+        i0 = int(scaled)
+        i1 = min(len(setting) - 1, i0 + 1)
+        frac = scaled - i0
+        return (1 - frac) * setting[i0] + frac * setting[i1]
+    for cond in setting:
+        if not isinstance(cond, dict) or "value" not in cond:
+            raise BadInputError(f"parameter condition {cond!r} needs a `value:`")
+        pattern = cond.get("filter")
+        if pattern is None or pattern == "*" or (tensor and pattern in tensor):
+            return evaluate(cond["value"], tensor, t)
+    return None
+
+
+def num_layers(names: list[str]) -> int:
+    """Layers of a model, from its tensor names (highest layer index + 1)."""
+    layers = [layer_of(n) for n in names]
+    found = [n for n in layers if n is not None]
+    return max(found) + 1 if found else 0
+
+
+def tensor_parameters(method: MergeMethod, cfg: MergeConfig, entries: list[ModelEntry], layers: int):
+    """tensor name → that tensor's parameters (filters and gradients evaluated).
+
+    An expert parameter comes from the model's own ``parameters``, else the config's;
+    a global one from the config's ``parameters``.
+    """
+    known = {p.name for p in method.params}
+    given = set(cfg.parameters) | {k for m in entries for k in m.parameters}
+    unknown = sorted(given - known)
+    if unknown:
+        raise BadInputError(
+            f"{method.name}: unknown parameter(s) {', '.join(unknown)} (accepted: {', '.join(sorted(known))})"
+        )
+
+    def params_for(name: str) -> dict[str, Any]:
+        t = layer_position(name, layers)
+        out: dict[str, Any] = {}
+        for p in method.params:
+            if p.scope is Scope.GLOBAL:
+                setting = cfg.parameters.get(p.name)
+                value = None if setting is None else evaluate(setting, name, t)
+                if value is not None:
+                    out[p.name] = value
+                continue
+            values = []
+            for m in entries:
+                setting = m.parameters.get(p.name, cfg.parameters.get(p.name))
+                values.append(None if setting is None else evaluate(setting, name, t))
+            if all(v is None for v in values):
+                continue
+            if any(v is None for v in values):
+                if p.required:
+                    missing = [m.ref for m, v in zip(entries, values, strict=True) if v is None]
+                    raise BadInputError(f"{p.name} is not set for {', '.join(missing)} (tensor {name!r})")
+                values = [p.default if v is None else v for v in values]
+            out[p.name] = values
+        return out
+
+    return params_for
