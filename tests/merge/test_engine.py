@@ -227,3 +227,52 @@ def test_lineage_and_log_graph(experts):
     assert doc["schema"] == "mgit.lineage/1" and doc["root"]["commit"] == merged
     graph = run_mgit("log", "--graph", "--oneline", cwd=repo.root, check=True).stdout
     assert "merge [v1]" in graph and "| + math" in graph and "× 0.6" in graph
+
+
+def test_real_minilm_with_synthetic_experts_equals_mergekit(repo):
+    import shutil
+
+    from conftest import minilm_dir
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(minilm_dir(), repo.root / "model")
+    repo.add(["model"])
+    repo.commit("all-MiniLM-L6-v2")
+    base = load_file(repo.root / "model" / "model.safetensors")
+    tuned = {}
+    for seed, (name, layer) in enumerate((("a", 0), ("b", 3))):
+        g = torch.Generator().manual_seed(seed)
+        sd = {
+            k: v + torch.randn(v.shape, generator=g) * 0.01 if f"encoder.layer.{layer}." in k else v
+            for k, v in base.items()
+        }
+        repo.checkout("main")
+        repo.checkout(create_branch=name)
+        save_file(sd, repo.root / "model" / "model.safetensors", metadata={"format": "pt"})
+        bump(repo.root / "model" / "model.safetensors")
+        repo.add(["model"])
+        repo.commit(name)
+        tuned[name] = sd
+    repo.checkout("main")
+    for method, params in (
+        ("task_arithmetic", {"weight": [0.6, 0.4]}),
+        ("ties", {"weight": [0.6, 0.4], "density": 0.3}),
+    ):
+        commit = repo.merge(["a", "b"], method, base="main", branch=f"m-{method}", **params)
+        want = merge_state_dicts(
+            {"base": base, "a": tuned["a"], "b": tuned["b"]}, method, base="base",
+            parameters={k: {"a": v[0], "b": v[1]} if isinstance(v, list) else v for k, v in params.items()},
+        )  # fmt: skip
+        got = repo.state_dict(commit)
+        for k in want:
+            scale = want[k].abs().max().item() or 1.0
+            assert (got[k] - want[k]).abs().max().item() <= 1e-6 * scale, (method, k)
+        repo.checkout("main")
+
+
+def test_plan_survives_gc(experts):
+    repo, base, tuned = experts
+    commit = repo.merge(["math", "code"], "task_arithmetic", weight=0.5)
+    repo.gc(grace_seconds=0)
+    assert repo.merge_record(commit)["method"] == "task_arithmetic"
+    assert repo.fsck() == []
