@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import struct
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +15,7 @@ from conftest import (
     lora_merged,
     minilm_dir,
     sha256,
+    touch_later,
     tree_hashes,
     vocab_extended,
     write_model,
@@ -39,12 +38,6 @@ def store_chunks(repo: Repository) -> set[str]:
 
 def raw_bytes(t: torch.Tensor) -> bytes:
     return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-
-
-def touch_later(path: Path) -> None:
-    """Make sure a rewritten file's mtime differs from what the index saw."""
-    st = path.stat()
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
 
 
 ALL_DTYPES = [

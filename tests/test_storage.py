@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from conftest import LlamaSpec, frozen_finetune, llama_state_dict, run_mgit, tree_hashes, write_model
+from conftest import LlamaSpec, frozen_finetune, llama_state_dict, run_mgit, touch_later, tree_hashes, write_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,11 +20,6 @@ from mgit.model.filetree import load_safetensors
 from mgit.store.chunkstore import MAX_DELTA_DEPTH
 
 SPEC = LlamaSpec(layers=4, hidden=128, intermediate=352, vocab=512)
-
-
-def bump_mtime(path) -> None:
-    st = path.stat()
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
 
 
 def dense_finetune(sd: dict, seed: int, rel: float = 0.02) -> dict:
@@ -61,7 +56,7 @@ def test_dense_finetune_is_delta_encoded_and_round_trips(base_repo):
     base_files = tree_hashes(repo.root)
     tuned = dense_finetune(sd, seed=1)
     write_model(repo.root / "model", tuned)
-    bump_mtime(repo.root / "model" / "model.safetensors")
+    touch_later(repo.root / "model" / "model.safetensors")
     res = repo.add(["model"])
     repo.commit("dense sft")
     raw = sum(t.numel() * t.element_size() for t in tuned.values())
@@ -80,7 +75,7 @@ def test_stats_blob_records_the_change_norm_of_every_changed_chunk(base_repo):
     repo, sd = base_repo
     tuned = frozen_finetune(sd, {0, 1}, scale=0.001)
     write_model(repo.root / "model", tuned)
-    bump_mtime(repo.root / "model" / "model.safetensors")
+    touch_later(repo.root / "model" / "model.safetensors")
     repo.add(["model"])
     repo.commit("sft")
     stats = repo.commit_stats()["model/model.safetensors"]
@@ -109,7 +104,7 @@ def test_add_base_deltas_against_another_revision(base_repo):
     repo.add(["model"])
     repo.commit("unrelated weights")
     write_model(repo.root / "model", dense_finetune(sd, seed=2))
-    bump_mtime(repo.root / "model" / "model.safetensors")
+    touch_later(repo.root / "model" / "model.safetensors")
     proc = run_mgit("add", "--base", "main", "model", cwd=repo.root)
     assert proc.returncode == 0, proc.stderr
     with Repository(repo.root) as fresh:
@@ -139,7 +134,7 @@ def test_identical_tensors_on_two_branches_share_one_manifest_blob(base_repo):
     repo.checkout(create_branch="b")
     tuned = frozen_finetune(sd, {0, 1, 2})
     write_model(repo.root / "model", tuned)
-    bump_mtime(repo.root / "model" / "model.safetensors")
+    touch_later(repo.root / "model" / "model.safetensors")
     repo.add(["model"])
     repo.commit("b")
     a = load_safetensors(repo.graph, repo.snapshot("main")["model/model.safetensors"].oid).manifest_ids
@@ -170,7 +165,7 @@ def test_gc_after_a_crash_frees_orphans_and_keeps_every_commit(base_repo):
     repo, sd = base_repo
     repo.checkout(create_branch="sft")
     write_model(repo.root / "model", dense_finetune(sd, seed=3))
-    bump_mtime(repo.root / "model" / "model.safetensors")
+    touch_later(repo.root / "model" / "model.safetensors")
     repo.add(["model"])
     repo.commit("sft")
     sft_files = tree_hashes(repo.root)
@@ -210,7 +205,7 @@ def test_gc_keeps_what_only_a_reflog_reaches(base_repo):
     repo.checkout(create_branch="tmp")
     tuned = dense_finetune(sd, seed=6)
     write_model(repo.root / "model", tuned)
-    bump_mtime(repo.root / "model" / "model.safetensors")
+    touch_later(repo.root / "model" / "model.safetensors")
     repo.add(["model"])
     lost = repo.commit("only in the reflog soon")
     repo.checkout("main")
@@ -292,7 +287,7 @@ def test_fsck_cli_reports_each_problem_and_fails(base_repo):
 def test_du_and_show_stats(base_repo):
     repo, sd = base_repo
     write_model(repo.root / "model", dense_finetune(sd, seed=7))
-    bump_mtime(repo.root / "model" / "model.safetensors")
+    touch_later(repo.root / "model" / "model.safetensors")
     repo.add(["model"])
     repo.commit("dense")
     head, base = repo.du("HEAD"), repo.du("HEAD~1")

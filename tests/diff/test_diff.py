@@ -4,27 +4,21 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 
 import numpy as np
 import pytest
 import torch
-from conftest import llama_state_dict, run_mgit, write_model
+from conftest import llama_state_dict, run_mgit, touch_later, write_model
 from safetensors.torch import save_file
 
 from mgit.errors import BadInputError, RevisionError
 
 
-def bump(path) -> None:
-    st = path.stat()
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
-
-
 def commit_model(repo, sd, message, shards=1, directory="model"):
     write_model(repo.root / directory, sd, shards=shards)
     for f in (repo.root / directory).iterdir():
-        bump(f)
+        touch_later(f)
     repo.add([directory])
     return repo.commit(message)
 
@@ -130,7 +124,7 @@ def test_working_tree_and_staged_diffs(repo):
     b = dict(sd)
     b["model.norm.weight"] = sd["model.norm.weight"] * 3
     write_model(repo.root / "model", b, config={"model_type": "llama", "hidden_size": 128})
-    bump(repo.root / "model" / "model.safetensors")
+    touch_later(repo.root / "model" / "model.safetensors")
     work = repo.diff()
     (t,) = work.changed
     assert t.name == "model.norm.weight" and math.isclose(t.relative_change, 2.0, rel_tol=1e-12)
@@ -188,7 +182,7 @@ def test_non_float_and_sharded_working_tree(repo):
     repo.commit("ints")
     b = {"ids": torch.arange(100, dtype=torch.int64) * 2, "mask": torch.ones(7, dtype=torch.bool)}
     save_file(b, repo.root / "m.safetensors")
-    bump(repo.root / "m.safetensors")
+    touch_later(repo.root / "m.safetensors")
     (t,) = repo.diff().changed
     assert t.name == "ids" and math.isclose(t.delta_norm, math.sqrt(sum(i * i for i in range(100))), rel_tol=1e-12)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
-from conftest import frozen_finetune, llama_state_dict, run_mgit, write_model
+from conftest import frozen_finetune, llama_state_dict, run_mgit, touch_later, write_model
 from mergekit.config import ConditionalParameter, evaluate_setting
 from mergekit.merge_methods.api import merge_tensors
 
@@ -32,10 +32,7 @@ def setup(repo):
         repo.checkout(create_branch=name)
         tuned[name] = frozen_finetune(base, {i}, seed=40 + i)
         write_model(repo.root / "model", tuned[name])
-        import os
-
-        st = (repo.root / "model" / "model.safetensors").stat()
-        os.utime(repo.root / "model" / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+        touch_later(repo.root / "model" / "model.safetensors")
         repo.add(["model"])
         repo.commit(name)
     repo.checkout("main")

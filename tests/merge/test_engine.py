@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
-from conftest import frozen_finetune, llama_state_dict, run_mgit, tree_hashes, write_model
+from conftest import frozen_finetune, llama_state_dict, run_mgit, touch_later, tree_hashes, write_model
 from mergekit.merge_methods.api import merge_state_dicts
 
 from mgit.errors import BadInputError, DirtyWorktreeError
-
-
-def bump(path) -> None:
-    st = path.stat()
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
 
 
 @pytest.fixture
@@ -33,7 +27,7 @@ def experts(repo):
         repo.checkout(create_branch=name)
         sd = frozen_finetune(base, frozen_layers={i, (i + 1) % 4}, seed=20 + i)
         write_model(repo.root / "model", sd)
-        bump(repo.root / "model" / "model.safetensors")
+        touch_later(repo.root / "model" / "model.safetensors")
         repo.add(["model"])
         repo.commit(name)
         tuned[name] = sd
@@ -159,7 +153,7 @@ def test_shape_mismatch_is_refused(repo):
     repo.commit("base")
     repo.checkout(create_branch="wide")
     write_model(repo.root / "model", {"w": torch.zeros(4, 5)})
-    bump(repo.root / "model" / "model.safetensors")
+    touch_later(repo.root / "model" / "model.safetensors")
     repo.add(["model"])
     repo.commit("wide")
     repo.checkout("main")
@@ -249,7 +243,7 @@ def test_real_minilm_with_synthetic_experts_equals_mergekit(repo):
         repo.checkout("main")
         repo.checkout(create_branch=name)
         save_file(sd, repo.root / "model" / "model.safetensors", metadata={"format": "pt"})
-        bump(repo.root / "model" / "model.safetensors")
+        touch_later(repo.root / "model" / "model.safetensors")
         repo.add(["model"])
         repo.commit(name)
         tuned[name] = sd
