@@ -67,6 +67,42 @@ def test_merge_equals_mergekit_bit_for_bit(experts, method, params, mk_params):
     assert repo.graph.commit(commit).parents == (repo.resolve("HEAD~1"), *[repo.resolve(n) for n in names])
 
 
+@pytest.mark.parametrize(
+    ("method", "names", "params"),
+    [
+        ("breadcrumbs_ties", ["math", "code"], {"weight": 0.5, "density": 0.6, "gamma": 0.05}),
+        ("slerp", ["math"], {"t": 0.3}),
+        ("model_stock", ["math", "code", "chat"], {}),
+        ("task_arithmetic", ["math", "code"], {"weight": 0.5, "lambda": 0.8, "normalize": True}),
+    ],
+)
+def test_more_methods_equal_mergekit_on_whole_models(experts, method, names, params):
+    repo, base, tuned = experts
+    commit = repo.merge(names, method, base="main", branch=f"m-{method}", **params)
+    want = reference(method, base, tuned, names, params)
+    got = repo.state_dict(commit)
+    assert all(torch.equal(got[k], want[k]) for k in want), method
+
+
+def test_fp32_models_merge_equal_to_mergekit(repo):
+    base = llama_state_dict(dtype=torch.float32)
+    write_model(repo.root / "model", base)
+    repo.add(["model"])
+    repo.commit("fp32 base")
+    repo.checkout(create_branch="e1")
+    e1 = frozen_finetune(base, {0}, seed=3)
+    write_model(repo.root / "model", e1)
+    touch_later(repo.root / "model" / "model.safetensors")
+    repo.add(["model"])
+    repo.commit("e1")
+    repo.checkout("main")
+    commit = repo.merge(["e1"], "ties", weight=1.0, density=0.4)
+    want = merge_state_dicts({"base": base, "e1": e1}, "ties", base="base", parameters={"weight": 1.0, "density": 0.4})
+    got = repo.state_dict(commit)
+    for k in want:
+        assert (got[k] - want[k]).abs().max().item() <= 1e-6 * (want[k].abs().max().item() or 1.0), k
+
+
 def test_linear_merges_the_experts(experts):
     repo, base, tuned = experts
     commit = repo.merge(["math", "code"], "linear", weight=[0.7, 0.3])
