@@ -362,3 +362,20 @@ def test_gc_cli(base_repo):
     now = run_mgit("gc", "--now", cwd=repo.root, check=True)
     assert "removed 1 chunk(s)" in now.stderr
     assert run_mgit("fsck", cwd=repo.root).returncode == 0
+
+
+def test_appended_rows_delta_against_the_old_last_chunk(repo):
+    g = torch.Generator().manual_seed(0)
+    emb = (torch.randn(20000, 256, generator=g) * 0.02).to(torch.bfloat16)  # 8192 rows a chunk
+    write_model(repo.root / "m", {"model.embed_tokens.weight": emb})
+    repo.add(["m"])
+    repo.commit("base")
+    grown = torch.cat([emb, (torch.randn(100, 256, generator=g) * 0.02).to(torch.bfloat16)])
+    write_model(repo.root / "m", {"model.embed_tokens.weight": grown})
+    touch_later(repo.root / "m" / "model.safetensors")
+    res = repo.add(["m"])
+    repo.commit("vocab + 100 rows")
+    new_rows = 100 * 256 * 2
+    assert res.new_chunks == 1 and res.stored_bytes < new_rows  # the old tail rows cost ~nothing
+    got = repo.state_dict()["model.embed_tokens.weight"]
+    assert torch.equal(got, grown)

@@ -61,10 +61,10 @@ DeltaStat = list
 class Ingestor:
     """Turns files (or tensors) into graph entries, storing their chunks.
 
-    With ``parents``, a tensor whose name, dtype and shape match one of the base
+    With ``parents``, a tensor whose name, dtype and row shape match one of the base
     revision's is stored chunk by chunk as an XOR delta against that tensor's chunk
     (where that is smaller), and the L2 norm of each changed chunk's difference to its
-    parent chunk is recorded (``file_stats``) for the commit's stats blob.
+    equal-sized parent chunk is recorded (``file_stats``) for the commit's stats blob.
     """
 
     def __init__(
@@ -99,10 +99,11 @@ class Ingestor:
             cid = chunk_id(raw)
             l2, max_abs = chunk_stats(raw, dtype) if dtype is not None else (None, None)
             base = parent.chunks[i] if parent is not None and i < len(parent.chunks) else None
-            if base is None or base.id == cid or base.size != end - start or not self.store.has(base.id):
+            if base is None or base.id == cid or not self.store.has(base.id):
                 return ChunkRef(cid, end - start, l2, max_abs), self.store.put(raw, group, cid).written, None
             base_raw = self.store.get(base.id, what)
-            stat = [cid, base.id, delta_l2(raw, base_raw, dtype)]
+            # ‖Δ‖ pairs equal-sized chunks only; a grown last chunk (appended rows) still deltas
+            stat = [cid, base.id, delta_l2(raw, base_raw, dtype)] if base.size == end - start else None
             written = self.store.put(raw, group, cid, base=(base.id, base_raw)).written
             return ChunkRef(cid, end - start, l2, max_abs), written, stat
 
@@ -122,7 +123,9 @@ class Ingestor:
         """Store one tensor's chunks and manifest; returns the manifest blob id."""
         size = chunk_size_for(shape, dtype.bits)
         parent = self._parent_tensors.get(name)
-        if parent is not None and (parent.dtype, parent.shape, parent.chunk_size) != (dtype.name, shape, size):
+        # Same dtype, row shape and chunk size: chunk i covers the same rows in both, also
+        # when rows were appended (vocabulary extension), so chunk i is a good delta base.
+        if parent is not None and (parent.dtype, parent.shape[1:], parent.chunk_size) != (dtype.name, shape[1:], size):
             parent = None
         chunks = self._chunks(read, nbytes, size, dtype, parent, f"tensor {name!r}")
         return self.graph.put_blob(TensorManifest(dtype.name, shape, size, chunks).to_bytes())

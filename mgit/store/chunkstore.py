@@ -146,7 +146,7 @@ class ChunkStore:
             return PutResult(cid, 0)
         encoding, payload = codec.encode(raw, group)
         base_id, depth = None, 0
-        if base is not None and len(base[1]) == len(raw):
+        if base is not None:
             base_depth = self.depth(base[0])
             if base_depth + 1 <= MAX_DELTA_DEPTH:
                 delta = codec.encode_delta(raw, base[1], group)

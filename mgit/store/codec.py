@@ -67,9 +67,16 @@ def xor(a: bytes | memoryview, b: bytes | memoryview) -> bytes:
     return np.bitwise_xor(np.frombuffer(a, dtype=np.uint8), np.frombuffer(b, dtype=np.uint8)).tobytes()
 
 
-def encode_delta(raw: bytes | memoryview, base: bytes, group: int) -> bytes:
-    """Payload of ``raw`` as a delta against ``base`` (same length)."""
-    return _compressor().compress(group_bytes(xor(raw, base), group))
+def _xor_prefix(data: bytes | memoryview, base: bytes | memoryview) -> bytes:
+    """``data`` with its first min(len) bytes XORed with ``base``; the rest as is."""
+    n = min(len(data), len(base))
+    return xor(data[:n], base[:n]) + bytes(data[n:])
+
+
+def encode_delta(raw: bytes | memoryview, base: bytes | memoryview, group: int) -> bytes:
+    """Payload of ``raw`` as a delta against ``base``: XOR over their common length (a
+    chunk grown by appended rows keeps its old rows' bytes as zeros), then grouped zstd."""
+    return _compressor().compress(group_bytes(_xor_prefix(raw, base), group))
 
 
 def decode(
@@ -81,7 +88,7 @@ def decode(
         plain = ungroup_bytes(_decompressor().decompress(payload, max_output_size=raw_size), group)
         if encoding == GROUPED_ZSTD:
             return plain
-        if base is None or len(base) != len(plain):
+        if base is None:
             raise ValueError("delta chunk without its base")
-        return xor(plain, base)
+        return _xor_prefix(plain, base)
     raise ValueError(f"unknown chunk encoding {encoding}")

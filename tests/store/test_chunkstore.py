@@ -124,3 +124,9 @@ def test_many_small_writes_are_consolidated(tmp_path):
         assert 1 <= len(packs) <= 33
         assert len(repo.store.ids()) == 40
         assert repo.fsck() == []
+
+
+@given(raw=st.binary(min_size=0, max_size=3000), base=st.binary(min_size=0, max_size=3000))
+def test_delta_round_trips_whatever_the_lengths(raw, base):
+    payload = codec.encode_delta(raw, base, 1)
+    assert codec.decode(codec.XOR_DELTA, payload, 1, len(raw), base) == raw
