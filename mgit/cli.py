@@ -24,7 +24,6 @@ from mgit.errors import MgitError
 from mgit.graph.objects import CommitInfo
 from mgit.maintenance.du import Usage
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
-from mgit.merge.engine import MergeSpec
 from mgit.merge.record import plan_record
 from mgit.repo import Repository
 from mgit.worktree.status import FileStatus
@@ -796,9 +795,10 @@ def merge(
         plan, setup = repo.merge_plan(
             list(experts), method, base, model=model_dir, allow_missing=allow_missing, config=config, **params
         )
-        record = plan_record(
-            plan, MergeSpec(setup.method, setup.params, seed or 0, dtype, out_dtype), setup, None, __version__
-        )
+        from mgit.merge.engine import MergeSpec  # torch: only for merges
+
+        spec = MergeSpec(setup.method, setup.params, seed or 0, dtype, out_dtype)
+        record = plan_record(plan, spec, setup, None, __version__)
         if as_json:
             click.echo(json.dumps(record, indent=2))
         else:

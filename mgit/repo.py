@@ -30,8 +30,6 @@ from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
 from mgit.maintenance.fsck import check_repository
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
 from mgit.merge.config import load_config, num_layers, tensor_parameters
-from mgit.merge.engine import MergeSpec, execute
-from mgit.merge.methods import get_method
 from mgit.merge.plan import MergePlan, model_tensors, plan_merge
 from mgit.merge.record import PLAN_ENTRY, MergeSetup, plan_record
 from mgit.model.dtypes import lookup
@@ -447,6 +445,8 @@ class Repository:
         With ``config`` (a mergekit YAML file) method, base, experts and parameters come
         from it instead, with per-tensor filters and per-layer gradients.
         """
+        from mgit.merge.engine import MergeSpec, execute  # torch: only when merging
+
         plan, setup = self.merge_plan(
             experts, method, base, model=model, allow_missing=allow_missing, config=config, **params
         )
@@ -503,6 +503,8 @@ class Repository:
         **params: Any,
     ) -> tuple[MergePlan, MergeSetup]:
         """What a merge would read, from manifests alone (``mgit merge --dry-run``)."""
+        from mgit.merge.methods import get_method
+
         cfg = load_config(config) if config is not None else None
         if cfg is not None:
             if experts or params:

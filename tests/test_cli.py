@@ -187,3 +187,12 @@ def test_dirty_checkout_is_refused(work):
     assert (work / "a.txt").read_text() == "local"
     run_mgit("checkout", "--force", "two", cwd=work, check=True)
     assert (work / "a.txt").read_text() == "2"
+
+
+def test_everyday_commands_do_not_import_torch():
+    """torch costs ~1.5 s of start-up: only merges and Python tensor APIs may load it."""
+    import subprocess
+    import sys
+
+    code = "import sys, mgit.cli; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from mgit.diff.layers import layer_of
 from mgit.errors import BadInputError
-from mgit.merge.methods import MergeMethod, Scope
+
+if TYPE_CHECKING:
+    from mgit.merge.methods import MergeMethod
 
 DTYPES = {
     "float32": "F32",
@@ -151,6 +153,8 @@ def tensor_parameters(method: MergeMethod, cfg: MergeConfig, entries: list[Model
     An expert parameter comes from the model's own ``parameters``, else the config's;
     a global one from the config's ``parameters``.
     """
+    from mgit.merge.methods import Scope
+
     known = {p.name for p in method.params}
     given = set(cfg.parameters) | {k for m in entries for k in m.parameters}
     unknown = sorted(given - known)

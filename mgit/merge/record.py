@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mgit.graph.snapshot import Snapshot
-from mgit.merge.engine import Execution, MergeSpec
-from mgit.merge.methods import MergeMethod
 from mgit.merge.plan import MergePlan
+
+if TYPE_CHECKING:  # torch stays out of the everyday commands' start-up
+    from mgit.merge.engine import Execution, MergeSpec
+    from mgit.merge.methods import MergeMethod
 
 PLAN_ENTRY = ".mgit-plan"
 PLAN_SCHEMA = "mgit.plan/1"
