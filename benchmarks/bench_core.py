@@ -412,23 +412,35 @@ def version_of(cmd: Sequence[str]) -> str | None:
     return found.group(0) if found else "?"
 
 
-def ensure_dvc(workdir: Path) -> str | None:
-    """dvc in its own virtual environment under the workdir (created when missing)."""
-    venv = workdir / ".venv-baselines"
+def ensure_baselines_venv(venv: Path) -> Path:
+    """The baselines' virtual environment (created when missing); returns its pip constraints file.
+
+    The constraints pin torch, should a baseline want it: any other spec pulls a CUDA build.
+    """
+    if not (venv / "bin" / "python").exists():
+        print(f"creating {venv} for the baselines")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    constraints = venv / "constraints.txt"
+    constraints.write_text(TORCH_SPEC + "\n")
+    return constraints
+
+
+def pip_install(venv: Path, *specs: str) -> None:
+    """Install packages from PyPI into the baselines' environment (creating it when missing)."""
+    constraints = ensure_baselines_venv(venv)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-c", str(constraints), *specs], check=True)
+
+
+def ensure_dvc(workdir: Path, venv: Path | None = None) -> str | None:
+    """dvc in its own virtual environment (default: under the workdir; created when missing)."""
+    venv = venv or workdir / ".venv-baselines"
     dvc = venv / "bin" / "dvc"
     if dvc.exists():
         return str(dvc)
     try:
-        if not (venv / "bin" / "python").exists():
-            print(f"creating {venv} for the baselines")
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        constraints = venv / "constraints.txt"
-        constraints.write_text(TORCH_SPEC + "\n")  # should a dependency want torch, never a CUDA build
+        ensure_baselines_venv(venv)
         print("installing dvc from PyPI into it")
-        subprocess.run(
-            [str(venv / "bin" / "pip"), "install", "-q", "-c", str(constraints), "dvc"],
-            check=True,
-        )
+        pip_install(venv, "dvc")
     except (OSError, subprocess.CalledProcessError) as exc:
         print(f"could not install dvc ({exc}); skipping the DVC baseline")
         return None
@@ -459,7 +471,8 @@ def mgit_command(workdir: Path, rev: str) -> tuple[list[str], str]:
     return ["env", f"PYTHONPATH={dest}", sys.executable, "-m", "mgit"], f"commit {sha[:12]}"
 
 
-def find_tools(workdir: Path, mgit_rev: str, with_dvc: bool) -> Tools:
+def find_tools(workdir: Path, mgit_rev: str, with_dvc: bool, baselines_venv: Path | None = None) -> Tools:
+    """The mgit under test, git-lfs when installed, and dvc (installed into ``baselines_venv``)."""
     mgit, where = mgit_command(workdir, mgit_rev)
     tools = Tools(mgit, False, None)
     tools.versions["mgit"] = f"{version_of([*mgit, '--version']) or '?'} ({where})"
@@ -471,7 +484,7 @@ def find_tools(workdir: Path, mgit_rev: str, with_dvc: bool) -> Tools:
     else:
         print("git-lfs is missing; skipping that baseline. Install it with:\n  apt-get install -y git-lfs")
     if with_dvc:
-        tools.dvc = ensure_dvc(workdir)
+        tools.dvc = ensure_dvc(workdir, baselines_venv)
         if tools.dvc:
             tools.versions["dvc"] = version_of([tools.dvc, "--version"]) or "?"
     return tools
@@ -751,11 +764,11 @@ def report(
     return "\n".join(lines) + "\n"
 
 
-def update_docs(section: str, path: Path = DOCS_FILE) -> None:
-    """Create or replace this benchmark's section; keep every other section as it is."""
+def update_docs(section: str, path: Path = DOCS_FILE, title: str = SECTION_TITLE) -> None:
+    """Create or replace the section headed ``title`` (this benchmark's); keep every other section as it is."""
     text = path.read_text() if path.exists() else DOCS_INTRO
     lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION_TITLE), None)
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == title), None)
     if start is None:
         text = text.rstrip("\n") + "\n\n" + section
     else:

@@ -1,0 +1,562 @@
+"""Diff benchmark: `mgit diff` side by side with loading both versions with safetensors + torch.
+
+Why: `mgit diff` claims that comparing two committed versions of a model costs what changed,
+not what the model weighs: `--stat` works from chunk ids alone (no tensor data read), and
+the numeric diff (‖Δ‖, cosine, max|Δ|) reads only the chunk pairs whose ids differ, taking
+the rest from norms the manifests recorded. The usual way, loading both versions'
+safetensors files and computing the same numbers with torch, always reads everything. This
+script checks the claims, and that the numbers agree, on one machine, in one run:
+
+1. generate version A, a llama-like bf16 model (bench_core's generator, cached), and from it
+   B, a dense fine-tune (every tensor + small noise, so every chunk changes), and B', whose
+   last quarter of the layers is B's and everything else is byte for byte A's (cached);
+2. commit A on `main`, B on branch `dense` and B' on branch `partial` of a fresh mgit
+   repository (untimed);
+3. count, untimed, the chunk reads each diff asks the store for (mgit's own read counters);
+4. time `mgit diff main dense --stat`, `mgit diff main dense --json`, and the baseline script
+   (both versions' shards with `safetensors.torch.load_file`, per tensor in float64), and the
+   same for `partial`; every step ``--reps`` times, the fastest reported, all shown;
+5. check per tensor that mgit's ‖Δ‖ and cosine are within 1e-6 (relative) of the baseline's;
+6. print a Markdown table and, with ``--write-docs``, replace this benchmark's section of
+   docs/benchmarks.md (other sections are kept).
+
+Timing follows bench_core (whose helpers this imports): every timed command is its own
+process, started after an untimed ``sync`` and a wait for an idle machine; the page cache
+cannot be dropped, so everything reads warm files. GB = 10^9 bytes, MB = 10^6 bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import json
+import math
+import multiprocessing
+import os
+import re
+import shlex
+import shutil
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench_core import (  # benchmarks/ is on sys.path when this runs as a script
+    BLOCK_ELEMENTS,
+    GB,
+    IDLE_BELOW,
+    MB,
+    MODEL_DIR,
+    REPO_ROOT,
+    SEED,
+    SHARDS,
+    ModelPlan,
+    Proc,
+    Runner,
+    best_of,
+    ensure_model,
+    filesystem,
+    load_share,
+    machine,
+    mgit_command,
+    sha256_files,
+    tool_env,
+    update_docs,
+    version_of,
+)
+
+SECTION_TITLE = "## Diff (bench_diff.py)"
+VARIANT_VERSION = 1  # bump when the derived versions change, so cached copies are rebuilt
+NOISE_SEED = SEED + 1
+NOISE = 0.05  # noise std relative to the tensor's scale (0.02 for weights, 1 for norms)
+TOLERANCE = 1e-6  # largest relative difference from the baseline accepted per tensor
+OTHER_BENCHMARKS = re.compile(r"bench_(?!diff\.py)\w+\.py")  # this repository's other benchmarks
+CASES = (("dense", "B (dense: every tensor)"), ("partial", "B' (a quarter of the layers)"))
+
+
+# -- the two fine-tuned versions ----------------------------------------------------------
+
+
+def read_header(path: Path) -> tuple[int, dict[str, dict]]:
+    """(offset of the tensor data, the header's tensor entries) of a safetensors file."""
+    with open(path, "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+    header.pop("__metadata__", None)
+    return 8 + size, header
+
+
+def changed_layers(layers: int) -> list[int]:
+    """The last quarter of the layers (at least one): what B' takes from B."""
+    n = max(1, round(layers / 4))
+    return list(range(layers - n, layers))
+
+
+def in_layers(name: str, layers: list[int]) -> bool:
+    return any(name.startswith(f"model.layers.{i}.") for i in layers)
+
+
+def write_dense(base: Path, dest: Path) -> None:
+    """B = bf16(A + N(0, (NOISE·scale)²)) for every tensor, streamed piece by piece; same files."""
+    import torch
+
+    gen = torch.Generator().manual_seed(NOISE_SEED)
+    dest.mkdir(parents=True)
+    for src in sorted(base.iterdir()):
+        if src.suffix != ".safetensors":
+            shutil.copyfile(src, dest / src.name)
+            continue
+        start, header = read_header(src)
+        with open(src, "rb") as fin, open(dest / src.name, "wb") as fout:
+            fout.write(fin.read(start))  # same header: same names, shapes, offsets
+            for name, entry in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+                scale = NOISE * (1.0 if name.endswith("norm.weight") else 0.02)
+                begin, end = entry["data_offsets"]
+                fin.seek(start + begin)
+                for pos in range(begin, end, 2 * BLOCK_ELEMENTS):
+                    raw = bytearray(fin.read(min(2 * BLOCK_ELEMENTS, end - pos)))
+                    a = torch.frombuffer(raw, dtype=torch.bfloat16).float()
+                    b = (a + torch.randn(a.numel(), generator=gen) * scale).to(torch.bfloat16)
+                    fout.write(b.view(torch.int16).numpy().tobytes())
+
+
+def write_partial(base: Path, dense: Path, dest: Path, layers: list[int]) -> None:
+    """B' = B's bytes for the tensors of ``layers``, A's bytes for every other tensor and file."""
+    dest.mkdir(parents=True)
+    for src in sorted(base.iterdir()):
+        if src.suffix != ".safetensors":
+            shutil.copyfile(src, dest / src.name)
+            continue
+        start, header = read_header(src)
+        with open(src, "rb") as fa, open(dense / src.name, "rb") as fb, open(dest / src.name, "wb") as fout:
+            fout.write(fa.read(start))
+            for name, entry in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+                begin, end = entry["data_offsets"]
+                f = fb if in_layers(name, layers) else fa
+                f.seek(start + begin)
+                fout.write(f.read(end - begin))
+
+
+def derive(base: Path, home: Path, layers: list[int]) -> None:
+    write_dense(base, home / "dense")
+    write_partial(base, home / "dense", home / "partial", layers)
+
+
+def ensure_versions(workdir: Path, base: Path, plan: ModelPlan, base_sums: dict[str, str]) -> dict[str, Path]:
+    """B and B' derived from A (reused when already there, for the same A): name → directory."""
+    home = workdir / f"versions-{plan.nbytes}"
+    layers = changed_layers(plan.layers)
+    want = {
+        "version": VARIANT_VERSION,
+        "seed": NOISE_SEED,
+        "noise": NOISE,
+        "layers": layers,
+        "base": hashlib.sha256(json.dumps(base_sums, sort_keys=True).encode()).hexdigest(),
+    }
+    meta_path = home / "meta.json"
+    dirs = {name: home / name for name, _ in CASES}
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if {k: meta.get(k) for k in want} == want and all(sha256_files(d) == meta[n] for n, d in dirs.items()):
+            print(f"reusing the derived versions in {home}")
+            return dirs
+    shutil.rmtree(home, ignore_errors=True)
+    print(f"deriving B (dense) and B' (layers {layers[0]}-{layers[-1]} of {plan.layers} from B)")
+    t0 = time.perf_counter()
+    # In a child process: torch stays out of this one, whose memory every timed child inherits.
+    child = multiprocessing.get_context("spawn").Process(target=derive, args=(base, home, layers))
+    child.start()
+    child.join()
+    if child.exitcode != 0:
+        raise RuntimeError(f"deriving the fine-tuned versions failed (exit {child.exitcode})")
+    meta_path.write_text(json.dumps({**want, **{n: sha256_files(d) for n, d in dirs.items()}}, indent=2) + "\n")
+    print(f"  derived in {time.perf_counter() - t0:.1f} s")
+    return dirs
+
+
+def changed_bytes(model: Path, layers: list[int] | None) -> tuple[set[str], int]:
+    """(names of the tensors a version changed, their bytes in both versions); None: all layers."""
+    names, total = set(), 0
+    for path in sorted(model.glob("*.safetensors")):
+        for name, entry in read_header(path)[1].items():
+            if layers is None or in_layers(name, layers):
+                names.add(name)
+                total += 2 * (entry["data_offsets"][1] - entry["data_offsets"][0])
+    return names, total
+
+
+# -- the baseline -------------------------------------------------------------------------
+
+
+def baseline(dir_a: Path, dir_b: Path) -> dict[str, dict[str, float]]:
+    """The usual way: load each shard of both versions with load_file; per tensor, in float64,
+    ‖B−A‖, ‖A‖, ‖B‖, cos(A, B) and max|B−A|."""
+    import torch
+    from safetensors.torch import load_file
+
+    out = {}
+    for path_a in sorted(dir_a.glob("*.safetensors")):
+        sd_a, sd_b = load_file(path_a), load_file(dir_b / path_a.name)
+        for name, tensor_a in sd_a.items():
+            a = tensor_a.to(torch.float64).flatten()
+            b = sd_b[name].to(torch.float64).flatten()
+            d = b - a
+            norm_a, norm_b = a.norm().item(), b.norm().item()
+            out[name] = {
+                "delta_norm": d.norm().item(),
+                "norm_a": norm_a,
+                "norm_b": norm_b,
+                "cosine": torch.dot(a, b).item() / (norm_a * norm_b),
+                "max_abs_delta": d.abs().max().item(),
+            }
+        del sd_a, sd_b
+    return out
+
+
+# Run with the mgit under test: which chunks `repo.diff` asks the store for, and what it decodes.
+COUNT_READS = """
+import json, sys
+from mgit.repo import Repository
+repo = Repository(sys.argv[1])
+store, requests = repo.store, [0]
+get = store.get
+def counted(cid, what="", _depth=0):
+    requests[0] += _depth == 0
+    return get(cid, what, _depth)
+store.get = counted
+result = repo.diff(sys.argv[2], sys.argv[3], numeric=sys.argv[4] == "numeric")
+print(json.dumps({"requests": requests[0], "decoded": store.reads.chunks, "raw_bytes": store.reads.raw_bytes,
+                  "changed_chunks": sum(t.chunks_changed for t in result.tensors)}))
+"""
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+
+def other_benchmarks() -> list[str]:
+    """Command lines of this repository's other benchmarks running now (they would disturb timings)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(proc.name) != os.getpid() and OTHER_BENCHMARKS.search(cmdline):
+            found.append(cmdline.strip())
+    return found
+
+
+def wait_for_benchmarks(limit: float, poll: float = 30) -> None:
+    """Wait (polling, up to ``limit`` seconds) until no other benchmark of this repository runs."""
+    deadline = time.monotonic() + limit
+    while (running := other_benchmarks()) and time.monotonic() < deadline:
+        print(f"  waiting for another benchmark to finish: {running[0][:100]}", flush=True)
+        time.sleep(poll)
+
+
+@dataclass
+class Result:
+    case: str  # a key of CASES
+    method: str
+    best: Proc
+    times: list[float]
+    reads: dict[str, int] | None = None  # COUNT_READS's answer, for mgit rows
+
+
+def python_prefix(mgit: list[str]) -> list[str]:
+    """The interpreter (and environment) that runs the mgit under test."""
+    return mgit[:-2] if mgit[-2:] == ["-m", "mgit"] else [sys.executable]
+
+
+def build_repo(repo: Path, base: Path, versions: dict[str, Path], mgit: list[str], runner: Runner) -> None:
+    """A fresh repository: A committed on main, each version on its own branch off main (untimed)."""
+    shutil.rmtree(repo, ignore_errors=True)
+    repo.mkdir(parents=True)
+    mgit = [*mgit, "-q"]
+
+    def commit(src: Path, message: str) -> None:
+        shutil.copytree(src, repo / MODEL_DIR, dirs_exist_ok=True, copy_function=shutil.copyfile)
+        runner.run([*mgit, "add", MODEL_DIR], repo)
+        runner.run([*mgit, "commit", "-m", message], repo)
+
+    runner.run([*mgit, "init"], repo)
+    commit(base, "A: base")
+    for name, _ in CASES:
+        runner.run([*mgit, "checkout", "main"], repo)
+        runner.run([*mgit, "checkout", "-b", name], repo)
+        commit(versions[name], f"B: {name}")
+
+
+def measure(
+    case: str, repo: Path, base: Path, version: Path, mgit: list[str], runner: Runner, reps: int, bench_wait: float
+) -> tuple[list[Result], dict[str, dict]]:
+    """The three ways for one version, fastest of ``reps`` each; also both sides' numbers."""
+    results, outputs = [], {}
+
+    def settle() -> None:
+        wait_for_benchmarks(bench_wait)
+
+    for flag, mode in (("--stat", "stat"), ("--json", "numeric")):
+        counter = [*python_prefix(mgit), "-c", COUNT_READS, str(repo), "main", case, mode]
+        reads = json.loads(runner.run(counter, repo).output)
+        last: list[Proc] = []
+
+        def run(flag: str = flag, last: list[Proc] = last) -> Proc:
+            last[:] = [runner.run([*mgit, "diff", "main", case, flag], repo, timed=True)]
+            return last[0]
+
+        best, times = best_of(reps, settle, run)
+        results.append(Result(case, f"mgit diff {flag}", best, times, reads))
+        if flag == "--json":
+            outputs["mgit"] = {t["name"]: t for t in json.loads(last[0].output)["tensors"]}
+    cmd = [sys.executable, __file__, "--baseline", str(base), str(version)]
+    best, times = best_of(reps, settle, lambda: runner.run(cmd, repo, timed=True))
+    results.append(Result(case, "safetensors load_file + torch (float64)", best, times))
+    outputs["baseline"] = json.loads(best.output)
+    return results, outputs
+
+
+def rel_diff(x: float | None, y: float | None) -> float:
+    """|x − y| / max(|x|, |y|); 0 when both are 0, inf when one is missing."""
+    if x is None or y is None:
+        return math.inf
+    top = max(abs(x), abs(y))
+    return abs(x - y) / top if top > 0 else 0.0
+
+
+@dataclass
+class Check:
+    case: str
+    tensors: int
+    changed: int  # tensors mgit reports changed
+    expected: int  # tensors the version changed
+    same_set: bool
+    changed_chunks: int
+    worst: dict[str, float]  # quantity → largest relative difference over the tensors
+
+    @property
+    def ok(self) -> bool:
+        return self.same_set and self.worst["delta_norm"] <= TOLERANCE and self.worst["cosine"] <= TOLERANCE
+
+
+def check(case: str, outputs: dict[str, dict], expected: set[str], changed_chunks: int) -> Check:
+    """Compare mgit's numbers with the baseline's, tensor by tensor."""
+    mine, ref = outputs["mgit"], outputs["baseline"]
+    changed = {n for n, t in mine.items() if t["status"] != "unchanged"}
+    worst = {}
+    for q in ("delta_norm", "cosine", "norm_a", "max_abs_delta"):
+        worst[q] = max(rel_diff(mine[n][q], ref[n][q]) if n in mine else math.inf for n in ref)
+    return Check(case, len(ref), len(changed), len(expected), changed == expected, changed_chunks, worst)
+
+
+# -- reporting ----------------------------------------------------------------------------
+
+
+def results_table(results: list[Result], data: dict[str, int], raw: int) -> str:
+    labels = dict(CASES)
+    rows = [
+        "| version B | method | wall time (s) | changed tensors, A + B (MB) | MB/s | vs baseline | peak RSS (MB) "
+        "| tensor data decoded (MB) | other load | all runs (s) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        p = r.best
+        base = next(x for x in results if x.case == r.case and x.reads is None)
+        decoded = r.reads["raw_bytes"] if r.reads else 2 * raw
+        cells = [
+            labels[r.case],
+            f"`{r.method}`" if r.method.startswith("mgit") else r.method,
+            f"{p.seconds:.2f}",
+            f"{data[r.case] / MB:.0f}",
+            f"{data[r.case] / MB / p.seconds:.0f}",
+            f"{base.best.seconds / p.seconds:.1f}×" if r is not base else "1.0×",
+            f"{p.max_rss / MB:.0f}",
+            f"{decoded / MB:.0f}",
+            f"{load_share(p):.0%}",
+            " / ".join(f"{t:.2f}" for t in r.times),
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def checks_table(checks: list[Check]) -> str:
+    labels = dict(CASES)
+    rows = [
+        "| version B | tensors | changed per mgit / expected | changed chunks | max rel. diff ‖Δ‖ "
+        "| max rel. diff cos | max rel. diff ‖A‖ | max rel. diff max\\|Δ\\| | within 1e-6 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for c in checks:
+        w = c.worst
+        rows.append(
+            f"| {labels[c.case]} | {c.tensors} | {c.changed} / {c.expected}{'' if c.same_set else ' (**differ**)'} "
+            f"| {c.changed_chunks} | {w['delta_norm']:.1e} | {w['cosine']:.1e} | {w['norm_a']:.1e} "
+            f"| {w['max_abs_delta']:.1e} | {'yes' if c.ok else '**NO**'} |"
+        )
+    return "\n".join(rows)
+
+
+def reads_note(results: list[Result]) -> str:
+    parts = []
+    for r in results:
+        if r.reads and r.method.endswith("--json"):
+            x = r.reads
+            parts.append(
+                f"{dict(CASES)[r.case]}: {x['changed_chunks']} changed chunk pairs, {x['requests']} chunk reads "
+                f"requested, {x['decoded']} chunks decoded ({x['raw_bytes'] / MB:.0f} MB), of which "
+                f"{x['decoded'] - x['requests']} delta bases"
+            )
+    stat = [r.reads["requests"] for r in results if r.reads and r.method.endswith("--stat")]
+    return (
+        f"Chunk reads (counted untimed through mgit's Python API, the same `repo.diff` the CLI runs): "
+        f"`--stat` requested {' and '.join(map(str, stat))} chunks; `--json`: " + "; ".join(parts) + ". "
+        "A delta base is decoded when a requested chunk is stored as an XOR delta against it: here B's chunk "
+        "against A's chunk at the same place, which the same diff also requests, so it is decoded twice."
+    )
+
+
+def report(
+    results: list[Result],
+    checks: list[Check],
+    data: dict[str, int],
+    raw: int,
+    plan: ModelPlan,
+    versions: dict[str, str],
+    workdir: Path,
+    reps: int,
+    command: str,
+    rss_floor: int,
+) -> str:
+    """This benchmark's docs section (also printed to stdout)."""
+    m = machine()
+    s = plan.shape
+    layers = changed_layers(plan.layers)
+    all_ok = all(c.ok for c in checks)
+    lines = [
+        SECTION_TITLE,
+        "",
+        f"Command: `{command}`  ",
+        f"Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
+        f"Machine: {m['cpu']}, {m['ram']} RAM, {m['os']}, {filesystem(workdir)} disk; Python {m['python']}  ",
+        f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items())}",
+        "",
+        f"Input: version A is bench_core's generated llama-like bf16 model, {raw / GB:.3f} GB of tensors "
+        f"({plan.layers} layers, hidden {s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, "
+        f"{len(plan.tensors)} tensors in {SHARDS} safetensors shards, weights N(0, 0.02) from seed {SEED}). "
+        f"B is a dense fine-tune: every tensor plus Gaussian noise of std {NOISE} × its scale (0.02 for weights, "
+        f"1 for norms), rounded to bf16, so every chunk changes. B' takes layers {layers[0]}–{layers[-1]} "
+        f"({len(layers)} of {plan.layers}) from B and every other byte from A. One mgit repository holds A on "
+        "`main`, B on branch `dense` and B' on branch `partial`; the commands are `mgit diff main dense` and "
+        "`mgit diff main partial`.",
+        "",
+        results_table(results, data, raw),
+        "",
+        checks_table(checks),
+        "",
+        f"mgit's numbers match the baseline's (relative difference ≤ {TOLERANCE:g} per tensor for ‖Δ‖ and cosine, "
+        f"and the same set of changed tensors): **{'yes' if all_ok else 'NO'}**.",
+        "",
+        reads_note(results),
+        "",
+        "How it was measured: every command is a separate process timed by wall clock (Python start-up and "
+        "imports included), after an untimed `sync`, a wait until no other benchmark of this repository runs, "
+        f"and a wait (up to the `--idle-wait` limit) until under {IDLE_BELOW:.0%} of the CPUs are busy; each "
+        f"runs {reps} times, the table shows the fastest, `all runs` "
+        "every one. The page cache cannot be dropped, so mgit's packs and the baseline's safetensors files are "
+        "read warm. `--json` output (one record per tensor) goes to a temporary file instead of `/dev/null` so that "
+        "its numbers can be checked. The baseline is this script's `--baseline A_DIR B_DIR`: for each shard, "
+        "`safetensors.torch.load_file` of A's and B's file, then per tensor in torch float64 (exact for bf16 "
+        "inputs) ‖B−A‖₂, ‖A‖₂, ‖B‖₂, A·B/(‖A‖‖B‖) and max|B−A|; it always reads both versions whole. "
+        "Changed tensors, A + B: the bytes of the tensors the version changed, counted in both versions; MB/s "
+        "is that over the wall time for every row (also for `--stat`, which reads no tensor data), so rows are "
+        "comparable. Tensor data decoded: raw bytes of the chunks mgit decoded (delta bases included), or, for "
+        "the baseline, both versions' files. Peak RSS is the largest resident set of the process as the "
+        f"kernel reports it; it includes about {rss_floor / MB:.0f} MB inherited from the launching process "
+        "at fork (what `true` reports), and the pages of memory-mapped files touched (mgit maps its pack "
+        "files; safetensors maps the file it loads). Other load is the share of all CPUs that other processes "
+        "used during the fastest run. Relative difference: |x − y| / max(|x|, |y|) (0 when both are 0), "
+        "largest over all tensors.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# -- main ---------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--workdir", type=Path, default=REPO_ROOT / "bench-work" / "diff", help="scratch directory (git-ignored)"
+    )
+    p.add_argument("--size-gb", type=float, default=1.0, help="model size in GB (10^9 bytes); default 1")
+    p.add_argument("--quick", action="store_true", help="a ~0.1 GB model (overrides --size-gb)")
+    p.add_argument("--reps", type=int, default=3, help="runs of every timed command; the fastest is reported")
+    p.add_argument("--idle-wait", type=float, default=120, help="most seconds to wait for an idle machine per run")
+    p.add_argument(
+        "--bench-wait",
+        type=float,
+        default=1800,
+        help="most seconds to wait, before each timed run, for this repository's other benchmarks to finish",
+    )
+    p.add_argument(
+        "--mgit-rev",
+        default="HEAD",
+        help="the mgit to measure: a commit of this repository (exported) or 'worktree'; default HEAD",
+    )
+    p.add_argument("--keep", action="store_true", help="keep the mgit repository afterwards")
+    p.add_argument("--write-docs", action="store_true", help="replace this benchmark's section in docs/benchmarks.md")
+    p.add_argument(
+        "--baseline", nargs=2, type=Path, metavar=("A_DIR", "B_DIR"), help="(internal) run the baseline, print JSON"
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.baseline:
+        print(json.dumps(baseline(*args.baseline)))
+        return 0
+    command = shlex.join(["python", *sys.argv]) if argv is None else shlex.join(["python", __file__, *argv])
+    workdir = args.workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    mgit, where = mgit_command(workdir, args.mgit_rev)
+    versions = {
+        "mgit": f"{version_of([*mgit, '--version']) or '?'} ({where})",
+        "safetensors": importlib.metadata.version("safetensors"),  # no torch in this process: children inherit it
+    }
+    versions["torch"] = version_of([sys.executable, "-c", "import torch; print(torch.__version__)"]) or "?"
+    base, plan, sums = ensure_model(workdir, 0.1 if args.quick else args.size_gb, SHARDS)
+    raw = sum((base / name).stat().st_size for name in sums if name.endswith(".safetensors"))
+    dirs = ensure_versions(workdir, base, plan, sums)
+    runner = Runner(tool_env(workdir), args.idle_wait)
+    repo = workdir / "repo"
+    print("committing A, B and B' ...", flush=True)
+    build_repo(repo, base, dirs, mgit, runner)
+    expected = {"dense": changed_bytes(base, None), "partial": changed_bytes(base, changed_layers(plan.layers))}
+    results: list[Result] = []
+    checks: list[Check] = []
+    for case, label in CASES:
+        print(f"{label} ...", flush=True)
+        case_results, outputs = measure(case, repo, base, dirs[case], mgit, runner, args.reps, args.bench_wait)
+        results += case_results
+        numeric = next(r for r in case_results if r.method == "mgit diff --json")
+        checks.append(check(case, outputs, expected[case][0], numeric.reads["changed_chunks"]))
+    rss_floor = runner.run(["true"], workdir).max_rss
+    data = {case: expected[case][1] for case, _ in CASES}
+    section = report(results, checks, data, raw, plan, versions, workdir, args.reps, command, rss_floor)
+    print()
+    print(section)
+    if args.write_docs:
+        update_docs(section, title=SECTION_TITLE)
+        print("updated docs/benchmarks.md")
+    if not args.keep:
+        shutil.rmtree(repo, ignore_errors=True)
+    return 0 if all(c.ok for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

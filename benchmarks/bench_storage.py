@@ -1,0 +1,1011 @@
+"""Storage benchmark: what each new version of a model costs to keep, in mgit and in the peers.
+
+Why: a model is rarely stored once. Fine-tunes, adapters, vocabulary extensions and training
+checkpoints each add a version that shares most of its bytes (or most of its bits) with
+another one. mgit's claim is that such a version costs about the compressed size of what
+changed: unchanged chunks are deduplicated, changed chunks are stored as XOR deltas against
+their parent. git-lfs and DVC deduplicate whole files only, and ZipNN compresses every file
+on its own without any cross-version sharing. This script measures all four side by side,
+on one machine, with the same generated inputs, in one run:
+
+1. generate a llama-like bf16 base model (bench_core's generator, fixed seed) and from it
+   full model directories for five variants and a chain of five checkpoints (below); cached
+   between runs;
+2. store the base, then every variant as a commit on its own branch made from the base (the
+   chain as consecutive commits on one branch), in mgit, in git + git-lfs and in DVC, and
+   measure how much each tool's store grows; compress every variant with ZipNN;
+3. time ingesting the base (mgit add + commit against ``cp -r``) and restoring versions into
+   an empty working tree (mgit checkout of the base, the dense fine-tune and of the chain's
+   deepest delta and last checkpoint against ``cp -r``);
+4. check that mgit gives back every version byte for byte (sha256) and that ``mgit fsck``
+   passes; print Markdown tables and, with ``--write-docs``, replace this benchmark's section
+   of docs/benchmarks.md (other sections are kept).
+
+Targets (base ≤ 0.70× raw, dense fine-tune ≤ 0.50× raw, partial variants ≈ the compressed
+size of what changed) are reported, never asserted. GB = 10^9 bytes, MB = 10^6 bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench_core import (
+    GB,
+    MB,
+    MODEL_DIR,
+    REPO_ROOT,
+    SEED,
+    SHARDS,
+    Proc,
+    Result,
+    Runner,
+    Tools,
+    bench_cp,
+    best_of,
+    disk_usage,
+    ensure_model,
+    filesystem,
+    find_tools,
+    machine,
+    pip_install,
+    results_table,
+    safetensors_header,
+    sha256_files,
+    tensor_pieces,
+    tool_env,
+    update_docs,
+    version_of,
+)
+
+SECTION_TITLE = "## Storage: versions, deltas, baselines (bench_storage.py)"
+GEN_VERSION = 1  # bump when the variants change, so cached copies are rebuilt
+META_FILE = ".bench-variant.json"
+CHANGES_FILE = ".bench-changes.json"
+INDEX_FILE = "model.safetensors.index.json"
+CONFIG_FILE = "config.json"
+EMBED, LM_HEAD, FINAL_NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"
+DENSE_NOISE = 0.02  # dense fine-tune: + N(0, (2% of the tensor's std)²)
+STEP_NOISE = 0.01  # one training-checkpoint step: + N(0, (1% of the tensor's std)²)
+LORA_RANK, LORA_STD = 16, 0.01  # W + B @ A with A, B ~ N(0, 0.01²)
+NEW_ROWS = 100  # vocabulary extension
+CHAIN = 5  # checkpoints in the chain
+PARTIAL_TOLERANCE = 1.25  # "≈ the compressed size of what changed": within 25% (or below)
+
+
+# -- the versions -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One version derived from another: a variant of the base, or a checkpoint of the chain."""
+
+    name: str  # also its branch (variants) or tag (every version) in the repositories
+    kind: str
+    parent: str  # "base" or another spec's name
+    what: str
+
+    @property
+    def branch(self) -> str:
+        return "chain" if self.kind == "step" else self.name
+
+
+SPECS = (
+    Spec("dense", "dense", "base", "dense full fine-tune: every tensor + N(0, (2% σ)²)"),
+    Spec("frozen-half", "frozen-half", "base", "lower half of the layers and embed_tokens frozen, the rest as dense"),
+    Spec("lora", "lora", "base", f"LoRA rank {LORA_RANK} merged into every q_proj and v_proj"),
+    Spec("vocab", "vocab", "base", f"vocabulary + {NEW_ROWS} rows (embed_tokens, lm_head)"),
+    Spec("layer", "layer", "base", "one layer appended (to the last shard)"),
+    *(
+        Spec(f"chain-{k}", "step", "base" if k == 1 else f"chain-{k - 1}", "previous + N(0, (1% σ)²), every tensor")
+        for k in range(1, CHAIN + 1)
+    ),
+)
+
+
+@dataclass
+class Version:
+    """A model directory to store: the base or one of the specs, with what changed from its parent."""
+
+    name: str
+    parent: str
+    what: str
+    model: Path
+    sums: dict[str, str]
+    changes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def raw(self) -> int:
+        return sum((self.model / name).stat().st_size for name in self.sums)
+
+    @property
+    def changed(self) -> int:
+        """Raw bytes of what changed: modified tensors whole, plus new rows and new tensors."""
+        return self.changes.get("modified_bytes", 0) + self.changes.get("new_bytes", 0)
+
+
+def shard_tensors(path: Path) -> list[str]:
+    """Tensor names of a safetensors file in data-offset order."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        doc = json.loads(f.read(n))
+    doc.pop("__metadata__", None)
+    return sorted(doc, key=lambda name: doc[name]["data_offsets"][0])
+
+
+def trained_in_half(name: str, layers: int) -> bool:
+    """frozen-half: the upper half of the layers, the final norm and lm_head train; the rest is frozen."""
+    found = re.match(r"model\.layers\.(\d+)\.", name)
+    return int(found.group(1)) >= layers // 2 if found else name in (FINAL_NORM, LM_HEAD)
+
+
+def generated(name: str, shape: tuple[int, ...], gen: object) -> object:
+    """A new tensor drawn like the base's (bench_core's generator: N(0, 0.02), norms ones)."""
+    import torch
+
+    data = bytearray(b"".join(tensor_pieces(name, shape, gen)))
+    return torch.frombuffer(data, dtype=torch.bfloat16).reshape(shape)
+
+
+def noisy(t: object, rel: float, gen: object) -> object:
+    """t + N(0, (rel·σ)²), σ the tensor's std (its RMS when constant, e.g. norms of ones), in fp32."""
+    import torch
+
+    x = t.float()
+    scale = float(x.std()) or float(x.pow(2).mean().sqrt())
+    return (x + torch.randn(x.shape, generator=gen) * (rel * scale)).to(torch.bfloat16)
+
+
+def changed_tensor(kind: str, name: str, t: object, layers: int, gen: object) -> object:
+    """The variant's version of one tensor of its parent."""
+    import torch
+
+    if kind == "dense" or (kind == "frozen-half" and trained_in_half(name, layers)):
+        return noisy(t, DENSE_NOISE, gen)
+    if kind == "step":
+        return noisy(t, STEP_NOISE, gen)
+    if kind == "lora" and name.endswith(("self_attn.q_proj.weight", "self_attn.v_proj.weight")):
+        out_dim, in_dim = t.shape
+        a = torch.randn(LORA_RANK, in_dim, generator=gen) * LORA_STD
+        b = torch.randn(out_dim, LORA_RANK, generator=gen) * LORA_STD
+        return (t.float() + b @ a).to(torch.bfloat16)
+    if kind == "vocab" and name in (EMBED, LM_HEAD):
+        return torch.cat([t, generated(name, (NEW_ROWS, t.shape[1]), gen)])
+    return t
+
+
+def extra_tensors(kind: str, config: dict, gen: object) -> list[tuple[str, object]]:
+    """New tensors of the variant (appended to the last shard): one more layer for "layer"."""
+    if kind != "layer":
+        return []
+    from bench_core import Shape
+
+    shape = Shape(
+        config["hidden_size"], config["intermediate_size"], config["num_attention_heads"], config["num_key_value_heads"]
+    )
+    return [(name, generated(name, s, gen)) for name, s in shape.layer_tensors(config["num_hidden_layers"])]
+
+
+def account(changes: Counter, old: object | None, new: object) -> None:
+    """Add what differs between a parent tensor (None: none) and its new version."""
+    import torch
+
+    nbytes = 2 * new.numel()
+    changes["tensors"] += 1
+    if old is None:
+        changes["new_bytes"] += nbytes
+        changes["changed_tensors"] += 1
+        return
+    if old.shape == new.shape:
+        diff = int((old.view(torch.int16) != new.view(torch.int16)).sum())
+        changes["elements"] += new.numel()
+        changes["changed_elements"] += diff
+        if diff:
+            changes["modified_bytes"] += nbytes
+            changes["changed_tensors"] += 1
+        return
+    rows = old.shape[0]
+    changes["changed_tensors"] += 1
+    if old.shape[1:] == new.shape[1:] and torch.equal(new[:rows].view(torch.int16), old.view(torch.int16)):
+        changes["new_bytes"] += nbytes - 2 * old.numel()
+    else:
+        changes["modified_bytes"] += nbytes
+
+
+def write_shard(path: Path, tensors: list[tuple[str, object]]) -> None:
+    import torch
+
+    if any(t.dtype != torch.bfloat16 for _, t in tensors):
+        raise RuntimeError("the generated models hold bf16 tensors only")
+    header = safetensors_header([(name, tuple(t.shape)) for name, t in tensors])
+    with open(path, "wb") as f:
+        f.write(len(header).to_bytes(8, "little"))
+        f.write(header)
+        for _, t in tensors:
+            f.write(t.contiguous().view(torch.int16).numpy().tobytes())
+
+
+def derive(kind: str, src: Path, dest: Path, seed: int) -> None:
+    """Write the ``kind`` variant of the model in ``src`` to ``dest``, and what changed to CHANGES_FILE."""
+    import torch
+    from safetensors import safe_open
+
+    index = json.loads((src / INDEX_FILE).read_text())
+    config = json.loads((src / CONFIG_FILE).read_text())
+    layers = config["num_hidden_layers"]
+    shards = sorted(set(index["weight_map"].values()))
+    changes: Counter = Counter()
+    weight_map: dict[str, str] = {}
+    total = 0
+    dest.mkdir(parents=True)
+    i = 0
+    for k, fname in enumerate(shards):
+        out = []
+        with safe_open(str(src / fname), framework="pt") as f:
+            for name in shard_tensors(src / fname):
+                old = f.get_tensor(name)
+                new = changed_tensor(kind, name, old, layers, torch.Generator().manual_seed(seed * 100_003 + i))
+                account(changes, old, new)
+                out.append((name, new))
+                i += 1
+        if k == len(shards) - 1:
+            for name, t in extra_tensors(kind, config, torch.Generator().manual_seed(seed * 100_003 + i)):
+                account(changes, None, t)
+                out.append((name, t))
+        write_shard(dest / fname, out)
+        weight_map.update({name: fname for name, _ in out})
+        total += sum(2 * t.numel() for _, t in out)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (dest / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    if kind == "vocab":
+        config["vocab_size"] += NEW_ROWS
+    if kind == "layer":
+        config["num_hidden_layers"] += 1
+    (dest / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    (dest.parent / CHANGES_FILE).write_text(json.dumps(dict(changes)) + "\n")
+
+
+def ensure_versions(workdir: Path, base: Path, base_sums: dict[str, str]) -> list[Version]:
+    """The base and every spec's model directory (each reused when already generated and intact)."""
+    root = workdir / f"variants-{sum((base / n).stat().st_size for n in base_sums)}"
+    versions = {"base": Version("base", "", "the generated base model", base, base_sums)}
+    for i, spec in enumerate(SPECS, 1):
+        home, parent = root / spec.name, versions[spec.parent]
+        want = {"version": GEN_VERSION, "seed": SEED + 1000 * i, "kind": spec.kind, "parent_sums": parent.sums}
+        meta_path = home / META_FILE
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        if {k: meta.get(k) for k in want} != want or sha256_files(home / MODEL_DIR) != meta.get("sums"):
+            shutil.rmtree(home, ignore_errors=True)
+            print(f"generating {spec.name}: {spec.what}", flush=True)
+            t0 = time.perf_counter()
+            # torch stays out of this process (its memory would count in every timed child's RSS)
+            child = multiprocessing.get_context("spawn").Process(
+                target=derive, args=(spec.kind, parent.model, home / MODEL_DIR, want["seed"])
+            )
+            child.start()
+            child.join()
+            if child.exitcode != 0:
+                raise RuntimeError(f"generating {spec.name} failed (exit {child.exitcode})")
+            changes = json.loads((home / CHANGES_FILE).read_text())
+            meta = {**want, "sums": sha256_files(home / MODEL_DIR), "changes": changes}
+            meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+            print(f"  done in {time.perf_counter() - t0:.1f} s", flush=True)
+        versions[spec.name] = Version(
+            spec.name, spec.parent, spec.what, home / MODEL_DIR, meta["sums"], meta["changes"]
+        )
+    return list(versions.values())
+
+
+# -- running ------------------------------------------------------------------------------
+
+
+def process_table() -> tuple[dict[int, int], dict[int, list[str]]]:
+    """(pid → parent pid, pid → argv) of every process."""
+    parents, argv = {}, {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            parents[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            argv[int(d.name)] = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except (OSError, ValueError, IndexError):
+            continue
+    return parents, argv
+
+
+def other_benchmarks() -> list[str]:
+    """Command lines of benchmark scripts (bench_*.py) running outside this process's own line."""
+    parents, argv = process_table()
+    me = os.getpid()
+    ancestors, p = set(), me
+    while p in parents and parents[p] > 1:  # a shell or `timeout` that started us
+        p = parents[p]
+        ancestors.add(p)
+    descendants, grew = {me}, True
+    while grew:  # our tools, the variant generator, the zipnn worker
+        new = {c for c, par in parents.items() if par in descendants and c not in descendants}
+        grew = bool(new)
+        descendants |= new
+    return [
+        " ".join(a for a in args if a)
+        for pid, args in argv.items()
+        if pid not in ancestors | descendants and any(re.search(r"bench_\w+\.py$", a) for a in args)
+    ]
+
+
+def wait_for_other_benchmarks(limit: float) -> None:
+    """Wait (up to ``limit`` seconds) until no other benchmark runs on this machine."""
+    deadline = time.monotonic() + limit
+    told = False
+    while (others := other_benchmarks()) and time.monotonic() < deadline:
+        if not told:
+            print(f"  waiting for another benchmark to finish: {others[0]}", flush=True)
+            told = True
+        time.sleep(5)
+    if others:
+        print(f"  still running after {limit:.0f} s, going on: {others[0]}", flush=True)
+
+
+@dataclass
+class PoliteRunner(Runner):
+    """bench_core's Runner; a timed run first waits for other benchmarks to finish."""
+
+    other_wait: float = 1800
+
+    def run(self, cmd: Sequence[str], cwd: Path, timed: bool = False) -> Proc:
+        if timed:
+            wait_for_other_benchmarks(self.other_wait)
+        return super().run(cmd, cwd, timed)
+
+
+def place_model(src: Path, repo: Path) -> None:
+    """Make the working tree's model directory a plain byte copy of ``src`` (as a training run would)."""
+    shutil.rmtree(repo / MODEL_DIR, ignore_errors=True)
+    shutil.copytree(src, repo / MODEL_DIR, copy_function=shutil.copyfile)
+
+
+def fresh_repo(path: Path) -> Path:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+# -- the tools ----------------------------------------------------------------------------
+
+
+@dataclass
+class Cost:
+    """What storing one version cost one tool."""
+
+    grown: int  # bytes the tool's store grew by (disk usage)
+    proc: Proc  # the timed store step(s)
+    new_chunks: int | None = None  # mgit: stored bytes of chunks the parent commit lacks (du)
+    encodings: dict[str, int] = field(default_factory=dict)  # mgit: new chunks by encoding
+
+    @property
+    def seconds(self) -> float:
+        return self.proc.seconds
+
+
+class VersionStore:
+    """One tool's repository: a base commit, then each version as a commit on its branch."""
+
+    name = ""
+    store_dir = ""
+
+    def __init__(self, root: Path, runner: Runner):
+        self.root, self.runner = root, runner
+        self.branch = ""
+
+    def size(self) -> int:
+        return disk_usage(self.root / self.store_dir)
+
+    def switch(self, spec: Spec) -> None:
+        """Untimed: go to the spec's branch, creating it from the base when it is new."""
+
+    def store_cmds(self, v: Version) -> list[list[str]]:
+        raise NotImplementedError
+
+    def after(self, v: Version, cost: Cost) -> None:
+        """Untimed: tag the version, collect tool-specific numbers."""
+
+    def add(self, v: Version, spec: Spec | None) -> Cost:
+        before = self.size()
+        if spec is not None:
+            self.switch(spec)
+        place_model(v.model, self.root)
+        proc = self.runner.steps(self.store_cmds(v), self.root)
+        cost = Cost(0, proc)
+        self.after(v, cost)
+        cost.grown = self.size() - before
+        return cost
+
+
+class MgitStore(VersionStore):
+    name, store_dir = "mgit", ".mgit"
+
+    def __init__(self, root: Path, runner: Runner, mgit: list[str]):
+        super().__init__(root, runner)
+        self.mgit = [*mgit, "-q"]
+
+    def init(self) -> None:
+        self.runner.run([*self.mgit, "init", "."], fresh_repo(self.root))
+        self.branch = "main"
+
+    def mgit_run(self, *args: str) -> str:
+        return self.runner.run([*self.mgit, *args], self.root).output
+
+    def switch(self, spec: Spec) -> None:
+        if spec.branch != self.branch:
+            self.mgit_run("checkout", "-b", spec.branch, "main")
+            self.branch = spec.branch
+
+    def store_cmds(self, v: Version) -> list[list[str]]:
+        return [[*self.mgit, "add", MODEL_DIR], [*self.mgit, "commit", "-m", v.name]]
+
+    def du(self, rev: str) -> dict:
+        out = self.mgit_run("du", rev, "--json")
+        return json.loads(out[out.index("{") :])
+
+    def after(self, v: Version, cost: Cost) -> None:
+        if v.name != "base":
+            self.mgit_run("tag", v.name)
+        du = self.du("HEAD")
+        cost.new_chunks = du["commits"][0]["new_stored_bytes"]
+        cost.encodings = du["store"]["chunks_by_encoding"]  # the store's counts; made relative in add()
+
+    def add(self, v: Version, spec: Spec | None) -> Cost:
+        before = self.du("HEAD")["store"]["chunks_by_encoding"] if spec is not None else {}
+        cost = super().add(v, spec)
+        cost.encodings = {k: n - before.get(k, 0) for k, n in cost.encodings.items() if n - before.get(k, 0)}
+        return cost
+
+
+class GitLfsStore(VersionStore):
+    name, store_dir = "git + git-lfs", ".git/lfs/objects"
+
+    def init(self) -> None:
+        fresh_repo(self.root)
+        for cmd in (
+            ["git", "init", "-q"],
+            ["git", "lfs", "install", "--local"],
+            ["git", "lfs", "track", "*.safetensors"],
+        ):
+            self.runner.run(cmd, self.root)
+        self.branch = "main"
+
+    def switch(self, spec: Spec) -> None:
+        if spec.branch != self.branch:
+            self.runner.run(["git", "checkout", "-q", "-b", spec.branch, "main"], self.root)
+            self.branch = spec.branch
+
+    def store_cmds(self, v: Version) -> list[list[str]]:
+        return [["git", "add", "-A", "."], ["git", "commit", "-q", "-m", v.name]]
+
+    def after(self, v: Version, cost: Cost) -> None:
+        if v.name != "base":
+            self.runner.run(["git", "tag", v.name], self.root)
+
+
+class DvcStore(VersionStore):
+    """DVC has no branches without git: every version is `dvc add`ed into the same cache."""
+
+    name, store_dir = "dvc", ".dvc/cache"
+
+    def __init__(self, root: Path, runner: Runner, dvc: str):
+        super().__init__(root, runner)
+        self.dvc = dvc
+
+    def init(self) -> None:
+        self.runner.run([self.dvc, "init", "--no-scm", "-q"], fresh_repo(self.root))
+
+    def store_cmds(self, v: Version) -> list[list[str]]:
+        return [[self.dvc, "add", "-q", MODEL_DIR]]
+
+
+def store_all(store: VersionStore, versions: list[Version], base_cost: Cost | None = None) -> dict[str, Cost]:
+    """Store the base (unless already done: ``base_cost``), then every spec's version in order."""
+    costs = {}
+    if base_cost is None:
+        store.init()
+        base_cost = store.add(versions[0], None)
+    costs["base"] = base_cost
+    specs = {s.name: s for s in SPECS}
+    for v in versions[1:]:
+        print(f"  {store.name}: {v.name}", flush=True)
+        costs[v.name] = store.add(v, specs[v.name])
+    return costs
+
+
+# -- mgit: ingest, restore, verify --------------------------------------------------------
+
+
+def mgit_ingest(store: MgitStore, base: Version, reps: int) -> tuple[Result, Cost]:
+    """Store the base ``reps`` times, each in a fresh repository (the last one is kept)."""
+    costs: list[Cost] = []
+
+    def measure() -> Proc:
+        costs.append(store.add(base, None))
+        return costs[-1].proc
+
+    best, times = best_of(reps, store.init, measure)
+    return Result("mgit", "add + commit (base)", best, times, store_bytes=store.size()), costs[-1]
+
+
+# Restored into an empty working tree: the base, a one-link delta (dense), the chain's deepest
+# possible delta (its 4th consecutive delta) and the chain's last checkpoint.
+RESTORES = ("base", "dense", f"chain-{CHAIN - 1}", f"chain-{CHAIN}")
+
+
+def mgit_restore(store: MgitStore, rev: str, label: str, sums: dict[str, str], reps: int) -> Result:
+    """Check ``rev`` out into a working tree whose model directory was deleted, ``reps`` times."""
+    store.mgit_run("checkout", "--force", rev)
+    identical = True
+
+    def checkout() -> Proc:
+        nonlocal identical
+        proc = store.runner.run([*store.mgit, "checkout", "--force", rev], store.root, timed=True)
+        identical &= sha256_files(store.root / MODEL_DIR) == sums
+        return proc
+
+    best, times = best_of(reps, lambda: shutil.rmtree(store.root / MODEL_DIR), checkout)
+    return Result("mgit", f"checkout {rev} ({label})", best, times, identical=identical)
+
+
+def mgit_verify(store: MgitStore, versions: list[Version]) -> dict[str, bool]:
+    """Every version checked out into an empty model directory: byte-identical (sha256)?"""
+    out = {}
+    for v in versions:
+        shutil.rmtree(store.root / MODEL_DIR, ignore_errors=True)
+        store.mgit_run("checkout", "--force", "main" if v.name == "base" else v.name)
+        out[v.name] = sha256_files(store.root / MODEL_DIR) == v.sums
+    return out
+
+
+def mgit_fsck(store: MgitStore) -> str:
+    try:
+        return store.mgit_run("fsck").strip().splitlines()[-1]
+    except RuntimeError as exc:
+        return f"FAILED: {str(exc).strip().splitlines()[-1]}"
+
+
+# -- zipnn --------------------------------------------------------------------------------
+
+
+def ensure_zipnn(venv: Path) -> str | None:
+    """The baselines' python with zipnn importable (installed from PyPI when missing)."""
+    python = venv / "bin" / "python"
+    probe = [str(python), "-c", "import zipnn"]
+    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return str(python)
+    try:
+        print("installing zipnn from PyPI into the baselines' environment")
+        pip_install(venv, "zipnn")
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"could not install zipnn ({exc}); skipping the zipnn baseline")
+        return None
+    return str(python)
+
+
+def zipnn_worker(out: Path, files: Sequence[str]) -> None:
+    """Runs in the baselines' environment: zipnn-compress each file whole, as its file script does."""
+    from zipnn import ZipNN
+
+    sizes = {}
+    for path in files:
+        data = Path(path).read_bytes()
+        t0 = time.perf_counter()
+        # compress() rewrites its input buffer in place (sign-bit reordering): give it a copy
+        packed = ZipNN(is_streaming=True, bytearray_dtype="bfloat16").compress(bytearray(data))
+        seconds = time.perf_counter() - t0
+        restored = ZipNN(is_streaming=True, bytearray_dtype="bfloat16").decompress(bytes(packed))
+        sizes[path] = {"bytes": len(packed), "seconds": seconds, "roundtrip": bytes(restored) == data}
+    out.write_text(json.dumps(sizes))
+
+
+@dataclass
+class Zipped:
+    all_files: int  # every file: safetensors compressed, the rest as they are
+    changed_files: int  # the same, only files that differ from the parent version's
+    seconds: float  # compressing the version's safetensors files
+
+
+def zipnn_all(python: str, versions: list[Version], runner: Runner, workdir: Path) -> tuple[dict[str, Zipped], bool]:
+    """zipnn sizes per version (each distinct file compressed once); and whether every round trip held."""
+    first: dict[str, str] = {}  # sha256 → a path holding it
+    for v in versions:
+        for name, digest in v.sums.items():
+            if name.endswith(".safetensors"):
+                first.setdefault(digest, str(v.model / name))
+    out = workdir / "zipnn-sizes.json"
+    runner.run([python, str(Path(__file__).resolve()), "--zipnn-worker", str(out), *first.values()], workdir)
+    by_path = json.loads(out.read_text())
+    by_sha = {digest: by_path[path] for digest, path in first.items()}
+    result = {}
+    parents = {v.name: v for v in versions}
+    for v in versions:
+        parent = parents.get(v.parent)
+        zipped = Zipped(0, 0, 0.0)
+        for name, digest in v.sums.items():
+            size = by_sha[digest]["bytes"] if digest in by_sha else (v.model / name).stat().st_size
+            zipped.all_files += size
+            if parent is None or parent.sums.get(name) != digest:
+                zipped.changed_files += size
+            zipped.seconds += by_sha[digest]["seconds"] if digest in by_sha else 0.0
+        result[v.name] = zipped
+    return result, all(e["roundtrip"] for e in by_path.values())
+
+
+# -- reporting ----------------------------------------------------------------------------
+
+
+def mb(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / MB:,.1f}"
+
+
+def ratio(n: int | None, d: int) -> str:
+    return "n/a" if n is None or not d else f"{n / d:.3f}"
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def encodings_cell(enc: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(enc.items())) or "none"
+
+
+@dataclass
+class Outcome:
+    versions: list[Version]
+    costs: dict[str, dict[str, Cost]]  # tool → version → cost
+    zipped: dict[str, Zipped] | None
+    zipnn_ok: bool | None
+    totals: dict[str, int]  # tool → its store's size after every version
+    throughput: list[Result]
+    identical: dict[str, bool]
+    fsck: str
+
+
+def stored_table(o: Outcome) -> str:
+    tools = [t for t in ("mgit", "git + git-lfs", "dvc") if t in o.costs]
+    head = ["version", "raw (MB)", "changed (MB)", "mgit (MB)", "mgit / raw", "mgit new chunks (MB)"]
+    for t in tools[1:]:
+        head += [f"{t} (MB)", f"{t} / raw"]
+    if o.zipped:
+        head += ["zipnn (MB)", "zipnn / raw", "zipnn, changed files (MB)"]
+    rows = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for v in o.versions:
+        m = o.costs["mgit"][v.name]
+        cells = [v.name, mb(v.raw), mb(v.changed if v.parent else v.raw), mb(m.grown), ratio(m.grown, v.raw)]
+        cells.append(mb(m.new_chunks))
+        for t in tools[1:]:
+            cells += [mb(o.costs[t][v.name].grown), ratio(o.costs[t][v.name].grown, v.raw)]
+        if o.zipped:
+            z = o.zipped[v.name]
+            cells += [mb(z.all_files), ratio(z.all_files, v.raw), mb(z.changed_files)]
+        rows.append("| " + " | ".join(cells) + " |")
+    raw = sum(v.raw for v in o.versions)
+    cells = [f"**all {len(o.versions)}**", mb(raw), "", mb(o.totals["mgit"]), ratio(o.totals["mgit"], raw), ""]
+    for t in tools[1:]:
+        cells += [mb(o.totals[t]), ratio(o.totals[t], raw)]
+    if o.zipped:
+        z_all = sum(z.all_files for z in o.zipped.values())
+        cells += [mb(z_all), ratio(z_all, raw), mb(sum(z.changed_files for z in o.zipped.values()))]
+    rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+@dataclass
+class Reference:
+    version: Version
+    cost: Cost
+    ref_a: float  # changed raw bytes × mgit's base stored/raw
+    ref_b: float  # modified bytes × mgit's dense (stored/modified) + new bytes × base stored/raw
+
+
+def references(o: Outcome) -> list[Reference]:
+    by = {v.name: v for v in o.versions}
+    base_ratio = o.costs["mgit"]["base"].grown / by["base"].raw
+    dense = by["dense"]
+    delta_ratio = o.costs["mgit"]["dense"].grown / max(1, dense.changed)
+    out = []
+    for v in o.versions[1:]:
+        new, modified = v.changes.get("new_bytes", 0), v.changes.get("modified_bytes", 0)
+        out.append(
+            Reference(v, o.costs["mgit"][v.name], v.changed * base_ratio, modified * delta_ratio + new * base_ratio)
+        )
+    return out
+
+
+def partial_table(o: Outcome) -> str:
+    rows = [
+        "| version | changed tensors | elements changed | changed raw (MB) | A: changed × base ratio (MB) "
+        "| B: delta-aware (MB) | mgit (MB) | mgit / A | mgit / B | mgit new chunks by encoding |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in references(o):
+        c = r.version.changes
+        share = c.get("changed_elements", 0) / c["elements"] if c.get("elements") else 0.0
+        cells = [
+            r.version.name,
+            f"{c.get('changed_tensors', 0)} / {c.get('tensors', 0)}",
+            f"{share:.1%}",
+            mb(r.version.changed),
+            mb(round(r.ref_a)),
+            mb(round(r.ref_b)),
+            mb(r.cost.grown),
+            f"{r.cost.grown / r.ref_a:.2f}" if r.ref_a else "n/a",
+            f"{r.cost.grown / r.ref_b:.2f}" if r.ref_b else "n/a",
+            encodings_cell(r.cost.encodings),
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def targets_table(o: Outcome) -> str:
+    rows = ["| metric | value | target | met |", "|---|---:|---:|---|"]
+    by = {v.name: v for v in o.versions}
+    m = o.costs["mgit"]
+
+    def row(metric: str, value: float, target: str, ok: bool) -> None:
+        rows.append(f"| {metric} | {value:.3f} | {target} | {'yes' if ok else '**no**'} |")
+
+    base = m["base"].grown / by["base"].raw
+    row("base: mgit store / raw", base, "≤ 0.70", base <= 0.70)
+    dense = m["dense"].grown / by["dense"].raw
+    row("dense fine-tune: mgit new bytes / raw", dense, "≤ 0.50", dense <= 0.50)
+    for r in references(o):
+        if r.version.name in ("frozen-half", "lora", "vocab", "layer") and r.ref_a:
+            value = r.cost.grown / r.ref_a
+            row(
+                f"{r.version.name}: mgit / (changed × base ratio)",
+                value,
+                f"≈ 1 (≤ {PARTIAL_TOLERANCE})",
+                value <= PARTIAL_TOLERANCE,
+            )
+    return "\n".join(rows)
+
+
+def times_table(o: Outcome) -> str:
+    tools = list(o.costs)
+    head = ["version", *(f"{t} (s)" for t in tools)] + (["zipnn compress (s)"] if o.zipped else [])
+    rows = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for v in o.versions:
+        cells = [v.name, *(f"{o.costs[t][v.name].seconds:.2f}" for t in tools)]
+        if o.zipped:
+            cells.append(f"{o.zipped[v.name].seconds:.2f}")
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def notes(o: Outcome) -> list[str]:
+    """A few plain readings of the tables, computed from them."""
+    out = []
+    m = o.totals["mgit"]
+    for tool in ("git + git-lfs", "dvc"):
+        if tool in o.totals:
+            out.append(f"- All {len(o.versions)} versions: {tool} stores {o.totals[tool] / m:.1f}× what mgit stores.")
+    if o.zipped:
+        z_changed = sum(z.changed_files for z in o.zipped.values())
+        out.append(f"- zipnn with file-level dedup would store {z_changed / m:.1f}× what mgit stores.")
+    by = {v.name: v for v in o.versions}
+    chain = [v for v in o.versions if v.name.startswith("chain-")]
+    costs = o.costs["mgit"]
+    keyframes = [v.name for v in chain if "delta" not in costs[v.name].encodings]
+    deltas = [costs[v.name].grown / v.raw for v in chain if v.name not in keyframes]
+    if keyframes and deltas:
+        k = keyframes[0]
+        out.append(
+            f"- Chain: checkpoints stored as deltas cost {min(deltas):.3f}–{max(deltas):.3f} of raw each; `{k}` "
+            f"was stored without deltas (a keyframe: the delta chain is bounded) and cost "
+            f"{costs[k].grown / by[k].raw:.3f} of raw."
+        )
+    vocab = next((r for r in references(o) if r.version.name == "vocab"), None)
+    if vocab and vocab.ref_a and vocab.cost.grown > PARTIAL_TOLERANCE * vocab.ref_a:
+        out.append(
+            f"- vocab: {mb(vocab.cost.grown)} MB for {mb(vocab.version.changed)} MB of new rows. New chunks: "
+            f"{encodings_cell(vocab.cost.encodings)}: each grown tensor's last chunk (its old tail rows plus the new "
+            "rows) is stored again whole, without a delta (the tensor's shape changed)."
+        )
+    return out
+
+
+def report(o: Outcome, tools: Tools, plan: object, workdir: Path, reps: int, command: str) -> str:
+    """This benchmark's docs section (also printed to stdout)."""
+    m = machine()
+    versions = ", ".join(f"{k} {v}" for k, v in tools.versions.items())
+    base = o.versions[0]
+    s = plan.shape
+    all_ok = all(o.identical.values())
+    skipped = [n for n, ok in (("git-lfs", tools.git_lfs), ("dvc", tools.dvc), ("zipnn", o.zipped)) if not ok]
+    lines = [
+        SECTION_TITLE,
+        "",
+        f"Command: `{command}`  ",
+        f"Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
+        f"Machine: {m['cpu']}, {m['ram']} RAM, {m['os']}, {filesystem(workdir)} disk; Python {m['python']}  ",
+        f"Versions: {versions}",
+        "",
+        f"Input: a generated llama-like bf16 base model of {base.raw / GB:.3f} GB ({plural(plan.layers, 'layer')}, "
+        "hidden "
+        f"{s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, weights N(0, 0.02) from seed {SEED}, norms "
+        f"ones; {SHARDS} safetensors shards, `model.safetensors.index.json`, `config.json`), and from it full model "
+        "directories (same shard files, tensors in the same order; new tensors go to the last shard):",
+        "",
+        *(f"- `{v.name}` (from `{v.parent}`): {v.what}" for v in o.versions[1:]),
+        "",
+        "Each tool stores the base as its first commit, then each variant as a commit on its own branch made from "
+        "the base (mgit: `mgit checkout -b NAME main`, replace the model files, `mgit add model`, `mgit commit`; "
+        "git: the same with `git checkout -b`, `git add -A`, `git commit`, `*.safetensors` tracked by git-lfs), and "
+        "the chain as consecutive commits on one branch `chain` made from the base. DVC, which has no branches "
+        "without git, `dvc add`s every version in the same order into the same cache. ZipNN compresses every "
+        "safetensors file of every version on its own (its file API: `ZipNN(is_streaming=True, "
+        "bytearray_dtype='bfloat16').compress(file bytes)`, round trip checked).",
+        "",
+        "**Bytes stored per version** (MB; ratios to the version's raw size):",
+        "",
+        stored_table(o),
+        "",
+        "*raw*: all files of the version's model directory. *changed*: raw bytes of what differs from its parent "
+        "version (modified tensors whole, plus appended rows and new tensors). *mgit*, *git + git-lfs*, *dvc*: how "
+        "much `.mgit/`, `.git/lfs/objects` and `.dvc/cache` grew (disk usage, like `du -s`) while the version was "
+        "stored; mgit's includes its git objects (manifests, trees, commit, index). *mgit new chunks*: `mgit du "
+        "--json` `new_stored_bytes` (stored bytes of chunks the parent commit lacks). *zipnn*: the version's "
+        "safetensors files compressed, other files as they are, no sharing between versions; *changed files*: "
+        "only the files whose bytes differ from the parent version's (what ZipNN plus file-level dedup, e.g. "
+        "`.znn` files in git-lfs, would add). The last row is each store's size after all versions.",
+        "",
+        "**mgit against the compressed size of what changed:**",
+        "",
+        partial_table(o),
+        "",
+        "*A*: changed raw bytes × mgit's base compression (base stored / raw), the size of what changed "
+        "compressed on its own. *B*: modified tensors at the dense fine-tune's delta cost (mgit's dense bytes "
+        "/ dense changed bytes), new rows and tensors at the base's compression. *elements changed*: share of the "
+        "elements of same-shape tensors whose bf16 value changed. New chunks are counted by how mgit stored them "
+        "(`delta`: XOR against the parent chunk; `zstd`: byte-grouped zstd alone, e.g. a keyframe; `raw`).",
+        "",
+        targets_table(o),
+        "",
+        *notes(o),
+        "",
+        "**Throughput** (the base's raw size over wall time; every row restores or copies the same number of bytes):",
+        "",
+        results_table(o.throughput, base.raw),
+        "",
+        "**Time to store each version** (one run each; mgit and git: add + commit; DVC: add):",
+        "",
+        times_table(o),
+        "",
+        f"mgit restored every version byte for byte (sha256, each checked out into an empty model directory): "
+        f"**{'yes' if all_ok else 'NO: ' + ', '.join(n for n, ok in o.identical.items() if not ok)}**. "
+        f"`mgit fsck`: {o.fsck}."
+        + ("" if o.zipnn_ok is None else f" zipnn round trips byte-identical: {'yes' if o.zipnn_ok else '**NO**'}."),
+        "",
+        "How it was measured: every timed step is a separate process timed by wall clock, after an untimed `sync`, "
+        "a wait until no other benchmark script runs and a wait until the CPUs are idle (bench_core's runner). The "
+        "page cache cannot be dropped, so every tool reads files written moments before (warm). Ingest: "
+        f"{plural(reps, 'run')}, each in a fresh repository holding a plain copy of the base; the last one goes on "
+        "to store the variants. Restore: the model directory is deleted and `mgit checkout --force REV` run (HEAD "
+        f"already at REV), {plural(reps, 'time')}, sha256 checked after each; `cp -r` copies the base's model "
+        "directory. Peak RSS "
+        "includes mgit's memory-mapped pack files (page cache). Targets are reported, not asserted.",
+    ]
+    if skipped:
+        lines += ["", f"Skipped baselines: {', '.join(skipped)} (not installed; see the script's output)."]
+    return "\n".join(lines) + "\n"
+
+
+# -- main ---------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workdir", type=Path, default=REPO_ROOT / "bench-work" / "storage", help="scratch directory")
+    p.add_argument("--size-gb", type=float, default=0.6, help="base model size in GB (10^9 bytes); default 0.6")
+    p.add_argument("--quick", action="store_true", help="a ~0.07 GB model (overrides --size-gb)")
+    p.add_argument("--reps", type=int, default=3, help="runs of each ingest, restore and cp step; the best is reported")
+    p.add_argument("--idle-wait", type=float, default=120, help="most seconds to wait for an idle machine per step")
+    p.add_argument("--other-wait", type=float, default=1800, help="most seconds to wait for another benchmark")
+    p.add_argument(
+        "--baselines-venv",
+        type=Path,
+        default=REPO_ROOT / "bench-work" / ".venv-baselines",
+        help="virtual environment for dvc and zipnn (shared with bench_core)",
+    )
+    p.add_argument("--mgit-rev", default="HEAD", help="the mgit to measure: a commit, or 'worktree' (see bench_core)")
+    p.add_argument("--no-dvc", action="store_true", help="skip the DVC baseline")
+    p.add_argument("--no-zipnn", action="store_true", help="skip the zipnn baseline")
+    p.add_argument("--keep", action="store_true", help="keep the per-tool repositories afterwards")
+    p.add_argument("--write-docs", action="store_true", help="replace this benchmark's section in docs/benchmarks.md")
+    p.add_argument("--zipnn-worker", nargs="+", metavar="PATH", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def run_baseline(store: VersionStore, versions: list[Version], keep: bool) -> tuple[dict[str, Cost], int]:
+    print(f"{store.name} ...", flush=True)
+    costs = store_all(store, versions)
+    total = store.size()
+    if not keep:
+        shutil.rmtree(store.root, ignore_errors=True)
+    return costs, total
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.zipnn_worker:
+        zipnn_worker(Path(args.zipnn_worker[0]), args.zipnn_worker[1:])
+        return 0
+    command = shlex.join(["python", *sys.argv]) if argv is None else shlex.join(["python", __file__, *argv])
+    workdir = args.workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    tools = find_tools(workdir, args.mgit_rev, not args.no_dvc, args.baselines_venv.resolve())
+    zipnn = None if args.no_zipnn else ensure_zipnn(args.baselines_venv.resolve())
+    if zipnn:
+        tools.versions["zipnn"] = version_of([zipnn, "-c", "import importlib.metadata as m; print(m.version('zipnn'))"])
+    model, plan, sums = ensure_model(workdir, 0.07 if args.quick else args.size_gb, SHARDS)
+    versions = ensure_versions(workdir, model, sums)
+    runner = PoliteRunner(tool_env(workdir), args.idle_wait, args.other_wait)
+    runs = workdir / "runs"
+
+    print("mgit ...", flush=True)
+    mgit = MgitStore(runs / "mgit", runner, tools.mgit)
+    ingest, base_cost = mgit_ingest(mgit, versions[0], args.reps)
+    costs = {"mgit": store_all(mgit, versions, base_cost)}
+    totals = {"mgit": mgit.size()}
+    print("cp -r ...", flush=True)
+    throughput = [ingest, bench_cp(model, runs / "cp", runner, sums, args.reps)]
+    by = {v.name: v for v in versions}
+    for name in RESTORES:
+        print(f"  mgit checkout {name}", flush=True)
+        label = f"{name}; its new chunks: {encodings_cell(costs['mgit'][name].encodings)}"
+        rev = "main" if name == "base" else name
+        throughput.append(mgit_restore(mgit, rev, label, by[name].sums, args.reps))
+    print("verifying every version and running fsck", flush=True)
+    identical = mgit_verify(mgit, versions)
+    fsck = mgit_fsck(mgit)
+    if not args.keep:  # free the disk before the baselines fill it
+        shutil.rmtree(mgit.root, ignore_errors=True)
+        shutil.rmtree(runs / "cp", ignore_errors=True)
+
+    if tools.git_lfs:
+        costs["git + git-lfs"], totals["git + git-lfs"] = run_baseline(
+            GitLfsStore(runs / "git-lfs", runner), versions, args.keep
+        )
+    if tools.dvc:
+        costs["dvc"], totals["dvc"] = run_baseline(DvcStore(runs / "dvc", runner, tools.dvc), versions, args.keep)
+    zipped, zipnn_ok = None, None
+    if zipnn:
+        print("zipnn ...", flush=True)
+        zipped, zipnn_ok = zipnn_all(zipnn, versions, runner, workdir)
+
+    if not args.keep:
+        shutil.rmtree(runs, ignore_errors=True)
+    outcome = Outcome(versions, costs, zipped, zipnn_ok, totals, throughput, identical, fsck)
+    section = report(outcome, tools, plan, workdir, args.reps, command)
+    print()
+    print(section)
+    if args.write_docs:
+        update_docs(section, title=SECTION_TITLE)
+        print("updated docs/benchmarks.md")
+    ok = all(identical.values()) and all(r.identical is not False for r in throughput)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
