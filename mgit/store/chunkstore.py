@@ -211,6 +211,11 @@ class ChunkStore:
             reader = self._reader(loc.pack)
         return reader.record(loc)
 
+    def _drop_pages(self, loc: Location) -> None:
+        reader = self._readers.get(loc.pack)
+        if reader is not None:
+            reader.drop_pages(loc)
+
     def get(self, cid: str, what: str = "", _depth: int = 0) -> bytes | memoryview:
         """Read, decode and verify a chunk; ``what`` names the tensor or file for errors."""
         where = f" of {what}" if what else ""
@@ -240,6 +245,9 @@ class ChunkStore:
             raw = codec.decode(encoding, payload, group, raw_size, base)
         except Exception:
             raw = None
+        finally:
+            del payload
+            self._drop_pages(loc)
         if raw is None or len(raw) != raw_size or chunk_id(raw) != cid:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (fails verification); run `mgit fsck`")
         self._count(loc.length, len(raw))

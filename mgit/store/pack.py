@@ -270,6 +270,18 @@ class PackReader:
         problems += [f"pack {name}: chunk {cid[:12]} of the index is not in the pack" for cid, _ in expected.values()]
         return problems
 
+    def drop_pages(self, loc: Location) -> None:
+        """Unmap a decoded record's pages from this process (they stay in the page cache):
+        a mapping keeps every page it touched in the resident set otherwise, so reading a
+        few GB of packs would look like GBs of memory in use."""
+        start = loc.offset - loc.offset % mmap.PAGESIZE
+        end = loc.offset + loc.length
+        end += -end % mmap.PAGESIZE
+        end = min(end, len(self._map))
+        # whole pages only: a page shared with a neighbouring record just faults back in
+        if end > start and hasattr(self._map, "madvise"):
+            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
+
     def close(self) -> None:
         try:
             self._view.release()
