@@ -51,14 +51,40 @@ class Execution:
     expert_chunks_read: int = 0
 
 
-def _read_into(
-    store: ChunkStore, pool: ThreadPoolExecutor, m: TensorManifest, indexes: list[int], buf: bytearray, what: str
-) -> None:
-    """Read the chunks at ``indexes`` of ``m`` into their places in ``buf``."""
+def _starts(m: TensorManifest) -> list[int]:
     starts = [0]
     for c in m.chunks:
         starts.append(starts[-1] + c.size)
-    for i, data in zip(indexes, ordered_map(pool, lambda i: store.get(m.chunks[i].id, what), indexes), strict=True):
+    return starts
+
+
+def _read_into(
+    store: ChunkStore,
+    pool: ThreadPoolExecutor,
+    m: TensorManifest,
+    indexes: list[int],
+    buf: bytearray,
+    what: str,
+    base: tuple[TensorManifest, bytes] | None = None,
+) -> None:
+    """Read the chunks at ``indexes`` of ``m`` into their places in ``buf``. With ``base``
+    (the base tensor's manifest and bytes, already in memory), expert chunks stored as
+    deltas against a base chunk are decoded from those bytes instead of reading it again."""
+    starts = _starts(m)
+    known = None
+    if base is not None:
+        base_manifest, base_bytes = base
+        base_starts = _starts(base_manifest)
+        where = {c.id: k for k, c in enumerate(base_manifest.chunks)}
+
+        def known(cid: str) -> bytes | None:
+            k = where.get(cid)
+            return None if k is None else bytes(base_bytes[base_starts[k] : base_starts[k + 1]])
+
+    def read(i: int) -> bytes | memoryview:
+        return store.get(m.chunks[i].id, what, known=known)
+
+    for i, data in zip(indexes, ordered_map(pool, read, indexes), strict=True):
         buf[starts[i] : starts[i] + len(data)] = data
 
 
@@ -78,7 +104,7 @@ def _inputs(
             continue
         buf = bytearray(base)
         before = store.reads.stored_bytes
-        _read_into(store, pool, m, indexes, buf, what)
+        _read_into(store, pool, m, indexes, buf, what, (tp.base, base))
         run.expert_bytes_read += store.reads.stored_bytes - before
         run.expert_chunks_read += len(indexes)
         experts.append(buf)

@@ -94,7 +94,8 @@ def plan_merge(
                 idx = [i for i, c in enumerate(m.chunks) if not same_chunking or c.id != b.chunks[i].id]
                 tp.experts.append(m)
                 tp.reads.append(idx)
-                tp.read_bytes.append(sum(store.read_cost(m.chunks[i].id) for i in idx))
+                held = {c.id for c in b.chunks}  # decoded base chunks serve as delta bases
+                tp.read_bytes.append(sum(store.read_cost(m.chunks[i].id, held) for i in idx))
             plan.base_bytes += sum(store.read_cost(c.id) for c in b.chunks)
             plan.tensors.append(tp)
     return plan

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,15 +112,16 @@ class ChunkStore:
             return loc.length
         return self.loose_path(cid).stat().st_size
 
-    def read_cost(self, cid: str) -> int:
-        """Stored bytes a read of this chunk touches: itself and its delta bases."""
+    def read_cost(self, cid: str, known: frozenset[str] | set[str] = frozenset()) -> int:
+        """Stored bytes a read of this chunk touches: itself and its delta bases, up to a
+        base in ``known`` (chunks the caller already holds decoded, see ``get``)."""
         cost = 0
         loc = self.locate(cid)
         if loc is None:
             return self.loose_path(cid).stat().st_size if self.loose_path(cid).exists() else 0
         while loc is not None:
             cost += loc.length
-            loc = self.locate(loc.base) if loc.base else None
+            loc = self.locate(loc.base) if loc.base and loc.base not in known else None
         return cost
 
     def depth(self, cid: str) -> int:
@@ -216,8 +217,15 @@ class ChunkStore:
         if reader is not None:
             reader.drop_pages(loc)
 
-    def get(self, cid: str, what: str = "", _depth: int = 0) -> bytes | memoryview:
-        """Read, decode and verify a chunk; ``what`` names the tensor or file for errors."""
+    def get(
+        self, cid: str, what: str = "", _depth: int = 0, known: Callable[[str], bytes | None] | None = None
+    ) -> bytes | memoryview:
+        """Read, decode and verify a chunk; ``what`` names the tensor or file for errors.
+
+        ``known`` may supply the raw bytes of a delta base the caller already holds (a
+        merge holds the base model's chunk that an expert's chunk is a delta against), so
+        that base is not read and decoded again; the result is verified all the same.
+        """
         where = f" of {what}" if what else ""
         loc = self.locate(cid)
         if loc is None:
@@ -240,7 +248,11 @@ class ChunkStore:
             rec_id = None
         if rec_id != cid:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (bad record in its pack); run `mgit fsck`")
-        base = self.get(base_id, what, _depth + 1) if encoding == codec.XOR_DELTA else None
+        base = None
+        if encoding == codec.XOR_DELTA:
+            base = known(base_id) if known is not None else None
+            if base is None:
+                base = self.get(base_id, what, _depth + 1, known)
         try:
             raw = codec.decode(encoding, payload, group, raw_size, base)
         except Exception:
