@@ -30,6 +30,7 @@ GB = 10^9 bytes, MB = 10^6 bytes.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib.metadata
 import json
 import math
@@ -563,8 +564,9 @@ def results_table(outcomes: list[Outcome]) -> str:
 def reads_table(outcomes: list[Outcome]) -> str:
     rows = [
         "| method | K | mgit: base chunks (GB) | mgit: expert chunks (GB) | expert chunks read "
-        "| of which XOR deltas | their own stored bytes (GB) | mergekit: base + K experts (GB) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| of which XOR deltas | their own stored bytes (GB) | expert bytes planned (GB) "
+        "| mergekit: base + K experts (GB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for o in outcomes:
         b = o.mgit_bytes
@@ -576,6 +578,7 @@ def reads_table(outcomes: list[Outcome]) -> str:
             str(b["expert_chunks_measured"]),
             str(o.same.expert_delta_chunks),
             f"{o.same.expert_own_bytes / GB:.3f}",
+            f"{b['experts_estimated'] / GB:.3f}",
             f"{o.mergekit_bytes / GB:.3f}",
         ]
         rows.append("| " + " | ".join(cells) + " |")
@@ -652,10 +655,10 @@ def report(outcomes: list[Outcome], c: Context) -> str:
         "What each read: mergekit memory-maps and reads the base and every expert in full (the safetensors "
         "files' size); mgit's numbers are its merge record's measured stored (compressed) bytes "
         "(`mgit show --json`, `plan.bytes`): the base's chunks once, and per expert only the chunks whose id "
-        "differs from the base's. An expert chunk stored as an XOR delta against the base's chunk at the same "
-        "place (as `mgit commit` stores a fine-tune) is read with its delta base, so the measured expert bytes "
-        "count that base chunk again for every such chunk; the experts' own stored bytes are in the next to last "
-        "column (from the chunk store's index).",
+        "differs from the base's. `mgit commit` stores most chunks of a fine-tune as XOR deltas against the "
+        "base's chunk at the same place, which decoding needs: the experts' own stored bytes (from the chunk "
+        "store's index) are the least their reads can cost, measured bytes above them mean delta bases were "
+        "read again; the plan's estimate (`experts_estimated`) counts each chunk with its delta base.",
         "",
         reads_table(outcomes),
         "",
@@ -721,12 +724,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def lock_workdir(workdir: Path) -> int:
+    """Hold an exclusive lock on the workdir for this process's life: two runs in one workdir would
+    delete each other's repository (each starts from a fresh one)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(workdir / ".lock", os.O_CREAT | os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit(f"another bench_merge.py run uses {workdir}; wait for it or pass another --workdir") from None
+    return fd
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     command = shlex.join(["python", *sys.argv]) if argv is None else shlex.join(["python", __file__, *argv])
     workdir = args.workdir.resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
+    lock_workdir(workdir)
     ks = args.ks or (QUICK_KS if args.quick else KS)
     methods = [m for m in args.methods.split(",") if m]
     if unknown := set(methods) - set(METHODS):
