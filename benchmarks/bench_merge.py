@@ -15,8 +15,8 @@ expert in full. This script checks speed, memory and equality on one machine, in
    repository (untimed);
 4. for task_arithmetic and ties (density 0.5), weights 1/K, K = 2, 4, 8: time
    `mergekit-yaml` on the model directories and `mgit merge` on the branches, each a
-   separate process (wall time, peak RSS), after an untimed wait for other benchmarks
-   and an idle machine; count the bytes each must read;
+   separate process (wall time, peak RSS and the peak of its anonymous part), after an
+   untimed wait for other benchmarks and an idle machine; count the bytes each must read;
 5. load mergekit's output and mgit's merged tensors (`Repository.state_dict`) and compare
    them tensor by tensor: bit-identical, and the largest absolute difference;
 6. print Markdown tables and, with ``--write-docs``, replace this benchmark's section of
@@ -228,16 +228,17 @@ def wait_for_other_benchmarks(limit: float, poll: float) -> float:
     return time.monotonic() - t0
 
 
-def child_pid(parent: int) -> int | None:
-    """A child process of ``parent`` (the timed command: the only child during a timed run)."""
+def children(parent: int) -> set[int]:
+    """The process ids of ``parent``'s children."""
+    found = set()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
         if int(fields[1]) == parent:
-            return int(stat.parent.name)
-    return None
+            found.add(int(stat.parent.name))
+    return found
 
 
 class RssSampler:
@@ -262,9 +263,11 @@ class RssSampler:
         self._thread.join()
 
     def _run(self) -> None:
+        # Children from before the timed command (e.g. multiprocessing's resource tracker) are not it.
         me, pid = os.getpid(), None
+        earlier = children(me)
         while not self._stop.wait(self.interval):
-            pid = pid or child_pid(me)
+            pid = pid or min(children(me) - earlier, default=None)
             if pid is None:
                 continue
             try:
@@ -657,8 +660,8 @@ def report(outcomes: list[Outcome], c: Context) -> str:
         "(`mgit show --json`, `plan.bytes`): the base's chunks once, and per expert only the chunks whose id "
         "differs from the base's. `mgit commit` stores most chunks of a fine-tune as XOR deltas against the "
         "base's chunk at the same place, which decoding needs: the experts' own stored bytes (from the chunk "
-        "store's index) are the least their reads can cost, measured bytes above them mean delta bases were "
-        "read again; the plan's estimate (`experts_estimated`) counts each chunk with its delta base.",
+        "store's index) are the least their reads can cost; measured bytes above them mean delta bases were "
+        "read again. Planned: the plan's estimate (`experts_estimated`).",
         "",
         reads_table(outcomes),
         "",
