@@ -2,8 +2,9 @@
 
 For each output tensor the base's chunks are read once; an expert's tensor is the
 base's bytes with only its differing chunks read over them (an expert identical to the
-base costs nothing and shares the base's tensor). At most K + 2 tensors of one name are
-in memory: the base, the K experts, the result. Results go straight into the chunk
+base costs nothing and shares the base's tensor). Only tensors of one name are in
+memory at a time: the base, the K experts, the result — plus the method's own
+intermediates (K deltas and their stacked copy), about 3K + 2 copies at peak. Results go straight into the chunk
 store as deltas against the base where that is smaller. Nothing here moves a ref.
 """
 
