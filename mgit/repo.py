@@ -10,6 +10,7 @@ import os
 import posixpath
 import re
 import secrets
+import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -35,7 +36,7 @@ from mgit.merge.record import PLAN_ENTRY, MergeSetup, plan_record
 from mgit.model.dtypes import lookup
 from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.ingest import Ingestor
-from mgit.model.materialize import entry_size, local_chunks, write_entry
+from mgit.model.materialize import StagedFile, entry_size, local_chunks, write_entry
 from mgit.model.safetensors_file import build_header
 from mgit.parallel import make_pool, ordered_map
 from mgit.progress import byte_progress
@@ -48,6 +49,8 @@ from mgit.worktree.status import Status, compare_snapshots, working_matches, wor
 
 if TYPE_CHECKING:
     import torch
+
+    from mgit.merge.engine import Execution, MergeSpec
 
 GIT_DIR = ".mgit"
 STATS_ENTRY = ".mgit-stats"  # reserved root entry: relative chunk statistics of a commit
@@ -467,29 +470,60 @@ class Repository:
             self._refuse_dirty("merge")
             base_snap = setup.base_snap
             bar_total = sum(tp.base.nbytes for tp in plan.tensors)
+            staging = self._clear_staging()
+
+            def stage(file: str, header: bytes, size: int) -> StagedFile:
+                return StagedFile(self.root / file, staging, header, size)
+
             with byte_progress("merge", bar_total) as bar:
                 ingestor = Ingestor(self.graph, self.store, self.pool, bar, self._parent_lookup(base_snap))
-                run = execute(plan, spec, ingestor, self.store, self.pool, base_snap, bar)
-            merged = dict(base_snap) | run.files
-            record = plan_record(plan, spec, setup, run, __version__)
-            extra = self._stats_root(run.stats) + [(PLAN_ENTRY, MODE_FILE, self.graph.put_blob(_canonical(record)))]
-            self.store.seal()
-            tree = write_snapshot(self.graph, merged, extra)
-            text = message or f"merge {', '.join(setup.expert_names)} into {base or 'HEAD'} ({setup.method.name})"
-            who = self.identity()
-            parents = [setup.base_commit, *setup.expert_commits]
-            commit = self.graph.put_commit(tree, parents, text, who, who)
-            if on_head and branch is None:
-                index = self._index()
-                self._write_files(
-                    index, {p: e for p, e in merged.items() if base_snap.get(p) != e}, CheckoutResult(None)
-                )
-                index.save()
-                self.refs.advance_head(setup.base_commit, commit, f"merge: {text.splitlines()[0]}")
-            else:
-                self.refs.create_branch(branch, commit)
-                self._switch(branch, None, force=False)
-            return commit
+                run = execute(plan, spec, ingestor, self.store, self.pool, base_snap, bar, stage)
+            try:
+                return self._commit_merge(plan, spec, setup, run, base, branch, on_head, message)
+            finally:
+                for staged in run.staged.values():
+                    staged.discard()  # those not installed
+
+    def _commit_merge(
+        self,
+        plan: MergePlan,
+        spec: MergeSpec,
+        setup: MergeSetup,
+        run: Execution,
+        base: str | None,
+        branch: str | None,
+        on_head: bool,
+        message: str | None,
+    ) -> str:
+        """Record an executed merge: seal chunks, write tree and commit, then update the
+        working tree (from the staged files) and the refs."""
+        base_snap = setup.base_snap
+        merged = dict(base_snap) | run.files
+        record = plan_record(plan, spec, setup, run, __version__)
+        extra = self._stats_root(run.stats) + [(PLAN_ENTRY, MODE_FILE, self.graph.put_blob(_canonical(record)))]
+        self.store.seal()
+        tree = write_snapshot(self.graph, merged, extra)
+        text = message or f"merge {', '.join(setup.expert_names)} into {base or 'HEAD'} ({setup.method.name})"
+        who = self.identity()
+        parents = [setup.base_commit, *setup.expert_commits]
+        commit = self.graph.put_commit(tree, parents, text, who, who)
+        if on_head and branch is None:
+            index = self._index()
+            self._write_files(
+                index, {p: e for p, e in merged.items() if base_snap.get(p) != e}, CheckoutResult(None), run.staged
+            )
+            index.save()
+            self.refs.advance_head(setup.base_commit, commit, f"merge: {text.splitlines()[0]}")
+        else:
+            self.refs.create_branch(branch, commit)
+            self._switch(branch, None, force=False, staged=run.staged)
+        return commit
+
+    def _clear_staging(self) -> Path:
+        """The staging directory of merged files, emptied of what a killed merge left (we hold the lock)."""
+        staging = self.git_dir / "staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        return staging
 
     def merge_plan(
         self,
@@ -528,7 +562,8 @@ class Repository:
         resolved = chosen.resolve(params, len(experts)) if params_for is None else params
         expert_commits = [self._merge_input(e, model_dir) for e in experts]
         snaps = [self.snapshot(c) for c in expert_commits]
-        plan = plan_merge(self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing)
+        passes = 2 if chosen.decides_per_expert else 1
+        plan = plan_merge(self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes)
         if params_for is not None:  # every tensor's parameters must resolve before anything is written
             for tp in plan.tensors:
                 chosen.resolve(params_for(tp.name), len(experts))
@@ -671,6 +706,7 @@ class Repository:
     def gc(self, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> GcReport:
         """Remove what no ref, reflog entry or the index reaches (older than the grace period)."""
         with self._writing():
+            self._clear_staging()
             return collect(self.graph, self.store, self._index(), grace_seconds)
 
     def fsck(self) -> list[str]:
@@ -746,7 +782,13 @@ class Repository:
         index.save()
         return result
 
-    def _switch(self, rev: str | None, create_branch: str | None, force: bool) -> CheckoutResult:
+    def _switch(
+        self,
+        rev: str | None,
+        create_branch: str | None,
+        force: bool,
+        staged: Mapping[str, StagedFile] | None = None,
+    ) -> CheckoutResult:
         if rev is None and create_branch is None:
             raise BadInputError("checkout needs a revision, -b NAME, or paths after --")
         target = self.refs.resolve(rev or "HEAD")
@@ -766,7 +808,7 @@ class Repository:
             if p in touched or (force and (ie is None or not self._clean(p, ie.entry, index))):
                 todo[p] = entry
         result = CheckoutResult(target)
-        self._write_files(index, todo, result)
+        self._write_files(index, todo, result, staged)
         for p in sorted(set(index.entries) - set(target_snap)):
             if p in head_snap or force:
                 del index.entries[p]
@@ -815,11 +857,25 @@ class Repository:
                 f"checkout would overwrite uncommitted changes in {shown}; commit them, or use --force to discard them"
             )
 
-    def _write_files(self, index: Index, todo: Mapping[str, Entry], result: CheckoutResult) -> None:
+    def _write_files(
+        self,
+        index: Index,
+        todo: Mapping[str, Entry],
+        result: CheckoutResult,
+        staged: Mapping[str, StagedFile] | None = None,
+    ) -> None:
+        """Write entries into the working tree; a staged file already holding an entry's
+        bytes (a merge wrote it) is moved into place instead."""
         sizes = {p: entry_size(self.graph, e) for p, e in todo.items()}
         with byte_progress("checkout", sum(sizes.values())) as bar:
             for p in sorted(todo):
                 entry, dest = todo[p], self.root / p
+                ready = (staged or {}).get(p)
+                if ready is not None and ready.entry_oid == entry.oid and not dest.is_dir():
+                    index.set(p, entry, ready.install())
+                    result.written.append(p)
+                    bar.advance(sizes[p])
+                    continue
                 reuse = None
                 old = index.entries.get(p)
                 if old is not None and old.entry.kind != "blob" and entry.kind != "blob" and dest.is_file():

@@ -1,35 +1,62 @@
 """Executing a merge plan: tensor by tensor, streaming, writing results into the store.
 
-For each output tensor the base's chunks are read once; an expert's tensor is the
-base's bytes with only its differing chunks read over them (an expert identical to the
-base costs nothing and shares the base's tensor). Only tensors of one name are in
-memory at a time: the base, the K experts, the result — plus the method's own
-intermediates (K deltas and their stacked copy), about 3K + 2 copies at peak. Results go straight into the chunk
-store as deltas against the base where that is smaller. Nothing here moves a ref.
+An expert's tensor is the base's bytes with only its differing chunks read over them (an
+expert identical to the base costs nothing). Two ways through a tensor:
+
+* **chunk by chunk** for elementwise methods (the task arithmetic family, linear,
+  passthrough) when the result is chunked like the inputs: each worker reads one base chunk
+  and the experts' chunks at the same place, merges them in cache-sized slices and stores
+  the result, so both cores are busy and a few chunks per expert are in memory, whatever
+  the tensor's size. Sparsifying methods (TIES, Breadcrumbs, DARE, DELLA) first decide on
+  each expert's whole delta (the base in memory, experts read one at a time, decided
+  concurrently while DECIDE_MEMORY allows) and keep only the decision (a bit per element),
+  then read the experts' chunks again for the merge: memory ~ the base plus one or two
+  experts' sorting scratch, at the price of reading expert chunks twice.
+* **whole tensor** otherwise (SLERP and Model Stock compare whole tensors; a result chunked
+  unlike its inputs): the base and all K experts are in memory.
+
+Results go into the chunk store as deltas against the base where that is smaller; the
+base chunks already in memory serve as delta bases and for the ‖Δ‖ statistics. Nothing
+here moves a ref.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from mgit.errors import BadInputError
 from mgit.graph.snapshot import Entry
-from mgit.merge.methods import MergeMethod, merge_tensor, seeded_generator
+from mgit.merge.methods import MergeMethod, Prepared, seeded_generator
 from mgit.merge.plan import MergePlan, TensorPlan
+from mgit.model.chunking import chunk_ranges, chunk_size_for
 from mgit.model.dtypes import lookup
 from mgit.model.filetree import load_safetensors
 from mgit.model.ingest import Ingestor
 from mgit.model.manifest import TensorManifest
+from mgit.model.materialize import StagedFile
 from mgit.model.safetensors_file import build_header
 from mgit.model.torch_io import dtype_name, tensor_bytes, tensor_from_bytes, torch_dtype
-from mgit.parallel import ordered_map
+from mgit.parallel import WORKERS, ordered_map
 from mgit.progress import Bar
-from mgit.store.chunkstore import ChunkStore
+from mgit.store.chunkstore import ChunkStore, ReadCounters
+
+# Sparsifiers decide on whole deltas; TIES sorts one single-threaded, so experts are decided
+# concurrently while their scratch fits in DECIDE_MEMORY: measured ~22 bytes per element for a
+# bf16 delta (the delta, its float32 magnitudes, torch.sort's int64 indices and its own buffer).
+DECIDE_MEMORY = 2**30
+DECIDE_BYTES_PER_ELEMENT = 22
+# Elements of a chunk merged at a time: the method's scratch (K deltas and more) stays in the
+# caches and below malloc's mmap threshold, instead of fresh, page-faulting buffers per chunk.
+SLICE_ELEMENTS = 1 << 19
 
 
 @dataclass(frozen=True)
@@ -41,6 +68,13 @@ class MergeSpec:
     out_dtype: str | None = None
     params_for: Callable[[str], dict[str, Any]] | None = None  # per tensor (a config's filters/gradients)
 
+    def tensor_params(self, name: str) -> dict[str, Any]:
+        return self.params_for(name) if self.params_for else self.params
+
+    def result_dtype(self, base_dtype: str) -> str:
+        """The merged tensor's dtype: out_dtype, else the working dtype (inputs share one dtype)."""
+        return self.out_dtype or self.dtype or base_dtype
+
 
 @dataclass
 class Execution:
@@ -50,6 +84,15 @@ class Execution:
     base_bytes_read: int = 0
     expert_bytes_read: int = 0
     expert_chunks_read: int = 0
+    staged: dict[str, StagedFile] = field(default_factory=dict)  # file → written beside the store, complete
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count(self, base: ReadCounters, experts: ReadCounters, expert_chunks: int) -> None:
+        """Add one read's costs (called from the pool's threads)."""
+        with self._lock:
+            self.base_bytes_read += base.stored_bytes
+            self.expert_bytes_read += experts.stored_bytes
+            self.expert_chunks_read += expert_chunks
 
 
 def _starts(m: TensorManifest) -> list[int]:
@@ -59,80 +102,272 @@ def _starts(m: TensorManifest) -> list[int]:
     return starts
 
 
+def _what(tp: TensorPlan) -> str:
+    return f"tensor {tp.name!r} in {tp.file}"
+
+
+def merge_one(
+    tp: TensorPlan,
+    spec: MergeSpec,
+    base: torch.Tensor,
+    experts: list[torch.Tensor],
+    prepared: Prepared | None = None,
+    start: int = 0,
+) -> torch.Tensor:
+    """One tensor merged in memory; with ``prepared``, the slice of it starting at element ``start``."""
+    method = spec.method
+    with torch.no_grad():
+        if prepared is not None:
+            result = method.merge_slice(prepared, base if method.needs_base else None, experts, start)
+            return result.to(torch_dtype(spec.out_dtype)) if spec.out_dtype else result
+        return method(
+            base if method.needs_base else None,
+            experts,
+            spec.tensor_params(tp.name),
+            dtype=torch_dtype(spec.dtype) if spec.dtype else None,
+            out_dtype=torch_dtype(spec.out_dtype) if spec.out_dtype else None,
+            generator=seeded_generator(spec.seed, tp.name) if method.random else None,
+            name=tp.name,
+        )
+
+
 def _read_into(
     store: ChunkStore,
-    pool: ThreadPoolExecutor,
+    pool: ThreadPoolExecutor | None,
     m: TensorManifest,
     indexes: list[int],
     buf: bytearray,
     what: str,
-    base: tuple[TensorManifest, bytes] | None = None,
+    counters: ReadCounters,
+    base: tuple[TensorManifest, bytearray] | None = None,
 ) -> None:
-    """Read the chunks at ``indexes`` of ``m`` into their places in ``buf``. With ``base``
-    (the base tensor's manifest and bytes, already in memory), expert chunks stored as
-    deltas against a base chunk are decoded from those bytes instead of reading it again."""
+    """Read the chunks at ``indexes`` of ``m`` into their places in ``buf`` (on the pool, or
+    here without one). With ``base`` (the base tensor's manifest and bytes, in memory),
+    expert chunks stored as deltas against a base chunk are decoded from those bytes."""
     starts = _starts(m)
     known = None
     if base is not None:
         base_manifest, base_bytes = base
         base_starts = _starts(base_manifest)
         where = {c.id: k for k, c in enumerate(base_manifest.chunks)}
+        view = memoryview(base_bytes)
 
-        def known(cid: str) -> bytes | None:
+        def known(cid: str) -> memoryview | None:
             k = where.get(cid)
-            return None if k is None else bytes(base_bytes[base_starts[k] : base_starts[k + 1]])
+            return None if k is None else view[base_starts[k] : base_starts[k + 1]]
 
     def read(i: int) -> bytes | memoryview:
-        return store.get(m.chunks[i].id, what, known=known)
+        return store.get(m.chunks[i].id, what, known=known, counters=counters)
 
-    for i, data in zip(indexes, ordered_map(pool, read, indexes), strict=True):
+    results = ordered_map(pool, read, indexes) if pool is not None else map(read, indexes)
+    for i, data in zip(indexes, results, strict=True):
         buf[starts[i] : starts[i] + len(data)] = data
 
 
-def _inputs(
-    store: ChunkStore, pool: ThreadPoolExecutor, tp: TensorPlan, run: Execution
-) -> tuple[bytearray, list[bytearray | None]]:
-    """The base's bytes and, per expert, its bytes (None: identical to the base)."""
-    what = f"tensor {tp.name!r} in {tp.file}"
-    base = bytearray(tp.base.nbytes)
-    before = store.reads.stored_bytes
-    _read_into(store, pool, tp.base, list(range(len(tp.base.chunks))), base, what)
-    run.base_bytes_read += store.reads.stored_bytes - before
-    experts: list[bytearray | None] = []
-    for m, indexes in zip(tp.experts, tp.reads, strict=True):
-        if not indexes:
-            experts.append(None)
-            continue
-        buf = bytearray(base)
-        before = store.reads.stored_bytes
-        _read_into(store, pool, m, indexes, buf, what, (tp.base, base))
-        run.expert_bytes_read += store.reads.stored_bytes - before
-        run.expert_chunks_read += len(indexes)
-        experts.append(buf)
-    return base, experts
+class _Inputs:
+    """One tensor's inputs as the store holds them: the base whole (when read), experts on demand."""
+
+    def __init__(self, tp: TensorPlan, store: ChunkStore, pool: ThreadPoolExecutor, run: Execution):
+        self.tp, self.store, self.pool, self.run = tp, store, pool, run
+        self.what = _what(tp)
+        self.base: bytearray | None = None
+
+    def read_base(self) -> torch.Tensor:
+        tp = self.tp
+        self.base = bytearray(tp.base.nbytes)
+        costs = ReadCounters()
+        _read_into(self.store, self.pool, tp.base, list(range(len(tp.base.chunks))), self.base, self.what, costs)
+        self.run.count(costs, ReadCounters(), 0)
+        return tensor_from_bytes(self.base, tp.base.dtype, tp.base.shape)
+
+    def expert(self, k: int, base_t: torch.Tensor, use_pool: bool = True) -> torch.Tensor:
+        """Expert k whole: the base's bytes with its differing chunks read over them."""
+        tp = self.tp
+        if not tp.reads[k]:
+            return base_t
+        assert self.base is not None
+        buf, costs = bytearray(self.base), ReadCounters()
+        pool = self.pool if use_pool else None
+        _read_into(self.store, pool, tp.experts[k], tp.reads[k], buf, self.what, costs, (tp.base, self.base))
+        self.run.count(ReadCounters(), costs, len(tp.reads[k]))
+        return tensor_from_bytes(buf, tp.base.dtype, tp.base.shape)
 
 
-def merge_one(tp: TensorPlan, spec: MergeSpec, base: bytearray, experts: list[bytearray | None]) -> torch.Tensor | None:
-    """The merged tensor (None: a non-float tensor every input agrees on, copied as is)."""
-    dtype = torch_dtype(tp.base.dtype)
-    if not dtype.is_floating_point:
-        if any(e is not None for e in experts):
-            raise BadInputError(f"tensor {tp.name!r} ({tp.base.dtype}) differs between inputs and cannot be merged")
-        return None
-    base_t = tensor_from_bytes(base, tp.base.dtype, tp.base.shape)
-    expert_ts = [base_t if e is None else tensor_from_bytes(e, tp.base.dtype, tp.base.shape) for e in experts]
-    generator = seeded_generator(spec.seed, tp.name) if spec.method.random else None
+# -- chunk by chunk ------------------------------------------------------------------------
+
+
+def _by_chunk(tp: TensorPlan, spec: MergeSpec) -> bool:
+    """Whether this tensor can be merged one stored chunk at a time: an elementwise method
+    and the result cut into chunks exactly where the base and every expert are."""
+    if not spec.method.elementwise or not tp.base.chunks:
+        return False
+    sizes = [c.size for c in tp.base.chunks]
+    if any([c.size for c in m.chunks] != sizes for m in tp.experts):
+        return False
+    out = lookup(spec.result_dtype(tp.base.dtype))
+    if out is None or out.bits != lookup(tp.base.dtype).bits:
+        return False
+    size = chunk_size_for(tp.base.shape, out.bits)
+    return [e - s for s, e in chunk_ranges(tp.base.nbytes, size)] == sizes
+
+
+@contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """Chunks are merged on the pool's threads, one chunk each: torch's own threads on top
+    would only oversubscribe the cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _prepare(tp: TensorPlan, spec: MergeSpec, inputs: _Inputs) -> Prepared:
+    """The method's per-tensor decisions; sparsifiers see the base and each expert whole, the
+    experts read one at a time, or several at once (deterministic methods, memory permitting)."""
+    method = spec.method
+    base_t = inputs.read_base() if method.decides_per_expert else None
+    numel = max(1, tp.base.nbytes * 8 // lookup(tp.base.dtype).bits)
+    workers = min(WORKERS, DECIDE_MEMORY // (DECIDE_BYTES_PER_ELEMENT * numel))
+    each = None
+    if base_t is not None and not method.random and workers >= 2:
+
+        def each(fn: Callable[[int], None], ks: list[int]) -> None:
+            with ThreadPoolExecutor(workers, thread_name_prefix="mgit-decide") as deciders:
+                list(deciders.map(fn, ks))
+
     with torch.no_grad():
-        return merge_tensor(
-            spec.method,
-            base_t if spec.method.needs_base else None,
-            expert_ts,
-            spec.params_for(tp.name) if spec.params_for else spec.params,
+        return method.prepare(
+            len(tp.experts),
+            spec.tensor_params(tp.name),
+            torch_dtype(tp.base.dtype),
             dtype=torch_dtype(spec.dtype) if spec.dtype else None,
-            out_dtype=torch_dtype(spec.out_dtype) if spec.out_dtype else None,
-            generator=generator,
+            base=base_t,
+            expert_at=None if base_t is None else lambda k: inputs.expert(k, base_t, use_pool=each is None),
+            generator=seeded_generator(spec.seed, tp.name) if method.random else None,
             name=tp.name,
+            each=each,
         )
+
+
+def _merge_by_chunk(
+    tp: TensorPlan,
+    spec: MergeSpec,
+    ingestor: Ingestor,
+    store: ChunkStore,
+    pool: ThreadPoolExecutor,
+    run: Execution,
+    staged: StagedFile | None,
+) -> str:
+    inputs = _Inputs(tp, store, pool, run)
+    prepared = _prepare(tp, spec, inputs)
+    starts = _starts(tp.base)
+    index = {start: i for i, start in enumerate(starts[:-1])}
+    wanted = [set(r) for r in tp.reads]
+    base_index = {c.id: k for k, c in enumerate(tp.base.chunks)}
+    held: dict[int, bytes | memoryview] = {}  # chunk index → base bytes, until the ingestor takes them
+    dtype = tp.base.dtype
+    itemsize = lookup(dtype).bits // 8
+    result_dtype = torch_dtype(spec.result_dtype(dtype))
+    what = inputs.what
+
+    def base_chunk(i: int, counters: ReadCounters) -> bytes | memoryview:
+        if inputs.base is not None:  # already in memory
+            return memoryview(inputs.base)[starts[i] : starts[i + 1]]
+        return store.get(tp.base.chunks[i].id, what, counters=counters)
+
+    def read(offset: int, size: int) -> bytes | memoryview:
+        i = index[offset]
+        base_id = tp.base.chunks[i].id
+        base_costs, expert_costs = ReadCounters(), ReadCounters()
+        base_raw = base_chunk(i, base_costs)
+        base_t = tensor_from_bytes(base_raw, dtype, (-1,))
+
+        def known(cid: str) -> bytes | memoryview | None:
+            if cid == base_id:
+                return base_raw
+            k = base_index.get(cid) if inputs.base is not None else None
+            return None if k is None else memoryview(inputs.base)[starts[k] : starts[k + 1]]
+
+        experts = []
+        for m, w in zip(tp.experts, wanted, strict=True):
+            raw = store.get(m.chunks[i].id, what, known=known, counters=expert_costs) if i in w else None
+            experts.append(base_t if raw is None else tensor_from_bytes(raw, dtype, (-1,)))
+        merged = torch.empty(base_t.shape, dtype=result_dtype)
+        first = offset // itemsize
+        for start in range(0, base_t.numel(), SLICE_ELEMENTS):
+            part = slice(start, start + SLICE_ELEMENTS)
+            result = merge_one(tp, spec, base_t[part], [e[part] for e in experts], prepared, first + start)
+            if result.dtype != result_dtype:  # pragma: no cover - a method breaking its dtype contract
+                raise AssertionError(f"{tp.name}: merged to {result.dtype}, expected {result_dtype}")
+            merged[part] = result
+        out = tensor_bytes(merged)
+        if staged is not None:
+            staged.write(tp.name, offset, out)
+        run.count(base_costs, expert_costs, sum(i in w for w in wanted))
+        if not np.array_equal(np.frombuffer(out, np.uint8), np.frombuffer(base_raw, np.uint8)):
+            held[i] = base_raw  # the ingestor will want it as the delta base
+        return out
+
+    def parent_bytes(i: int, cid: str) -> bytes | memoryview | None:
+        return held.pop(i, None) if cid == tp.base.chunks[i].id else None
+
+    out = lookup(spec.result_dtype(dtype))
+    with _one_torch_thread():
+        try:
+            return ingestor.tensor(tp.name, out, tp.base.shape, tp.base.nbytes, read, parent_bytes)
+        finally:
+            held.clear()
+
+
+# -- whole tensors -------------------------------------------------------------------------
+
+
+def _merge_whole(
+    tp: TensorPlan,
+    spec: MergeSpec,
+    ingestor: Ingestor,
+    store: ChunkStore,
+    pool: ThreadPoolExecutor,
+    run: Execution,
+    staged: StagedFile | None,
+) -> tuple[str, str]:
+    """(manifest id, result dtype) of one tensor merged in memory as a whole: the base and
+    every expert are held at once (the methods that need it are those comparing whole
+    tensors: SLERP, Model Stock; and any merge whose result is chunked unlike its inputs)."""
+    inputs = _Inputs(tp, store, pool, run)
+    base_t = inputs.read_base()
+    experts = [inputs.expert(k, base_t) for k in range(len(tp.experts))]
+    result = merge_one(tp, spec, base_t, experts)
+    del experts
+    raw = tensor_bytes(result)
+    out = lookup(dtype_name(result.dtype))
+    if staged is not None and out.name == spec.result_dtype(tp.base.dtype):
+        staged.write(tp.name, 0, raw)
+    base_starts, view = _starts(tp.base), memoryview(inputs.base)
+    same_width = out.bits == lookup(tp.base.dtype).bits
+
+    def parent_bytes(i: int, cid: str) -> memoryview | None:
+        ok = same_width and i < len(tp.base.chunks) and tp.base.chunks[i].id == cid
+        return view[base_starts[i] : base_starts[i + 1]] if ok else None
+
+    manifest = ingestor.tensor(tp.name, out, tp.base.shape, len(raw), lambda o, n: raw[o : o + n], parent_bytes)
+    return manifest, out.name
+
+
+# -- the plan ------------------------------------------------------------------------------
+
+
+def _copy(tp: TensorPlan, store: ChunkStore, run: Execution, staged: StagedFile | None) -> None:
+    """A tensor every input agrees on is copied as is; only a staged file needs its bytes."""
+    if staged is None:
+        return
+    offset, costs = 0, ReadCounters()
+    for c in tp.base.chunks:
+        staged.write(tp.name, offset, store.get(c.id, _what(tp), counters=costs))
+        offset += c.size
+    run.count(costs, ReadCounters(), 0)
 
 
 def execute(
@@ -143,31 +378,76 @@ def execute(
     pool: ThreadPoolExecutor,
     base_entries: dict[str, Entry],
     bar: Bar | None = None,
+    stage: Callable[[str, bytes, int], StagedFile] | None = None,
 ) -> Execution:
-    """Merge every tensor; returns the new file entries (not yet committed)."""
+    """Merge every tensor; returns the new file entries (not yet committed).
+
+    With ``stage`` (file, header, data size → a StagedFile), each merged file is also written
+    out as it is produced; ``Execution.staged`` holds those completed as predicted."""
     bar = bar or Bar()
     run = Execution()
     by_name = {tp.name: tp for tp in plan.tensors}
-    for file, names in plan.files.items():
-        ingestor.begin_file(file)
-        specs, ids = [], {}
-        for name in names:
-            tp = by_name[name]
-            base, experts = _inputs(store, pool, tp, run)
-            result = merge_one(tp, spec, base, experts)
-            if result is None:
-                specs.append((name, lookup(tp.base.dtype), tp.base.shape))
-                ids[name] = ingestor.graph.put_blob(tp.base.to_bytes())
-                run.decisions[name] = "copied"
-            else:
-                raw = tensor_bytes(result)
-                out = lookup(dtype_name(result.dtype))
-                specs.append((name, out, tuple(result.shape)))
-                ids[name] = ingestor.tensor(name, out, tuple(result.shape), len(raw), lambda o, n, r=raw: r[o : o + n])
-                run.decisions[name] = "merged"
-            bar.advance(tp.base.nbytes)
-            del base, experts, result
-        metadata = load_safetensors(ingestor.graph, base_entries[file].oid, file).layout.metadata
-        run.files[file] = Entry("safetensors", ingestor.safetensors_tree(build_header(specs, metadata), ids))
-        run.stats[file] = ingestor.file_stats
+    try:
+        for file, names in plan.files.items():
+            _execute_file(file, [by_name[n] for n in names], spec, ingestor, store, pool, base_entries, bar, stage, run)
+    except BaseException:
+        for staged in run.staged.values():
+            staged.discard()
+        raise
     return run
+
+
+def _execute_file(
+    file: str,
+    tensors: list[TensorPlan],
+    spec: MergeSpec,
+    ingestor: Ingestor,
+    store: ChunkStore,
+    pool: ThreadPoolExecutor,
+    base_entries: dict[str, Entry],
+    bar: Bar,
+    stage: Callable[[str, bytes, int], StagedFile] | None,
+    run: Execution,
+) -> None:
+    ingestor.begin_file(file)
+    metadata = load_safetensors(ingestor.graph, base_entries[file].oid, file).layout.metadata
+    floating = {tp.name: torch_dtype(tp.base.dtype).is_floating_point for tp in tensors}
+    predicted = [
+        (tp.name, lookup(spec.result_dtype(tp.base.dtype) if floating[tp.name] else tp.base.dtype), tp.base.shape)
+        for tp in tensors
+    ]
+    header = build_header(predicted, metadata)
+    size = sum(math.prod(shape) * dtype.bits // 8 for _, dtype, shape in predicted)
+    staged = stage(file, header, size) if stage is not None else None
+    try:
+        specs, ids = [], {}
+        for tp in tensors:
+            if not floating[tp.name]:
+                if any(tp.reads):
+                    raise BadInputError(f"tensor {tp.name!r} ({tp.base.dtype}) differs between inputs; cannot merge it")
+                _copy(tp, store, run, staged)
+                specs.append((tp.name, lookup(tp.base.dtype), tp.base.shape))
+                ids[tp.name] = ingestor.graph.put_blob(tp.base.to_bytes())
+                run.decisions[tp.name] = "copied"
+                bar.advance(tp.base.nbytes)
+                continue
+            if _by_chunk(tp, spec):
+                ids[tp.name] = _merge_by_chunk(tp, spec, ingestor, store, pool, run, staged)
+                out = spec.result_dtype(tp.base.dtype)
+            else:
+                ids[tp.name], out = _merge_whole(tp, spec, ingestor, store, pool, run, staged)
+            specs.append((tp.name, lookup(out), tp.base.shape))
+            run.decisions[tp.name] = "merged"
+        actual = build_header(specs, metadata)
+        run.files[file] = Entry("safetensors", ingestor.safetensors_tree(actual, ids))
+        run.stats[file] = ingestor.file_stats
+    except BaseException:
+        if staged is not None:
+            staged.discard()
+        raise
+    if staged is not None:
+        if actual == header:
+            staged.entry_oid = run.files[file].oid
+            run.staged[file] = staged
+        else:  # a method returned another dtype than predicted: the checkout writes this file
+            staged.discard()

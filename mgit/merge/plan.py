@@ -35,14 +35,17 @@ class MergePlan:
     files: dict[str, list[str]]  # base file → tensor names in data order
     tensors: list[TensorPlan]
     base_bytes: int = 0  # stored bytes of every base chunk (read once)
+    # How often each differing expert chunk is read: 2 for sparsifying methods (TIES, DARE, ...),
+    # which decide on an expert's whole delta first, then merge chunk by chunk.
+    expert_passes: int = 1
 
     @property
     def expert_bytes(self) -> int:
-        return sum(sum(t.read_bytes) for t in self.tensors)
+        return self.expert_passes * sum(sum(t.read_bytes) for t in self.tensors)
 
     @property
     def expert_chunks(self) -> int:
-        return sum(len(r) for t in self.tensors for r in t.reads)
+        return self.expert_passes * sum(len(r) for t in self.tensors for r in t.reads)
 
 
 def model_tensors(graph: Graph, snap: Snapshot, model: str) -> tuple[dict[str, list[str]], dict[str, TensorManifest]]:
@@ -65,6 +68,7 @@ def plan_merge(
     expert_snaps: list[Snapshot],
     expert_names: list[str],
     allow_missing: bool = False,
+    expert_passes: int = 1,
 ) -> MergePlan:
     files, base = model_tensors(graph, base_snap, model)
     if not files:
@@ -74,7 +78,7 @@ def plan_merge(
         extra = sorted(set(tensors) - set(base))
         if extra:
             raise BadInputError(f"{label} has tensors the base lacks: {', '.join(extra[:3])}")
-    plan = MergePlan(model, files, [])
+    plan = MergePlan(model, files, [], expert_passes=expert_passes)
     for file, names in files.items():
         for name in names:
             b = base[name]

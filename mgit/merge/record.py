@@ -67,6 +67,7 @@ def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execut
             "base_estimated": plan.base_bytes,
             "experts_estimated": plan.expert_bytes,
             "expert_chunks_estimated": plan.expert_chunks,
+            "expert_passes": plan.expert_passes,
         },
         "tensors": tensors,
     }

@@ -92,20 +92,37 @@ def dot(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.einsum("i,i->", x, y))
 
 
+STATS_BLOCK = 1 << 16  # elements widened to float64 at a time: stays in cache, ~3x faster than whole chunks
+
+
+def _blocks(raw: bytes | memoryview, dtype: DType) -> list[memoryview]:
+    """``raw`` cut into slices of STATS_BLOCK elements (whole elements each)."""
+    view = memoryview(raw).cast("B")
+    step = STATS_BLOCK * (dtype.bits // 8)
+    return [view[i : i + step] for i in range(0, len(view), step)]
+
+
 def chunk_stats(raw: memoryview | bytes, dtype: DType) -> tuple[float | None, float | None]:
-    """(L2 norm, max |x|) of one chunk in float64; None where undefined or non-finite."""
+    """(L2 norm, max |x|) of one chunk in float64; None where undefined or non-finite.
+    Summed block by block (fixed blocks, fixed order: still deterministic)."""
     if dtype.numpy is None:
         return None, None
-    x = to_float64(raw, dtype)
-    if x.size == 0:
+    if len(raw) == 0:
         return 0.0, 0.0
-    max_abs = max(float(x.max()), -float(x.min()))
-    return _finite_or_none(math.sqrt(dot(x, x))), _finite_or_none(max_abs)
+    squares, peaks = 0.0, []
+    for block in _blocks(raw, dtype):
+        x = to_float64(block, dtype)
+        squares += dot(x, x)
+        peaks += [x.max(), -x.min()]
+    return _finite_or_none(math.sqrt(squares)), _finite_or_none(float(np.max(peaks)))  # np.max keeps a NaN
 
 
 def delta_l2(raw: bytes | memoryview, base: bytes | memoryview, dtype: DType | None) -> float | None:
     """‖raw − base‖₂ as numbers of ``dtype``, in float64 (None where undefined)."""
     if dtype is None or dtype.numpy is None:
         return None
-    d = to_float64(raw, dtype) - to_float64(base, dtype)
-    return _finite_or_none(math.sqrt(dot(d, d)))
+    squares = 0.0
+    for a, b in zip(_blocks(raw, dtype), _blocks(base, dtype), strict=True):
+        d = to_float64(a, dtype) - to_float64(b, dtype)
+        squares += dot(d, d)
+    return _finite_or_none(math.sqrt(squares))

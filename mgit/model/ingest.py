@@ -56,6 +56,8 @@ def _file_reader(fd: int, base: int) -> ReadAt:
 ParentLookup = Callable[[str], dict[str, TensorManifest]]
 # one relative statistic: [chunk id, parent chunk id, ‖chunk − parent chunk‖₂]
 DeltaStat = list
+# (chunk index, parent chunk id) → that parent chunk's raw bytes if the caller holds them, else None
+ParentBytes = Callable[[int, str], bytes | memoryview | None]
 
 
 class Ingestor:
@@ -90,6 +92,7 @@ class Ingestor:
         dtype: DType | None,
         parent: TensorManifest | None = None,
         what: str = "",
+        parent_bytes: ParentBytes | None = None,
     ) -> tuple[ChunkRef, ...]:
         group = dtype.group if dtype else 1
 
@@ -101,7 +104,8 @@ class Ingestor:
             base = parent.chunks[i] if parent is not None and i < len(parent.chunks) else None
             if base is None or base.id == cid or not self.store.has(base.id):
                 return ChunkRef(cid, end - start, l2, max_abs), self.store.put(raw, group, cid).written, None
-            base_raw = self.store.get(base.id, what)
+            held = parent_bytes(i, base.id) if parent_bytes is not None else None
+            base_raw = held if held is not None else self.store.get(base.id, what)
             # ‖Δ‖ pairs equal-sized chunks only; a grown last chunk (appended rows) still deltas
             stat = [cid, base.id, delta_l2(raw, base_raw, dtype)] if base.size == end - start else None
             written = self.store.put(raw, group, cid, base=(base.id, base_raw)).written
@@ -119,15 +123,27 @@ class Ingestor:
             self.bar.advance(ref.size)
         return tuple(refs)
 
-    def tensor(self, name: str, dtype: DType, shape: tuple[int, ...], nbytes: int, read: ReadAt) -> str:
-        """Store one tensor's chunks and manifest; returns the manifest blob id."""
+    def tensor(
+        self,
+        name: str,
+        dtype: DType,
+        shape: tuple[int, ...],
+        nbytes: int,
+        read: ReadAt,
+        parent_bytes: ParentBytes | None = None,
+    ) -> str:
+        """Store one tensor's chunks and manifest; returns the manifest blob id.
+
+        ``read`` is called on the pool's threads, one chunk's range at a time. A caller
+        holding the parent tensor's chunks decoded (a merge holds the base) passes
+        ``parent_bytes`` so they are not read from the store again."""
         size = chunk_size_for(shape, dtype.bits)
         parent = self._parent_tensors.get(name)
         # Same dtype, row shape and chunk size: chunk i covers the same rows in both, also
         # when rows were appended (vocabulary extension), so chunk i is a good delta base.
         if parent is not None and (parent.dtype, parent.shape[1:], parent.chunk_size) != (dtype.name, shape[1:], size):
             parent = None
-        chunks = self._chunks(read, nbytes, size, dtype, parent, f"tensor {name!r}")
+        chunks = self._chunks(read, nbytes, size, dtype, parent, f"tensor {name!r}", parent_bytes)
         return self.graph.put_blob(TensorManifest(dtype.name, shape, size, chunks).to_bytes())
 
     def begin_file(self, rel: str) -> None:

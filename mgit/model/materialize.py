@@ -17,6 +17,7 @@ from pathlib import Path
 from mgit.graph.objects import MODE_EXEC, Graph
 from mgit.graph.snapshot import Entry
 from mgit.model.filetree import load_chunked, load_safetensors
+from mgit.model.safetensors_file import parse_header
 from mgit.parallel import ordered_map
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore, chunk_id
@@ -106,6 +107,54 @@ def _write_chunks(
             os.close(local_fd)
 
 
+def _temporary(dest: Path) -> Path:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    for stale in dest.parent.glob(f".{glob_escape(dest.name)}{TMP_MARK}*"):
+        stale.unlink(missing_ok=True)  # left by a killed checkout (we hold the repository lock)
+    return dest.parent / f".{dest.name}{TMP_MARK}{uuid.uuid4().hex[:8]}"
+
+
+class StagedFile:
+    """A safetensors file written while its tensors are being produced: a merge writes each
+    merged chunk here as it stores it, so the checkout that follows renames the file into
+    place instead of decoding every chunk again. It lives in a staging directory of the
+    repository (same file system) until installed; a killed merge leaves it there, and the
+    next merge or gc clears that directory."""
+
+    def __init__(self, dest: Path, staging: Path, header: bytes, data_size: int):
+        self.dest, self.header = dest, header
+        layout = parse_header(header, len(header) + data_size, str(dest))
+        self.offsets = {t.name: layout.data_start + t.begin for t in layout.tensors}
+        staging.mkdir(parents=True, exist_ok=True)
+        self.tmp = staging / f"{uuid.uuid4().hex[:12]}-{dest.name}"
+        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.ftruncate(self.fd, layout.file_size)
+        self._pwrite(header, 0)
+        self.entry_oid: str | None = None  # set once every tensor is written and the entry is known
+
+    def _pwrite(self, data: bytes | memoryview, offset: int) -> None:
+        if os.pwrite(self.fd, data, offset) != len(data):
+            raise OSError(f"short write to {self.tmp}")
+
+    def write(self, tensor: str, offset: int, data: bytes | memoryview) -> None:
+        """Bytes of ``tensor`` at ``offset`` within it (from any thread)."""
+        self._pwrite(data, self.offsets[tensor] + offset)
+
+    def install(self) -> os.stat_result:
+        """Move into place (the file's entry is committed); returns the new file's stat."""
+        os.close(self.fd)
+        self.fd = -1
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self.tmp, self.dest)
+        return os.stat(self.dest)
+
+    def discard(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.tmp.unlink(missing_ok=True)
+
+
 def write_entry(
     graph: Graph,
     store: ChunkStore,
@@ -118,10 +167,7 @@ def write_entry(
 ) -> None:
     """Materialise one entry at ``dest`` atomically."""
     bar = bar or Bar()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    for stale in dest.parent.glob(f".{glob_escape(dest.name)}{TMP_MARK}*"):
-        stale.unlink(missing_ok=True)  # left by a killed checkout (we hold the repository lock)
-    tmp = dest.parent / f".{dest.name}{TMP_MARK}{uuid.uuid4().hex[:8]}"
+    tmp = _temporary(dest)
     try:
         with open(tmp, "wb") as out:
             if entry.kind == "blob":

@@ -25,6 +25,10 @@ from mgit.store import codec
 from mgit.store.pack import Location, PackIndex, PackReader, PackWriter, Record, idx_path
 
 MAX_DELTA_DEPTH = 4
+# A delta at most this share of the raw size is taken without also trying the plain
+# encoding: byte-grouped zstd of float weights stays above ~0.6x, so trying it would
+# cost a second compression (~40 % of an add's or a merge's CPU) for nothing.
+SURE_DELTA = 0.5
 LOOSE_MAGIC = b"MGC1"
 _LOOSE_HEADER = struct.Struct("<4sBBxxQ")
 
@@ -40,6 +44,11 @@ class ReadCounters:
     chunks: int = 0
     stored_bytes: int = 0
     raw_bytes: int = 0
+
+    def add(self, stored: int, raw: int) -> None:
+        self.chunks += 1
+        self.stored_bytes += stored
+        self.raw_bytes += raw
 
 
 @dataclass(frozen=True)
@@ -138,21 +147,27 @@ class ChunkStore:
     ) -> PutResult:
         """Store raw bytes unless present; with ``base`` (id, raw bytes) try an XOR delta.
 
-        The smallest of delta / byte-grouped zstd / raw wins; a delta whose chain would
-        exceed MAX_DELTA_DEPTH is not considered (the chunk becomes a keyframe).
+        The smallest of delta / byte-grouped zstd / raw wins, except that a delta of at
+        most SURE_DELTA of the raw size is taken without trying the others; a delta whose
+        chain would exceed MAX_DELTA_DEPTH is not considered (the chunk becomes a keyframe).
         """
         cid = cid or chunk_id(raw)
         # Writers hold the repository lock, so no other process seals packs meanwhile.
         if self.locate(cid, refresh=False) is not None or self.loose_path(cid).exists():
             return PutResult(cid, 0)
-        encoding, payload = codec.encode(raw, group)
-        base_id, depth = None, 0
+        delta, base_id, depth = None, None, 0
         if base is not None:
             base_depth = self.depth(base[0])
             if base_depth + 1 <= MAX_DELTA_DEPTH:
-                delta = codec.encode_delta(raw, base[1], group)
-                if len(delta) < len(payload):
-                    encoding, payload, base_id, depth = codec.XOR_DELTA, delta, base[0], base_depth + 1
+                delta, base_id, depth = codec.encode_delta(raw, base[1], group), base[0], base_depth + 1
+        if delta is not None and len(delta) <= SURE_DELTA * len(raw):
+            encoding, payload = codec.XOR_DELTA, delta
+        else:
+            encoding, payload = codec.encode(raw, group)
+            if delta is not None and len(delta) < len(payload):
+                encoding, payload = codec.XOR_DELTA, delta
+            else:
+                base_id, depth = None, 0
         record = Record(cid, encoding, group, depth, len(raw), payload, base_id)
         with self._lock:
             if self.locate(cid, refresh=False) is not None:
@@ -218,18 +233,25 @@ class ChunkStore:
             reader.drop_pages(loc)
 
     def get(
-        self, cid: str, what: str = "", _depth: int = 0, known: Callable[[str], bytes | None] | None = None
+        self,
+        cid: str,
+        what: str = "",
+        _depth: int = 0,
+        known: Callable[[str], bytes | memoryview | None] | None = None,
+        counters: ReadCounters | None = None,
     ) -> bytes | memoryview:
         """Read, decode and verify a chunk; ``what`` names the tensor or file for errors.
 
         ``known`` may supply the raw bytes of a delta base the caller already holds (a
         merge holds the base model's chunk that an expert's chunk is a delta against), so
         that base is not read and decoded again; the result is verified all the same.
+        ``counters`` also receives this read's costs (``reads`` sums every read), for
+        callers that measure reads made concurrently.
         """
         where = f" of {what}" if what else ""
         loc = self.locate(cid)
         if loc is None:
-            return self._get_loose(cid, where)
+            return self._get_loose(cid, where, counters)
         if _depth > MAX_DELTA_DEPTH:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} has a delta chain longer than {MAX_DELTA_DEPTH}")
         if loc.encoding not in codec.ENCODINGS:
@@ -241,7 +263,7 @@ class ChunkStore:
                 self.forget_indexes()
                 loc = self.locate(cid)
                 if loc is None:
-                    return self._get_loose(cid, where)
+                    return self._get_loose(cid, where, counters)
                 record = self.read_record(loc)
             rec_id, encoding, group, _, payload, base_id, raw_size = record
         except (OSError, ValueError, struct.error):
@@ -252,7 +274,7 @@ class ChunkStore:
         if encoding == codec.XOR_DELTA:
             base = known(base_id) if known is not None else None
             if base is None:
-                base = self.get(base_id, what, _depth + 1, known)
+                base = self.get(base_id, what, _depth + 1, known, counters)
         try:
             raw = codec.decode(encoding, payload, group, raw_size, base)
         except Exception:
@@ -262,10 +284,10 @@ class ChunkStore:
             self._drop_pages(loc)
         if raw is None or len(raw) != raw_size or chunk_id(raw) != cid:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (fails verification); run `mgit fsck`")
-        self._count(loc.length, len(raw))
+        self._count(loc.length, len(raw), counters)
         return raw
 
-    def _get_loose(self, cid: str, where: str) -> bytes | memoryview:
+    def _get_loose(self, cid: str, where: str, counters: ReadCounters | None = None) -> bytes | memoryview:
         try:
             data = self.loose_path(cid).read_bytes()
         except FileNotFoundError:
@@ -279,7 +301,7 @@ class ChunkStore:
             raw = None
         if raw is None or chunk_id(raw) != cid:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (fails verification); run `mgit fsck`")
-        self._count(len(data), len(raw))
+        self._count(len(data), len(raw), counters)
         return raw
 
     def loose_record(self, cid: str) -> Record:
@@ -288,11 +310,11 @@ class ChunkStore:
         _, encoding, group, raw_size = _LOOSE_HEADER.unpack_from(data)
         return Record(cid, encoding, group, 0, raw_size, data[_LOOSE_HEADER.size :])
 
-    def _count(self, stored: int, raw: int) -> None:
+    def _count(self, stored: int, raw: int, counters: ReadCounters | None) -> None:
         with self._lock:
-            self.reads.chunks += 1
-            self.reads.stored_bytes += stored
-            self.reads.raw_bytes += raw
+            self.reads.add(stored, raw)
+            if counters is not None:
+                counters.add(stored, raw)
 
     def ids(self) -> set[str]:
         """Every chunk id in the store (sealed packs, this session's pack, loose files)."""

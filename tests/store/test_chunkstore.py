@@ -130,3 +130,26 @@ def test_many_small_writes_are_consolidated(tmp_path):
 def test_delta_round_trips_whatever_the_lengths(raw, base):
     payload = codec.encode_delta(raw, base, 1)
     assert codec.decode(codec.XOR_DELTA, payload, 1, len(raw), base) == raw
+
+
+def test_a_small_delta_is_taken_without_trying_the_plain_encoding(tmp_path, monkeypatch):
+    """SURE_DELTA: a delta at most half the raw size wins outright; a larger one still
+    competes with the plain encoding (and loses to it here)."""
+    from mgit.store import chunkstore
+
+    rng = np.random.default_rng(1)
+    base = (rng.standard_normal(50_000).astype(np.float32) * 0.02).view(np.uint32) >> 16
+    base = base.astype("<u2").tobytes()
+    near = bytearray(base)
+    near[::50] = bytes(len(near[::50]))  # a few bytes differ: a tiny delta
+    store = ChunkStore(tmp_path / "s")
+    base_id = store.put(base, 2).cid
+    calls = []
+    real = codec.encode
+    monkeypatch.setattr(chunkstore.codec, "encode", lambda raw, group: calls.append(1) or real(raw, group))
+    result = store.put(bytes(near), 2, base=(base_id, base))
+    assert result.encoding == codec.XOR_DELTA and calls == []
+    far = rng.integers(0, 256, len(base), dtype=np.uint8).tobytes()  # unrelated bytes: delta ~ raw
+    result = store.put(far, 2, base=(base_id, base))
+    assert calls == [1] and result.encoding != codec.XOR_DELTA
+    assert store.get(result.cid) == far and store.get(chunk_id(bytes(near))) == bytes(near)
