@@ -658,7 +658,9 @@ def report(outcomes: list[Outcome], c: Context) -> str:
         "What each read: mergekit memory-maps and reads the base and every expert in full (the safetensors "
         "files' size); mgit's numbers are its merge record's measured stored (compressed) bytes "
         "(`mgit show --json`, `plan.bytes`): the base's chunks once, and per expert only the chunks whose id "
-        "differs from the base's. `mgit commit` stores most chunks of a fine-tune as XOR deltas against the "
+        "differs from the base's — twice for ties, which decides on each expert's whole delta before merging "
+        "chunk by chunk (`plan.bytes.expert_passes` = 2; the experts' own stored bytes are counted once). "
+        "`mgit commit` stores most chunks of a fine-tune as XOR deltas against the "
         "base's chunk at the same place, which decoding needs: the experts' own stored bytes (from the chunk "
         "store's index) are the least their reads can cost; measured bytes above them mean delta bases were "
         "read again. Planned: the plan's estimate (`experts_estimated`).",

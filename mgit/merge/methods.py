@@ -1,8 +1,10 @@
 """Merge methods: pure torch functions that compute ONE output tensor, in one registry.
 
 Every method takes the base tensor (or ``None``), the expert tensors and the parameters for one
-output tensor, and returns the merged tensor. Nothing here reads files or knows about models:
-the merge engine streams tensors through :func:`merge_tensor` one at a time.
+output tensor, and returns the merged tensor. Nothing here reads files or knows about models.
+Elementwise methods also merge slices on their own (:meth:`MergeMethod.prepare`, then
+:meth:`MergeMethod.merge_slice`), which the engine uses to stream a tensor chunk by chunk; the
+sparsifiers they use live in :mod:`mgit.merge.sparsify`.
 
 Conventions (all chosen so that results equal mergekit 0.1.5's, see ``tests/merge``):
 
