@@ -25,6 +25,7 @@ from mgit.graph.objects import CommitInfo
 from mgit.maintenance.du import Usage
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
 from mgit.merge.record import plan_record
+from mgit.remote.transfer import Transfer
 from mgit.repo import Repository
 from mgit.worktree.status import FileStatus
 
@@ -825,6 +826,113 @@ def merge(
         f"read {decimal(b['experts_measured'])} of expert chunks ({b['expert_chunks_measured']}), "
         f"{decimal(b['base_measured'])} of base chunks"
     )
+
+
+# -- remotes ----------------------------------------------------------------------------------
+
+
+def _transfer_json(kind: str, remote: str, t: Transfer) -> dict:
+    return {
+        "kind": kind,
+        "remote": remote,
+        "objects": t.objects,
+        "chunks": t.chunks,
+        "bytes": t.bytes,
+        "present_objects": t.present_objects,
+        "present_chunks": t.present_chunks,
+        "refs": {r: {"old": old, "new": new} for r, (old, new) in sorted(t.refs.items())},
+    }
+
+
+def _transfer_line(verb: str, t: Transfer) -> str:
+    return (
+        f"{verb} {t.chunks} chunk(s) and {t.objects} object(s), {decimal(t.bytes)}; "
+        f"{t.present_chunks} chunk(s) and {t.present_objects} object(s) were already there"
+    )
+
+
+@cli.group(invoke_without_command=True)
+@click.pass_context
+def remote(ctx: click.Context) -> None:
+    """List remotes; `remote add NAME URL`, `remote remove NAME`."""
+    if ctx.invoked_subcommand is None:
+        for name, url in sorted(_repo(ctx).remotes().items()):
+            out.print(f"{name}\t{url}")
+
+
+@remote.command("add")
+@click.argument("name")
+@click.argument("url")
+@click.option("--token-file", type=click.Path(dir_okay=False), help="File holding the HTTP bearer token.")
+@click.pass_context
+def remote_add(ctx: click.Context, name: str, url: str, token_file: str | None) -> None:
+    """Add a remote: a directory, http(s)://host:port/repo or s3://bucket/prefix."""
+    _repo(ctx).remote_add(name, url, token_file)
+
+
+@remote.command("remove")
+@click.argument("name")
+@click.pass_context
+def remote_remove(ctx: click.Context, name: str) -> None:
+    """Forget a remote (and its remote-tracking branches)."""
+    _repo(ctx).remote_remove(name)
+
+
+@cli.command()
+@click.argument("remote_name", metavar="[REMOTE]", default="origin")
+@click.argument("branch", required=False)
+@click.option("-f", "--force", is_flag=True, help="Move the remote branch even if that discards its commits.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.transfer/1).")
+@click.pass_context
+def push(ctx: click.Context, remote_name: str, branch: str | None, force: bool, as_json: bool) -> None:
+    """Send a branch (default: the current one) and the chunks the remote lacks."""
+    t = _repo(ctx).push(remote_name, branch, force=force)
+    if as_json:
+        _dump("mgit.transfer/1", _transfer_json("push", remote_name, t))
+        return
+    err.print(_transfer_line("sent", t))
+    for ref, (old, new) in t.refs.items():
+        what = "up to date" if old == new else f"{(old or '(new)')[:12]} → {new[:12]}"
+        err.print(f"{remote_name} {ref.removeprefix('refs/heads/')}: {what}")
+
+
+@cli.command()
+@click.argument("remote_name", metavar="[REMOTE]", default="origin")
+@click.option("--chunks", "chunks_rev", metavar="REV", help="Fill in every chunk of REV (a partial clone's).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.transfer/1).")
+@click.pass_context
+def fetch(ctx: click.Context, remote_name: str, chunks_rev: str | None, as_json: bool) -> None:
+    """Receive the remote's branches and tags (and their chunks, unless a partial clone)."""
+    t = _repo(ctx).fetch(remote_name, chunks=chunks_rev)
+    if as_json:
+        _dump("mgit.transfer/1", _transfer_json("fetch", remote_name, t))
+    else:
+        err.print(_transfer_line("received", t))
+
+
+@cli.command()
+@click.argument("remote_name", metavar="[REMOTE]", default="origin")
+@click.argument("branch", required=False)
+@click.pass_context
+def pull(ctx: click.Context, remote_name: str, branch: str | None) -> None:
+    """Fetch, then fast-forward the current branch (diverged history: use `mgit merge`)."""
+    t = _repo(ctx).pull(remote_name, branch)
+    err.print(_transfer_line("received", t))
+
+
+@cli.command()
+@click.argument("url")
+@click.argument("path", required=False)
+@click.option("--partial", is_flag=True, help="Fetch the graph only; chunks come when a command needs them.")
+@click.option("-b", "--branch", help="Branch to check out (default: the remote's HEAD).")
+@click.option("--token-file", type=click.Path(dir_okay=False), help="File holding the HTTP bearer token.")
+def clone(url: str, path: str | None, partial: bool, branch: str | None, token_file: str | None) -> None:
+    """Copy a remote into a new repository and check out a branch."""
+    dest = path or os.path.basename(url.rstrip("/")).removesuffix(".mgit") or "clone"
+    repo = Repository.clone(url, dest, partial=partial, branch=branch, token_file=token_file)
+    got = repo.fetched if partial else None
+    note = f" (partial: {decimal(got.bytes)} of chunks fetched for the checkout)" if got is not None else ""
+    err.print(f"cloned {url} into {dest}, on {repo.refs.current_branch()}{note}")
 
 
 def _os_error_message(exc: OSError) -> str:

@@ -38,3 +38,15 @@ class CorruptObjectError(MgitError):
 
 class RefUpdateError(MgitError):
     """A ref moved while we were working (compare-and-swap lost)."""
+
+
+class RemoteError(MgitError):
+    """A remote that cannot be reached, refuses us, or lacks what was asked for."""
+
+
+class AuthError(RemoteError):
+    """A remote refused our credentials (or we gave none)."""
+
+
+class NonFastForwardError(RefUpdateError):
+    """A push or pull that would discard commits on the other side."""

@@ -42,6 +42,7 @@ from mgit.parallel import make_pool, ordered_map
 from mgit.progress import byte_progress
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.gc import consolidate
+from mgit.sync import Sync, on_demand
 from mgit.version import __version__
 from mgit.worktree.index import Index, IndexEntry
 from mgit.worktree.scan import Ignorer, walk
@@ -104,7 +105,7 @@ def _find_root(start: Path) -> Path:
     raise NotARepositoryError(f"not an mgit repository (or any parent up to /): {start}; run `mgit init` first")
 
 
-class Repository:
+class Repository(Sync):
     """An mgit repository: ``.mgit/`` (git graph + chunk store) beside a working tree."""
 
     def __init__(self, path: str | os.PathLike[str] = "."):
@@ -125,6 +126,7 @@ class Repository:
         self.lock = RepoLock(self.git_dir / "lock")
         self.refs = Refs(self.graph, self.identity())
         self._pool: ThreadPoolExecutor | None = None
+        self._attach_promisor()
 
     @classmethod
     def init(cls, path: str | os.PathLike[str] = ".") -> Repository:
@@ -654,6 +656,7 @@ class Repository:
 
     # -- diff ---------------------------------------------------------------------------
 
+    @on_demand
     def diff(
         self,
         a: str | None = None,
@@ -746,6 +749,7 @@ class Repository:
 
     # -- checkout -----------------------------------------------------------------------
 
+    @on_demand
     def checkout(
         self,
         rev: str | None = None,
@@ -906,6 +910,7 @@ class Repository:
             raise BadInputError(f"this revision holds several models ({names}); choose one with model=/--model")
         return next(iter(models.items()))
 
+    @on_demand
     def state_dict(
         self, rev: str = "HEAD", names: Iterable[str] | None = None, model: str | None = None
     ) -> dict[str, torch.Tensor]:

@@ -4,6 +4,7 @@ reflog entry or the index, each chunk with the first path/tensor found using it.
 from __future__ import annotations
 
 import os
+from collections.abc import Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,7 +59,11 @@ def roots(graph: Graph, index: Index | None) -> dict[str, str]:
     return out
 
 
-def reachable(graph: Graph, index: Index | None) -> Reach:
+def reachable(
+    graph: Graph, index: Index | None, starts: dict[str, str] | None = None, stop: Set[str] = frozenset()
+) -> Reach:
+    """Everything reachable from ``starts`` (object id → where from; default: every root),
+    not walking into the commits in ``stop`` (a remote already holds them)."""
     reach = Reach()
     store = graph.objects
 
@@ -109,8 +114,8 @@ def reachable(graph: Graph, index: Index | None) -> Reach:
         for c in chunks:
             reach.chunks.setdefault(c.id, who)
 
-    pending = list(roots(graph, index).items())
-    seen_commits: set[str] = set()
+    pending = list((roots(graph, index) if starts is None else starts).items())
+    seen_commits: set[str] = set(stop)
     while pending:
         sha, where = pending.pop()
         if sha in seen_commits:

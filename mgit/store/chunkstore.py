@@ -68,6 +68,9 @@ class ChunkStore:
         self._indexes: dict[Path, PackIndex] = {}
         self._readers: dict[Path, PackReader] = {}
         self._writer: PackWriter | None = None
+        # A partial clone's hook: called with the id of a chunk this store lacks, it fetches the
+        # chunk (and its delta bases) into this store's write session, or raises.
+        self.fallback: Callable[[str], None] | None = None
 
     # -- finding chunks -----------------------------------------------------------------
 
@@ -177,6 +180,53 @@ class ChunkStore:
             loc = self._writer.append(record)
         return PutResult(cid, loc.length, encoding, base_id)
 
+    def export(self, cid: str) -> Record:
+        """The chunk's stored record as it is (encoding, delta base, payload), for sending
+        to another store; loose format-1 chunks come as keyframes."""
+        loc = self.locate(cid)
+        if loc is None:
+            if self.loose_path(cid).exists():
+                return self.loose_record(cid)
+            raise CorruptObjectError(f"chunk {cid[:12]} is missing from the store; run `mgit fsck`")
+        rec_id, encoding, group, depth, payload, base_id, raw_size = self.read_record(loc)
+        if rec_id != cid:
+            raise CorruptObjectError(f"chunk {cid[:12]} is corrupt (bad record in its pack); run `mgit fsck`")
+        return Record(cid, encoding, group, depth, raw_size, bytes(payload), base_id)
+
+    def receive(self, record: Record, what: str = "") -> PutResult:
+        """Store a record received from elsewhere after decoding it and checking it against
+        its id (a delta's base must already be here). The record is kept as sent unless its
+        delta chain would grow past MAX_DELTA_DEPTH here; then the chunk is stored anew."""
+        cid = record.cid
+        if self.locate(cid, refresh=False) is not None or self.loose_path(cid).exists():
+            return PutResult(cid, 0)
+        where = f" of {what}" if what else ""
+        if record.encoding not in codec.ENCODINGS:
+            raise CorruptObjectError(f"chunk {cid[:12]}{where} uses encoding {record.encoding}, unknown to this mgit")
+        base = None
+        if record.encoding == codec.XOR_DELTA:
+            if not record.base or not self.has(record.base):
+                raise CorruptObjectError(f"chunk {cid[:12]}{where} arrived before the chunk it is a delta of")
+            base = self.get(record.base, what)
+        try:
+            raw = codec.decode(record.encoding, record.payload, record.group, record.raw_size, base)
+        except Exception:
+            raw = None
+        if raw is None or len(raw) != record.raw_size or chunk_id(raw) != cid:
+            raise CorruptObjectError(f"chunk {cid[:12]}{where} does not match its id (damaged or tampered with)")
+        depth = self.depth(record.base) + 1 if record.base and record.encoding == codec.XOR_DELTA else 0
+        if depth > MAX_DELTA_DEPTH:
+            return self.put(raw, record.group, cid)
+        stored = Record(cid, record.encoding, record.group, depth, record.raw_size, record.payload,
+                        record.base if record.encoding == codec.XOR_DELTA else None)  # fmt: skip
+        with self._lock:
+            if self.locate(cid, refresh=False) is not None:
+                return PutResult(cid, 0)
+            if self._writer is None:
+                self._writer = PackWriter(self.pack_dir)
+            loc = self._writer.append(stored)
+        return PutResult(cid, loc.length, stored.encoding, stored.base)
+
     def seal(self) -> None:
         """Make this session's chunks visible to other processes (end of a command)."""
         with self._lock:
@@ -250,6 +300,9 @@ class ChunkStore:
         """
         where = f" of {what}" if what else ""
         loc = self.locate(cid)
+        if loc is None and self.fallback is not None and not self.loose_path(cid).exists():
+            self.fallback(cid)
+            loc = self.locate(cid)
         if loc is None:
             return self._get_loose(cid, where, counters)
         if _depth > MAX_DELTA_DEPTH:

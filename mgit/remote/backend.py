@@ -1,0 +1,145 @@
+"""What every remote is: a store of named objects plus refs updated by compare-and-swap.
+
+Keys (the same for every backend; a directory remote holds them as files):
+
+    objects/<40 hex>          a git object, as git hashes it: b"<type> <size>\\0<content>"
+    chunks/<64 hex>           a chunk record (see :func:`pack_chunk`)
+    refs/heads/<branch>       b"<40 hex commit id>\\n", also refs/tags/<tag>
+    HEAD                      b"ref: refs/heads/<branch>\\n": the branch a clone checks out
+
+Objects are immutable and content-addressed, so ``put`` is idempotent and an interrupted
+upload is simply repeated; a backend makes an object visible only once it is complete.
+Receivers check every object against its id (``unpack_object`` / ``ChunkStore.receive``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+
+from dulwich.objects import ShaFile, object_class
+
+from mgit.errors import CorruptObjectError, RemoteError
+from mgit.graph.refs import check_ref_name
+from mgit.store.pack import Record
+
+OBJECT_KEY = re.compile(r"objects/[0-9a-f]{40}")
+CHUNK_KEY = re.compile(r"chunks/[0-9a-f]{64}")
+HEAD_KEY = "HEAD"
+MAX_OBJECT_BYTES = 64 * 2**20  # chunks are 4 MiB, blobs of non-tensor files at most that: room to spare
+
+_CHUNK_MAGIC = b"MGCR"
+_CHUNK_HEADER = struct.Struct("<4sBBBxQ32s")  # magic, version, encoding, group, raw size, delta base
+
+
+class MissingObjectError(RemoteError):
+    """The remote does not hold the object asked for."""
+
+
+class Backend(ABC):
+    """One remote. Implementations: DirectoryBackend, HttpBackend, S3Backend."""
+
+    url: str
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The object's bytes; MissingObjectError if absent."""
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Store an object (idempotent; visible only once complete)."""
+
+    @abstractmethod
+    def has(self, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` the remote holds (one batched question)."""
+
+    @abstractmethod
+    def refs(self) -> dict[str, str]:
+        """Every ref (``refs/heads/...``, ``refs/tags/...``) → commit id."""
+
+    @abstractmethod
+    def swap_ref(self, name: str, old: str | None, new: str | None) -> bool:
+        """Set ref ``name`` to ``new`` (None: delete) if it is ``old`` now (None: absent);
+        False when it was not: someone else moved it first."""
+
+    def head(self) -> str | None:
+        """The branch a clone should check out (from HEAD), if any."""
+        try:
+            text = self.get(HEAD_KEY).decode().strip()
+        except (MissingObjectError, UnicodeDecodeError):
+            return None
+        return text.removeprefix("ref: refs/heads/") if text.startswith("ref: refs/heads/") else None
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+
+# -- keys -------------------------------------------------------------------------------------
+
+
+def object_key(oid: str) -> str:
+    return f"objects/{oid}"
+
+
+def chunk_key(cid: str) -> str:
+    return f"chunks/{cid}"
+
+
+def check_key(key: str) -> str:
+    """A key a remote may hold; anything else (``..``, absolute paths, odd names) is refused."""
+    if key == HEAD_KEY or OBJECT_KEY.fullmatch(key) or CHUNK_KEY.fullmatch(key):
+        return key
+    if key.startswith(("refs/heads/", "refs/tags/")):
+        check_ref_name(key.split("/", 2)[2], "ref")
+        return key
+    raise RemoteError(f"not a valid remote object name: {key[:80]!r}")
+
+
+# -- git objects on the wire ----------------------------------------------------------------
+
+
+def pack_object(obj: ShaFile) -> bytes:
+    """A git object as git hashes it (compressed: deflate of the loose-object bytes)."""
+    raw = obj.type_name + b" " + str(obj.raw_length()).encode() + b"\0" + obj.as_raw_string()
+    return zlib.compress(raw, 1)
+
+
+def unpack_object(oid: str, data: bytes) -> ShaFile:
+    """The object, checked against its id; CorruptObjectError names it otherwise."""
+    try:
+        raw = zlib.decompressobj().decompress(data, MAX_OBJECT_BYTES + 64)
+        header, _, content = raw.partition(b"\0")
+        type_name, size = header.split(b" ")
+        cls = object_class(type_name)
+        if cls is None or int(size) != len(content):
+            raise ValueError
+    except (ValueError, zlib.error):
+        raise CorruptObjectError(f"object {oid[:12]} from the remote is not a valid git object") from None
+    if hashlib.sha1(raw).hexdigest() != oid:
+        raise CorruptObjectError(f"object {oid[:12]} from the remote does not match its id (damaged or tampered with)")
+    return ShaFile.from_raw_string(cls.type_num, content, sha=oid.encode())
+
+
+# -- chunks on the wire ---------------------------------------------------------------------
+
+
+def pack_chunk(record: Record) -> bytes:
+    base = bytes.fromhex(record.base) if record.base else bytes(32)
+    header = _CHUNK_HEADER.pack(_CHUNK_MAGIC, 1, record.encoding, record.group, record.raw_size, base)
+    return header + record.payload
+
+
+def unpack_chunk(cid: str, data: bytes) -> Record:
+    """The record (not yet checked against its id: ``ChunkStore.receive`` decodes and checks)."""
+    try:
+        magic, version, encoding, group, raw_size, base = _CHUNK_HEADER.unpack_from(data)
+    except struct.error:
+        magic = None
+    if magic != _CHUNK_MAGIC or version != 1:
+        raise CorruptObjectError(f"chunk {cid[:12]} from the remote is not a chunk record")
+    base_id = base.hex() if any(base) else None
+    return Record(cid, encoding, group, 0, raw_size, data[_CHUNK_HEADER.size :], base_id)

@@ -1,0 +1,261 @@
+"""Moving commits and chunks between a repository and a remote.
+
+Push: every git object and chunk reachable from the commit that the remote lacks (asked in
+batches), chunks first — delta bases before the deltas on them, so a delta never reaches
+the remote without what decodes it — then graph objects, last the ref, by compare-and-swap
+(a non-fast-forward is refused unless forced). Everything is content-addressed, so an
+interrupted push, run again, sends only what is still missing.
+
+Fetch mirrors it: graph objects first (each checked against its id), then the chunks their
+manifests name (each decoded and checked by ``ChunkStore.receive``); a mismatch rejects the
+whole transfer, naming the object, before any ref moves. A partial fetch takes the graph
+only; the chunks come on demand later (:func:`fetch_chunks`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree
+
+from mgit.errors import CorruptObjectError, NonFastForwardError, RemoteError
+from mgit.graph.objects import Graph
+from mgit.maintenance.reach import reachable
+from mgit.progress import Bar
+from mgit.remote.backend import (
+    Backend,
+    MissingObjectError,
+    chunk_key,
+    object_key,
+    pack_chunk,
+    pack_object,
+    unpack_chunk,
+    unpack_object,
+)
+from mgit.store.chunkstore import ChunkStore
+
+TRANSFER_THREADS = 8  # network and disk waits, not CPU: more than the cores
+HAS_BATCH = 1000  # keys per existence question
+
+
+@dataclass
+class Transfer:
+    """What one push or fetch moved."""
+
+    objects: int = 0  # git objects sent / received
+    chunks: int = 0
+    bytes: int = 0  # bytes on the wire
+    present_objects: int = 0  # reachable but already on the other side
+    present_chunks: int = 0
+    refs: dict[str, tuple[str | None, str]] = field(default_factory=dict)  # ref → (old, new)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, objects: int, chunks: int, size: int) -> None:
+        with self._lock:
+            self.objects += objects
+            self.chunks += chunks
+            self.bytes += size
+
+
+def _batched(keys: list[str]) -> Iterator[list[str]]:
+    for i in range(0, len(keys), HAS_BATCH):
+        yield keys[i : i + HAS_BATCH]
+
+
+def remote_has(backend: Backend, keys: Iterable[str]) -> set[str]:
+    keys = list(keys)
+    out: set[str] = set()
+    for batch in _batched(keys):
+        out |= backend.has(batch)
+    return out
+
+
+def is_ancestor(graph: Graph, old: str, new: str) -> bool:
+    """Whether commit ``old`` is ``new`` or one of its ancestors (both local)."""
+    seen, pending = set(), [new]
+    while pending:
+        sha = pending.pop()
+        if sha == old:
+            return True
+        if sha in seen or not graph.has(sha):
+            continue
+        seen.add(sha)
+        pending.extend(graph.commit(sha).parents)
+    return False
+
+
+# -- push -----------------------------------------------------------------------------------
+
+
+@dataclass
+class PushPlan:
+    ref: str
+    old: str | None  # the remote's ref now
+    new: str
+    chunks: list[list[str]]  # to send, in waves: delta bases before the deltas on them
+    objects: list[str]  # git objects to send
+    chunk_bytes: int  # stored bytes of those chunks
+    present_objects: int
+    present_chunks: int
+
+
+def plan_push(graph: Graph, store: ChunkStore, backend: Backend, commit: str, ref: str, force: bool) -> PushPlan:
+    """What pushing ``commit`` to ``ref`` sends (asks the remote, sends nothing)."""
+    refs = backend.refs()
+    old = refs.get(ref)
+    if old is not None and old != commit and not force and not (graph.has(old) and is_ancestor(graph, old, commit)):
+        raise NonFastForwardError(
+            f"the remote's {ref} has commits this branch lacks (not a fast-forward); "
+            "fetch and merge first, or push --force to discard them"
+        )
+    known = {sha for sha in refs.values() if graph.has(sha)}  # the remote holds everything they reach
+    reach = reachable(graph, None, {commit: ref}, stop=known - {commit})
+    if reach.missing:
+        raise RemoteError(f"cannot push: {reach.missing[0]}")
+    objects = sorted(reach.objects)
+    on_remote = remote_has(backend, [object_key(o) for o in objects])
+    todo_objects = [o for o in objects if object_key(o) not in on_remote]
+    chunk_ids = sorted(reach.chunks)
+    remote_chunks = {k.removeprefix("chunks/") for k in remote_has(backend, [chunk_key(c) for c in chunk_ids])}
+    unsent = [c for c in chunk_ids if c not in remote_chunks]
+    absent = [c for c in unsent if not store.has(c)]
+    if absent:
+        raise RemoteError(
+            f"cannot push: {len(absent)} chunk(s) are not in this partial clone; "
+            "run `mgit fetch --chunks REV` for the revision first"
+        )
+    todo = _with_delta_bases(store, unsent, remote_chunks, backend)
+    return PushPlan(
+        ref, old, commit, _by_depth(store, todo), todo_objects, sum(store.stored_size(c) for c in todo),
+        len(objects) - len(todo_objects), len(chunk_ids) - len(unsent),
+    )  # fmt: skip
+
+
+def push(graph: Graph, store: ChunkStore, backend: Backend, plan: PushPlan, bar: Bar | None = None) -> Transfer:
+    """Send what the plan lists, in parallel, then move the remote's ref by compare-and-swap."""
+    bar = bar or Bar()
+    report = Transfer(present_objects=plan.present_objects, present_chunks=plan.present_chunks)
+    if plan.old == plan.new:
+        report.refs[plan.ref] = (plan.old, plan.new)
+        return report
+
+    def send_chunk(cid: str) -> None:
+        data = pack_chunk(store.export(cid))
+        backend.put(chunk_key(cid), data)
+        report.add(0, 1, len(data))
+        bar.advance(store.stored_size(cid))
+
+    def send_object(oid: str) -> None:
+        data = pack_object(graph.objects[oid.encode()])
+        backend.put(object_key(oid), data)
+        report.add(1, 0, len(data))
+
+    with ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="mgit-push") as pool:
+        for wave in plan.chunks:
+            list(pool.map(send_chunk, wave))
+        list(pool.map(send_object, plan.objects))
+    if not backend.swap_ref(plan.ref, plan.old, plan.new):
+        raise NonFastForwardError(
+            f"the remote's {plan.ref} moved while pushing (someone else pushed first); fetch, merge and push again"
+        )
+    report.refs[plan.ref] = (plan.old, plan.new)
+    return report
+
+
+def _with_delta_bases(store: ChunkStore, chunks: list[str], on_remote: set[str], backend: Backend) -> list[str]:
+    """``chunks`` plus every delta base they need that the remote lacks."""
+    out, seen = [], set(chunks)
+    pending = list(chunks)
+    while pending:
+        cid = pending.pop()
+        out.append(cid)
+        loc = store.location(cid)
+        base = loc.base if loc is not None else None
+        if base and base not in seen and base not in on_remote and not backend.has([chunk_key(base)]):
+            seen.add(base)
+            pending.append(base)
+    return out
+
+
+def _by_depth(store: ChunkStore, chunks: list[str]) -> list[list[str]]:
+    """Chunks grouped by delta depth, shallowest first."""
+    waves: dict[int, list[str]] = {}
+    for cid in chunks:
+        waves.setdefault(store.depth(cid), []).append(cid)
+    return [waves[d] for d in sorted(waves)]
+
+
+# -- fetch ----------------------------------------------------------------------------------
+
+
+def fetch_graph(graph: Graph, backend: Backend, commits: Iterable[str], report: Transfer) -> None:
+    """Every git object reachable from ``commits`` that this repository lacks; each checked
+    against its id before it is stored."""
+    pending = [c for c in commits]
+    seen: set[str] = set()
+    with ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="mgit-fetch") as pool:
+        while pending:
+            wave = [o for o in dict.fromkeys(pending) if o not in seen]
+            seen.update(wave)
+            pending = []
+            local = [o for o in wave if graph.has(o)]
+            remote = [o for o in wave if not graph.has(o)]
+
+            def get(oid: str) -> ShaFile:
+                try:
+                    data = backend.get(object_key(oid))
+                except MissingObjectError:
+                    raise RemoteError(f"the remote lacks object {oid[:12]} (an incomplete push?)") from None
+                report.add(1, 0, len(data))
+                return unpack_object(oid, data)
+
+            fetched = list(pool.map(get, remote))
+            for obj in fetched:
+                graph.objects.add_object(obj)
+            report.present_objects += len(local)
+            for obj in fetched + [graph.objects[o.encode()] for o in local]:
+                pending.extend(_children(obj))
+
+
+def _children(obj: ShaFile) -> list[str]:
+    if isinstance(obj, Commit):
+        return [obj.tree.decode(), *(p.decode() for p in obj.parents)]
+    if isinstance(obj, Tree):
+        return [e.sha.decode() for e in obj.iteritems() if e.mode != 0o160000]
+    if isinstance(obj, Tag):
+        return [obj.object[1].decode()]
+    assert isinstance(obj, Blob)
+    return []
+
+
+def chunks_of(graph: Graph, commits: Iterable[str]) -> set[str]:
+    """Chunk ids the commits' manifests name."""
+    reach = reachable(graph, None, {c: "fetched commit" for c in commits})
+    if reach.missing:
+        raise CorruptObjectError(reach.missing[0])
+    return set(reach.chunks)
+
+
+def fetch_chunks(store: ChunkStore, backend: Backend, chunks: Iterable[str], report: Transfer, bar: Bar) -> None:
+    """Receive every chunk of ``chunks`` this store lacks (and the delta bases they need)."""
+    todo = sorted(c for c in set(chunks) if not store.has(c))
+
+    def fetch(cid: str) -> None:
+        if store.has(cid):
+            return
+        try:
+            data = backend.get(chunk_key(cid))
+        except MissingObjectError:
+            raise RemoteError(f"the remote lacks chunk {cid[:12]} (an incomplete push?)") from None
+        record = unpack_chunk(cid, data)
+        report.add(0, 1, len(data))
+        bar.advance(len(data))
+        if record.base and not store.has(record.base):
+            fetch(record.base)
+        store.receive(record)  # decodes and checks it against its id before it is visible
+
+    with ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="mgit-fetch") as pool:
+        list(pool.map(fetch, todo))

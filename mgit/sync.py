@@ -1,0 +1,240 @@
+"""Repository operations with remotes: remote add/remove, push, fetch, pull, clone, and the
+on-demand chunk fetches of a partial clone. A mixin of :class:`mgit.repo.Repository`.
+
+Remotes live in ``.mgit/config`` as ``[remote "NAME"]`` with ``url``, ``tokenfile`` and, for
+the remote a partial clone came from, ``partial = true``: chunks missing here are then
+fetched from it when a command needs them (and kept).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from mgit.errors import BadInputError, MgitError, NonFastForwardError, RemoteError
+from mgit.graph.refs import check_ref_name
+from mgit.progress import Bar, byte_progress
+from mgit.remote.backend import Backend
+from mgit.remote.open import is_url, open_backend
+from mgit.remote.transfer import Transfer, chunks_of, fetch_chunks, fetch_graph, is_ancestor, plan_push, push
+
+if TYPE_CHECKING:
+    from mgit.repo import Repository
+
+TRACKING = "refs/remotes/"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def on_demand(method: F) -> F:
+    """For commands that read chunks: in a partial clone they may fetch some, so they hold
+    the lock and publish (seal) what they fetched when done, even after an error."""
+
+    @functools.wraps(method)
+    def wrapper(self: Repository, *args: Any, **kwargs: Any) -> Any:
+        if self.store.fallback is None:
+            return method(self, *args, **kwargs)
+        with self.lock:
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self.store.seal()
+
+    return wrapper  # type: ignore[return-value]
+
+
+class Sync:
+    """Remote operations (mixed into Repository)."""
+
+    # -- configuration --------------------------------------------------------------------
+
+    def remotes(self: Repository) -> dict[str, str]:
+        """Remote name → URL."""
+        config = self.graph.repo.get_config()
+        out = {}
+        for section in config.sections():
+            if len(section) == 2 and section[0] == b"remote":
+                try:
+                    out[section[1].decode()] = config.get(section, b"url").decode()
+                except KeyError:
+                    continue
+        return out
+
+    def remote_add(self: Repository, name: str, url: str, token_file: str | None = None) -> None:
+        check_ref_name(name, "remote")
+        if name in self.remotes():
+            raise BadInputError(f"remote {name!r} already exists")
+        if not is_url(url):
+            url = str(Path(url).expanduser().resolve())
+        config = self.graph.repo.get_config()
+        config.set((b"remote", name.encode()), b"url", url.encode())
+        if token_file:
+            config.set((b"remote", name.encode()), b"tokenfile", str(Path(token_file).expanduser().resolve()).encode())
+        config.write_to_path()
+
+    def remote_remove(self: Repository, name: str) -> None:
+        if name not in self.remotes():
+            raise BadInputError(f"no remote named {name!r}")
+        config = self.graph.repo.get_config()
+        del config[(b"remote", name.encode())]
+        config.write_to_path()
+        for ref in [r for r in self.graph.repo.refs.allkeys() if r.startswith(f"{TRACKING}{name}/".encode())]:
+            del self.graph.repo.refs[ref]
+
+    def _remote_setting(self: Repository, name: str, key: str) -> str | None:
+        try:
+            return self.graph.repo.get_config().get((b"remote", name.encode()), key.encode()).decode()
+        except KeyError:
+            return None
+
+    def _backend(self: Repository, name: str, create: bool = False) -> Backend:
+        url = self._remote_setting(name, "url")
+        if url is None:
+            known = ", ".join(self.remotes()) or "none"
+            raise BadInputError(f"no remote named {name!r} (known: {known}); add one with `mgit remote add`")
+        return open_backend(url, self._remote_setting(name, "tokenfile"), create=create)
+
+    # -- push / fetch / pull --------------------------------------------------------------
+
+    def push(self: Repository, remote: str = "origin", branch: str | None = None, force: bool = False) -> Transfer:
+        """Send ``branch`` (default: the current one) and what it needs; move the remote's branch."""
+        branch = branch or self.refs.current_branch()
+        if branch is None:
+            raise BadInputError("HEAD is detached: name the branch to push")
+        tags = self.refs.tags()
+        ref = f"refs/tags/{branch}" if branch in tags and branch not in self.refs.branches() else f"refs/heads/{branch}"
+        commit = self.refs.resolve(branch)
+        backend = self._backend(remote, create=True)
+        with self.lock:
+            plan = plan_push(self.graph, self.store, backend, commit, ref, force)
+            with byte_progress("push", plan.chunk_bytes) as bar:
+                report = push(self.graph, self.store, backend, plan, bar)
+            self._track(remote, {ref: commit})
+        return report
+
+    def fetch(self: Repository, remote: str = "origin", chunks: str | None = None) -> Transfer:
+        """Every branch and tag of the remote, with their chunks (a partial clone: graph only).
+        ``chunks``: instead, fill in every chunk of that revision (a partial clone's)."""
+        backend = self._backend(remote)
+        report = Transfer()
+        with self._writing():
+            if chunks is not None:
+                needed = chunks_of(self.graph, [self.refs.resolve(chunks)])
+                with byte_progress("fetch", 0) as bar:
+                    fetch_chunks(self.store, backend, needed, report, bar)
+                return report
+            refs = backend.refs()
+            fetch_graph(self.graph, backend, set(refs.values()), report)
+            if self._remote_setting(remote, "partial") != "true":
+                with byte_progress("fetch", 0) as bar:
+                    fetch_chunks(self.store, backend, chunks_of(self.graph, set(refs.values())), report, bar)
+            self.store.seal()  # chunks are visible before any ref names them
+            self._track(remote, refs)
+            report.refs = {r: (None, c) for r, c in refs.items()}
+        return report
+
+    def _track(self: Repository, remote: str, refs: dict[str, str]) -> None:
+        """Remote-tracking refs (refs/remotes/NAME/BRANCH); tags as local tags unless present."""
+        for ref, commit in refs.items():
+            if ref.startswith("refs/heads/"):
+                self.graph.repo.refs[f"{TRACKING}{remote}/{ref.removeprefix('refs/heads/')}".encode()] = commit.encode()
+            elif ref.startswith("refs/tags/") and ref.encode() not in self.graph.repo.refs:
+                self.graph.repo.refs[ref.encode()] = commit.encode()
+
+    def pull(self: Repository, remote: str = "origin", branch: str | None = None) -> Transfer:
+        """Fetch, then fast-forward the current branch to the remote's ``branch`` (default: same name)."""
+        current = self.refs.current_branch()
+        if current is None:
+            raise BadInputError("HEAD is detached: check out a branch to pull into")
+        report = self.fetch(remote)
+        theirs_ref = f"{TRACKING}{remote}/{branch or current}"
+        try:
+            theirs = self.graph.repo.refs[theirs_ref.encode()].decode()
+        except KeyError:
+            raise RemoteError(f"the remote {remote!r} has no branch {branch or current!r}") from None
+        ours = self.refs.head()
+        if ours == theirs or (ours is not None and is_ancestor(self.graph, theirs, ours)):
+            return report  # up to date (or ahead)
+        if ours is not None and not is_ancestor(self.graph, ours, theirs):
+            raise NonFastForwardError(
+                f"{current} and {remote}/{branch or current} have diverged; merge them with `mgit merge` "
+                f"(e.g. mgit merge {remote}/{branch or current}), then push"
+            )
+        self.checkout(theirs_ref)  # updates the working tree (refuses to overwrite local changes)
+        self.refs.point_head_at_branch(current)
+        self.refs.advance_head(ours, theirs, f"pull: fast-forward to {remote}/{branch or current}")
+        return report
+
+    @classmethod
+    def clone(
+        cls,
+        url: str,
+        path: str | os.PathLike[str],
+        partial: bool = False,
+        branch: str | None = None,
+        token_file: str | None = None,
+    ) -> Repository:
+        """A new repository at ``path`` with ``url`` as remote ``origin``, its branches fetched
+        and ``branch`` (default: the remote's HEAD) checked out. ``partial``: the graph only;
+        chunks are fetched when a command needs them."""
+        dest = Path(path)
+        if dest.exists() and any(dest.iterdir()):
+            raise BadInputError(f"{dest} exists and is not empty; clone into a new directory")
+        backend = open_backend(url if is_url(url) else str(Path(url).resolve()), token_file)
+        refs = backend.refs()
+        branch = branch or backend.head() or "main"
+        if f"refs/heads/{branch}" not in refs:
+            raise RemoteError(f"the remote has no branch {branch!r} (it has: {_names(refs)})")
+        created = not dest.exists()
+        repo = cls.init(dest)
+        try:
+            repo.remote_add("origin", url, token_file)
+            if partial:
+                config = repo.graph.repo.get_config()
+                config.set((b"remote", b"origin"), b"partial", b"true")
+                config.write_to_path()
+                repo._attach_promisor()
+            repo.fetch("origin")
+            commit = refs[f"refs/heads/{branch}"]
+            repo.refs.create_branch(branch, commit)
+            repo.refs.point_head_at_branch(branch)
+            repo.checkout(branch, force=True)
+        except BaseException:
+            repo.close()
+            shutil.rmtree(dest / ".mgit", ignore_errors=True)  # no half-cloned repository
+            if created:
+                shutil.rmtree(dest, ignore_errors=True)
+            raise
+        return repo
+
+    # -- partial clones ---------------------------------------------------------------------
+
+    def _attach_promisor(self: Repository) -> None:
+        """In a partial clone, chunks missing here are fetched from the remote it came from."""
+        name = next((n for n in self.remotes() if self._remote_setting(n, "partial") == "true"), None)
+        if name is None:
+            return
+        state = {"backend": None}
+        lock = threading.Lock()
+        self.fetched = Transfer()
+
+        def fetch_missing(cid: str) -> None:
+            with lock:
+                if state["backend"] is None:
+                    state["backend"] = self._backend(name)
+            try:
+                fetch_chunks(self.store, state["backend"], [cid], self.fetched, Bar())
+            except MgitError:
+                raise
+            except OSError as exc:
+                raise RemoteError(f"cannot fetch chunk {cid[:12]} from {name}: {exc}") from None
+
+        self.store.fallback = fetch_missing
+
+
+def _names(refs: dict[str, str]) -> str:
+    return ", ".join(r.removeprefix("refs/heads/") for r in refs if r.startswith("refs/heads/")) or "no branches"

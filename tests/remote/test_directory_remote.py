@@ -1,0 +1,199 @@
+"""Remotes on a directory: push/clone round trips, only missing chunks travel, resumable and
+race-free pushes, verification on fetch, partial clones, pull."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from conftest import frozen_finetune, llama_state_dict, run_mgit, touch_later, tree_hashes, write_model
+
+from mgit import Repository
+from mgit.errors import BadInputError, CorruptObjectError, NonFastForwardError, RemoteError
+from mgit.remote.backend import chunk_key
+from mgit.remote.local import DirectoryBackend
+
+
+def commit_model(repo: Repository, sd: dict, message: str) -> str:
+    write_model(repo.root / "model", sd)
+    touch_later(repo.root / "model" / "model.safetensors")
+    repo.add(["model"])
+    return repo.commit(message)
+
+
+@pytest.fixture
+def pushed(tmp_path):
+    """A repository with a base and a fine-tune (half the layers frozen) on main, its remote."""
+    repo = Repository.init(tmp_path / "work")
+    base = llama_state_dict()
+    commit_model(repo, base, "base")
+    repo.remote_add("origin", str(tmp_path / "remote.mgit"))
+    first = repo.push()
+    return repo, base, first, tmp_path
+
+
+def changed_chunks(repo: Repository, a: str, b: str) -> set[str]:
+    def chunks(rev: str) -> set[str]:
+        from mgit.remote.transfer import chunks_of
+
+        return chunks_of(repo.graph, [repo.refs.resolve(rev)])
+
+    return chunks(b) - chunks(a)
+
+
+def test_push_then_clone_is_byte_exact(pushed):
+    repo, _, first, tmp = pushed
+    assert first.chunks > 0 and first.refs["refs/heads/main"][0] is None
+    clone = Repository.clone(str(tmp / "remote.mgit"), tmp / "clone")
+    assert tree_hashes(clone.root) == tree_hashes(repo.root)
+    assert clone.refs.head() == repo.refs.head() and clone.refs.current_branch() == "main"
+    assert clone.status().clean and clone.fsck() == []
+
+
+def test_second_push_sends_only_the_changed_chunks(pushed):
+    repo, base, _, _ = pushed
+    commit_model(repo, frozen_finetune(base, frozen_layers={0, 1}, seed=4), "fine-tune")
+    expected = changed_chunks(repo, "HEAD~1", "HEAD")
+    report = repo.push()
+    assert report.chunks == len(expected) > 0
+    assert report.present_chunks > 0
+    again = repo.push()
+    assert again.chunks == 0 and again.objects == 0
+
+
+def test_an_interrupted_push_resumes_with_what_is_missing(pushed, monkeypatch):
+    repo, base, _, tmp = pushed
+    commit_model(repo, frozen_finetune(base, frozen_layers=set(), seed=5), "dense")
+    todo = len(changed_chunks(repo, "HEAD~1", "HEAD"))
+    real, sent = DirectoryBackend.put, []
+
+    def dying(self, key, data):
+        if key.startswith("chunks/") and len(sent) == 3:
+            raise OSError("connection lost")
+        sent.append(key)
+        real(self, key, data)
+
+    monkeypatch.setattr(DirectoryBackend, "put", dying)
+    before = DirectoryBackend(tmp / "remote.mgit").refs()
+    with pytest.raises(OSError):
+        repo.push()
+    assert DirectoryBackend(tmp / "remote.mgit").refs() == before  # the ref moves last
+    monkeypatch.setattr(DirectoryBackend, "put", real)
+    report = repo.push()
+    assert report.chunks == todo - 3
+
+
+def test_concurrent_pushes_to_one_ref_exactly_one_wins(pushed):
+    repo, base, _, tmp = pushed
+    other = Repository.clone(str(tmp / "remote.mgit"), tmp / "other")
+    commit_model(repo, frozen_finetune(base, {0}, seed=6), "ours")
+    commit_model(other, frozen_finetune(base, {1}, seed=7), "theirs")
+    outcomes = []
+
+    def go(r: Repository) -> None:
+        try:
+            r.push()
+            outcomes.append("won")
+        except NonFastForwardError as exc:
+            outcomes.append(str(exc))
+
+    threads = [threading.Thread(target=go, args=(r,)) for r in (repo, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("won") == 1
+    assert any("fetch" in o for o in outcomes if o != "won")
+    on_remote = DirectoryBackend(tmp / "remote.mgit").refs()["refs/heads/main"]
+    loser = other if on_remote == repo.refs.head() else repo
+    with pytest.raises(NonFastForwardError, match="not a fast-forward"):
+        loser.push()
+
+
+def test_a_tampered_chunk_is_rejected_on_fetch_naming_it(pushed):
+    repo, _, _, tmp = pushed
+    remote = tmp / "remote.mgit"
+    victim = sorted((remote / "chunks").iterdir())[0]
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(CorruptObjectError, match=victim.name[:12]):
+        Repository.clone(str(remote), tmp / "clone")
+    assert not (tmp / "clone").exists()
+
+
+def test_a_partial_clone_fetches_only_what_checkout_needs(pushed):
+    repo, base, _, tmp = pushed
+    repo.checkout(create_branch="other")
+    commit_model(repo, llama_state_dict(seed=42), "an unrelated model")
+    repo.push("origin", "other")
+    remote = tmp / "remote.mgit"
+    partial = Repository.clone(str(remote), tmp / "partial", partial=True)  # checks out main
+    repo.checkout("main")
+    assert tree_hashes(partial.root) == tree_hashes(repo.root)
+    main_chunks = changed_chunks(repo, "other~1", "main") | changed_chunks(repo, "other", "main")
+    from mgit.remote.transfer import chunks_of
+
+    needed = chunks_of(repo.graph, [repo.refs.resolve("main")])
+    assert partial.store.ids() == needed and main_chunks <= needed
+    assert partial.fetched.bytes == sum((remote / "chunks" / c).stat().st_size for c in needed)
+    # what it has not fetched comes on demand, and stays
+    other = partial.state_dict("origin/other")
+    assert set(other) == set(base) and partial.store.ids() == needed | chunks_of(
+        repo.graph, [repo.refs.resolve("other")]
+    )
+    assert Repository(partial.root).fetch(chunks="origin/other").chunks == 0
+
+
+def test_fetch_chunks_fills_a_partial_clone(pushed):
+    repo, _, _, tmp = pushed
+    partial = Repository.clone(str(tmp / "remote.mgit"), tmp / "p", partial=True)
+    report = Repository(partial.root).fetch(chunks="HEAD")
+    assert report.chunks == 0  # checkout fetched them all already
+    assert Repository(partial.root).fsck() == []
+
+
+def test_pull_fast_forwards_and_refuses_diverged_history(pushed):
+    repo, base, _, tmp = pushed
+    other = Repository.clone(str(tmp / "remote.mgit"), tmp / "other")
+    commit_model(repo, frozen_finetune(base, {0}, seed=9), "ahead")
+    repo.push()
+    other.pull()
+    assert other.refs.head() == repo.refs.head() and tree_hashes(other.root) == tree_hashes(repo.root)
+    commit_model(repo, frozen_finetune(base, {1}, seed=10), "ours")
+    repo.push()
+    commit_model(other, frozen_finetune(base, {2}, seed=11), "theirs")
+    with pytest.raises(NonFastForwardError, match="diverged"):
+        other.pull()
+
+
+def test_errors_are_one_clear_line(pushed, tmp_path):
+    repo, _, _, tmp = pushed
+    with pytest.raises(BadInputError, match="no remote named 'nope'"):
+        repo.push("nope")
+    full = tmp / "full"
+    full.mkdir()
+    (full / "x").write_text("x")
+    repo.remote_add("bad", str(full))
+    with pytest.raises(RemoteError, match="not empty"):
+        repo.push("bad")
+    with pytest.raises(RemoteError, match="not an mgit remote"):
+        Repository.clone(str(full), tmp / "c")
+    with pytest.raises(RemoteError, match="no branch 'zzz'"):
+        Repository.clone(str(tmp / "remote.mgit"), tmp / "c", branch="zzz")
+    with pytest.raises(RemoteError):
+        DirectoryBackend(tmp / "remote.mgit").get("chunks/../../etc/passwd")
+    assert chunk_key("a" * 64) == "chunks/" + "a" * 64
+
+
+def test_cli_remote_push_clone_pull(pushed):
+    repo, base, _, tmp = pushed
+    run_mgit("remote", "add", "mirror", str(tmp / "mirror"), cwd=repo.root, check=True)
+    listed = run_mgit("remote", cwd=repo.root, check=True).stdout
+    assert "mirror" in listed and "origin" in listed
+    pushed_json = run_mgit("push", "mirror", "--json", cwd=repo.root, check=True).stdout
+    assert '"schema": "mgit.transfer/1"' in pushed_json
+    run_mgit("clone", str(tmp / "mirror"), str(tmp / "cli-clone"), cwd=tmp, check=True)
+    assert tree_hashes(tmp / "cli-clone") == tree_hashes(repo.root)
+    bad = run_mgit("push", "nowhere", cwd=repo.root)
+    assert bad.returncode != 0 and "no remote named" in bad.stderr and "Traceback" not in bad.stderr
