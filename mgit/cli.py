@@ -935,6 +935,26 @@ def clone(url: str, path: str | None, partial: bool, branch: str | None, token_f
     err.print(f"cloned {url} into {dest}, on {repo.refs.current_branch()}{note}")
 
 
+@cli.command()
+@click.argument("root", type=click.Path(file_okay=False, exists=True))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8790, show_default=True, type=int, help="Port to listen on.")
+@click.option("--token-file", type=click.Path(dir_okay=False, exists=True), help="Lines `ro TOKEN` / `rw TOKEN`.")
+@click.option("-v", "--verbose", is_flag=True, help="Log every request.")
+def serve(root: str, host: str, port: int, token_file: str | None, verbose: bool) -> None:
+    """Serve every remote directory under ROOT over HTTP (push creates new ones)."""
+    from mgit.remote.server import MgitServer, read_tokens
+
+    tokens = read_tokens(token_file) if token_file else None
+    server = MgitServer(root, host, port, tokens, verbose=verbose)
+    access = "token required" if tokens else "no authentication: anyone who can connect may push"
+    err.print(f"serving {os.path.abspath(root)} at {server.url} ({access}); Ctrl-C stops")
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+
 def _os_error_message(exc: OSError) -> str:
     where = f": {exc.filename}" if exc.filename else ""
     if exc.errno == errno.ENOSPC:

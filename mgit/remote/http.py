@@ -1,0 +1,106 @@
+"""A remote served by `mgit serve` (see server.py for the protocol), over http.client with one
+keep-alive connection per thread."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from mgit.errors import AuthError, BadInputError, RemoteError
+from mgit.remote.backend import Backend, MissingObjectError, check_key
+
+TIMEOUT_S = 60
+
+
+class HttpBackend(Backend):
+    def __init__(self, url: str, token: str | None = None):
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or not parts.path.strip("/"):
+            raise BadInputError(f"not a remote URL: {url!r} (expected http://host:port/repository)")
+        self.url = url.rstrip("/")
+        self._secure = parts.scheme == "https"
+        self._host, self._port = parts.hostname, parts.port
+        self._base = "/" + parts.path.strip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            kind = http.client.HTTPSConnection if self._secure else http.client.HTTPConnection
+            conn = self._local.conn = kind(self._host, self._port, timeout=TIMEOUT_S)
+        return conn
+
+    def _request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        headers = dict(self._headers)
+        if body is not None:
+            headers["Content-Length"] = str(len(body))
+        for attempt in (1, 2):  # a kept-alive connection the server closed is retried once
+            conn = self._connection()
+            try:
+                conn.request(method, f"{self._base}/{path}", body=body, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+            except (ConnectionError, http.client.HTTPException, OSError) as exc:
+                conn.close()
+                self._local.conn = None
+                if attempt == 2 or isinstance(exc, TimeoutError):
+                    raise RemoteError(f"cannot reach {self.url}: {exc}; is `mgit serve` running?") from None
+                continue
+            if response.status == 401:
+                raise AuthError(f"{self.url} wants a valid token: set MGIT_TOKEN or `mgit remote add --token-file`")
+            if response.status == 403:
+                raise AuthError(f"{self.url} refused the write: the token is read-only")
+            return response.status, data
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _message(data: bytes) -> str:
+        try:
+            return str(json.loads(data)["error"])
+        except (ValueError, KeyError, TypeError):
+            return data[:200].decode(errors="replace")
+
+    def get(self, key: str) -> bytes:
+        status, data = self._request("GET", check_key(key))
+        if status == 404:
+            raise MissingObjectError(f"{self.url} has no {key}")
+        if status != 200:
+            raise RemoteError(f"{self.url}: GET {key} failed: {self._message(data)}")
+        return data
+
+    def put(self, key: str, data: bytes) -> None:
+        status, reply = self._request("PUT", check_key(key), data)
+        if status not in (200, 201):
+            raise RemoteError(f"{self.url} refused {key}: {self._message(reply)}")
+
+    def has(self, keys: Iterable[str]) -> set[str]:
+        keys = [check_key(k) for k in keys]
+        if not keys:
+            return set()
+        status, data = self._request("POST", ".has", json.dumps(keys).encode())
+        if status == 404:
+            return set()  # no repository there yet
+        if status != 200:
+            raise RemoteError(f"{self.url}: existence check failed: {self._message(data)}")
+        return set(json.loads(data))
+
+    def refs(self) -> dict[str, str]:
+        status, data = self._request("GET", ".refs")
+        if status == 404:
+            return {}
+        if status != 200:
+            raise RemoteError(f"{self.url}: listing refs failed: {self._message(data)}")
+        return dict(json.loads(data))
+
+    def swap_ref(self, name: str, old: str | None, new: str | None) -> bool:
+        body = json.dumps({"ref": check_key(name), "old": old, "new": new}).encode()
+        status, data = self._request("POST", ".swap", body)
+        if status == 409:
+            return False
+        if status != 200:
+            raise RemoteError(f"{self.url}: updating {name} failed: {self._message(data)}")
+        return True

@@ -1,0 +1,155 @@
+"""`mgit serve` on 127.0.0.1 (started by a fixture on a free port) and the HTTP backend."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+
+import pytest
+from conftest import frozen_finetune, llama_state_dict, run_mgit, touch_later, tree_hashes, write_model
+
+from mgit import Repository
+from mgit.errors import AuthError, RemoteError
+from mgit.remote.backend import pack_chunk
+from mgit.remote.server import MgitServer
+from mgit.store.pack import Record
+
+TOKENS = {"read-token": "ro", "write-token": "rw"}
+
+
+@pytest.fixture
+def server(tmp_path):
+    (tmp_path / "served").mkdir()
+    srv = MgitServer(tmp_path / "served", port=0, tokens=TOKENS)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def work(tmp_path):
+    repo = Repository.init(tmp_path / "work")
+    base = llama_state_dict()
+    write_model(repo.root / "model", base)
+    repo.add(["model"])
+    repo.commit("base")
+    return repo, base
+
+
+def _raw(srv: MgitServer, method: str, path: str, body: bytes | None = None, token: str = "write-token"):
+    conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=10)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    conn.request(method, path, body=body, headers=headers)
+    response = conn.getresponse()
+    return response.status, response.read()
+
+
+def test_push_and_clone_over_http_round_trip(server, work, tmp_path, monkeypatch):
+    repo, base = work
+    monkeypatch.setenv("MGIT_TOKEN", "write-token")
+    repo.remote_add("origin", f"{server.url}/team/llama")
+    first = repo.push()
+    assert first.chunks > 0
+    write_model(repo.root / "model", frozen_finetune(base, {0, 1}, seed=3))
+    touch_later(repo.root / "model" / "model.safetensors")
+    repo.add(["model"])
+    repo.commit("fine-tune")
+    second = repo.push()
+    assert 0 < second.chunks < first.chunks and second.present_chunks > 0
+    monkeypatch.setenv("MGIT_TOKEN", "read-token")
+    clone = Repository.clone(f"{server.url}/team/llama", tmp_path / "clone")
+    assert tree_hashes(clone.root) == tree_hashes(repo.root) and clone.fsck() == []
+    partial = Repository.clone(f"{server.url}/team/llama", tmp_path / "partial", partial=True)
+    assert tree_hashes(partial.root) == tree_hashes(repo.root)
+
+
+def test_tokens_are_required_and_read_only_tokens_cannot_push(server, work, tmp_path, monkeypatch):
+    repo, _ = work
+    repo.remote_add("origin", f"{server.url}/llama")
+    monkeypatch.delenv("MGIT_TOKEN", raising=False)
+    with pytest.raises(AuthError, match="valid token"):
+        repo.push()
+    monkeypatch.setenv("MGIT_TOKEN", "read-token")
+    with pytest.raises(AuthError, match="read-only"):
+        repo.push()
+    token_file = tmp_path / "token"
+    token_file.write_text("write-token\n")
+    monkeypatch.delenv("MGIT_TOKEN")
+    repo.remote_add("withfile", f"{server.url}/llama", token_file=str(token_file))
+    assert repo.push("withfile").chunks > 0
+
+
+def test_the_server_stays_inside_its_root(server, tmp_path):
+    (tmp_path / "secret").write_text("do not serve")
+    for path in ("/../secret", "/a/../../secret", "/../objects/" + "0" * 40, "/.hidden/objects/" + "0" * 40,
+                 "/x/objects/../../../secret", "/x/chunks/zz"):  # fmt: skip
+        status, body = _raw(server, "GET", path)
+        assert status in (400, 404) and b"do not serve" not in body
+    status, _ = _raw(server, "PUT", "/../evil/objects/" + "1" * 40, b"x")
+    assert status == 400 and not (tmp_path / "evil").exists()
+
+
+def test_uploads_are_checked_limited_and_never_half_visible(server):
+    cid = "ab" * 32
+    bogus = pack_chunk(Record(cid, 0, 1, 0, 5, b"hello"))  # "hello" is not the chunk ab…ab
+    status, body = _raw(server, "PUT", f"/repo/chunks/{cid}", bogus)
+    assert status == 400 and b"does not match" in body
+    assert _raw(server, "GET", f"/repo/chunks/{cid}")[0] == 404
+    server.max_body = 1000
+    assert _raw(server, "PUT", "/repo/objects/" + "2" * 40, b"x" * 2000)[0] == 413
+    # a client dying mid-upload: headers promise 1000 bytes, 10 arrive, the socket closes
+    with socket.create_connection(server.server_address[:2]) as s:
+        s.sendall(
+            b"PUT /repo/objects/" + b"3" * 40 + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer write-token\r\n"
+            b"Content-Length: 1000\r\n\r\n" + b"x" * 10
+        )
+    assert _raw(server, "GET", "/repo/objects/" + "3" * 40)[0] == 404
+
+
+def test_unreachable_server_is_one_clear_line(work):
+    repo, _ = work
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    repo.remote_add("gone", f"http://127.0.0.1:{port}/x")
+    with pytest.raises(RemoteError, match="cannot reach"):
+        repo.push("gone")
+
+
+def test_cli_serve_push_clone(tmp_path, work):
+    repo, _ = work
+    (tmp_path / "root").mkdir()
+    (tmp_path / "tokens").write_text("rw secret\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mgit", "serve", str(tmp_path / "root"), "--port", str(port),
+         "--token-file", str(tmp_path / "tokens")],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        env = {"MGIT_TOKEN": "secret"}
+        run_mgit("remote", "add", "web", f"http://127.0.0.1:{port}/m", cwd=repo.root, check=True)
+        run_mgit("push", "web", cwd=repo.root, check=True, env=env)
+        run_mgit("clone", f"http://127.0.0.1:{port}/m", str(tmp_path / "c"), cwd=tmp_path, check=True, env=env)
+        assert tree_hashes(tmp_path / "c") == tree_hashes(repo.root)
+        denied = run_mgit("clone", f"http://127.0.0.1:{port}/m", str(tmp_path / "d"), cwd=tmp_path)
+        assert denied.returncode != 0 and "token" in denied.stderr and "Traceback" not in denied.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
