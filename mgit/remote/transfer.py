@@ -166,17 +166,20 @@ def push(graph: Graph, store: ChunkStore, backend: Backend, plan: PushPlan, bar:
 
 
 def _with_delta_bases(store: ChunkStore, chunks: list[str], on_remote: set[str], backend: Backend) -> list[str]:
-    """``chunks`` plus every delta base they need that the remote lacks."""
-    out, seen = [], set(chunks)
-    pending = list(chunks)
-    while pending:
-        cid = pending.pop()
-        out.append(cid)
-        loc = store.location(cid)
-        base = loc.base if loc is not None else None
-        if base and base not in seen and base not in on_remote and not backend.has([chunk_key(base)]):
-            seen.add(base)
-            pending.append(base)
+    """``chunks`` plus every delta base they need that the remote lacks (asked in batches:
+    a fine-tune's bases are usually its parent's chunks, outside the pushed commit)."""
+    out, seen = list(chunks), set(chunks) | on_remote
+    frontier = chunks
+    while frontier:
+        bases = set()
+        for cid in frontier:
+            loc = store.location(cid)
+            if loc is not None and loc.base and loc.base not in seen:
+                bases.add(loc.base)
+        seen |= bases
+        present = {k.removeprefix("chunks/") for k in remote_has(backend, [chunk_key(c) for c in sorted(bases)])}
+        frontier = sorted(bases - present)
+        out += frontier
     return out
 
 
