@@ -197,3 +197,10 @@ def test_cli_remote_push_clone_pull(pushed):
     assert tree_hashes(tmp / "cli-clone") == tree_hashes(repo.root)
     bad = run_mgit("push", "nowhere", cwd=repo.root)
     assert bad.returncode != 0 and "no remote named" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_s3_urls_are_refused_clearly_until_supported(pushed):
+    repo, _, _, _ = pushed
+    repo.remote_add("s3", "s3://bucket/prefix")
+    with pytest.raises(BadInputError, match="not supported by this mgit yet"):
+        repo.push("s3")
