@@ -33,7 +33,9 @@ def open_backend(url: str, token_file: str | None = None, create: bool = False) 
 
         return HttpBackend(url, read_token(token_file))
     if url.startswith("s3://"):
-        raise BadInputError(f"{url}: S3 remotes are not supported by this mgit yet; use a directory or `mgit serve`")
+        from mgit.remote.s3 import S3Backend
+
+        return S3Backend(url)
     if "://" in url:
         raise BadInputError(f"unsupported remote URL {url!r}: use a directory, http(s)://… or s3://…")
     from mgit.remote.local import DirectoryBackend
