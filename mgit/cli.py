@@ -549,13 +549,17 @@ def gc(ctx: click.Context, grace: float, now: bool) -> None:
 @click.pass_context
 def fsck(ctx: click.Context, as_json: bool) -> None:
     """Verify every object and chunk; exit 1 if anything is wrong."""
-    problems = _repo(ctx).fsck()
+    repo = _repo(ctx)
+    problems = repo.fsck()
     if as_json:
-        _dump("mgit.fsck/1", {"ok": not problems, "problems": problems})
+        _dump("mgit.fsck/1", {"ok": not problems, "problems": problems, "partial": repo.is_partial})
     else:
         for p in problems:
             out.print(f"[red]problem:[/red] {p}", markup=True, highlight=False)
-        out.print("ok: every object and chunk verified" if not problems else f"{len(problems)} problem(s) found")
+        ok = "ok: every object and chunk verified"
+        if repo.is_partial:
+            ok += " (a partial clone: chunks not fetched yet are not checked)"
+        out.print(ok if not problems else f"{len(problems)} problem(s) found")
     if problems:
         raise click.exceptions.Exit(1)
 

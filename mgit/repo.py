@@ -713,9 +713,10 @@ class Repository(Sync):
             return collect(self.graph, self.store, self._index(), grace_seconds)
 
     def fsck(self) -> list[str]:
-        """Every problem found, one line each (empty: the repository is whole)."""
+        """Every problem found, one line each (empty: the repository is whole). In a partial
+        clone, chunks not fetched yet are not problems."""
         with self.lock:
-            return check_repository(self.graph, self.store, self._index(), self.pool)
+            return check_repository(self.graph, self.store, self._index(), self.pool, self.is_partial)
 
     def du(self, rev: str = "HEAD") -> Usage:
         return commit_usage(self.graph, self.store, self.refs.resolve(rev))

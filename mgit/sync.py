@@ -213,6 +213,11 @@ class Sync:
 
     # -- partial clones ---------------------------------------------------------------------
 
+    @property
+    def is_partial(self: Repository) -> bool:
+        """A partial clone: chunks may be missing here and are fetched when needed."""
+        return self.store.fallback is not None
+
     def _attach_promisor(self: Repository) -> None:
         """In a partial clone, chunks missing here are fetched from the remote it came from."""
         name = next((n for n in self.remotes() if self._remote_setting(n, "partial") == "true"), None)

@@ -48,8 +48,9 @@ def read_tokens(path: str | Path) -> dict[str, str]:
     return tokens
 
 
-def verify_upload(backend: DirectoryBackend, key: str, data: bytes) -> None:
-    """Refuse an object that does not match its id (CorruptObjectError)."""
+def verify_upload(backend: DirectoryBackend | None, key: str, data: bytes) -> None:
+    """Refuse an object that does not match its id (CorruptObjectError); ``backend`` holds the
+    delta bases (None: a repository not created yet, which holds none)."""
     name = key.split("/", 1)[1] if "/" in key else key
     if key.startswith("objects/"):
         unpack_object(name, data)
@@ -57,13 +58,15 @@ def verify_upload(backend: DirectoryBackend, key: str, data: bytes) -> None:
         _decoded(backend, name, data, 0)
 
 
-def _decoded(backend: DirectoryBackend, cid: str, data: bytes, depth: int) -> bytes | memoryview:
+def _decoded(backend: DirectoryBackend | None, cid: str, data: bytes, depth: int) -> bytes | memoryview:
     record = unpack_chunk(cid, data)
     base = None
     if record.encoding == codec.XOR_DELTA:
         if depth >= MAX_DELTA_DEPTH or not record.base:
             raise CorruptObjectError(f"chunk {cid[:12]} has a delta chain longer than {MAX_DELTA_DEPTH}")
         try:
+            if backend is None:
+                raise MissingObjectError(record.base)
             base = _decoded(backend, record.base, backend.get(f"chunks/{record.base}"), depth + 1)
         except MissingObjectError:
             raise CorruptObjectError(f"chunk {cid[:12]} arrived before the chunk it is a delta of") from None
@@ -131,8 +134,10 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         return True
 
-    def _route(self, create: bool) -> tuple[DirectoryBackend, str] | None:
-        """(repository, key or special endpoint) from the path, or None after an error reply."""
+    def _route(self, create: bool) -> tuple[DirectoryBackend | Path, str] | None:
+        """(repository, key or special endpoint) from the path, or None after an error reply.
+        The repository is its path when it does not exist yet and ``create`` allows it (made
+        by the caller once the request is known to be good)."""
         path = self.path.split("?", 1)[0]
         parts = [p for p in path.split("/") if p]
         for i, part in enumerate(parts):
@@ -152,11 +157,12 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if key not in SPECIAL:
                 check_key(key)
-            if not (where / MARKER).is_file() and not create:
-                self._error(HTTPStatus.NOT_FOUND, "no such repository")
-                return None
-            with self.server.create_lock:
-                return DirectoryBackend(where, create=create), key
+            if not (where / MARKER).is_file():
+                if not create:
+                    self._error(HTTPStatus.NOT_FOUND, "no such repository")
+                    return None
+                return where, key
+            return DirectoryBackend(where), key
         except MgitError as exc:
             self._error(HTTPStatus.BAD_REQUEST, str(exc))
             return None
@@ -167,6 +173,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._allowed(write=False) or (routed := self._route(create=False)) is None:
             return
         backend, key = routed
+        assert isinstance(backend, DirectoryBackend)  # create=False: an existing repository
         if key == ".refs":
             return self._json(HTTPStatus.OK, backend.refs())
         try:
@@ -180,15 +187,22 @@ class _Handler(BaseHTTPRequestHandler):
         data = self._body()
         if data is None or (routed := self._route(create=True)) is None:
             return
-        backend, key = routed
+        target, key = routed
         if key in SPECIAL or not key.startswith(("objects/", "chunks/")):
             return self._error(HTTPStatus.BAD_REQUEST, "only objects and chunks are uploaded")
         try:
-            verify_upload(backend, key, data)
+            verify_upload(target if isinstance(target, DirectoryBackend) else None, key, data)
         except CorruptObjectError as exc:
             return self._error(HTTPStatus.BAD_REQUEST, str(exc))
-        backend.put(key, data)
+        self._backend(target).put(key, data)
         self._reply(HTTPStatus.CREATED)
+
+    def _backend(self, target: DirectoryBackend | Path) -> DirectoryBackend:
+        """The repository, created now if it did not exist (a first push)."""
+        if isinstance(target, DirectoryBackend):
+            return target
+        with self.server.create_lock:
+            return DirectoryBackend(target, create=True)
 
     def do_POST(self) -> None:
         routed_key = self.path.rstrip("/").rsplit("/", 1)[-1]
@@ -197,17 +211,17 @@ class _Handler(BaseHTTPRequestHandler):
         data = self._body()
         if data is None or (routed := self._route(create=routed_key == ".swap")) is None:
             return
-        backend, key = routed
+        target, key = routed
         try:
             value = json.loads(data)
             if key == ".has":
                 keys = [check_key(k) for k in value]
-                return self._json(HTTPStatus.OK, sorted(backend.has(keys)))
+                return self._json(HTTPStatus.OK, sorted(self._backend(target).has(keys)))
             if key == ".swap":
                 ref = check_key(value["ref"])
                 if not ref.startswith("refs/"):
                     raise RemoteError("only refs can be swapped")
-                ok = backend.swap_ref(ref, value.get("old"), value.get("new"))
+                ok = self._backend(target).swap_ref(ref, value.get("old"), value.get("new"))
                 return self._json(HTTPStatus.OK if ok else HTTPStatus.CONFLICT, {"ok": ok})
         except (ValueError, TypeError, KeyError, MgitError) as exc:
             return self._error(HTTPStatus.BAD_REQUEST, f"bad request: {exc}")

@@ -150,10 +150,36 @@ def test_a_partial_clone_fetches_only_what_checkout_needs(pushed):
 
 def test_fetch_chunks_fills_a_partial_clone(pushed):
     repo, _, _, tmp = pushed
+    repo.checkout(create_branch="other")
+    commit_model(repo, llama_state_dict(seed=43), "an unrelated model")
+    repo.push("origin", "other")
     partial = Repository.clone(str(tmp / "remote.mgit"), tmp / "p", partial=True)
-    report = Repository(partial.root).fetch(chunks="HEAD")
-    assert report.chunks == 0  # checkout fetched them all already
-    assert Repository(partial.root).fsck() == []
+    assert partial.is_partial and partial.fsck() == []  # chunks not fetched yet are no problem
+    assert Repository(partial.root).fetch(chunks="HEAD").chunks == 0  # checkout fetched them already
+    report = Repository(partial.root).fetch(chunks="origin/other")
+    assert report.chunks > 0 and Repository(partial.root).fsck() == []
+
+
+def test_a_delta_is_pushed_with_its_base_when_the_remote_lacks_it(tmp_path):
+    """A root commit whose chunks are deltas against chunks of a commit outside its history."""
+    repo = Repository.init(tmp_path / "w")
+    base = llama_state_dict()
+    commit_model(repo, base, "base")
+    repo.checkout(create_branch="tuned")
+    commit_model(repo, frozen_finetune(base, frozen_layers=set(), seed=13), "tuned")
+    tree = repo.graph.commit(repo.refs.head()).tree
+    lonely = repo.graph.put_commit(tree, [], "tuned, without its history", repo.identity(), repo.identity())
+    repo.refs.create_branch("lonely", lonely)
+    from mgit.remote.transfer import chunks_of
+
+    own = chunks_of(repo.graph, [lonely])
+    bases = {loc.base for c in own if (loc := repo.store.location(c)) is not None and loc.base} - own
+    assert bases  # deltas whose bases lie outside the pushed history
+    repo.remote_add("origin", str(tmp_path / "remote"))
+    report = repo.push("origin", "lonely")
+    assert report.chunks == len(own | bases)
+    clone = Repository.clone(str(tmp_path / "remote"), tmp_path / "c", branch="lonely")
+    assert clone.fsck() == [] and tree_hashes(clone.root) == tree_hashes(repo.root)
 
 
 def test_pull_fast_forwards_and_refuses_diverged_history(pushed):

@@ -98,6 +98,7 @@ def test_uploads_are_checked_limited_and_never_half_visible(server):
     status, body = _raw(server, "PUT", f"/repo/chunks/{cid}", bogus)
     assert status == 400 and b"does not match" in body
     assert _raw(server, "GET", f"/repo/chunks/{cid}")[0] == 404
+    assert not (server.root / "repo").exists()  # a refused upload creates no repository either
     server.max_body = 1000
     assert _raw(server, "PUT", "/repo/objects/" + "2" * 40, b"x" * 2000)[0] == 413
     # a client dying mid-upload: headers promise 1000 bytes, 10 arrive, the socket closes
