@@ -930,13 +930,19 @@ def pull(ctx: click.Context, remote_name: str, branch: str | None) -> None:
 @click.option("--partial", is_flag=True, help="Fetch the graph only; chunks come when a command needs them.")
 @click.option("-b", "--branch", help="Branch to check out (default: the remote's HEAD).")
 @click.option("--token-file", type=click.Path(dir_okay=False), help="File holding the HTTP bearer token.")
-def clone(url: str, path: str | None, partial: bool, branch: str | None, token_file: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="What was received (schema mgit.transfer/1).")
+def clone(url: str, path: str | None, partial: bool, branch: str | None, token_file: str | None, as_json: bool) -> None:
     """Copy a remote into a new repository and check out a branch."""
     dest = path or os.path.basename(url.rstrip("/")).removesuffix(".mgit") or "clone"
     repo = Repository.clone(url, dest, partial=partial, branch=branch, token_file=token_file)
-    got = repo.fetched if partial else None
-    note = f" (partial: {decimal(got.bytes)} of chunks fetched for the checkout)" if got is not None else ""
-    err.print(f"cloned {url} into {dest}, on {repo.refs.current_branch()}{note}")
+    got = repo.cloned
+    if partial:  # the checkout's on-demand chunks count too
+        got.add(repo.fetched.objects, repo.fetched.chunks, repo.fetched.bytes)
+    if as_json:
+        _dump("mgit.transfer/1", _transfer_json("clone", url, got))
+        return
+    note = f" (partial: {decimal(repo.fetched.bytes)} of chunks fetched for the checkout)" if partial else ""
+    err.print(f"cloned {url} into {dest}, on {repo.refs.current_branch()}: {_transfer_line('received', got)}{note}")
 
 
 @cli.command()

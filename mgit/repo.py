@@ -759,9 +759,14 @@ class Repository(Sync):
         create_branch: str | None = None,
         force: bool = False,
     ) -> CheckoutResult:
-        """Switch to ``rev`` (or create a branch there), or with ``paths`` restore them from it."""
+        """Switch to ``rev`` (or create a branch there), or with ``paths`` restore them from it.
+        A ``rev`` that names no branch but one remote's branch (``origin/rev``) creates the
+        local branch from it, as git does."""
         with self.lock:
             before = self.store.reads.chunks, self.store.reads.stored_bytes
+            tracked = self.remote_branch_for(rev) if paths is None and create_branch is None and rev else None
+            if tracked is not None:
+                rev, create_branch = tracked, rev
             if paths is not None:
                 result = self._restore_paths(rev, list(paths))
             else:

@@ -145,6 +145,19 @@ class Sync:
             elif ref.startswith("refs/tags/") and ref.encode() not in self.graph.repo.refs:
                 self.graph.repo.refs[ref.encode()] = commit.encode()
 
+    def remote_branch_for(self: Repository, name: str) -> str | None:
+        """``refs/remotes/R/name`` when ``name`` is no local revision and exactly one remote R has it."""
+        if name in self.refs.branches() or name in self.refs.tags():
+            return None
+        try:
+            self.refs.resolve(name)
+            return None
+        except MgitError:
+            pass
+        found = [f"{TRACKING}{r}/{name}" for r in self.remotes()
+                 if f"{TRACKING}{r}/{name}".encode() in self.graph.repo.refs]  # fmt: skip
+        return found[0] if len(found) == 1 else None
+
     def pull(self: Repository, remote: str = "origin", branch: str | None = None) -> Transfer:
         """Fetch, then fast-forward the current branch to the remote's ``branch`` (default: same name)."""
         current = self.refs.current_branch()
@@ -198,7 +211,7 @@ class Sync:
                 config.set((b"remote", b"origin"), b"partial", b"true")
                 config.write_to_path()
                 repo._attach_promisor()
-            repo.fetch("origin")
+            repo.cloned = repo.fetch("origin")
             commit = refs[f"refs/heads/{branch}"]
             repo.refs.create_branch(branch, commit)
             repo.refs.point_head_at_branch(branch)

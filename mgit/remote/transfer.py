@@ -244,10 +244,11 @@ def chunks_of(graph: Graph, commits: Iterable[str]) -> set[str]:
 
 def fetch_chunks(store: ChunkStore, backend: Backend, chunks: Iterable[str], report: Transfer, bar: Bar) -> None:
     """Receive every chunk of ``chunks`` this store lacks (and the delta bases they need)."""
-    todo = sorted(c for c in set(chunks) if not store.has(c))
+    store.refresh()  # then no more looks for packs of other processes: we hold the lock
+    todo = sorted(c for c in set(chunks) if not store.has(c, refresh=False))
 
     def fetch(cid: str) -> None:
-        if store.has(cid):
+        if store.has(cid, refresh=False):
             return
         try:
             data = backend.get(chunk_key(cid))
@@ -256,7 +257,7 @@ def fetch_chunks(store: ChunkStore, backend: Backend, chunks: Iterable[str], rep
         record = unpack_chunk(cid, data)
         report.add(0, 1, len(data))
         bar.advance(len(data))
-        if record.base and not store.has(record.base):
+        if record.base and not store.has(record.base, refresh=False):
             fetch(record.base)
         store.receive(record)  # decodes and checks it against its id before it is visible
 

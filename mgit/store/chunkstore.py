@@ -115,8 +115,10 @@ class ChunkStore:
     def loose_path(self, cid: str) -> Path:
         return self.root / cid[:2] / cid[2:]
 
-    def has(self, cid: str) -> bool:
-        return self.locate(cid) is not None or self.loose_path(cid).exists()
+    def has(self, cid: str, refresh: bool = True) -> bool:
+        """Whether the chunk is here; ``refresh=False`` skips looking for packs sealed by other
+        processes since the last look (a writer holding the lock knows there are none)."""
+        return self.locate(cid, refresh) is not None or self.loose_path(cid).exists()
 
     def stored_size(self, cid: str) -> int:
         loc = self.locate(cid)
@@ -204,8 +206,9 @@ class ChunkStore:
         if record.encoding not in codec.ENCODINGS:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} uses encoding {record.encoding}, unknown to this mgit")
         base = None
+        base_loc = self.locate(record.base, refresh=False) if record.base else None
         if record.encoding == codec.XOR_DELTA:
-            if not record.base or not self.has(record.base):
+            if base_loc is None and not (record.base and self.loose_path(record.base).exists()):
                 raise CorruptObjectError(f"chunk {cid[:12]}{where} arrived before the chunk it is a delta of")
             base = self.get(record.base, what)
         try:
@@ -214,7 +217,7 @@ class ChunkStore:
             raw = None
         if raw is None or len(raw) != record.raw_size or chunk_id(raw) != cid:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} does not match its id (damaged or tampered with)")
-        depth = self.depth(record.base) + 1 if record.base and record.encoding == codec.XOR_DELTA else 0
+        depth = (base_loc.depth if base_loc is not None else 0) + 1 if record.encoding == codec.XOR_DELTA else 0
         if depth > MAX_DELTA_DEPTH:
             return self.put(raw, record.group, cid)
         stored = Record(cid, record.encoding, record.group, depth, record.raw_size, record.payload,

@@ -226,3 +226,15 @@ def test_cli_remote_push_clone_pull(pushed):
     assert tree_hashes(tmp / "cli-clone") == tree_hashes(repo.root)
     bad = run_mgit("push", "nowhere", cwd=repo.root)
     assert bad.returncode != 0 and "no remote named" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_checking_out_a_remote_branch_by_name_creates_it(pushed):
+    repo, base, _, tmp = pushed
+    repo.checkout(create_branch="tuned")
+    commit_model(repo, frozen_finetune(base, {0}, seed=14), "tuned")
+    repo.push("origin", "tuned")
+    clone = Repository.clone(str(tmp / "remote.mgit"), tmp / "c")
+    assert "tuned" not in clone.branches()
+    clone.checkout("tuned")
+    assert clone.refs.current_branch() == "tuned" and clone.refs.head() == repo.refs.head()
+    assert tree_hashes(clone.root) == tree_hashes(repo.root)
