@@ -258,7 +258,11 @@ def report(outcomes: list[Outcome], versions: dict, ctx: dict) -> str:
         "*checked-out version only* is `mgit clone --partial` (the graph, then only the chunks the checkout "
         "needs) against `git clone` + `dvc pull` at the base's commit. DVC's clone bytes are its cache's size on "
         "disk. Byte-exact: the clones' model files hashed (sha256) against the version checked out (and, for "
-        "mgit's full clone, a fine-tune checked out afterwards).",
+        "mgit's full clone, a fine-tune checked out afterwards). "
+        "The remotes here are local, so bytes cost little time and the clone columns mostly measure what each "
+        "receiver does with them: DVC copies its cache files as they are, while mgit decodes every chunk it "
+        "receives and checks it against its BLAKE3 id before storing it, then decodes the checked-out version "
+        "again to write the working tree.",
         "",
         "How it was measured: every timed command is a separate process, after an untimed `sync` and a wait "
         "for an idle machine; each ran once. Commands, e.g.:",
