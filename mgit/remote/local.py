@@ -26,6 +26,11 @@ class DirectoryBackend(Backend):
         self.root = Path(root).resolve()
         self.url = str(self.root)
         if not (self.root / MARKER).is_file():
+            if (self.root / ".mgit").is_dir():
+                raise RemoteError(
+                    f"{self.root} is a working repository, not a remote: pushing into its checked-out branch is "
+                    "refused; push to a remote directory (or pull from that repository's side)"
+                )
             if not create:
                 raise RemoteError(f"{self.root} is not an mgit remote (no {MARKER} file); push to create it")
             self.root.mkdir(parents=True, exist_ok=True)

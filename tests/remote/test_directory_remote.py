@@ -208,6 +208,9 @@ def test_errors_are_one_clear_line(pushed, tmp_path):
         repo.push("bad")
     with pytest.raises(RemoteError, match="not an mgit remote"):
         Repository.clone(str(full), tmp / "c")
+    repo.remote_add("working", str(repo.root))
+    with pytest.raises(RemoteError, match="working repository, not a remote"):
+        repo.push("working")
     with pytest.raises(RemoteError, match="no branch 'zzz'"):
         Repository.clone(str(tmp / "remote.mgit"), tmp / "c", branch="zzz")
     with pytest.raises(RemoteError):
