@@ -64,7 +64,10 @@ class ChunkStore:
         self.root = Path(root)
         self.pack_dir = self.root / "packs"
         self.reads = ReadCounters()
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # indexes, readers, which writer is open
+        # Appends to (and reads from) the open pack: apart from _lock, so that writing a record
+        # never holds up lookups and reads of other chunks on other threads.
+        self._append_lock = threading.Lock()
         self._indexes: dict[Path, PackIndex] = {}
         self._readers: dict[Path, PackReader] = {}
         self._writer: PackWriter | None = None
@@ -173,14 +176,21 @@ class ChunkStore:
                 encoding, payload = codec.XOR_DELTA, delta
             else:
                 base_id, depth = None, 0
-        record = Record(cid, encoding, group, depth, len(raw), payload, base_id)
+        return self._append(Record(cid, encoding, group, depth, len(raw), payload, base_id))
+
+    def _append(self, record: Record) -> PutResult:
+        """Write a record to this session's pack unless the chunk is already here."""
         with self._lock:
-            if self.locate(cid, refresh=False) is not None:
-                return PutResult(cid, 0)
+            if self.locate(record.cid, refresh=False) is not None:
+                return PutResult(record.cid, 0)
             if self._writer is None:
                 self._writer = PackWriter(self.pack_dir)
-            loc = self._writer.append(record)
-        return PutResult(cid, loc.length, encoding, base_id)
+            writer = self._writer
+        with self._append_lock:
+            if record.cid in writer.entries:  # another thread wrote it meanwhile
+                return PutResult(record.cid, 0)
+            loc = writer.append(record)
+        return PutResult(record.cid, loc.length, record.encoding, record.base)
 
     def export(self, cid: str) -> Record:
         """The chunk's stored record as it is (encoding, delta base, payload), for sending
@@ -220,19 +230,12 @@ class ChunkStore:
         depth = (base_loc.depth if base_loc is not None else 0) + 1 if record.encoding == codec.XOR_DELTA else 0
         if depth > MAX_DELTA_DEPTH:
             return self.put(raw, record.group, cid)
-        stored = Record(cid, record.encoding, record.group, depth, record.raw_size, record.payload,
-                        record.base if record.encoding == codec.XOR_DELTA else None)  # fmt: skip
-        with self._lock:
-            if self.locate(cid, refresh=False) is not None:
-                return PutResult(cid, 0)
-            if self._writer is None:
-                self._writer = PackWriter(self.pack_dir)
-            loc = self._writer.append(stored)
-        return PutResult(cid, loc.length, stored.encoding, stored.base)
+        base = record.base if record.encoding == codec.XOR_DELTA else None
+        return self._append(Record(cid, record.encoding, record.group, depth, record.raw_size, record.payload, base))
 
     def seal(self) -> None:
         """Make this session's chunks visible to other processes (end of a command)."""
-        with self._lock:
+        with self._lock, self._append_lock:
             if self._writer is None:
                 return
             path = self._writer.seal()
@@ -242,7 +245,7 @@ class ChunkStore:
 
     def abort(self) -> None:
         """Drop this session's unsealed pack (a failed command)."""
-        with self._lock:
+        with self._lock, self._append_lock:
             if self._writer is not None:
                 self._writer.abort()
                 self._writer = None
@@ -272,13 +275,15 @@ class ChunkStore:
 
     def read_record(self, loc: Location) -> tuple[str, int, int, int, bytes, str | None, int]:
         with self._lock:
-            if self._writer is not None and loc.pack == self._writer.path:
-                self._writer.flush()
-                with open(loc.pack, "rb") as f:
-                    data = os.pread(f.fileno(), loc.length, loc.offset)
-                return _parse_record(data)
-            reader = self._reader(loc.pack)
-        return reader.record(loc)
+            writer = self._writer if self._writer is not None and loc.pack == self._writer.path else None
+            if writer is None:
+                reader = self._reader(loc.pack)
+        if writer is None:
+            return reader.record(loc)
+        with self._append_lock:  # the open pack: flush what is buffered, then read it back
+            writer.flush()
+            data = os.pread(writer.fileno(), loc.length, loc.offset)
+        return _parse_record(data)
 
     def _drop_pages(self, loc: Location) -> None:
         reader = self._readers.get(loc.pack)

@@ -84,7 +84,7 @@ class PackWriter:
     def __init__(self, directory: Path):
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / f"pack-{uuid.uuid4().hex}.pack"
-        self._f = open(self.path, "xb")
+        self._f = open(self.path, "x+b")  # read too: records are read back before the pack is sealed
         self._f.write(PACK_MAGIC)
         self._offset = len(PACK_MAGIC)
         self.entries: dict[str, Location] = {}
@@ -109,6 +109,9 @@ class PackWriter:
 
     def flush(self) -> None:
         self._f.flush()
+
+    def fileno(self) -> int:
+        return self._f.fileno()
 
     def seal(self) -> Path | None:
         """fsync the pack, write its index atomically; an empty pack is deleted instead."""
