@@ -241,3 +241,21 @@ def test_checking_out_a_remote_branch_by_name_creates_it(pushed):
     clone.checkout("tuned")
     assert clone.refs.current_branch() == "tuned" and clone.refs.head() == repo.refs.head()
     assert tree_hashes(clone.root) == tree_hashes(repo.root)
+
+
+def test_a_partial_clone_diffs_and_merges_fetching_on_demand(pushed):
+    repo, base, _, tmp = pushed
+    for name, frozen in (("math", {0, 1}), ("code", {2, 3})):
+        repo.checkout("main")
+        repo.checkout(create_branch=name)
+        commit_model(repo, frozen_finetune(base, frozen, seed=20 + len(name)), name)
+        repo.push("origin", name)
+    repo.checkout("main")
+    partial = Repository.clone(str(tmp / "remote.mgit"), tmp / "p", partial=True)
+    before = partial.fetched.chunks
+    diff = partial.diff("origin/math", "origin/code")
+    assert partial.fetched.chunks > before and diff.tensors
+    ours = partial.merge(["origin/math", "origin/code"], "task_arithmetic", weight=0.5)
+    theirs = repo.merge(["math", "code"], "task_arithmetic", weight=0.5, base="main", branch="m")
+    assert partial.graph.commit(ours).tree != "" and dict(partial.snapshot(ours)) == dict(repo.snapshot(theirs))
+    assert Repository(partial.root).fsck() == []
