@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from mgit.diff.numeric import Accumulator, numeric
 from mgit.model.dtypes import lookup
 
-ReadChunk = Callable[[int], bytes | memoryview]  # chunk index → raw bytes
+# (chunk index, optionally: id → raw bytes of a delta base the caller holds) → the chunk's raw bytes
+ReadChunk = Callable[..., bytes | memoryview]
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class TensorSide:
     chunk_sizes: tuple[int, ...]
     chunk_l2: tuple[float | None, ...]  # per chunk, where known (manifests know it)
     read: ReadChunk
+    # chunk index → the id of the chunk it is stored as a delta of (None: stored whole, or a file)
+    delta_base: Callable[[int], str | None] = lambda i: None
 
     @property
     def nbytes(self) -> int:
@@ -120,7 +123,7 @@ def compare_tensor(model: str, name: str, a: TensorSide | None, b: TensorSide | 
         changed_set = set(changed)
         for i, l2 in enumerate(a.chunk_l2):
             if i in changed_set:
-                acc.add_pair(a.read(i), b.read(i), dtype)
+                acc.add_pair(*_read_pair(a, b, i), dtype)
             elif l2 is not None:
                 acc.add_identical(l2)
             else:  # no recorded norm (never so for stored manifests): measure it
@@ -130,6 +133,16 @@ def compare_tensor(model: str, name: str, a: TensorSide | None, b: TensorSide | 
     diff.norm_a, diff.norm_b = acc.a_sq**0.5, acc.b_sq**0.5
     diff.relative_change, diff.cosine, diff.max_abs_delta = acc.relative_change, acc.cosine, acc.max_abs_delta
     return diff
+
+
+def _read_pair(a: TensorSide, b: TensorSide, i: int) -> tuple[bytes | memoryview, bytes | memoryview]:
+    """Chunk i of both sides. When one is stored as a delta of the other (a fine-tune's chunk
+    of its parent's), the other is read first and handed over, so it is decoded once."""
+    if a.delta_base(i) == b.chunk_ids[i]:
+        y = b.read(i)
+        return a.read(i, lambda cid: y if cid == b.chunk_ids[i] else None), y
+    x = a.read(i)
+    return x, b.read(i, lambda cid: x if cid == a.chunk_ids[i] else None)
 
 
 def _aligned(a: TensorSide, b: TensorSide, itemsize: int) -> Iterable[tuple[bytes, bytes]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import posixpath
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from mgit.store.chunkstore import ChunkStore
 TEXT_DIFF_LIMIT = 1_000_000  # bytes: larger files are summarised, not diffed line by line
 
 Tensors = dict[tuple[str, str], TensorSide]
+Known = Callable[[str], bytes | memoryview | None]  # a delta base's id → its raw bytes, if held
 
 
 @dataclass
@@ -61,12 +63,17 @@ def snapshot_side(graph: Graph, store: ChunkStore, snap: Snapshot, label: str, m
             for name, m in stored.manifests.items():
                 ids, what = m.chunk_ids, f"tensor {name!r} in {path}"
 
-                def read(i: int, ids=ids, what=what) -> bytes | memoryview:
-                    return store.get(ids[i], what)
+                def read(i: int, known: Known | None = None, ids=ids, what=what) -> bytes | memoryview:
+                    return store.get(ids[i], what, known=known)
+
+                def delta_base(i: int, ids=ids) -> str | None:
+                    loc = store.location(ids[i])
+                    return loc.base if loc is not None else None
 
                 tensors[(posixpath.dirname(path), name)] = TensorSide(
-                    path, m.dtype, m.shape, ids, tuple(c.size for c in m.chunks), tuple(c.l2 for c in m.chunks), read
-                )
+                    path, m.dtype, m.shape, ids, tuple(c.size for c in m.chunks), tuple(c.l2 for c in m.chunks),
+                    read, delta_base,
+                )  # fmt: skip
             order = [stored.manifests[t.name].chunk_ids for t in stored.layout.tensors]
             files[path] = _content_key(stored.layout.header, order)
         elif entry.kind == "blob":
@@ -106,8 +113,8 @@ def worktree_side(
             ranges = chunk_ranges(t.nbytes, sizes.get(t.name) or chunk_size_for(t.shape, t.dtype.bits))
             start = layout.data_start + t.begin
 
-            def read(i: int, full=full, start=start, ranges=ranges) -> bytes:
-                with open(full, "rb") as f:
+            def read(i: int, known: Known | None = None, full=full, start=start, ranges=ranges) -> bytes:
+                with open(full, "rb") as f:  # a working file holds its bytes whole: ``known`` is not needed
                     return os.pread(f.fileno(), ranges[i][1] - ranges[i][0], start + ranges[i][0])
 
             sizes_t = tuple(e - s for s, e in ranges)

@@ -204,3 +204,18 @@ def test_clean_working_tree_is_not_rehashed(repo, monkeypatch):
     monkeypatch.setattr(sources, "scan_tensor_chunks", no_hashing)
     result = repo.diff()
     assert result.changed == [] and result.files == []
+
+
+def test_a_fine_tune_diff_decodes_each_parent_chunk_once(repo):
+    """The fine-tune's changed chunks are deltas of the parent's: each parent chunk is decoded once
+    and handed to the delta's decoding, whichever side of the diff it is on."""
+    from conftest import frozen_finetune
+
+    base = llama_state_dict()
+    commit_model(repo, base, "base")
+    commit_model(repo, frozen_finetune(base, frozen_layers={0, 1}, seed=9), "tuned")
+    for a, b in (("HEAD~1", "HEAD"), ("HEAD", "HEAD~1")):
+        before = repo.store.reads.chunks
+        result = repo.diff(a, b)
+        changed = sum(t.chunks_changed for t in result.changed)
+        assert changed > 0 and repo.store.reads.chunks - before == 2 * changed
