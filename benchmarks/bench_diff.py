@@ -224,9 +224,9 @@ from mgit.repo import Repository
 repo = Repository(sys.argv[1])
 store, requests = repo.store, [0]
 get = store.get
-def counted(cid, what="", _depth=0):
+def counted(cid, what="", _depth=0, **options):
     requests[0] += _depth == 0
-    return get(cid, what, _depth)
+    return get(cid, what, _depth, **options)
 store.get = counted
 result = repo.diff(sys.argv[2], sys.argv[3], numeric=sys.argv[4] == "numeric")
 print(json.dumps({"requests": requests[0], "decoded": store.reads.chunks, "raw_bytes": store.reads.raw_bytes,

@@ -7,7 +7,7 @@ import errno
 import json
 import os
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import click
 from rich.console import Console
@@ -542,6 +542,38 @@ def gc(ctx: click.Context, grace: float, now: bool) -> None:
         f"removed {c.removed_chunks} chunk(s) and {report.objects_removed} object(s); kept {c.kept_chunks} chunk(s); "
         f"chunk store {decimal(c.bytes_before)} → {decimal(c.bytes_after)}"
     )
+
+
+def _print_reflog(repo: Repository, ref: str) -> None:
+    for i, (_, new, when, message) in enumerate(repo.reflog(ref)):
+        stamp = datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M")
+        out.print(f"{new[:12]} {ref}@{{{i}}} {stamp} {escape(message)}")
+
+
+@cli.group(invoke_without_command=True)
+@click.pass_context
+def reflog(ctx: click.Context) -> None:
+    """Where HEAD has been; `reflog show REF`, `reflog expire` (forget old entries)."""
+    if ctx.invoked_subcommand is None:
+        _print_reflog(_repo(ctx), "HEAD")
+
+
+@reflog.command("show")
+@click.argument("ref", default="HEAD")
+@click.pass_context
+def reflog_show(ctx: click.Context, ref: str) -> None:
+    """The moves of REF (HEAD, refs/heads/NAME, ...), newest first."""
+    _print_reflog(_repo(ctx), ref)
+
+
+@reflog.command("expire")
+@click.option("--older-than", "days", type=float, default=90.0, show_default=True, help="Days to keep.")
+@click.option("--all", "everything", is_flag=True, help="Forget every entry (then gc keeps only what refs reach).")
+@click.pass_context
+def reflog_expire(ctx: click.Context, days: float, everything: bool) -> None:
+    """Forget reflog entries, so that gc can reclaim what only they kept (deleted branches)."""
+    n = _repo(ctx).reflog_expire(None if everything else days)
+    err.print(f"forgot {n} reflog entr{'y' if n == 1 else 'ies'}; run `mgit gc` to reclaim what they kept alive")
 
 
 @cli.command()

@@ -11,6 +11,7 @@ import posixpath
 import re
 import secrets
 import shutil
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from mgit.diff.model import ModelDiff, compare_models
 from mgit.diff.sources import Side, file_diffs, snapshot_side, worktree_side
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NotARepositoryError, RevisionError
 from mgit.graph.objects import MODE_FILE, CommitInfo, Graph
-from mgit.graph.refs import Refs, check_ref_name
+from mgit.graph.refs import Refs, check_ref_name, expire_reflogs, reflog_entries
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
 from mgit.lock import RepoLock
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
@@ -711,6 +712,21 @@ class Repository(Sync):
         with self._writing():
             self._clear_staging()
             return collect(self.graph, self.store, self._index(), grace_seconds)
+
+    def reflog(self, ref: str = "HEAD") -> list[tuple[str, str, int, str]]:
+        """(old id or "", new id, time, message) of each move of ``ref``, newest first."""
+        out = []
+        for e in reversed(reflog_entries(self.git_dir, ref)):
+            old = e.old_sha.decode()
+            message = e.message.decode(errors="replace")
+            out.append(("" if set(old) == {"0"} else old, e.new_sha.decode(), e.timestamp, message))
+        return out
+
+    def reflog_expire(self, days: float | None = 90) -> int:
+        """Forget reflog entries older than ``days`` (None: all); returns how many. What only
+        they kept alive (commits of deleted branches, amended history) gc may then reclaim."""
+        with self.lock:
+            return expire_reflogs(self.git_dir, None if days is None else time.time() - days * 86400)
 
     def fsck(self) -> list[str]:
         """Every problem found, one line each (empty: the repository is whole). In a partial

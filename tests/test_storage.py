@@ -379,3 +379,28 @@ def test_appended_rows_delta_against_the_old_last_chunk(repo):
     assert res.new_chunks == 1 and res.stored_bytes < new_rows  # the old tail rows cost ~nothing
     got = repo.state_dict()["model.embed_tokens.weight"]
     assert torch.equal(got, grown)
+
+
+def test_expired_reflogs_let_gc_reclaim_a_deleted_branch(base_repo):
+    repo, sd = base_repo
+    main_files = tree_hashes(repo.root)
+    repo.checkout(create_branch="tmp")
+    write_model(repo.root / "model", dense_finetune(sd, seed=7))
+    touch_later(repo.root / "model" / "model.safetensors")
+    repo.add(["model"])
+    lost = repo.commit("to be forgotten")
+    repo.checkout("main")
+    repo.delete_branch("tmp")
+    assert repo.reflog()[0][1] == repo.refs.head() and any(new == lost for _, new, _, _ in repo.reflog())
+    assert repo.reflog_expire(days=1) == 0  # everything is younger than a day
+    chunks_before = len(repo.store.ids())
+    assert repo.reflog_expire(None) > 0 and repo.reflog() == []
+    report = repo.gc(grace_seconds=0)
+    assert report.chunks.removed_chunks > 0 and len(repo.store.ids()) < chunks_before
+    assert repo.fsck() == [] and not repo.graph.has(lost)
+    repo.checkout("main", force=True)
+    assert tree_hashes(repo.root) == main_files
+    listed = run_mgit("reflog", cwd=repo.root, check=True)
+    assert listed.returncode == 0
+    expired = run_mgit("reflog", "expire", "--all", cwd=repo.root, check=True)
+    assert "reflog entr" in expired.stderr

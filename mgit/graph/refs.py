@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
+from pathlib import Path
 
 from dulwich.objects import Tag
 from dulwich.objectspec import parse_commit
-from dulwich.reflog import format_reflog_line
+from dulwich.reflog import Entry, format_reflog_line, read_reflog
 
 from mgit.errors import BadInputError, RefUpdateError, RevisionError
 from mgit.graph.objects import Graph
@@ -165,3 +167,39 @@ class Refs:
 
 
 _SUFFIXES = re.compile(r"^(.*?)((?:[~^]\d*)*)$")
+
+
+def reflog_entries(git_dir: Path, ref: str = "HEAD") -> list[Entry]:
+    """The reflog of ``ref`` (HEAD, refs/heads/NAME, …), oldest first; empty if it has none."""
+    path = Path(git_dir) / "logs" / ref
+    if not path.is_file():
+        return []
+    with open(path, "rb") as f:
+        return list(read_reflog(f))
+
+
+def expire_reflogs(git_dir: Path, before: float | None) -> int:
+    """Drop reflog entries older than ``before`` (seconds since the epoch; None: every entry);
+    each reflog is rewritten to a temporary file and renamed over the old one, so a killed
+    expiry leaves every reflog whole. Returns how many entries went. Commits they kept alive
+    stay only if a ref or the index still reaches them: gc may then reclaim the rest."""
+    dropped = 0
+    logs = Path(git_dir) / "logs"
+    for dirpath, _, names in os.walk(logs):
+        for name in names:
+            path = Path(dirpath) / name
+            if ".tmp-" in name:
+                continue
+            with open(path, "rb") as f:
+                entries = list(read_reflog(f))
+            keep = [e for e in entries if before is not None and e.timestamp >= before]
+            if len(keep) == len(entries):
+                continue
+            dropped += len(entries) - len(keep)
+            tmp = path.with_name(f"{name}.tmp-{os.getpid()}")
+            with open(tmp, "wb") as f:
+                for e in keep:
+                    f.write(format_reflog_line(e.old_sha, e.new_sha, e.committer, e.timestamp, e.timezone, e.message))
+                    f.write(b"\n")
+            os.replace(tmp, path)
+    return dropped
