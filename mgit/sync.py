@@ -129,6 +129,10 @@ class Sync:
                 return report
             refs = backend.refs()
             fetch_graph(self.graph, backend, set(refs.values()), report)
+            for ref, sha in refs.items():
+                kind = self.graph.objects[sha.encode()].type_name
+                if kind != b"commit" and not (kind == b"tag" and ref.startswith("refs/tags/")):
+                    raise RemoteError(f"the remote's {ref} names a {kind.decode()}, not a commit (a damaged remote)")
             if self._remote_setting(remote, "partial") != "true":
                 with byte_progress("fetch", 0) as bar:
                     fetch_chunks(self.store, backend, chunks_of(self.graph, set(refs.values())), report, bar)

@@ -99,6 +99,22 @@ def check_key(key: str) -> str:
     raise RemoteError(f"not a valid remote object name: {key[:80]!r}")
 
 
+def checked_refs(url: str, refs: object) -> dict[str, str]:
+    """A remote's refs, each a valid ref name pointing at a 40-hex id (a hostile or broken
+    remote gets one clear error instead of odd failures later)."""
+    if not isinstance(refs, dict):
+        raise RemoteError(f"{url} sent a malformed ref list")
+    out = {}
+    for name, value in refs.items():
+        if not isinstance(name, str) or not isinstance(value, str) or not re.fullmatch(r"[0-9a-f]{40}", value):
+            raise RemoteError(f"{url} has a malformed ref {str(name)[:80]!r}; the remote is damaged or not mgit's")
+        if not name.startswith(("refs/heads/", "refs/tags/")):
+            raise RemoteError(f"{url} sent an unexpected ref name {name[:80]!r}")
+        check_key(name)
+        out[name] = value
+    return out
+
+
 # -- git objects on the wire ----------------------------------------------------------------
 
 

@@ -10,9 +10,10 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from mgit.errors import AuthError, BadInputError, RemoteError
-from mgit.remote.backend import Backend, MissingObjectError, check_key
+from mgit.remote.backend import MAX_OBJECT_BYTES, Backend, MissingObjectError, check_key, checked_refs
 
 TIMEOUT_S = 60
+MAX_REPLY_BYTES = MAX_OBJECT_BYTES + 2**20  # objects, or the JSON of a long ref list
 
 
 class HttpBackend(Backend):
@@ -43,7 +44,11 @@ class HttpBackend(Backend):
             try:
                 conn.request(method, f"{self._base}/{path}", body=body, headers=headers)
                 response = conn.getresponse()
-                data = response.read()
+                data = response.read(MAX_REPLY_BYTES + 1)
+                if len(data) > MAX_REPLY_BYTES:  # no object is that large: a hostile or broken server
+                    conn.close()
+                    self._local.conn = None
+                    raise RemoteError(f"{self.url} sent more than {MAX_REPLY_BYTES} bytes for {path}; refusing it")
             except (ConnectionError, http.client.HTTPException, OSError) as exc:
                 conn.close()
                 self._local.conn = None
@@ -56,6 +61,15 @@ class HttpBackend(Backend):
                 raise AuthError(f"{self.url} refused the write: the token is read-only")
             return response.status, data
         raise AssertionError("unreachable")
+
+    def _json(self, data: bytes, kind: type) -> object:
+        try:
+            value = json.loads(data)
+        except ValueError:
+            value = None
+        if not isinstance(value, kind):
+            raise RemoteError(f"{self.url} sent a malformed reply (not a JSON {kind.__name__}); is it an mgit server?")
+        return value
 
     @staticmethod
     def _message(data: bytes) -> str:
@@ -86,7 +100,8 @@ class HttpBackend(Backend):
             return set()  # no repository there yet
         if status != 200:
             raise RemoteError(f"{self.url}: existence check failed: {self._message(data)}")
-        return set(json.loads(data))
+        present = self._json(data, list)
+        return {k for k in present if k in set(keys)}
 
     def refs(self) -> dict[str, str]:
         status, data = self._request("GET", ".refs")
@@ -94,7 +109,7 @@ class HttpBackend(Backend):
             return {}
         if status != 200:
             raise RemoteError(f"{self.url}: listing refs failed: {self._message(data)}")
-        return dict(json.loads(data))
+        return checked_refs(self.url, self._json(data, dict))
 
     def swap_ref(self, name: str, old: str | None, new: str | None) -> bool:
         body = json.dumps({"ref": check_key(name), "old": old, "new": new}).encode()

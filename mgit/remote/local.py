@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mgit.errors import RemoteError
-from mgit.remote.backend import HEAD_KEY, Backend, MissingObjectError, check_key
+from mgit.remote.backend import HEAD_KEY, Backend, MissingObjectError, check_key, checked_refs
 
 MARKER = "mgit-remote"  # a file naming the directory an mgit remote
 
@@ -62,13 +62,13 @@ class DirectoryBackend(Backend):
             for path in _files(top):
                 if ".tmp-" in path.name:
                     continue
-                out[path.relative_to(self.root).as_posix()] = path.read_text().strip()
-        return out
+                out[path.relative_to(self.root).as_posix()] = path.read_text(errors="replace").strip()
+        return checked_refs(self.url, out)
 
     def swap_ref(self, name: str, old: str | None, new: str | None) -> bool:
         path = self._path(name)
         with self._locked():
-            current = path.read_text().strip() if path.is_file() else None
+            current = path.read_text(errors="replace").strip() if path.is_file() else None
             if current != old:
                 return False
             if new is None:

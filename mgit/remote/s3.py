@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from mgit.errors import AuthError, BadInputError, RemoteError
-from mgit.remote.backend import HEAD_KEY, Backend, MissingObjectError, check_key
+from mgit.remote.backend import HEAD_KEY, Backend, MissingObjectError, check_key, checked_refs
 
 _AUTH_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
 
@@ -125,10 +125,10 @@ class S3Backend(Backend):
         for key in sorted(self._keys("refs")):
             if key.startswith(("refs/heads/", "refs/tags/")):
                 try:
-                    out[key] = self.get(key).decode().strip()
+                    out[key] = self.get(key).decode(errors="replace").strip()
                 except MissingObjectError:
                     continue  # deleted meanwhile
-        return out
+        return checked_refs(self.url, out)
 
     def swap_ref(self, name: str, old: str | None, new: str | None) -> bool:
         from botocore.exceptions import ClientError
@@ -136,7 +136,7 @@ class S3Backend(Backend):
         key = self.prefix + check_key(name)
         try:
             current = self._call(self.client.get_object, Key=key)
-            value, etag = current["Body"].read().decode().strip(), current["ETag"]
+            value, etag = current["Body"].read().decode(errors="replace").strip(), current["ETag"]
         except ClientError as exc:
             if self._code(exc) not in ("NoSuchKey", "404"):
                 raise RemoteError(f"{self.url}: reading {name} failed: {exc}") from None
