@@ -578,10 +578,20 @@ def reflog_expire(ctx: click.Context, days: float, everything: bool) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.fsck/1).")
+@click.option("--repair", is_flag=True, help="Drop damaged chunks, recover them from working files and remotes.")
 @click.pass_context
-def fsck(ctx: click.Context, as_json: bool) -> None:
+def fsck(ctx: click.Context, as_json: bool, repair: bool) -> None:
     """Verify every object and chunk; exit 1 if anything is wrong."""
     repo = _repo(ctx)
+    if repair:
+        r = repo.fsck_repair()
+        remotes = ", ".join(f"{n} from {name}" for name, n in r.from_remotes.items()) or "none from remotes"
+        err.print(
+            f"repair: dropped {len(r.dropped)} damaged chunk(s); recovered {r.from_worktree} from the working tree, "
+            f"{remotes}; {len(r.missing)} still missing"
+        )
+        for cid, who in sorted(r.missing.items()):
+            err.print(f"  still missing: chunk {cid[:12]} of {who}", markup=False)
     problems = repo.fsck()
     if as_json:
         _dump("mgit.fsck/1", {"ok": not problems, "problems": problems, "partial": repo.is_partial})

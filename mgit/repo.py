@@ -29,20 +29,21 @@ from mgit.graph.refs import Refs, check_ref_name, expire_reflogs, reflog_entries
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
 from mgit.lock import RepoLock
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
-from mgit.maintenance.fsck import check_repository
+from mgit.maintenance.fsck import bad_chunks, check_repository
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
+from mgit.maintenance.reach import reachable
 from mgit.merge.config import load_config, num_layers, tensor_parameters
 from mgit.merge.plan import MergePlan, model_tensors, plan_merge
 from mgit.merge.record import PLAN_ENTRY, MergeSetup, plan_record
 from mgit.model.dtypes import lookup
 from mgit.model.filetree import load_chunked, load_safetensors
-from mgit.model.ingest import Ingestor
+from mgit.model.ingest import Ingestor, recover_chunks
 from mgit.model.materialize import StagedFile, entry_size, local_chunks, write_entry
 from mgit.model.safetensors_file import build_header
 from mgit.parallel import make_pool, ordered_map
 from mgit.progress import byte_progress
 from mgit.store.chunkstore import ChunkStore
-from mgit.store.gc import consolidate
+from mgit.store.gc import consolidate, repack
 from mgit.sync import Sync, on_demand
 from mgit.version import __version__
 from mgit.worktree.index import Index, IndexEntry
@@ -70,6 +71,16 @@ class AddResult:
     logical_bytes: int = 0
     stored_bytes: int = 0  # bytes newly written to the chunk store
     new_chunks: int = 0
+
+
+@dataclass
+class Repair:
+    """What ``fsck --repair`` did."""
+
+    dropped: dict[str, str] = field(default_factory=dict)  # damaged chunk → why
+    from_worktree: int = 0  # chunks stored again from working files
+    from_remotes: dict[str, int] = field(default_factory=dict)  # remote → chunks fetched
+    missing: dict[str, str] = field(default_factory=dict)  # still missing chunk → who needs it
 
 
 @dataclass
@@ -727,6 +738,30 @@ class Repository(Sync):
         they kept alive (commits of deleted branches, amended history) gc may then reclaim."""
         with self.lock:
             return expire_reflogs(self.git_dir, None if days is None else time.time() - days * 86400)
+
+    def fsck_repair(self) -> Repair:
+        """Drop chunks that fail verification (a repack without them), then store again every
+        chunk the history needs and lacks from the working tree's files and from the remotes
+        (verified like any fetch). What no source holds is reported, with who needs it.
+        In a partial clone only dropped chunks are sought: the others come when needed."""
+        with self._writing():
+            bad = bad_chunks(self.store, self.pool)
+            if bad:
+                repack(self.store, self.store.ids() - set(bad), grace_seconds=0)
+            reach = reachable(self.graph, self._index())
+            missing = {c: who for c, who in reach.chunks.items() if not self.store.has(c, refresh=False)}
+            if self.is_partial:
+                missing = {c: who for c, who in missing.items() if c in bad}
+            files = walk(self.root)
+            from_tree = recover_chunks(self.root, sorted(files), set(missing), self.store, self.pool)
+            from_remotes = self._recover_from_remotes(set(missing) - from_tree)
+            recovered = from_tree | {c for got in from_remotes.values() for c in got}
+            return Repair(
+                dropped=bad,
+                from_worktree=len(from_tree),
+                from_remotes={name: len(got) for name, got in from_remotes.items()},
+                missing={c: who for c, who in missing.items() if c not in recovered},
+            )
 
     def fsck(self) -> list[str]:
         """Every problem found, one line each (empty: the repository is whole). In a partial

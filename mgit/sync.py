@@ -21,7 +21,16 @@ from mgit.graph.refs import check_ref_name
 from mgit.progress import Bar, byte_progress
 from mgit.remote.backend import Backend
 from mgit.remote.open import is_url, open_backend
-from mgit.remote.transfer import Transfer, chunks_of, fetch_chunks, fetch_graph, is_ancestor, plan_push, push
+from mgit.remote.transfer import (
+    Transfer,
+    chunks_of,
+    fetch_chunks,
+    fetch_graph,
+    is_ancestor,
+    plan_push,
+    push,
+    remote_has,
+)
 
 if TYPE_CHECKING:
     from mgit.repo import Repository
@@ -227,6 +236,22 @@ class Sync:
                 shutil.rmtree(dest, ignore_errors=True)
             raise
         return repo
+
+    def _recover_from_remotes(self: Repository, wanted: set[str]) -> dict[str, set[str]]:
+        """Fetch what each remote holds of ``wanted`` (verified); an unreachable remote is skipped."""
+        got: dict[str, set[str]] = {}
+        for name in sorted(self.remotes()):
+            todo = sorted(wanted - {c for found in got.values() for c in found})
+            if not todo:
+                break
+            try:
+                backend = self._backend(name)
+                present = [k.removeprefix("chunks/") for k in remote_has(backend, [f"chunks/{c}" for c in todo])]
+                fetch_chunks(self.store, backend, present, Transfer(), Bar())
+            except (RemoteError, OSError):
+                continue
+            got[name] = {c for c in present if self.store.has(c, refresh=False)}
+        return got
 
     # -- partial clones ---------------------------------------------------------------------
 

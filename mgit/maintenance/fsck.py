@@ -74,15 +74,24 @@ def check_chunks(
             f"chunk {cid[:12]} of {who} is missing from the store" for cid, who in owners.items() if not store.has(cid)
         ]
 
-    def verify(cid: str) -> str | None:
+    bad = bad_chunks(store, pool, owners)
+    problems += [reason + ("" if cid in owners else " (an unreferenced chunk)") for cid, reason in bad.items()]
+    return problems
+
+
+def bad_chunks(store: ChunkStore, pool: ThreadPoolExecutor, owners: dict[str, str] | None = None) -> dict[str, str]:
+    """Every chunk here that fails to decode or to match its id (with those whose delta chain
+    runs through one) → why, in id order."""
+    owners = owners or {}
+
+    def verify(cid: str) -> tuple[str, str] | None:
         try:
             store.get(cid, owners.get(cid, ""))
         except CorruptObjectError as exc:
-            return _reason(exc) + ("" if cid in owners else " (an unreferenced chunk)")
+            return cid, _reason(exc)
         return None
 
-    problems += [p for p in ordered_map(pool, verify, sorted(store.ids())) if p]
-    return problems
+    return dict(found for found in ordered_map(pool, verify, sorted(store.ids())) if found)
 
 
 def check_repository(

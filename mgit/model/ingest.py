@@ -7,11 +7,12 @@ encoded and written; chunks are processed on every core, in bounded windows.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mgit.errors import MgitError
 from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, encode_tensor_name
 from mgit.graph.objects import MODE_EXEC, MODE_FILE, Graph
 from mgit.graph.snapshot import Entry
@@ -217,3 +218,42 @@ def scan_file_chunks(path: Path, pool: ThreadPoolExecutor) -> tuple[str, ...]:
         return tuple(
             ordered_map(pool, lambda r: chunk_id(read(r[0], r[1] - r[0])), chunk_ranges(size, DEFAULT_CHUNK_BYTES))
         )
+
+
+def recover_chunks(
+    root: Path, paths: Iterable[str], wanted: set[str], store: ChunkStore, pool: ThreadPoolExecutor
+) -> set[str]:
+    """Store again every chunk of ``wanted`` that a working file still holds (a repair after
+    a damaged chunk was dropped); returns the ids recovered. Files are cut as ``add`` cuts them."""
+    found: set[str] = set()
+    for rel in paths:
+        path = root / rel
+        try:
+            kind = classify(rel, os.stat(path).st_size)
+            if kind == "blob":
+                continue
+            with open(path, "rb") as f:
+                if kind == "safetensors":
+                    layout = read_layout(path, rel)
+                    pieces = [
+                        (layout.data_start + t.begin, chunk_ranges(t.nbytes, chunk_size_for(t.shape, t.dtype.bits)),
+                         t.dtype.group)
+                        for t in layout.tensors
+                    ]  # fmt: skip
+                else:
+                    pieces = [(0, chunk_ranges(os.fstat(f.fileno()).st_size, DEFAULT_CHUNK_BYTES), 1)]
+                for base, ranges, group in pieces:
+                    read = _file_reader(f.fileno(), base)
+
+                    def one(r: tuple[int, int], read: ReadAt = read, group: int = group) -> str | None:
+                        raw = read(r[0], r[1] - r[0])
+                        cid = chunk_id(raw)
+                        if cid in wanted and cid not in found and not store.has(cid, refresh=False):
+                            store.put(raw, group, cid)
+                            return cid
+                        return None
+
+                    found.update(c for c in ordered_map(pool, one, ranges) if c)
+        except (OSError, MgitError):
+            continue  # an unreadable or invalid file: nothing to recover from it
+    return found
