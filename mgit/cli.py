@@ -586,9 +586,10 @@ def fsck(ctx: click.Context, as_json: bool, repair: bool) -> None:
     if repair:
         r = repo.fsck_repair()
         remotes = ", ".join(f"{n} from {name}" for name, n in r.from_remotes.items()) or "none from remotes"
+        rebuilt = f"rebuilt {len(r.rebuilt_indexes)} pack index(es); " if r.rebuilt_indexes else ""
         err.print(
-            f"repair: dropped {len(r.dropped)} damaged chunk(s); recovered {r.from_worktree} from the working tree, "
-            f"{remotes}; {len(r.missing)} still missing"
+            f"repair: {rebuilt}dropped {len(r.dropped)} damaged chunk(s); recovered {r.from_worktree} from the "
+            f"working tree, {remotes}; {len(r.missing)} still missing"
         )
         for cid, who in sorted(r.missing.items()):
             err.print(f"  still missing: chunk {cid[:12]} of {who}", markup=False)

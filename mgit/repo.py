@@ -77,6 +77,7 @@ class AddResult:
 class Repair:
     """What ``fsck --repair`` did."""
 
+    rebuilt_indexes: list[str] = field(default_factory=list)  # packs whose damaged index was rebuilt
     dropped: dict[str, str] = field(default_factory=dict)  # damaged chunk → why
     from_worktree: int = 0  # chunks stored again from working files
     from_remotes: dict[str, int] = field(default_factory=dict)  # remote → chunks fetched
@@ -745,6 +746,7 @@ class Repository(Sync):
         (verified like any fetch). What no source holds is reported, with who needs it.
         In a partial clone only dropped chunks are sought: the others come when needed."""
         with self._writing():
+            rebuilt = self.store.rebuild_damaged_indexes()
             bad = bad_chunks(self.store, self.pool)
             if bad:
                 repack(self.store, self.store.ids() - set(bad), grace_seconds=0)
@@ -757,6 +759,7 @@ class Repository(Sync):
             from_remotes = self._recover_from_remotes(set(missing) - from_tree)
             recovered = from_tree | {c for got in from_remotes.values() for c in got}
             return Repair(
+                rebuilt_indexes=rebuilt,
                 dropped=bad,
                 from_worktree=len(from_tree),
                 from_remotes={name: len(got) for name, got in from_remotes.items()},

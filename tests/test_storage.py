@@ -404,3 +404,20 @@ def test_expired_reflogs_let_gc_reclaim_a_deleted_branch(base_repo):
     assert listed.returncode == 0
     expired = run_mgit("reflog", "expire", "--all", cwd=repo.root, check=True)
     assert "reflog entr" in expired.stderr
+
+
+def test_fsck_repair_rebuilds_a_damaged_pack_index(base_repo):
+    repo, sd = base_repo
+    files = tree_hashes(repo.root)
+    (idx,) = (repo.git_dir / "chunks" / "packs").glob("*.idx")
+    corrupt(idx, 40)
+    broken = run_mgit("fsck", cwd=repo.root)
+    assert broken.returncode == 1 and "damaged" in broken.stdout
+    proc = run_mgit("fsck", "--repair", cwd=repo.root)
+    assert proc.returncode == 0, proc.stderr
+    assert "rebuilt 1 pack index" in proc.stderr and "0 still missing" in proc.stderr
+    fresh = Repository(repo.root)
+    assert fresh.fsck() == []
+    shutil.rmtree(repo.root / "model")
+    fresh.checkout("HEAD", ["model"])
+    assert tree_hashes(repo.root) == files

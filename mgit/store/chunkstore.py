@@ -22,7 +22,7 @@ import blake3
 
 from mgit.errors import CorruptObjectError
 from mgit.store import codec
-from mgit.store.pack import Location, PackIndex, PackReader, PackWriter, Record, idx_path
+from mgit.store.pack import Location, PackIndex, PackReader, PackWriter, Record, idx_path, scan_pack, write_index
 
 MAX_DELTA_DEPTH = 4
 # A delta at most this share of the raw size is taken without also trying the plain
@@ -398,6 +398,21 @@ class ChunkStore:
             except (OSError, ValueError) as exc:
                 problems.append(str(exc))
         return problems
+
+    def rebuild_damaged_indexes(self) -> list[str]:
+        """Rewrite every pack index that fails its checksum from its pack's records (repair);
+        returns the packs' names. The chunks are not vouched for: verify them afterwards."""
+        rebuilt = []
+        with self._lock:
+            for idx_file in sorted(self.pack_dir.glob("pack-*.idx")) if self.pack_dir.is_dir() else []:
+                try:
+                    PackIndex(idx_file)
+                except (OSError, ValueError):
+                    write_index(idx_file, scan_pack(idx_file.with_suffix(".pack")))
+                    rebuilt.append(idx_file.with_suffix(".pack").name)
+            if rebuilt:
+                self.forget_indexes()
+        return rebuilt
 
     def loose_ids(self) -> Iterator[str]:
         """Chunks stored one file each (format 1)."""

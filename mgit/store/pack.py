@@ -212,6 +212,27 @@ class PackIndex:
 DELTA_ENCODING = 2  # mirrors codec.XOR_DELTA; kept here so the index can say which records have a base
 
 
+def scan_pack(pack: Path) -> dict[str, Location]:
+    """The locations of the records a pack holds, read from the records themselves (each
+    carries its id): what rebuilds a damaged index. Stops at the first record that does not
+    fit the file (a damaged header); what follows it is lost to the rebuilt index."""
+    data = pack.read_bytes()
+    out: dict[str, Location] = {}
+    if not data.startswith(PACK_MAGIC):
+        return out
+    offset = len(PACK_MAGIC)
+    while offset + RECORD.size <= len(data):
+        raw_id, encoding, group, depth, pad, length, raw_size = RECORD.unpack_from(data, offset)
+        has_base = encoding == DELTA_ENCODING
+        end = offset + RECORD.size + (BASE_LEN if has_base else 0) + length
+        if pad != 0 or end > len(data) or encoding > DELTA_ENCODING:
+            break
+        base = data[offset + RECORD.size : offset + RECORD.size + BASE_LEN].hex() if has_base else None
+        out.setdefault(raw_id.hex(), Location(pack, offset, end - offset, raw_size, encoding, group, depth, base))
+        offset = end
+    return out
+
+
 class PackReader:
     """Memory-mapped access to the records of one pack."""
 
