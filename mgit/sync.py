@@ -136,6 +136,7 @@ class Sync:
                 with byte_progress("fetch", 0) as bar:
                     fetch_chunks(self.store, backend, needed, report, bar)
                 return report
+            complete = {sha.decode() for sha in self.graph.repo.refs.as_dict().values()}  # chunks all here
             refs = backend.refs()
             fetch_graph(self.graph, backend, set(refs.values()), report)
             for ref, sha in refs.items():
@@ -144,7 +145,8 @@ class Sync:
                     raise RemoteError(f"the remote's {ref} names a {kind.decode()}, not a commit (a damaged remote)")
             if self._remote_setting(remote, "partial") != "true":
                 with byte_progress("fetch", 0) as bar:
-                    fetch_chunks(self.store, backend, chunks_of(self.graph, set(refs.values())), report, bar)
+                    needed = chunks_of(self.graph, set(refs.values()), stop=complete)
+                    fetch_chunks(self.store, backend, needed, report, bar)
             self.store.seal()  # chunks are visible before any ref names them
             self._track(remote, refs)
             report.refs = {r: (None, c) for r, c in refs.items()}

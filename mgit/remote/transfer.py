@@ -15,7 +15,7 @@ only; the chunks come on demand later (:func:`fetch_chunks`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -234,9 +234,10 @@ def _children(obj: ShaFile) -> list[str]:
     return []
 
 
-def chunks_of(graph: Graph, commits: Iterable[str]) -> set[str]:
-    """Chunk ids the commits' manifests name."""
-    reach = reachable(graph, None, {c: "fetched commit" for c in commits})
+def chunks_of(graph: Graph, commits: Iterable[str], stop: Set[str] = frozenset()) -> set[str]:
+    """Chunk ids the commits' manifests name, not walking into the commits of ``stop`` (whose
+    chunks are known to be here already)."""
+    reach = reachable(graph, None, {c: "fetched commit" for c in commits}, stop=stop)
     if reach.missing:
         raise CorruptObjectError(reach.missing[0])
     return set(reach.chunks)
