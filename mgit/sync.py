@@ -277,9 +277,7 @@ class Sync:
                     state["backend"] = self._backend(name)
             try:
                 fetch_chunks(self.store, state["backend"], [cid], self.fetched, Bar())
-            except MgitError:
-                raise
-            except OSError as exc:
+            except OSError as exc:  # a dropped connection mid-read; MgitErrors already say what happened
                 raise RemoteError(f"cannot fetch chunk {cid[:12]} from {name}: {exc}") from None
 
         self.store.fallback = fetch_missing

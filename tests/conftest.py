@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,3 +169,29 @@ def run_mgit(*args: str, cwd: Path, check: bool = False, env: dict | None = None
     if check and proc.returncode != 0:
         raise AssertionError(f"mgit {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def commit_model(repo, sd: dict, message: str, shards: int = 1, directory: str = "model") -> str:
+    """Write ``sd`` as the model in ``directory`` (its files' mtimes moved past the racy
+    window), add and commit it; returns the commit id."""
+    write_model(repo.root / directory, sd, shards=shards)
+    for f in (repo.root / directory).iterdir():
+        touch_later(f)
+    repo.add([directory])
+    return repo.commit(message)
+
+
+def cut_after(put, chunks: int, error: Exception):
+    """A backend ``put`` that lets the first ``chunks`` chunks through, then fails every later
+    one with ``error`` (a connection lost mid-push); ``.sent`` lists the keys that arrived."""
+    lock, sent = threading.Lock(), []
+
+    def dying(self, key, data):
+        with lock:
+            if key.startswith("chunks/") and sum(k.startswith("chunks/") for k in sent) >= chunks:
+                raise error
+            sent.append(key)
+        put(self, key, data)
+
+    dying.sent = sent
+    return dying

@@ -122,7 +122,7 @@ class StagedFile:
     next merge or gc clears that directory."""
 
     def __init__(self, dest: Path, staging: Path, header: bytes, data_size: int):
-        self.dest, self.header = dest, header
+        self.dest = dest
         layout = parse_header(header, len(header) + data_size, str(dest))
         self.offsets = {t.name: layout.data_start + t.begin for t in layout.tensors}
         staging.mkdir(parents=True, exist_ok=True)

@@ -9,18 +9,10 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from conftest import llama_state_dict, run_mgit, touch_later, write_model
+from conftest import commit_model, llama_state_dict, run_mgit, touch_later, write_model
 from safetensors.torch import save_file
 
 from mgit.errors import BadInputError, RevisionError
-
-
-def commit_model(repo, sd, message, shards=1, directory="model"):
-    write_model(repo.root / directory, sd, shards=shards)
-    for f in (repo.root / directory).iterdir():
-        touch_later(f)
-    repo.add([directory])
-    return repo.commit(message)
 
 
 def expected(a: torch.Tensor, b: torch.Tensor) -> dict:

@@ -6,19 +6,19 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import frozen_finetune, llama_state_dict, run_mgit, touch_later, tree_hashes, write_model
+from conftest import (
+    commit_model,
+    cut_after,
+    frozen_finetune,
+    llama_state_dict,
+    run_mgit,
+    tree_hashes,
+)
 
 from mgit import Repository
 from mgit.errors import BadInputError, CorruptObjectError, NonFastForwardError, RemoteError
 from mgit.remote.backend import chunk_key
 from mgit.remote.local import DirectoryBackend
-
-
-def commit_model(repo: Repository, sd: dict, message: str) -> str:
-    write_model(repo.root / "model", sd)
-    touch_later(repo.root / "model" / "model.safetensors")
-    repo.add(["model"])
-    return repo.commit(message)
 
 
 @pytest.fixture
@@ -65,16 +65,8 @@ def test_an_interrupted_push_resumes_with_what_is_missing(pushed, monkeypatch):
     repo, base, _, tmp = pushed
     commit_model(repo, frozen_finetune(base, frozen_layers=set(), seed=5), "dense")
     todo = len(changed_chunks(repo, "HEAD~1", "HEAD"))
-    real, sent = DirectoryBackend.put, []
-
-    lock = threading.Lock()
-
-    def dying(self, key, data):
-        with lock:  # the first 3 chunks arrive, every later one fails
-            if key.startswith("chunks/") and sum(k.startswith("chunks/") for k in sent) >= 3:
-                raise OSError("connection lost")
-            sent.append(key)
-        real(self, key, data)
+    real = DirectoryBackend.put
+    dying = cut_after(real, 3, OSError("connection lost"))
 
     monkeypatch.setattr(DirectoryBackend, "put", dying)
     before = DirectoryBackend(tmp / "remote.mgit").refs()

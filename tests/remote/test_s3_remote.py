@@ -8,7 +8,14 @@ import uuid
 
 import boto3
 import pytest
-from conftest import frozen_finetune, llama_state_dict, run_mgit, touch_later, tree_hashes, write_model
+from conftest import (
+    commit_model,
+    cut_after,
+    frozen_finetune,
+    llama_state_dict,
+    run_mgit,
+    tree_hashes,
+)
 from moto.server import ThreadedMotoServer
 
 from mgit import Repository
@@ -34,13 +41,6 @@ def bucket(endpoint, monkeypatch):
     name = f"mgit-{uuid.uuid4().hex[:12]}"
     boto3.client("s3").create_bucket(Bucket=name)
     return name, env
-
-
-def commit_model(repo: Repository, sd: dict, message: str) -> str:
-    write_model(repo.root / "model", sd)
-    touch_later(repo.root / "model" / "model.safetensors")
-    repo.add(["model"])
-    return repo.commit(message)
 
 
 @pytest.fixture
@@ -106,16 +106,8 @@ def test_an_interrupted_push_resumes(work, monkeypatch):
 
     plan = plan_push(repo.graph, repo.store, S3Backend(url), repo.refs.head(), "refs/heads/main", False)
     total = sum(len(wave) for wave in plan.chunks)
-    real, sent = S3Backend.put, []
-
-    lock = threading.Lock()
-
-    def dying(self, key, data):
-        with lock:  # the first 4 chunks arrive, every later one fails
-            if key.startswith("chunks/") and sum(k.startswith("chunks/") for k in sent) >= 4:
-                raise RemoteError("connection lost")
-            sent.append(key)
-        real(self, key, data)
+    real = S3Backend.put
+    dying = cut_after(real, 4, RemoteError("connection lost"))
 
     monkeypatch.setattr(S3Backend, "put", dying)
     with pytest.raises(RemoteError):
