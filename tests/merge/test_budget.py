@@ -5,6 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -247,3 +250,11 @@ def test_cli_explain_and_errors(uneven):
     assert bad.returncode != 0 and "budget 'lots'" in bad.stderr and "Traceback" not in bad.stderr
     done = run_mgit(*args, "--budget", "20kB", cwd=root, check=True)
     assert "budget 20kB" in done.stderr
+
+
+def test_merge_example_runs(tmp_path):
+    """examples/merge_experts.py: TIES on the real MiniLM, then a budgeted task arithmetic merge."""
+    script = Path(__file__).parents[2] / "examples" / "merge_experts.py"
+    proc = subprocess.run([sys.executable, script, tmp_path / "w"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "budgeted merge" in proc.stdout and "error bound" in proc.stdout
