@@ -1233,9 +1233,12 @@ class Repository(Sync):
             commit = self._commit_tree(write_snapshot(self.graph, snap, self._stats_root(stats)), head, message)
             for path in set(old_files) - set(new_files):
                 index.entries.pop(path, None)
+            patterns = load_patterns(self.git_dir)
             for path, entry in new_files.items():
                 absent = not (self.root / path).exists()
-                index.entries[path] = IndexEntry(entry, skip_worktree=absent)
+                # sparse: a file in place counts as (stale) projection, so `add` keeps the tensors left out
+                projection = self._form(entry, path, patterns).projection(entry)
+                index.entries[path] = IndexEntry(entry, skip_worktree=absent, projection=projection)
             index.save()
             return commit
 
