@@ -56,4 +56,3 @@ def parse_budget(text: str | int | Budget) -> Budget:
     if m is None or m.group(2).lower() not in _UNITS:
         raise BadInputError(f"budget {raw!r} is not a size like 2GB, 500MiB, 4096 or a share like 10%")
     return Budget(nbytes=int(float(m.group(1)) * _UNITS[m.group(2).lower()]))
-

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.tree import Tree as RichTree
 
 from mgit import __version__, progress
+from mgit.diff.layers import layer_of
 from mgit.diff.model import ModelDiff, TensorDiff
 from mgit.diff.plot import heatmap
 from mgit.diff.summary import by_layer as by_layer_groups
@@ -24,6 +25,8 @@ from mgit.errors import MgitError
 from mgit.graph.objects import CommitInfo
 from mgit.maintenance.du import Usage
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
+from mgit.merge.importance import TensorBudget
+from mgit.merge.plan import MergePlan
 from mgit.merge.record import plan_record
 from mgit.remote.transfer import Transfer
 from mgit.repo import Repository
@@ -515,11 +518,58 @@ def _print_plan(plan: dict) -> None:
     decisions: dict[str, int] = {}
     for t in plan["tensors"]:
         decisions[t.get("decision") or "planned"] = decisions.get(t.get("decision") or "planned", 0) + 1
+    if "budget" in plan:
+        out.print("  " + _budget_line(plan["budget"]))
     untouched = sum(1 for t in plan["tensors"] if not any(t["expert_chunks_read"]))
     out.print(
         f"  tensors: {', '.join(f'{n} {d}' for d, n in sorted(decisions.items()))}; "
         f"{untouched} with every expert identical to the base (no expert read)"
     )
+
+
+def _budget_line(b: dict) -> str:
+    """One line on a budgeted plan: limit, planned vs full bytes, captured share, error bound."""
+    limit = "no budget" if b["limit_bytes"] is None else f"budget {b['given']} = {decimal(b['limit_bytes'])}"
+    bound = "" if b["error_bound"] is None else (
+        f"; error bound {b['error_bound']:.4g} (+ rounding {b['rounding_allowance']:.3g})"
+    )  # fmt: skip
+    analyzed = b["analyze"]
+    extra = (
+        f"; analyzed {analyzed['pairs']} chunk pair(s), reading {decimal(analyzed['bytes_read'])}"
+        if analyzed["pairs"]
+        else ""
+    )
+    return (
+        f"{limit} ({b['select']}): {b['chunks_chosen']} of {b['chunks_candidate']} expert chunk(s), "
+        f"{decimal(b['expert_bytes_planned'])} of {decimal(b['expert_bytes_full'])}; "
+        f"captured {b['captured_share']:.1%} of Σ‖wΔ‖²{bound}{extra}"
+    )
+
+
+def _print_explain(plan: MergePlan) -> None:
+    """Per layer: candidate and chosen chunks, bytes, captured share and error bound."""
+    report = plan.budget
+    assert report is not None
+    rows: dict[str, TensorBudget] = {}
+    for tp in plan.tensors:
+        tb = report.tensors.get(tp.name)
+        if tb is None:
+            continue
+        layer = layer_of(tp.name)
+        row = rows.setdefault("—" if layer is None else str(layer), TensorBudget())
+        for name in ("candidates", "chosen", "full_bytes", "planned_bytes", "energy", "captured", "bound"):
+            setattr(row, name, getattr(row, name) + getattr(tb, name))
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("layer", "chunks", "chosen", "naive", "planned", "captured", "bound"):
+        table.add_column(col, justify="left" if col == "layer" else "right")
+    affine = report.error_bound is not None
+    for layer, row in sorted(rows.items(), key=lambda kv: (kv[0] != "—", int(kv[0]) if kv[0] != "—" else -1)):
+        share = row.captured / row.energy if row.energy > 0 else 1.0
+        table.add_row(
+            layer, str(row.candidates), str(row.chosen), decimal(row.full_bytes), decimal(row.planned_bytes),
+            f"{share:.1%}", f"{row.bound:.4g}" if affine else "—",
+        )  # fmt: skip
+    out.print(table)
 
 
 @cli.command()
@@ -841,8 +891,21 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--out-dtype", help="dtype of the merged tensors, e.g. BF16")
 @click.option("--model", metavar="DIR", help="the model directory, when a commit holds several")
 @click.option("--allow-missing", is_flag=True, help="an expert lacking a tensor contributes the base's")
+@click.option(
+    "--budget",
+    metavar="SIZE|N%",
+    help="cap on expert chunk bytes read (or fetched): 2GB (10^9), 500MiB (2^20), or N% of a full merge's",
+)
+@click.option(
+    "--budget-select",
+    type=click.Choice(["importance", "uniform"]),
+    default="importance",
+    show_default=True,
+    help="how chunks are chosen under --budget (uniform: at random, seeded; for comparisons)",
+)
+@click.option("--explain", is_flag=True, help="print the budgeted plan per layer (bytes, captured share, bound)")
 @click.option("--dry-run", is_flag=True, help="print the plan (what would be read); read no tensor data")
-@click.option("--json", "as_json", is_flag=True, help="with --dry-run: the plan as JSON (schema mgit.plan/1)")
+@click.option("--json", "as_json", is_flag=True, help="with --dry-run/--explain: the plan as JSON (mgit.plan/1)")
 @click.pass_context
 def merge(
     ctx: click.Context,
@@ -866,6 +929,9 @@ def merge(
     out_dtype: str | None,
     model: str | None,
     allow_missing: bool,
+    budget: str | None,
+    budget_select: str,
+    explain: bool,
     dry_run: bool,
     as_json: bool,
 ) -> None:
@@ -886,16 +952,21 @@ def merge(
     }
     params = {k: v for k, v in given.items() if v is not None} | _param_pairs(extra)
     model_dir = os.path.abspath(model) if model else None
-    if dry_run:
+    if dry_run or explain:
         plan, setup = repo.merge_plan(
-            list(experts), method, base, model=model_dir, allow_missing=allow_missing, config=config, **params
-        )
+            list(experts), method, base, model=model_dir, allow_missing=allow_missing, config=config,
+            budget=budget, budget_select=budget_select, explain=explain, seed=seed or 0, dtype=dtype,
+            out_dtype=out_dtype, **params,
+        )  # fmt: skip
         from mgit.merge.engine import MergeSpec  # torch: only for merges
 
         spec = MergeSpec(setup.method, setup.params, seed or 0, dtype, out_dtype)
         record = plan_record(plan, spec, setup, None, __version__)
         if as_json:
             click.echo(json.dumps(record, indent=2))
+        elif explain:
+            _print_plan(record)
+            _print_explain(plan)
         else:
             _print_plan(record)
             table = Table(show_edge=False, pad_edge=False)
@@ -910,7 +981,8 @@ def merge(
         return
     sha = repo.merge(
         list(experts), method, base, branch=branch, message=message, seed=seed, dtype=dtype,
-        out_dtype=out_dtype, model=model_dir, allow_missing=allow_missing, config=config, **params,
+        out_dtype=out_dtype, model=model_dir, allow_missing=allow_missing, config=config, budget=budget,
+        budget_select=budget_select, **params,
     )  # fmt: skip
     record = repo.merge_record(sha)
     b = record["bytes"]
@@ -920,6 +992,8 @@ def merge(
         f"read {decimal(b['experts_measured'])} of expert chunks ({b['expert_chunks_measured']}), "
         f"{decimal(b['base_measured'])} of base chunks"
     )
+    if "budget" in record:
+        err.print("  " + _budget_line(record["budget"]))
 
 
 # -- remotes ----------------------------------------------------------------------------------

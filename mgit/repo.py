@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from dulwich.repo import get_user_identity
 
-from mgit.budget import Budget
+from mgit.budget import Budget, parse_budget
 from mgit.diff.model import ModelDiff, compare_models
 from mgit.diff.sources import Side, file_diffs, snapshot_side, worktree_side
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NotARepositoryError, RevisionError
@@ -33,8 +33,11 @@ from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
 from mgit.maintenance.fsck import bad_chunks, check_repository
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
 from mgit.maintenance.reach import reachable
+from mgit.merge import importance
+from mgit.merge.analyze import pair_norms
 from mgit.merge.config import load_config, num_layers, tensor_parameters
-from mgit.merge.plan import MergePlan, model_tensors, plan_merge
+from mgit.merge.importance import BudgetReport
+from mgit.merge.plan import MergePlan, TensorPlan, model_tensors, plan_merge
 from mgit.merge.record import PLAN_ENTRY, MergeSetup, plan_record
 from mgit.model.dtypes import lookup
 from mgit.model.filetree import load_chunked, load_safetensors
@@ -46,6 +49,7 @@ from mgit.parallel import make_pool, ordered_map
 from mgit.progress import byte_progress
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.gc import consolidate, repack
+from mgit.store.paircache import PairCache
 from mgit.sync import Sync, on_demand
 from mgit.version import __version__
 from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, fetch_within, over_budget
@@ -489,6 +493,8 @@ class Repository(Sync):
         model: str | None = None,
         allow_missing: bool = False,
         config: str | os.PathLike[str] | None = None,
+        budget: str | int | None = None,
+        budget_select: str = "importance",
         **params: Any,
     ) -> str:
         """Merge expert revisions into ``base`` (default HEAD) as a commit with parents
@@ -498,15 +504,20 @@ class Repository(Sync):
         created. Either way the working tree then holds the merged model. Parameters are
         mergekit's (weight, density, lambda, normalize, rescale, epsilon, gamma, t, ...).
         With ``config`` (a mergekit YAML file) method, base, experts and parameters come
-        from it instead, with per-tensor filters and per-layer gradients.
+        from it instead, with per-tensor filters and per-layer gradients. With ``budget``
+        (``"2GB"``, ``"10%"``, bytes) expert chunk reads stay within it, the most important
+        chunks chosen first (``budget_select="uniform"``: at random, for comparisons).
         """
         from mgit.merge.engine import MergeSpec, execute  # torch: only when merging
+        from mgit.merge.methods import get_method
 
-        plan, setup = self.merge_plan(
-            experts, method, base, model=model, allow_missing=allow_missing, config=config, **params
-        )
         if seed is None:  # deterministic methods need none: keep their commits reproducible
-            seed = secrets.randbits(31) if setup.method.random else 0
+            named = load_config(config).method if config is not None else method
+            seed = secrets.randbits(31) if get_method(named).random else 0
+        plan, setup = self.merge_plan(
+            experts, method, base, model=model, allow_missing=allow_missing, config=config,
+            budget=budget, budget_select=budget_select, seed=seed, dtype=dtype, out_dtype=out_dtype, **params,
+        )  # fmt: skip
         spec = MergeSpec(
             setup.method, setup.params, seed, dtype or setup.dtype, out_dtype or setup.out_dtype, setup.params_for
         )
@@ -586,9 +597,17 @@ class Repository(Sync):
         model: str | None = None,
         allow_missing: bool = False,
         config: str | os.PathLike[str] | None = None,
+        budget: str | int | None = None,
+        budget_select: str = "importance",
+        explain: bool = False,
+        seed: int = 0,
+        dtype: str | None = None,
+        out_dtype: str | None = None,
         **params: Any,
     ) -> tuple[MergePlan, MergeSetup]:
-        """What a merge would read, from manifests alone (``mgit merge --dry-run``)."""
+        """What a merge would read, from manifests alone (``mgit merge --dry-run``); with a
+        ``budget`` (or ``explain``) also which expert chunks are worth reading (``plan.budget``),
+        which may analyze chunk pairs no commit recorded (counted apart)."""
         from mgit.merge.methods import get_method
 
         cfg = load_config(config) if config is not None else None
@@ -624,7 +643,48 @@ class Repository(Sync):
             base_ref=base, params_for=params_for, config=cfg.source if cfg else None,
             dtype=cfg.dtype if cfg else None, out_dtype=cfg.out_dtype if cfg else None,
         )  # fmt: skip
+        if budget is not None or explain:
+            plan.budget = self._plan_budget(
+                plan, setup, budget, budget_select, seed, dtype or setup.dtype, out_dtype or setup.out_dtype
+            )
         return plan, setup
+
+    def _plan_budget(
+        self,
+        plan: MergePlan,
+        setup: MergeSetup,
+        budget: str | int | None,
+        select: str,
+        seed: int,
+        dtype: str | None,
+        out_dtype: str | None,
+    ) -> BudgetReport:
+        """Restrict ``plan`` to the expert chunks a budget affords (see mgit.merge.importance)."""
+        if select not in importance.SELECTIONS:
+            raise BadInputError(f"unknown budget selection {select!r} (known: {', '.join(importance.SELECTIONS)})")
+        given = parse_budget(budget) if budget is not None else None
+        count = len(setup.expert_commits)
+
+        def weights_for(tp: TensorPlan) -> importance.Weights:
+            params = setup.method.resolve(setup.params_for(tp.name), count) if setup.params_for else setup.params
+            return importance.effective_weights(setup.method.name, params, count)
+
+        def roundoff_for(tp: TensorPlan) -> float:
+            return importance.unit_roundoff(tp.base.dtype, dtype, out_dtype)
+
+        analysis = pair_norms(
+            self.graph, self.store, self.pool, PairCache(self.git_dir / "cache" / "pair-norms.sqlite"),
+            plan, setup.base_commit, setup.expert_commits, self.commit_stats,
+        )  # fmt: skip
+        full = plan.expert_bytes
+        limit = given.resolve(full) if given is not None else None
+        report = importance.BudgetReport(str(budget) if budget is not None else None, limit, select, full)
+        report.analyze_pairs, report.analyze_bytes = analysis.pairs_analyzed, analysis.bytes_read
+        cands = importance.candidates(plan, weights_for, analysis.norms)
+        taken = importance.choose(cands, limit, select, seed)
+        importance.apply(plan, cands, taken, weights_for, setup.method.name in importance.AFFINE_METHODS,
+                         roundoff_for, report)  # fmt: skip
+        return report
 
     def _merge_input(self, ref: str, model_dir: str | None) -> str:
         """A merge input: a revision, or a model directory on disk imported as a root commit

@@ -93,6 +93,22 @@ def frozen_finetune(sd: dict, frozen_layers: set[int], seed: int = 1, scale: flo
     return out
 
 
+def uneven_finetune(sd: dict, seed: int, low: float = 1e-4, high: float = 1e-1) -> dict:
+    """A fine-tune whose change is uneven across tensors, as real ones are: a third of the
+    tensors frozen (byte for byte), every other one moved by noise whose scale relative to the
+    tensor's std is drawn log-uniformly per tensor over [low, high] (three decades by default)."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, t in sorted(sd.items()):
+        frozen, u = torch.rand(2, generator=g).tolist()
+        if frozen < 1 / 3:
+            out[name] = t.clone()
+            continue
+        scale = low * (high / low) ** u * max(float(t.float().std()), 1e-3)
+        out[name] = (t.float() + torch.randn(t.shape, generator=g) * scale).to(t.dtype)
+    return out
+
+
 def lora_merged(sd: dict, rank: int = 4, seed: int = 2) -> dict:
     """A rank-r LoRA update merged into every q/v projection."""
     g = torch.Generator().manual_seed(seed)

@@ -8,7 +8,9 @@ plan is recorded in the merge commit, beside what the execution actually read.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mgit.errors import BadInputError
 from mgit.graph.objects import Graph
@@ -16,6 +18,9 @@ from mgit.graph.snapshot import Snapshot
 from mgit.model.filetree import load_safetensors
 from mgit.model.manifest import TensorManifest
 from mgit.store.chunkstore import ChunkStore
+
+if TYPE_CHECKING:
+    from mgit.merge.importance import BudgetReport
 
 
 @dataclass
@@ -26,6 +31,7 @@ class TensorPlan:
     experts: list[TensorManifest]  # in expert order (the base's manifest for a missing tensor)
     reads: list[list[int]] = field(default_factory=list)  # per expert: chunk indexes to read
     read_bytes: list[int] = field(default_factory=list)  # per expert: stored bytes of those chunks
+    costs: list[list[int]] = field(default_factory=list)  # per expert: each of those chunks' bytes
     missing: list[int] = field(default_factory=list)  # experts lacking the tensor (treated as the base)
 
 
@@ -38,6 +44,7 @@ class MergePlan:
     # How often each differing expert chunk is read: 2 for sparsifying methods (TIES, DARE, ...),
     # which decide on an expert's whole delta first, then merge chunk by chunk.
     expert_passes: int = 1
+    budget: BudgetReport | None = None  # set when planned under a budget (or explained)
 
     @property
     def expert_bytes(self) -> int:
@@ -69,7 +76,12 @@ def plan_merge(
     expert_names: list[str],
     allow_missing: bool = False,
     expert_passes: int = 1,
+    cost: Callable[[str, set[str]], int] | None = None,
 ) -> MergePlan:
+    """Per tensor and expert, the chunks differing from the base and what reading each costs:
+    ``cost(chunk id, chunk ids held decoded)``, by default the stored bytes the read touches
+    (a partial clone passes the bytes a fetch costs for chunks it lacks)."""
+    cost = cost or store.read_cost
     files, base = model_tensors(graph, base_snap, model)
     if not files:
         raise BadInputError(f"the base holds no model in {model or '.'!r}")
@@ -99,7 +111,8 @@ def plan_merge(
                 tp.experts.append(m)
                 tp.reads.append(idx)
                 held = {c.id for c in b.chunks}  # decoded base chunks serve as delta bases
-                tp.read_bytes.append(sum(store.read_cost(m.chunks[i].id, held) for i in idx))
-            plan.base_bytes += sum(store.read_cost(c.id) for c in b.chunks)
+                tp.costs.append([cost(m.chunks[i].id, held) for i in idx])
+                tp.read_bytes.append(sum(tp.costs[-1]))
+            plan.base_bytes += sum(cost(c.id, set()) for c in b.chunks)
             plan.tensors.append(tp)
     return plan

@@ -46,6 +46,16 @@ def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execut
         }
         if tp.missing:
             entry["missing_in"] = tp.missing
+        if plan.budget is not None and plan.budget.limit is not None:
+            entry["expert_chunks_chosen"] = [list(r) for r in tp.reads]
+            share = plan.budget.tensors.get(tp.name)
+            if share is not None:
+                entry["budget"] = {
+                    "candidates": share.candidates,
+                    "chosen": share.chosen,
+                    "captured_share": share.captured / share.energy if share.energy > 0 else 1.0,
+                    "error_bound": share.bound if plan.budget.error_bound is not None else None,
+                }
         if setup.params_for is not None:
             resolved = setup.method.resolve(setup.params_for(tp.name), len(setup.expert_commits))
             entry["parameters"] = {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(resolved.items())}
@@ -71,6 +81,8 @@ def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execut
         },
         "tensors": tensors,
     }
+    if plan.budget is not None:
+        record["budget"] = plan.budget.to_json()
     if setup.config is not None:
         record["config"] = setup.config
     if run is not None:

@@ -1,0 +1,242 @@
+"""Budgeted merges: which expert chunks are worth reading, decided without reading tensors.
+
+Every expert chunk that differs from the base chunk at the same place is a candidate:
+
+* cost: the stored bytes its read touches (delta chain included), times the method's passes
+  over the experts, or, in a partial clone, the bytes its fetch costs;
+* importance: |a_k| · ‖Δ_k,c‖, where ‖Δ_k,c‖ = ‖expert chunk − base chunk‖₂ comes from the
+  commits' statistics (or the pair cache, filled by the separate analyze step) and a_k is
+  expert k's effective weight in the merged tensor (λ·w_k, divided by Σw when normalizing).
+
+Under a budget the candidates are chosen by :mod:`mgit.merge.knapsack`; a skipped chunk is
+read as the base's (its Δ is 0). For methods whose result is affine in the experts (linear,
+task arithmetic, passthrough) skipping changes chunk c of the result by Σ_skipped a_k·Δ_k,c,
+so ‖M_budget − M_full‖ ≤ Σ over skipped candidates of |a_k|·‖Δ_k,c‖ (the error bound) in
+exact arithmetic. Both stored results are also rounded, which adds at most the rounding
+allowance: per chunk with a skip, 2·((2u + γ₃₂)·s·‖base_c‖ + γ_{K+4}·Σ_k |a_k|·‖Δ_k,c‖), where
+u is the unit roundoff of the coarsest dtype involved, γ_n = n·u/(1 − n·u) (Higham), s the
+base's coefficient and γ₃₂ float32 accumulation (linear): the base enters only the final add
+and cast, the deltas every step. For the others only the captured share of Σ (a_k·‖Δ_k,c‖)²
+is reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mgit.errors import BadInputError
+from mgit.merge.knapsack import Item, choose_by_density, choose_uniform
+from mgit.merge.plan import MergePlan, TensorPlan
+
+AFFINE_METHODS = frozenset({"linear", "task_arithmetic", "passthrough"})
+SELECTIONS = ("importance", "uniform")
+# Unit roundoff (half an ulp at 1) of each floating dtype.
+_UNIT_ROUNDOFF = {"F64": 2.0**-53, "F32": 2.0**-24, "F16": 2.0**-11, "BF16": 2.0**-8, "F8_E4M3": 2.0**-4}
+_COARSEST = 2.0**-3  # F8_E5M2 and anything unknown
+
+PairNorms = Mapping[tuple[str, str], float | None]
+
+
+@dataclass(frozen=True)
+class Weights:
+    """How the experts enter one merged tensor: M = s·base + Σ_k a_k·Δ_k (affine methods)."""
+
+    experts: tuple[float, ...]  # a_k
+    base: float  # s
+
+
+def effective_weights(method: str, params: Mapping[str, Any], count: int) -> Weights:
+    """Each expert's weight in the merged tensor (for the others: their weight as a ranking)."""
+    if method == "linear":
+        w = [float(x) for x in params["weight"]]
+        total = sum(w) if params.get("normalize", True) else 1.0
+        total = total or 1.0
+        return Weights(tuple(x / total for x in w), sum(abs(x) for x in w) / abs(total))
+    if method == "passthrough":
+        scale = params.get("scale", (None,))[0]
+        return Weights((1.0 if scale is None else float(scale),), 0.0)
+    if method == "slerp":
+        return Weights((float(params["t"]),), 1.0)
+    if "weight" in params:  # the task arithmetic family
+        w = [float(x) for x in params["weight"]]
+        total = sum(w) if params.get("normalize") else 1.0
+        total = total if abs(total) >= 1e-8 else 1.0
+        lam = float(params.get("lambda", 1.0))
+        return Weights(tuple(lam * x / total for x in w), 1.0)
+    return Weights(tuple(1.0 / count for _ in range(count)), 1.0)  # model_stock: towards the mean
+
+
+def _gamma(n: int, u: float) -> float:
+    """Higham's γ_n = n·u / (1 − n·u): the relative error of n roundings of unit roundoff u."""
+    return n * u / (1 - n * u) if n * u < 1 else math.inf
+
+
+def unit_roundoff(*dtypes: str | None) -> float:
+    return max(_UNIT_ROUNDOFF.get(d, _COARSEST) for d in dtypes if d is not None)
+
+
+@dataclass
+class Candidate:
+    tensor: int  # index into MergePlan.tensors
+    expert: int
+    chunk: int
+    cost: int  # bytes, every pass included
+    norm: float | None  # ‖Δ_k,c‖; None: unknown or not finite (always read)
+    weight: float  # |a_k|
+
+    @property
+    def importance(self) -> float:
+        return math.inf if self.norm is None else self.weight * self.norm
+
+
+@dataclass
+class TensorBudget:
+    """One tensor's share of a budgeted plan (for --explain and the record)."""
+
+    candidates: int = 0
+    chosen: int = 0
+    full_bytes: int = 0
+    planned_bytes: int = 0
+    energy: float = 0.0  # Σ (a_k ‖Δ‖)² over candidates
+    captured: float = 0.0  # ... over chosen ones
+    bound: float = 0.0  # Σ a_k ‖Δ‖ over skipped ones
+    rounding: float = 0.0
+
+
+@dataclass
+class BudgetReport:
+    given: str | None
+    limit: int | None  # bytes; None: no budget
+    select: str
+    full_bytes: int  # expert bytes a full merge reads
+    planned_bytes: int = 0
+    candidates: int = 0
+    chosen: int = 0
+    energy: float = 0.0
+    captured: float = 0.0
+    error_bound: float | None = None  # affine methods only
+    rounding_allowance: float | None = None
+    analyze_pairs: int = 0
+    analyze_bytes: int = 0
+    tensors: dict[str, TensorBudget] = field(default_factory=dict)
+
+    @property
+    def captured_share(self) -> float:
+        return self.captured / self.energy if self.energy > 0 else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "given": self.given,
+            "limit_bytes": self.limit,
+            "select": self.select,
+            "expert_bytes_full": self.full_bytes,
+            "expert_bytes_planned": self.planned_bytes,
+            "chunks_candidate": self.candidates,
+            "chunks_chosen": self.chosen,
+            "captured_share": self.captured_share,
+            "error_bound": self.error_bound,
+            "rounding_allowance": self.rounding_allowance,
+            "analyze": {"pairs": self.analyze_pairs, "bytes_read": self.analyze_bytes},
+        }
+
+
+def needed_pairs(plan: MergePlan) -> list[tuple[str, str, int]]:
+    """(expert chunk, base chunk, tensor index) of every candidate, in plan order."""
+    out = []
+    for t, tp in enumerate(plan.tensors):
+        for k, reads in enumerate(tp.reads):
+            out += [(tp.experts[k].chunks[i].id, tp.base.chunks[i].id, t) for i in reads if i < len(tp.base.chunks)]
+    return out
+
+
+def candidates(plan: MergePlan, weights_for: Callable[[TensorPlan], Weights], norms: PairNorms) -> list[Candidate]:
+    """Every expert chunk a full merge reads, with its cost and importance."""
+    out = []
+    for t, tp in enumerate(plan.tensors):
+        weights = weights_for(tp)
+        for k, reads in enumerate(tp.reads):
+            for i, cost in zip(reads, tp.costs[k], strict=True):
+                same_place = i < len(tp.base.chunks) and tp.base.chunks[i].size == tp.experts[k].chunks[i].size
+                norm = norms.get((tp.experts[k].chunks[i].id, tp.base.chunks[i].id)) if same_place else None
+                out.append(Candidate(t, k, i, plan.expert_passes * cost, norm, abs(weights.experts[k])))
+    return out
+
+
+def choose(cands: list[Candidate], limit: int | None, select: str, seed: int) -> list[bool]:
+    """Which candidates to read: all without a limit; otherwise those of unknown importance
+    first (they cannot be ranked, so never silently dropped), then the knapsack's choice."""
+    if limit is None:
+        return [True] * len(cands)
+    forced = [c.norm is None for c in cands]
+    left = limit - sum(c.cost for c, f in zip(cands, forced, strict=True) if f)
+    if left < 0:
+        need = limit - left
+        raise BadInputError(
+            f"the budget ({limit} bytes) is below the {need} bytes of expert chunks whose change is unknown "
+            "(not finite, or chunked unlike the base): raise --budget"
+        )
+    rest = [n for n, f in enumerate(forced) if not f]
+    items = [Item(cands[n].cost, cands[n].importance) for n in rest]
+    picked = choose_by_density(items, left) if select == "importance" else choose_uniform(items, left, seed)
+    taken = list(forced)
+    for n, p in zip(rest, picked, strict=True):
+        taken[n] = p
+    return taken
+
+
+def apply(
+    plan: MergePlan,
+    cands: list[Candidate],
+    taken: list[bool],
+    weights_for: Callable[[TensorPlan], Weights],
+    affine: bool,
+    roundoff_for: Callable[[TensorPlan], float],
+    report: BudgetReport,
+) -> None:
+    """Restrict the plan's reads to the chosen candidates and fill the report."""
+    chosen: dict[tuple[int, int], list[int]] = {}
+    per_chunk: dict[tuple[int, int], list[tuple[Candidate, bool]]] = {}
+    for c, take in zip(cands, taken, strict=True):
+        tb = report.tensors.setdefault(plan.tensors[c.tensor].name, TensorBudget())
+        value = 0.0 if c.norm is None else c.weight * c.norm
+        tb.candidates += 1
+        tb.full_bytes += c.cost
+        tb.energy += value * value
+        if take:
+            chosen.setdefault((c.tensor, c.expert), []).append(c.chunk)
+            tb.chosen += 1
+            tb.planned_bytes += c.cost
+            tb.captured += value * value
+        else:
+            tb.bound += value
+        per_chunk.setdefault((c.tensor, c.chunk), []).append((c, take))
+    for (t, i), members in per_chunk.items():
+        if all(take for _, take in members):
+            continue
+        tp = plan.tensors[t]
+        u = roundoff_for(tp)
+        gamma = _gamma(len(tp.experts) + 4, u)
+        base_norm = tp.base.chunks[i].l2
+        moved = sum(c.weight * c.norm for c, _ in members if c.norm is not None)
+        size = math.inf if base_norm is None else weights_for(tp).base * base_norm
+        # two results (budgeted and full), each: the base rounds only in the final add and cast
+        # (plus float32 accumulation for linear), the deltas through every step
+        report.tensors[tp.name].rounding += 2 * ((2 * u + _gamma(len(tp.experts) + 2, 2.0**-24)) * size + gamma * moved)
+    for t, tp in enumerate(plan.tensors):
+        for k, reads in enumerate(tp.reads):
+            keep = set(chosen.get((t, k), ()))
+            pairs = [(i, cost) for i, cost in zip(reads, tp.costs[k], strict=True) if i in keep]
+            tp.reads[k] = [i for i, _ in pairs]
+            tp.costs[k] = [cost for _, cost in pairs]
+            tp.read_bytes[k] = sum(tp.costs[k])
+    report.candidates = len(cands)
+    report.chosen = sum(taken)
+    report.planned_bytes = sum(c.cost for c, take in zip(cands, taken, strict=True) if take)
+    report.energy = sum(tb.energy for tb in report.tensors.values())
+    report.captured = sum(tb.captured for tb in report.tensors.values())
+    if affine:
+        report.error_bound = sum(tb.bound for tb in report.tensors.values())
+        report.rounding_allowance = sum(tb.rounding for tb in report.tensors.values())

@@ -1,0 +1,249 @@
+"""Budgeted merges: never over budget, exact at full budget, bounded error, importance pays."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+
+import pytest
+import torch
+from conftest import commit_model, llama_state_dict, run_mgit, uneven_finetune
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mgit.budget import Budget, parse_budget
+from mgit.errors import BadInputError
+from mgit.merge import engine
+from mgit.merge.knapsack import Item, choose_by_density, choose_uniform
+from mgit.model import ingest
+from mgit.model.chunking import chunk_size_for
+
+NAMES = ("math", "code", "chat", "law")
+WEIGHTS = [0.4, 0.3, 0.2, 0.1]
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of ~4 KB: every tensor has several, so a budget chooses within tensors too."""
+    small = functools.partial(chunk_size_for, target=4000)
+    monkeypatch.setattr(ingest, "chunk_size_for", small)
+    monkeypatch.setattr(engine, "chunk_size_for", small)
+
+
+def _experts(repo, dtype=torch.bfloat16):
+    base = llama_state_dict(seed=3, dtype=dtype)
+    commit_model(repo, base, "base")
+    for k, name in enumerate(NAMES):
+        repo.checkout("main")
+        repo.checkout(create_branch=name)
+        commit_model(repo, uneven_finetune(base, seed=40 + k), name)
+    repo.checkout("main")
+    return base
+
+
+@pytest.fixture
+def uneven(repo, small_chunks):
+    _experts(repo)
+    return repo
+
+
+def _merge(repo, branch, method="task_arithmetic", **kw):
+    repo.checkout("main")
+    params = {"weight": WEIGHTS} if method != "slerp" else {"t": 0.3}
+    experts = list(NAMES) if method != "slerp" else ["math"]
+    sha = repo.merge(experts, method, branch=branch, **(params | kw))
+    return sha, repo.merge_record(sha)
+
+
+def _distance(a: dict, b: dict) -> float:
+    return math.sqrt(sum(float(((a[k].double() - b[k].double()) ** 2).sum()) for k in a))
+
+
+def _bits(sd: dict) -> dict:
+    return {k: v.view(torch.int16) if v.dtype == torch.bfloat16 else v for k, v in sd.items()}
+
+
+def _equal(a: dict, b: dict) -> bool:
+    a, b = _bits(a), _bits(b)
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# -- the knapsack -----------------------------------------------------------------------------
+
+
+def _optimum(items: list[Item], limit: int) -> float:
+    best = 0.0
+    for mask in range(1 << len(items)):
+        chosen = [it for n, it in enumerate(items) if mask >> n & 1]
+        if sum(it.cost for it in chosen) <= limit:
+            best = max(best, sum(it.value for it in chosen))
+    return best
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 50), st.floats(0, 100)), min_size=1, max_size=10),
+    st.integers(0, 200),
+)
+def test_knapsack_within_budget_and_half_the_optimum(pairs, limit):
+    items = [Item(c, v) for c, v in pairs]
+    taken = choose_by_density(items, limit)
+    assert sum(it.cost for it, t in zip(items, taken, strict=True) if t) <= limit
+    value = sum(it.value for it, t in zip(items, taken, strict=True) if t)
+    assert value >= _optimum(items, limit) / 2 - 1e-9
+    uniform = choose_uniform(items, limit, seed=7)
+    assert sum(it.cost for it, t in zip(items, uniform, strict=True) if t) <= limit
+    assert choose_uniform(items, limit, seed=7) == uniform
+
+
+def test_knapsack_takes_everything_that_fits():
+    items = [Item(10, 1.0), Item(20, 0.0), Item(5, 3.0)]
+    assert choose_by_density(items, 35) == [True, True, True]
+    assert choose_by_density(items, 15) == [True, False, True]
+    # the guard: one big valuable item beats the dense small one
+    assert choose_by_density([Item(1, 1.0), Item(10, 9.0)], 10) == [False, True]
+
+
+def test_parse_budget():
+    assert parse_budget("2GB") == Budget(nbytes=2 * 10**9)
+    assert parse_budget("500MiB") == Budget(nbytes=500 * 2**20)
+    assert parse_budget("1.5 gib").nbytes == int(1.5 * 2**30)
+    assert parse_budget("10%").resolve(1000) == 100
+    assert parse_budget(4096).resolve(10) == 4096
+    for bad in ("x", "-3GB", "200%", "2XB", "", "%"):
+        with pytest.raises(BadInputError):
+            parse_budget(bad)
+
+
+# -- budgeted merges --------------------------------------------------------------------------
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    share=st.floats(0.0, 1.0),
+    method=st.sampled_from(["task_arithmetic", "ties", "linear", "dare_linear"]),
+    select=st.sampled_from(["importance", "uniform"]),
+)
+def test_budget_is_never_exceeded(uneven, share, method, select):
+    repo = uneven
+    full = repo.merge_plan(list(NAMES), method, weight=WEIGHTS)[0].expert_bytes
+    limit = int(full * share)
+    n = len(repo.branches())
+    sha, record = _merge(repo, f"b{n}", method, budget=limit, budget_select=select, seed=5)
+    b, spent = record["budget"], record["bytes"]
+    assert b["limit_bytes"] == limit
+    assert spent["experts_measured"] == b["expert_bytes_planned"] == spent["experts_estimated"]
+    assert spent["experts_measured"] <= limit
+    assert b["chunks_chosen"] <= b["chunks_candidate"]
+
+
+def test_full_budget_equals_the_exact_merge(uneven):
+    repo = uneven
+    for method in ("task_arithmetic", "ties", "linear", "slerp"):
+        exact, _ = _merge(repo, f"{method}-exact", method)
+        full, record = _merge(repo, f"{method}-100", method, budget="100%")
+        assert _equal(repo.state_dict(exact), repo.state_dict(full)), method
+        assert record["budget"]["captured_share"] == 1.0
+        assert record["budget"]["chunks_chosen"] == record["budget"]["chunks_candidate"]
+        if method in ("task_arithmetic", "linear"):
+            assert record["budget"]["error_bound"] == 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("method", ["task_arithmetic", "linear"])
+def test_error_bound_holds(repo, small_chunks, dtype, method):
+    _experts(repo, dtype)
+    exact = repo.state_dict(_merge(repo, "exact", method)[0])
+    for share in (0.5, 0.2, 0.05):
+        sha, record = _merge(repo, f"b{int(share * 100)}", method, budget=f"{share * 100}%")
+        b = record["budget"]
+        error = _distance(repo.state_dict(sha), exact)
+        assert 0 < error <= b["error_bound"] + b["rounding_allowance"], (share, error, b)
+        if dtype == torch.float32:  # rounding is then negligible beside the bound itself
+            assert b["rounding_allowance"] < 1e-2 * b["error_bound"]
+            assert error <= b["error_bound"] * 1.01
+
+
+def test_importance_beats_uniform_selection(uneven):
+    """On experts whose change is uneven across tensors the ranked plan's error is well below a
+    uniform random choice's at every budget (the benchmark reports the 2x target at scale)."""
+    repo = uneven
+    base = repo.state_dict("main")
+    exact = repo.state_dict(_merge(repo, "exact")[0])
+    scale = _distance(exact, base)
+    for share in ("50%", "25%", "10%"):
+        ranked = _distance(repo.state_dict(_merge(repo, f"i{share}", budget=share)[0]), exact) / scale
+        uniform = []
+        for seed in (1, 2, 3):
+            sha, _ = _merge(repo, f"u{share}{seed}", budget=share, budget_select="uniform", seed=seed)
+            uniform.append(_distance(repo.state_dict(sha), exact) / scale)
+        assert ranked <= 0.8 * min(uniform), (share, ranked, uniform)
+
+
+def test_plan_reads_no_tensor_data_and_is_deterministic(uneven):
+    repo = uneven
+    before = repo.store.reads.chunks
+    first, _ = repo.merge_plan(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="30%")
+    second, _ = repo.merge_plan(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="30%")
+    assert repo.store.reads.chunks == before  # statistics from the experts' commits, no reads
+    assert first.budget.analyze_pairs == 0
+    assert [tp.reads for tp in first.tensors] == [tp.reads for tp in second.tensors]
+
+
+def test_unrecorded_pairs_are_analyzed_once_and_cached(repo, small_chunks):
+    """An expert two commits past the base: its chunks' statistics pair them with the first
+    commit's, not the base's; analyze reads them once, then the cache answers."""
+    base = _experts(repo)
+    repo.checkout("math")
+    commit_model(repo, uneven_finetune(base, seed=99), "math, again")
+    repo.checkout("main")
+    first, _ = repo.merge_plan(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="30%")
+    assert first.budget.analyze_pairs > 0 and first.budget.analyze_bytes > 0
+    before = repo.store.reads.chunks
+    second, _ = repo.merge_plan(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="30%")
+    assert second.budget.analyze_pairs == 0 and repo.store.reads.chunks == before
+    assert [tp.reads for tp in first.tensors] == [tp.reads for tp in second.tensors]
+    # the cached values are the analyzed ones: same captured share and bound
+    assert second.budget.captured_share == first.budget.captured_share
+    assert second.budget.error_bound == first.budget.error_bound
+
+
+def test_budget_below_the_unrankable_chunks_is_refused(uneven, monkeypatch):
+    from mgit.merge import analyze
+
+    monkeypatch.setattr(analyze, "delta_l2", lambda a, b, dtype: None)  # as if every change were NaN
+    monkeypatch.setattr(analyze, "recorded_norms", lambda commits, stats_of, wanted: {})
+    with pytest.raises(BadInputError, match="raise --budget"):
+        uneven.merge_plan(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="10%")
+
+
+def test_budget_is_recorded_and_shown(uneven):
+    repo = uneven
+    sha, record = _merge(repo, "b", budget="25%")
+    b = record["budget"]
+    assert set(b) >= {
+        "given", "limit_bytes", "select", "expert_bytes_full", "expert_bytes_planned", "chunks_candidate",
+        "chunks_chosen", "captured_share", "error_bound", "rounding_allowance", "analyze",
+    }  # fmt: skip
+    assert b["given"] == "25%" and 0 < b["captured_share"] < 1
+    chosen = [t for t in record["tensors"] if "expert_chunks_chosen" in t]
+    assert sum(len(c) for t in chosen for c in t["expert_chunks_chosen"]) == b["chunks_chosen"]
+    shown = run_mgit("show", sha, cwd=repo.root, check=True).stdout
+    assert "budget 25%" in shown and "error bound" in shown
+    doc = json.loads(run_mgit("show", "--json", sha, cwd=repo.root, check=True).stdout)
+    assert doc["plan"]["budget"] == b
+
+
+def test_cli_explain_and_errors(uneven):
+    root = uneven.root
+    head = uneven.resolve("HEAD")
+    args = ("merge", "--method", "task_arithmetic", "--weights", "0.4,0.3,0.2,0.1", *NAMES)
+    shown = run_mgit(*args, "--budget", "10%", "--explain", cwd=root, check=True).stdout
+    assert "layer" in shown and "captured" in shown and "bound" in shown
+    doc = json.loads(run_mgit(*args, "--budget", "10%", "--explain", "--json", cwd=root, check=True).stdout)
+    assert doc["budget"]["limit_bytes"] == doc["budget"]["expert_bytes_full"] // 10
+    assert uneven.resolve("HEAD") == head  # nothing merged
+    bad = run_mgit(*args, "--budget", "lots", cwd=root)
+    assert bad.returncode != 0 and "budget 'lots'" in bad.stderr and "Traceback" not in bad.stderr
+    done = run_mgit(*args, "--budget", "20kB", cwd=root, check=True)
+    assert "budget 20kB" in done.stderr
