@@ -1299,6 +1299,11 @@ class Repository(Sync):
                 # sparse: a file in place counts as (stale) projection, so `add` keeps the tensors left out
                 projection = self._form(entry, path, patterns).projection(entry)
                 index.entries[path] = IndexEntry(entry, skip_worktree=absent, projection=projection)
+            shard_index = posixpath.join(model_dir, "model.safetensors.index.json")
+            staged = index.entries.get(shard_index)
+            if shard_index in snap and staged is not None and staged.entry != snap[shard_index]:
+                # stage the rewritten weight map too, or the next commit would bring the old one back
+                index.entries[shard_index] = IndexEntry(snap[shard_index])
             index.save()
             return commit
 
