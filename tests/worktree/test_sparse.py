@@ -141,6 +141,48 @@ def test_added_removed_and_reshaped_tensors_get_a_new_header(work):
     assert repo.status().clean and repo.fsck() == []
 
 
+def test_restoring_paths_follows_the_patterns(work):
+    repo, base, _, full, _ = work
+    repo.checkout("main", include=INCLUDE, exclude=EXCLUDE)
+    (repo.root / SHARD1).unlink()
+    assert [f.change for f in repo.status().unstaged] == ["deleted"]
+    res = repo.checkout("HEAD", ["model"])
+    assert sorted(res.written) == sorted(["model/config.json", "model/model.safetensors.index.json", SHARD1])
+    assert raw_tensors(repo.root / SHARD1) == {n: full[SHARD1][n] for n in selected(base)}
+    assert not (repo.root / SHARD2).exists() and repo.status().clean
+
+
+def test_a_left_out_file_written_anew_keeps_its_tensors(work):
+    repo, base, _, _, _ = work
+    repo.checkout("main", include=INCLUDE, exclude=EXCLUDE)
+    extra = torch.arange(6, dtype=torch.float32)
+    save_file({"model.extra.weight": extra}, repo.root / SHARD2)
+    repo.add(["model"])
+    repo.commit("a tensor more in the left-out shard")
+    got = repo.state_dict("HEAD")
+    assert set(got) == set(base) | {"model.extra.weight"}
+    assert all(torch.equal(got[n], base[n]) for n in base) and torch.equal(got["model.extra.weight"], extra)
+
+
+def test_committing_from_memory_keeps_a_sparse_file_safe_to_add(work):
+    repo, base, _, _, _ = work
+    repo.checkout("main", include=INCLUDE, exclude=EXCLUDE)
+    left_out, kept = "model.layers.0.mlp.up_proj.weight", "model.layers.1.self_attn.o_proj.weight"
+    changed = dict(base) | {left_out: base[left_out] * 3}
+    repo.commit_state_dict(changed, model="model", message="from memory")
+    st = repo.status()
+    assert st.staged == [] and SHARD1 not in [f.path for f in st.unstaged]  # it shows what a checkout writes
+    path = repo.root / SHARD1
+    sd = load_file(path)
+    sd[kept] = sd[kept] + 1
+    save_file(sd, path, metadata={"format": "pt"})
+    touch_later(path)
+    repo.add([SHARD1])
+    repo.commit("edit the sparse file")
+    got, expected = repo.state_dict("HEAD"), changed | {kept: base[kept] + 1}
+    assert set(got) == set(expected) and all(torch.equal(got[n], expected[n]) for n in expected)
+
+
 def test_back_to_a_full_checkout(work):
     repo, _, _, _, files = work
     repo.checkout("main", include=INCLUDE)
