@@ -30,6 +30,7 @@ from mgit.merge.plan import MergePlan
 from mgit.merge.record import plan_record
 from mgit.remote.transfer import Transfer
 from mgit.repo import Repository
+from mgit.worktree.sparse import SparseSummary
 from mgit.worktree.status import FileStatus
 
 # Piped output is not cut at 80 columns: tables keep whole tensor names on one line.
@@ -142,6 +143,24 @@ def _file_status_json(f: FileStatus) -> dict:
     return d
 
 
+def _sparse_json(sparse: SparseSummary | None) -> dict | None:
+    if sparse is None:
+        return None
+    return {
+        "include": list(sparse.patterns.include),
+        "exclude": list(sparse.patterns.exclude),
+        "tensors_present": sparse.tensors_present,
+        "tensors_total": sparse.tensors_total,
+    }
+
+
+def _sparse_line(sparse: SparseSummary) -> str:
+    return (
+        f"Sparse checkout ({sparse.patterns.describe()}): {sparse.tensors_present} of {sparse.tensors_total} "
+        "tensors present (`mgit checkout HEAD --full` for all)"
+    )
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.status/1).")
 @click.pass_context
@@ -158,12 +177,15 @@ def status(ctx: click.Context, as_json: bool) -> None:
                 "unstaged": [_file_status_json(f) for f in st.unstaged],
                 "untracked": st.untracked,
                 "not_checked_out": st.not_checked_out,
+                "sparse": _sparse_json(st.sparse),
             },
         )
         return
     out.print(f"On branch {st.branch}" if st.branch else f"HEAD detached at {st.head[:12] if st.head else '?'}")
     if st.head is None:
         out.print("No commits yet")
+    if st.sparse is not None:
+        out.print(_sparse_line(st.sparse), markup=False)
     for title, items, style in (
         ("Changes to be committed:", st.staged, "green"),
         ("Changes not staged for commit:", st.unstaged, "red"),
@@ -347,18 +369,39 @@ def branch(ctx: click.Context, name: str | None, rev: str, delete: bool) -> None
 @click.argument("rev", required=False)
 @click.option("-b", "new_branch", metavar="NAME", help="Create branch NAME at REV (default HEAD) and switch to it.")
 @click.option("-f", "--force", is_flag=True, help="Discard local changes in the way.")
+@click.option("--include", multiple=True, metavar="GLOB", help="Sparse: only tensors matching (fnmatch, repeatable).")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Sparse: leave out tensors matching (repeatable).")
+@click.option("--full", is_flag=True, help="Back to a full checkout (every tensor).")
+@click.option("--budget", metavar="SIZE", help="Refuse to read and fetch more than SIZE (e.g. 500MB, 2GiB).")
 @click.pass_context
-def checkout(ctx: click.Context, rev: str | None, new_branch: str | None, force: bool) -> None:
-    """Switch to REV, or restore paths from it: `mgit checkout REV -- PATH...`."""
+def checkout(
+    ctx: click.Context,
+    rev: str | None,
+    new_branch: str | None,
+    force: bool,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    full: bool,
+    budget: str | None,
+) -> None:
+    """Switch to REV, or restore paths from it: `mgit checkout REV -- PATH...`.
+    --include/--exclude make the checkout sparse (kept for later checkouts until --full)."""
     repo = _repo(ctx)
     paths = _paths_after_dashdash()
-    res = repo.checkout(rev, _abs(paths) if paths else None, create_branch=new_branch, force=force)
+    res = repo.checkout(
+        rev, _abs(paths) if paths else None, create_branch=new_branch, force=force,
+        include=include, exclude=exclude, full=full, budget=budget,
+    )  # fmt: skip
     if paths:
         err.print(f"restored {len(res.written)} file(s)")
         return
     summary = (
         f"{len(res.written)} file(s) written, {len(res.removed)} removed, {decimal(res.bytes_read)} read from the store"
     )
+    if res.bytes_fetched:
+        summary += f", {decimal(res.bytes_fetched)} fetched"
+    if budget is not None:
+        summary += f" (budget {budget})"
     if new_branch:
         err.print(f"Switched to a new branch '{new_branch}'")
     elif res.detached:
@@ -372,6 +415,10 @@ def checkout(ctx: click.Context, rev: str | None, new_branch: str | None, force:
     else:
         err.print(f"HEAD is at {res.commit[:12]}")
     err.print(summary)
+    patterns = repo.sparse_patterns()
+    if patterns is not None:
+        left = f"; {len(res.left_out)} file(s) with no tensor selected left out" if res.left_out else ""
+        err.print(f"sparse checkout: {patterns.describe()}{left}", markup=False)
 
 
 def _usage_json(u: Usage) -> dict:

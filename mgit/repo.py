@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from dulwich.repo import get_user_identity
 
-from mgit.budget import parse_budget
+from mgit.budget import Budget, parse_budget
 from mgit.diff.model import ModelDiff, compare_models
 from mgit.diff.sources import Side, file_diffs, snapshot_side, worktree_side
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NotARepositoryError, RevisionError
@@ -42,7 +42,8 @@ from mgit.merge.record import PLAN_ENTRY, MergeSetup, plan_record
 from mgit.model.dtypes import lookup
 from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.ingest import Ingestor, recover_chunks
-from mgit.model.materialize import StagedFile, entry_size, local_chunks, write_entry
+from mgit.model.materialize import LocalChunks, StagedFile, entry_size, local_chunks, store_reads, write_entry
+from mgit.model.projection import combine, project, tensor_count
 from mgit.model.safetensors_file import build_header
 from mgit.parallel import make_pool, ordered_map
 from mgit.progress import byte_progress
@@ -51,8 +52,10 @@ from mgit.store.gc import consolidate, repack
 from mgit.store.paircache import PairCache
 from mgit.sync import Sync, on_demand
 from mgit.version import __version__
+from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, fetch_within, over_budget
 from mgit.worktree.index import Index, IndexEntry
 from mgit.worktree.scan import Ignorer, walk
+from mgit.worktree.sparse import SparsePatterns, load_patterns, make_patterns, save_patterns, summarize
 from mgit.worktree.status import Status, compare_snapshots, working_matches, worktree_changes
 
 if TYPE_CHECKING:
@@ -94,9 +97,28 @@ class CheckoutResult:
     commit: str | None
     written: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # sparse: safetensors files with no tensor selected
     chunks_read: int = 0
     bytes_read: int = 0  # stored bytes read from the chunk store
+    bytes_fetched: int = 0  # bytes received from the remote (a partial clone)
+    cost: CheckoutCost | None = None  # the price checked against a budget (read, fetch)
     detached: bool = False
+
+
+@dataclass(frozen=True)
+class WorkForm:
+    """How a tracked file shows in the working tree: ``entry`` is what the file holds (the
+    committed entry, or its sparse projection); not ``written``: no tensor of it is selected."""
+
+    entry: Entry
+    written: bool = True
+
+    def projection(self, full: Entry) -> str | None:
+        """The index's record of a sparse working file (None: it holds ``full`` itself)."""
+        return None if self.entry == full else self.entry.oid
+
+
+_KEEP = object()  # a checkout that leaves the sparse patterns as they are
 
 
 @dataclass
@@ -285,11 +307,14 @@ class Repository(Sync):
                 for rel, st in sorted(todo.items()):
                     # Unchanged chunks dedup inside the store, so re-ingesting a touched but
                     # unchanged file writes nothing new and yields the same entry.
-                    entry = ingestor.file(self.root / rel, rel)
+                    got = ingestor.file(self.root / rel, rel)
                     after = os.stat(self.root / rel)
                     old = index.entries.get(rel)
-                    stats = self._file_stats_blob(ingestor.file_stats)
-                    index.set(rel, entry, after if after.st_mtime_ns == st.st_mtime_ns else None, stats)
+                    entry, stats = got, self._file_stats_blob(ingestor.file_stats)
+                    if old is not None and old.projection and got.kind == "safetensors":
+                        entry, stats = self._unproject(rel, old, got, stats)
+                    projection = got.oid if entry != got else None
+                    index.set(rel, entry, after if after.st_mtime_ns == st.st_mtime_ns else None, stats, projection)
                     if old is None or old.entry != entry:
                         result.added.append(rel)
             self.store.seal()  # chunks become visible before anything refers to them
@@ -297,6 +322,14 @@ class Repository(Sync):
         s = ingestor.stats
         result.logical_bytes, result.stored_bytes, result.new_chunks = s.logical_bytes, s.stored_bytes, s.new_chunks
         return result
+
+    def _unproject(self, rel: str, old: IndexEntry, got: Entry, stats: str | None) -> tuple[Entry, str | None]:
+        """(full entry, statistics) to stage for a sparse working file now holding ``got``:
+        the staged entry as it was if the file is as checked out, else its tensors plus
+        those the sparse checkout left out, unchanged."""
+        if got == old.worktree:
+            return old.entry, old.stats
+        return combine(self.graph, old.entry, old.worktree, got, rel), stats
 
     def rm(self, paths: Iterable[str | os.PathLike[str]], cached: bool = False) -> list[str]:
         """Stop tracking paths; delete the working files too unless ``cached``."""
@@ -395,6 +428,9 @@ class Repository(Sync):
         status.unstaged, status.untracked, status.not_checked_out, refreshed = worktree_changes(
             self.graph, self.pool, self.root, index, files
         )
+        patterns = load_patterns(self.git_dir)
+        if patterns is not None:
+            status.sparse = summarize(self.graph, index, patterns)
         if refreshed:
             try:
                 with self.lock:
@@ -763,20 +799,26 @@ class Repository(Sync):
 
     def _worktree_side(self, like: Side, model: str | None) -> Side:
         """The working tree; files the stat cache vouches for are read from the index
-        (their manifests), so only modified files are hashed."""
+        (their manifests), so only modified files are hashed. A file not checked out (a
+        sparse checkout left it out) is as the index has it; a sparse file, as checked out,
+        is the whole file, and once changed, it still holds the tensors it left out."""
         index = self._index()
         files = walk(self.root)
-        clean = {
-            p: index.entries[p].entry for p, st in files.items() if p in index.entries and index.entries[p].matches(st)
-        }
+        clean = {p: ie.entry for p, ie in index.entries.items() if ie.skip_worktree and p not in files}
+        for p, st in files.items():
+            ie = index.entries.get(p)
+            if ie is not None and (ie.matches(st) or (ie.projection and self._clean(p, ie.worktree, index))):
+                clean[p] = ie.entry
         vouched = snapshot_side(self.graph, self.store, clean, "working tree", model)
         hashed = worktree_side(self.root, {p: st for p, st in files.items() if p not in clean}, self.pool, like, model)
-        return Side(
-            "working tree",
-            vouched.tensors | hashed.tensors,
-            vouched.files | hashed.files,
-            vouched.read_file | hashed.read_file,
-        )
+        tensors = vouched.tensors | hashed.tensors
+        for p in hashed.files:
+            ie = index.entries.get(p)
+            if ie is not None and ie.projection:
+                shown = load_safetensors(self.graph, ie.projection, p).manifests
+                whole = snapshot_side(self.graph, self.store, {p: ie.entry}, "working tree", model).tensors
+                tensors |= {k: t for k, t in whole.items() if k[1] not in shown and k not in tensors}
+        return Side("working tree", tensors, vouched.files | hashed.files, vouched.read_file | hashed.read_file)
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -873,24 +915,74 @@ class Repository(Sync):
         *,
         create_branch: str | None = None,
         force: bool = False,
+        include: Iterable[str] | None = None,
+        exclude: Iterable[str] | None = None,
+        full: bool = False,
+        budget: str | int | Budget | None = None,
     ) -> CheckoutResult:
         """Switch to ``rev`` (or create a branch there), or with ``paths`` restore them from it.
         A ``rev`` that names no branch but one remote's branch (``origin/rev``) creates the
-        local branch from it, as git does."""
+        local branch from it, as git does.
+
+        ``include``/``exclude`` (fnmatch patterns on tensor names) make the checkout sparse:
+        safetensors files hold only the tensors matching some include (any, if none is given)
+        and no exclude; the patterns stay for later checkouts until changed, or until ``full``.
+        ``budget`` (``"500MB"``, bytes) refuses, before writing anything, a checkout that would
+        read and fetch more than that; measured reads and fetches stay within it."""
+        patterns = self._requested_patterns(include, exclude, full, paths)
+        limit = checkout_budget(budget)
+        if rev is None and patterns is not _KEEP:
+            rev = "HEAD"
         with self.lock:
             before = self.store.reads.chunks, self.store.reads.stored_bytes
+            fetched_before = self.fetched.bytes if self.is_partial else 0
             tracked = self.remote_branch_for(rev) if paths is None and create_branch is None and rev else None
             if tracked is not None:
                 rev, create_branch = tracked, rev
             if paths is not None:
-                result = self._restore_paths(rev, list(paths))
+                result = self._restore_paths(rev, list(paths), limit)
             else:
-                result = self._switch(rev, create_branch, force)
+                result = self._switch(rev, create_branch, force, patterns=patterns, budget=limit)
             result.chunks_read = self.store.reads.chunks - before[0]
             result.bytes_read = self.store.reads.stored_bytes - before[1]
+            result.bytes_fetched = self.fetched.bytes - fetched_before if self.is_partial else 0
             return result
 
-    def _restore_paths(self, rev: str | None, paths: list[str | os.PathLike[str]]) -> CheckoutResult:
+    def sparse_patterns(self) -> SparsePatterns | None:
+        """The patterns of a sparse checkout (None: the checkout is full)."""
+        return load_patterns(self.git_dir)
+
+    def _requested_patterns(
+        self,
+        include: Iterable[str] | None,
+        exclude: Iterable[str] | None,
+        full: bool,
+        paths: Iterable[str | os.PathLike[str]] | None,
+    ) -> SparsePatterns | None | object:
+        """New patterns (None: back to full), or _KEEP: this checkout does not change them."""
+        include, exclude = list(include or ()), list(exclude or ())
+        if not (include or exclude or full):
+            return _KEEP
+        if paths is not None:
+            raise BadInputError("--include/--exclude/--full choose what a whole checkout holds; not with paths")
+        if full:
+            if include or exclude:
+                raise BadInputError("--full checks out every tensor: give it without --include/--exclude")
+            return None
+        return make_patterns(include, exclude)
+
+    def _form(self, entry: Entry, rel: str, patterns: SparsePatterns | None) -> WorkForm:
+        """How ``entry`` appears in the working tree under ``patterns``."""
+        if patterns is None or entry.kind != "safetensors":
+            return WorkForm(entry)
+        shown = project(self.graph, entry, patterns.selects, rel)
+        if shown == entry:
+            return WorkForm(entry)
+        return WorkForm(shown, tensor_count(self.graph, shown.oid) > 0)
+
+    def _restore_paths(
+        self, rev: str | None, paths: list[str | os.PathLike[str]], budget: int | None = None
+    ) -> CheckoutResult:
         index = self._index()
         commit = self.refs.resolve(rev) if rev else None
         source = self.snapshot(commit) if commit else index.snapshot()
@@ -903,7 +995,7 @@ class Repository(Sync):
                 raise BadInputError(f"path {str(p)!r} is not in {where}")
             todo.update(hits)
         result = CheckoutResult(commit)
-        self._write_files(index, todo, result)
+        self._write_files(index, todo, result, budget=budget)
         index.save()
         return result
 
@@ -913,6 +1005,8 @@ class Repository(Sync):
         create_branch: str | None,
         force: bool,
         staged: Mapping[str, StagedFile] | None = None,
+        patterns: SparsePatterns | None | object = _KEEP,
+        budget: int | None = None,
     ) -> CheckoutResult:
         if rev is None and create_branch is None:
             raise BadInputError("checkout needs a revision, -b NAME, or paths after --")
@@ -924,16 +1018,26 @@ class Repository(Sync):
         index = self._index()
         head_snap = self._head_snapshot()
         target_snap = self.snapshot(target)
+        current = load_patterns(self.git_dir)
+        wanted = current if patterns is _KEEP else patterns
+        assert wanted is None or isinstance(wanted, SparsePatterns)
+        forms = {p: self._form(e, p, wanted) for p, e in target_snap.items()}
+        if patterns is not _KEEP and wanted is not None:
+            _refuse_empty_selection(forms, target_snap, wanted, rev or "HEAD")
         touched = {p for p in set(head_snap) | set(target_snap) if head_snap.get(p) != target_snap.get(p)}
+        reshaped = set()  # untouched files the new patterns show differently
+        if wanted != current:
+            untouched = {p: ie for p, ie in index.entries.items() if p in forms and p not in touched}
+            reshaped = {p for p, ie in untouched.items() if _shown(ie) != forms[p]}
         if not force:
-            self._refuse_overwrites(index, head_snap, target_snap, touched)
+            self._refuse_overwrites(index, head_snap, target_snap, touched | reshaped, forms)
         todo: dict[str, Entry] = {}
         for p, entry in target_snap.items():
             ie = index.entries.get(p)
-            if p in touched or (force and (ie is None or not self._clean(p, ie.entry, index))):
+            if p in touched or p in reshaped or (force and (ie is None or not self._holds(p, forms[p], index))):
                 todo[p] = entry
         result = CheckoutResult(target)
-        self._write_files(index, todo, result, staged)
+        self._write_files(index, todo, result, staged, forms, budget)
         for p in sorted(set(index.entries) - set(target_snap)):
             if p in head_snap or force:
                 del index.entries[p]
@@ -941,6 +1045,8 @@ class Repository(Sync):
                 _prune_dirs(self.root, p)
                 result.removed.append(p)
         index.save()
+        if wanted != current:
+            save_patterns(self.git_dir, wanted)
         if create_branch:
             self.refs.create_branch(create_branch, target)
             self.refs.point_head_at_branch(create_branch)
@@ -953,29 +1059,38 @@ class Repository(Sync):
             result.detached = True
         return result
 
-    def _clean(self, rel: str, entry: Entry, index: Index) -> bool:
-        """Does the working file hold ``entry`` (stat cache first, content if needed)?"""
+    def _clean(self, rel: str, want: Entry, index: Index) -> bool:
+        """Does the working file hold ``want`` (stat cache first, content if needed)? The
+        stat cache vouches for what the file holds: its projection in a sparse checkout."""
         path = self.root / rel
         if not path.is_file():
             return False
         ie = index.entries.get(rel)
-        if ie is not None and ie.entry == entry and ie.matches(os.stat(path)):
+        if ie is not None and ie.worktree == want and ie.matches(os.stat(path)):
             return True
-        return working_matches(self.graph, self.pool, path, rel, entry)[0]
+        return working_matches(self.graph, self.pool, path, rel, want)[0]
 
-    def _refuse_overwrites(self, index: Index, head_snap: Snapshot, target_snap: Snapshot, touched: set[str]) -> None:
+    def _holds(self, rel: str, form: WorkForm, index: Index) -> bool:
+        """Does the working tree show ``form`` at ``rel`` (a file left out: no file there)?"""
+        if not form.written:
+            return not (self.root / rel).exists()
+        return self._clean(rel, form.entry, index)
+
+    def _refuse_overwrites(
+        self, index: Index, head_snap: Snapshot, target_snap: Snapshot, touched: set[str], forms: dict[str, WorkForm]
+    ) -> None:
         conflicts = []
         for p in sorted(touched):
             ie = index.entries.get(p)
             path = self.root / p
             if ie is None:
-                if path.is_file() and p in target_snap and not self._clean(p, target_snap[p], index):
+                if path.is_file() and p in target_snap and not self._holds(p, forms[p], index):
                     conflicts.append(p)  # untracked file in the way
                 continue
             if ie.entry != head_snap.get(p):
                 conflicts.append(p)  # staged change
-            elif path.is_file() and not self._clean(p, ie.entry, index):
-                conflicts.append(p)  # unstaged change
+            elif path.is_file() and not self._clean(p, ie.worktree, index):
+                conflicts.append(p)  # unstaged change (a sparse file: against what was checked out)
         if conflicts:
             shown = ", ".join(conflicts[:5]) + (f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else "")
             raise DirtyWorktreeError(
@@ -988,28 +1103,80 @@ class Repository(Sync):
         todo: Mapping[str, Entry],
         result: CheckoutResult,
         staged: Mapping[str, StagedFile] | None = None,
+        forms: Mapping[str, WorkForm] | None = None,
+        budget: int | None = None,
     ) -> None:
-        """Write entries into the working tree; a staged file already holding an entry's
-        bytes (a merge wrote it) is moved into place instead."""
-        sizes = {p: entry_size(self.graph, e) for p, e in todo.items()}
+        """Write entries into the working tree, as ``forms`` show them (default: as the sparse
+        patterns do); a staged file already holding an entry's bytes (a merge wrote it) is
+        moved into place instead. With ``budget``, the cost is checked before anything is
+        written (a partial clone fetches what it lacks first)."""
+        if forms is None:
+            patterns = load_patterns(self.git_dir)
+            forms = {p: self._form(e, p, patterns) for p, e in todo.items()}
+        staged = staged or {}
+        for p in todo:
+            if (self.root / p).is_dir():
+                raise BadInputError(f"cannot write {p}: a directory is in the way")
+        reuse = {p: self._reusable(index, p, forms[p]) for p in todo}
+        if budget is not None:
+            result.cost = self._within_budget(index, todo, forms, reuse, budget)
+        sizes = {p: entry_size(self.graph, forms[p].entry) for p in todo if forms[p].written}
         with byte_progress("checkout", sum(sizes.values())) as bar:
             for p in sorted(todo):
-                entry, dest = todo[p], self.root / p
-                ready = (staged or {}).get(p)
-                if ready is not None and ready.entry_oid == entry.oid and not dest.is_dir():
+                entry, form, dest = todo[p], forms[p], self.root / p
+                if not form.written:  # a sparse checkout selects none of its tensors
+                    if dest.is_file():
+                        dest.unlink()
+                        _prune_dirs(self.root, p)
+                    index.entries[p] = IndexEntry(entry, skip_worktree=True, projection=form.entry.oid)
+                    result.left_out.append(p)
+                    continue
+                ready = staged.get(p)
+                if ready is not None and ready.entry_oid == entry.oid and form.entry == entry:
                     index.set(p, entry, ready.install())
                     result.written.append(p)
                     bar.advance(sizes[p])
                     continue
-                reuse = None
-                old = index.entries.get(p)
-                if old is not None and old.entry.kind != "blob" and entry.kind != "blob" and dest.is_file():
-                    reuse = (dest, local_chunks(self.graph, old.entry))
-                if dest.is_dir():
-                    raise BadInputError(f"cannot write {p}: a directory is in the way")
-                write_entry(self.graph, self.store, self.pool, entry, dest, p, reuse, bar)
-                index.set(p, entry, os.stat(dest))
+                write_entry(self.graph, self.store, self.pool, form.entry, dest, p, reuse[p], bar)
+                index.set(p, entry, os.stat(dest), projection=form.projection(entry))
                 result.written.append(p)
+
+    def _reusable(self, index: Index, rel: str, form: WorkForm) -> tuple[Path, LocalChunks] | None:
+        """The local file to copy unchanged chunks from, with where its chunks lie (as the
+        index says it was checked out)."""
+        old, dest = index.entries.get(rel), self.root / rel
+        if old is None or old.worktree.kind == "blob" or form.entry.kind == "blob" or not dest.is_file():
+            return None
+        return dest, local_chunks(self.graph, old.worktree)
+
+    def _within_budget(
+        self,
+        index: Index,
+        todo: Mapping[str, Entry],
+        forms: Mapping[str, WorkForm],
+        reuse: Mapping[str, tuple[Path, LocalChunks] | None],
+        budget: int,
+    ) -> CheckoutCost:
+        """Refuse a checkout over ``budget`` before it writes; in a partial clone, fetch what
+        it lacks first (capped). Chunks count as local only in a file known to be clean, so
+        the measured reads never exceed the price."""
+        reads: list[str] = []
+        for p in sorted(todo):
+            form = forms[p]
+            if not form.written:
+                continue
+            local = reuse[p][1] if reuse[p] is not None and self._clean(p, index.entries[p].worktree, index) else None
+            reads += store_reads(self.graph, form.entry, p, local)
+        remote = self._promisor()
+        backend = self._backend(remote) if remote is not None else None
+        cost, missing = estimate(self.store, reads, backend)
+        if cost.total > budget:
+            raise BadInputError(over_budget(cost, budget, remote))
+        if missing:
+            assert backend is not None and remote is not None
+            abort = self.store.abort  # a refused checkout keeps none of what it fetched
+            cost = fetch_within(self.store, backend, reads, missing, cost, budget, self.fetched, remote, abort)
+        return cost
 
     # -- tensors from Python ------------------------------------------------------------
 
@@ -1126,9 +1293,17 @@ class Repository(Sync):
             commit = self._commit_tree(write_snapshot(self.graph, snap, self._stats_root(stats)), head, message)
             for path in set(old_files) - set(new_files):
                 index.entries.pop(path, None)
+            patterns = load_patterns(self.git_dir)
             for path, entry in new_files.items():
                 absent = not (self.root / path).exists()
-                index.entries[path] = IndexEntry(entry, skip_worktree=absent)
+                # sparse: a file in place counts as (stale) projection, so `add` keeps the tensors left out
+                projection = self._form(entry, path, patterns).projection(entry)
+                index.entries[path] = IndexEntry(entry, skip_worktree=absent, projection=projection)
+            shard_index = posixpath.join(model_dir, "model.safetensors.index.json")
+            staged = index.entries.get(shard_index)
+            if shard_index in snap and staged is not None and staged.entry != snap[shard_index]:
+                # stage the rewritten weight map too, or the next commit would bring the old one back
+                index.entries[shard_index] = IndexEntry(snap[shard_index])
             index.save()
             return commit
 
@@ -1150,6 +1325,19 @@ class Repository(Sync):
             doc["metadata"]["total_size"] = total_size
         blob = json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"
         snap[path] = Entry("blob", self.graph.put_blob(blob), snap[path].mode)
+
+
+def _shown(ie: IndexEntry) -> WorkForm:
+    """How the index says the working tree shows an entry now."""
+    return WorkForm(ie.worktree, not ie.skip_worktree)
+
+
+def _refuse_empty_selection(forms: Mapping[str, WorkForm], snap: Snapshot, patterns: SparsePatterns, rev: str) -> None:
+    """New patterns that select no tensor of a revision holding tensors are surely a typo:
+    refuse them rather than empty the working tree of every model."""
+    tensor_files = [p for p, e in snap.items() if e.kind == "safetensors"]
+    if tensor_files and not any(forms[p].written for p in tensor_files):
+        raise BadInputError(f"no tensor of {rev} matches {patterns.describe()}; nothing would be checked out")
 
 
 def _models(snap: Snapshot) -> dict[str, list[str]]:

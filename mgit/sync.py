@@ -262,6 +262,12 @@ class Sync:
         """A partial clone: chunks may be missing here and are fetched when needed."""
         return self.store.fallback is not None
 
+    def _promisor(self: Repository) -> str | None:
+        """The remote a partial clone fetches missing chunks from (None: not a partial clone)."""
+        if not self.is_partial:
+            return None
+        return next((n for n in self.remotes() if self._remote_setting(n, "partial") == "true"), None)
+
     def _attach_promisor(self: Repository) -> None:
         """In a partial clone, chunks missing here are fetched from the remote it came from."""
         name = next((n for n in self.remotes() if self._remote_setting(n, "partial") == "true"), None)

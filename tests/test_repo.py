@@ -391,6 +391,9 @@ def test_commit_state_dict_keeps_shards(repo, llama):
     assert repo.models()["model"] == files
     sd = repo.state_dict(model="model")
     assert all(torch.equal(sd[k], tuned[k]) for k in tuned)
+    assert repo.status().staged == []  # the rewritten weight map is staged too: no commit reverts it
+    repo.checkout("HEAD", ["model"])
+    assert repo.status().clean
 
 
 def test_state_dict_reads_only_requested_chunks(repo, llama):

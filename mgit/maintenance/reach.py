@@ -56,6 +56,8 @@ def roots(graph: Graph, index: Index | None) -> dict[str, str]:
             out.setdefault(ie.entry.oid, f"the index ({path})")
             if ie.stats:
                 out.setdefault(ie.stats, f"the index ({path} statistics)")
+            if ie.projection:  # a sparse working file's own header and manifests
+                out.setdefault(ie.projection, f"the index ({path})")
     return out
 
 

@@ -66,6 +66,16 @@ def _plan(graph: Graph, entry: Entry, rel: str) -> tuple[bytes, list[tuple[str, 
     return stored.layout.header, parts
 
 
+def store_reads(graph: Graph, entry: Entry, rel: str, local: LocalChunks | None = None) -> list[str]:
+    """Chunk ids that writing ``entry`` reads from the store, once per read (a chunk used
+    twice is read twice), leaving out those a clean local file supplies (``local``): what
+    :func:`write_entry` will do, priced before it runs."""
+    if entry.kind == "blob":
+        return []
+    local = local or {}
+    return [cid for cid, _, _ in _plan(graph, entry, rel)[1] if cid not in local]
+
+
 def _write_chunks(
     store: ChunkStore,
     pool: ThreadPoolExecutor,

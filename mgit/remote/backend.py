@@ -58,6 +58,11 @@ class Backend(ABC):
         """Which of ``keys`` the remote holds (one batched question)."""
 
     @abstractmethod
+    def sizes(self, keys: Iterable[str]) -> dict[str, int]:
+        """Stored size in bytes of each of ``keys`` the remote holds (one batched question;
+        absent keys are left out): what fetching them costs, asked before fetching."""
+
+    @abstractmethod
     def refs(self) -> dict[str, str]:
         """Every ref (``refs/heads/...``, ``refs/tags/...``) → commit id."""
 
@@ -112,6 +117,22 @@ def checked_refs(url: str, refs: object) -> dict[str, str]:
             raise RemoteError(f"{url} sent an unexpected ref name {name[:80]!r}")
         check_key(name)
         out[name] = value
+    return out
+
+
+def checked_sizes(url: str, keys: list[str], sizes: object) -> dict[str, int]:
+    """A remote's answer to ``sizes``, each a key that was asked for with a non-negative
+    integer size (a hostile or broken remote gets one clear error, not a wrong budget)."""
+    if not isinstance(sizes, dict):
+        raise RemoteError(f"{url} sent a malformed size list (not a JSON object); is it an mgit server?")
+    asked = set(keys)
+    out = {}
+    for key, size in sizes.items():
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise RemoteError(f"{url} sent a malformed size {str(size)[:40]!r} for {str(key)[:80]!r}")
+        if key not in asked:
+            raise RemoteError(f"{url} sent the size of {str(key)[:80]!r}, which was not asked for")
+        out[key] = size
     return out
 
 

@@ -10,7 +10,15 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from mgit.errors import AuthError, BadInputError, RemoteError
-from mgit.remote.backend import MAX_OBJECT_BYTES, Backend, MissingObjectError, check_key, checked_refs
+from mgit.remote.backend import (
+    MAX_OBJECT_BYTES,
+    Backend,
+    MissingObjectError,
+    check_key,
+    checked_refs,
+    checked_sizes,
+)
+from mgit.remote.server import NO_REPOSITORY
 
 TIMEOUT_S = 60
 MAX_REPLY_BYTES = MAX_OBJECT_BYTES + 2**20  # objects, or the JSON of a long ref list
@@ -102,6 +110,23 @@ class HttpBackend(Backend):
             raise RemoteError(f"{self.url}: existence check failed: {self._message(data)}")
         present = self._json(data, list)
         return {k for k in present if k in set(keys)}
+
+    def sizes(self, keys: Iterable[str]) -> dict[str, int]:
+        keys = [check_key(k) for k in keys]
+        if not keys:
+            return {}
+        status, data = self._request("POST", ".sizes", json.dumps(keys).encode())
+        if status == 404 and self._message(data) == NO_REPOSITORY:
+            return {}  # no repository there yet
+        if status == 404:
+            raise RemoteError(f"{self.url} does not answer size queries (an older `mgit serve`?); upgrade the server")
+        if status != 200:
+            raise RemoteError(f"{self.url}: size query failed: {self._message(data)}")
+        try:
+            value = json.loads(data)
+        except ValueError:
+            value = None
+        return checked_sizes(self.url, keys, value)
 
     def refs(self) -> dict[str, str]:
         status, data = self._request("GET", ".refs")

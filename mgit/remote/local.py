@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -54,6 +55,17 @@ class DirectoryBackend(Backend):
 
     def has(self, keys: Iterable[str]) -> set[str]:
         return {k for k in keys if self._path(k).is_file()}
+
+    def sizes(self, keys: Iterable[str]) -> dict[str, int]:
+        out = {}
+        for k in keys:
+            try:
+                st = self._path(k).stat()
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out[k] = st.st_size
+        return out
 
     def refs(self) -> dict[str, str]:
         out = {}

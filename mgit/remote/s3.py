@@ -32,7 +32,7 @@ class S3Backend(Backend):
         self.bucket = parts.netloc
         self.prefix = parts.path.strip("/") + "/" if parts.path.strip("/") else ""
         self.client = boto3.client("s3", config=Config(retries={"max_attempts": 3}, max_pool_connections=16))
-        self._listed: dict[str, set[str]] = {}
+        self._listed: dict[str, dict[str, int]] = {}  # top-level prefix → key → size
         self._lock = threading.Lock()
 
     # -- errors -------------------------------------------------------------------------------
@@ -91,17 +91,18 @@ class S3Backend(Backend):
         top = key.split("/", 1)[0]
         with self._lock:
             if top in self._listed:
-                self._listed[top].add(key)
+                self._listed[top][key] = len(data)
 
-    def _keys(self, top: str) -> set[str]:
+    def _keys(self, top: str) -> dict[str, int]:
+        """Every key under ``top/`` with its size, from one listing kept for the backend's life."""
         with self._lock:
             if top in self._listed:
                 return self._listed[top]
-        found = set()
+        found = {}
         pages = self.client.get_paginator("list_objects_v2")
         try:  # paginate defers its calls: errors come from the loop
             for page in pages.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}{top}/"):
-                found.update(item["Key"].removeprefix(self.prefix) for item in page.get("Contents", []))
+                found.update((item["Key"].removeprefix(self.prefix), item["Size"]) for item in page.get("Contents", []))
         except Exception as exc:
             translated = self._translate(exc)
             raise (RemoteError(f"{self.url}: listing failed: {exc}") if translated is exc else translated) from None
@@ -113,7 +114,15 @@ class S3Backend(Backend):
         keys = [check_key(k) for k in keys]
         out = set()
         for top in {k.split("/", 1)[0] for k in keys if "/" in k}:
-            out |= self._keys(top) & set(keys)
+            out |= self._keys(top).keys() & set(keys)
+        return out
+
+    def sizes(self, keys: Iterable[str]) -> dict[str, int]:
+        keys = [check_key(k) for k in keys]
+        out = {}
+        for top in {k.split("/", 1)[0] for k in keys if "/" in k}:
+            listed = self._keys(top)
+            out |= {k: listed[k] for k in keys if k in listed}
         return out
 
     # -- refs ---------------------------------------------------------------------------------

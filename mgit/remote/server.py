@@ -4,6 +4,7 @@
     PUT  /<repo>/<key>       store an object: checked against its id first (a chunk is decoded,
                              its delta base read from this remote), then made visible atomically
     POST /<repo>/.has        JSON list of keys → the JSON list of those present
+    POST /<repo>/.sizes      JSON list of keys → JSON {key: stored size in bytes} of those present
     GET  /<repo>/.refs       JSON {ref: commit id}
     POST /<repo>/.swap       JSON {"ref", "old", "new"}: compare-and-swap; 409 if it moved
 
@@ -27,7 +28,8 @@ from mgit.remote.local import MARKER, DirectoryBackend
 from mgit.store import codec
 from mgit.store.chunkstore import MAX_DELTA_DEPTH, chunk_id
 
-SPECIAL = (".has", ".refs", ".swap")
+SPECIAL = (".has", ".sizes", ".refs", ".swap")
+NO_REPOSITORY = "no such repository"
 
 
 def read_tokens(path: str | Path) -> dict[str, str]:
@@ -159,7 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
                 check_key(key)
             if not (where / MARKER).is_file():
                 if not create:
-                    self._error(HTTPStatus.NOT_FOUND, "no such repository")
+                    self._error(HTTPStatus.NOT_FOUND, NO_REPOSITORY)
                     return None
                 return where, key
             return DirectoryBackend(where), key
@@ -217,6 +219,9 @@ class _Handler(BaseHTTPRequestHandler):
             if key == ".has":
                 keys = [check_key(k) for k in value]
                 return self._json(HTTPStatus.OK, sorted(self._backend(target).has(keys)))
+            if key == ".sizes":
+                keys = [check_key(k) for k in value]
+                return self._json(HTTPStatus.OK, self._backend(target).sizes(keys))
             if key == ".swap":
                 ref = check_key(value["ref"])
                 if not ref.startswith("refs/"):

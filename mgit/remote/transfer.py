@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree
 
-from mgit.errors import CorruptObjectError, NonFastForwardError, RemoteError
+from mgit.errors import CorruptObjectError, MgitError, NonFastForwardError, RemoteError
 from mgit.graph.objects import Graph
 from mgit.maintenance.reach import reachable
 from mgit.progress import Bar
@@ -35,6 +35,7 @@ from mgit.remote.backend import (
     unpack_chunk,
     unpack_object,
 )
+from mgit.store import codec
 from mgit.store.chunkstore import ChunkStore
 
 TRANSFER_THREADS = 8  # network and disk waits, not CPU: more than the cores
@@ -243,23 +244,102 @@ def chunks_of(graph: Graph, commits: Iterable[str], stop: Set[str] = frozenset()
     return set(reach.chunks)
 
 
-def fetch_chunks(store: ChunkStore, backend: Backend, chunks: Iterable[str], report: Transfer, bar: Bar) -> None:
-    """Receive every chunk of ``chunks`` this store lacks (and the delta bases they need)."""
+def remote_sizes(backend: Backend, keys: Iterable[str]) -> dict[str, int]:
+    """``backend.sizes`` asked in batches."""
+    out: dict[str, int] = {}
+    for batch in _batched(list(keys)):
+        out |= backend.sizes(batch)
+    return out
+
+
+def fetch_costs(store: ChunkStore, backend: Backend, chunk_ids: Iterable[str]) -> dict[str, int]:
+    """Bytes that fetching each chunk costs: its record's size on the remote, 0 for a chunk
+    this store holds (asked in batches, before fetching anything). A chunk stored on the remote
+    as a delta also needs its base, which only the record names: :class:`FetchLimit` caps a
+    fetch that finds such bases missing here."""
+    ids = list(dict.fromkeys(chunk_ids))
+    missing = [c for c in ids if not store.has(c)]
+    sizes = remote_sizes(backend, [chunk_key(c) for c in missing])
+    absent = [c for c in missing if chunk_key(c) not in sizes]
+    if absent:
+        more = f" and {len(absent) - 1} more" if len(absent) > 1 else ""
+        raise RemoteError(f"the remote lacks chunk {absent[0][:12]}{more} (an incomplete push?)")
+    return {c: sizes.get(chunk_key(c), 0) for c in ids}
+
+
+class LimitReached(MgitError):
+    """A capped fetch would go over its limit (``needed`` bytes in all)."""
+
+    def __init__(self, needed: int, limit: int):
+        super().__init__(f"fetching would take {needed} bytes, over the limit of {limit}")
+        self.needed, self.limit = needed, limit
+
+
+@dataclass
+class FetchLimit:
+    """A cap on what a fetch costs: bytes received, plus the store reads that verifying a
+    received delta costs (its base is decoded). Each chunk is charged before it is asked for,
+    at the size the remote announced (``sizes``; a delta base found missing is asked then), so
+    the cap holds before the bytes arrive; a chunk of another size than announced is refused."""
+
+    backend: Backend
+    limit: int
+    sizes: dict[str, int] = field(default_factory=dict)  # chunk id → announced record size
+    spent: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def charge(self, nbytes: int) -> None:
+        with self._lock:
+            if self.spent + nbytes > self.limit:
+                raise LimitReached(self.spent + nbytes, self.limit)
+            self.spent += nbytes
+
+    def announced(self, cid: str) -> int:
+        with self._lock:
+            size = self.sizes.get(cid)
+        if size is None:
+            got = self.backend.sizes([chunk_key(cid)])
+            if chunk_key(cid) not in got:
+                raise RemoteError(f"the remote lacks chunk {cid[:12]} (an incomplete push?)")
+            size = got[chunk_key(cid)]
+            with self._lock:
+                self.sizes[cid] = size
+        return size
+
+
+def fetch_chunks(
+    store: ChunkStore,
+    backend: Backend,
+    chunks: Iterable[str],
+    report: Transfer,
+    bar: Bar,
+    limit: FetchLimit | None = None,
+) -> None:
+    """Receive every chunk of ``chunks`` this store lacks (and the delta bases they need);
+    with ``limit``, raise :class:`LimitReached` rather than go over it."""
     store.refresh()  # then no more looks for packs of other processes: we hold the lock
     todo = sorted(c for c in set(chunks) if not store.has(c, refresh=False))
 
     def fetch(cid: str) -> None:
         if store.has(cid, refresh=False):
             return
+        announced = None
+        if limit is not None:
+            announced = limit.announced(cid)
+            limit.charge(announced)
         try:
             data = backend.get(chunk_key(cid))
         except MissingObjectError:
             raise RemoteError(f"the remote lacks chunk {cid[:12]} (an incomplete push?)") from None
+        if announced is not None and len(data) != announced:
+            raise RemoteError(f"the remote sent {len(data)} bytes for chunk {cid[:12]} after announcing {announced}")
         record = unpack_chunk(cid, data)
         report.add(0, 1, len(data))
         bar.advance(len(data))
         if record.base and not store.has(record.base, refresh=False):
             fetch(record.base)
+        if limit is not None and record.encoding == codec.XOR_DELTA and record.base:
+            limit.charge(store.read_cost(record.base))  # receive decodes the base to verify the delta
         store.receive(record)  # decodes and checks it against its id before it is visible
 
     with ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="mgit-fetch") as pool:

@@ -18,6 +18,9 @@ from mgit.errors import CorruptObjectError
 from mgit.graph.snapshot import Entry, Snapshot
 
 SCHEMA = "mgit.index/1"
+# An index with sparse projections: mgit versions that predate them refuse it instead of
+# reading a sparse file as the whole file (and committing it without the tensors left out).
+SPARSE_SCHEMA = "mgit.index/2"
 RACY_NS = 2_000_000_000  # 2 s: covers the coarsest filesystem timestamps (FAT, some network mounts)
 
 
@@ -40,6 +43,13 @@ class IndexEntry:
     recorded_ns: int = 0
     skip_worktree: bool = False  # tracked but deliberately absent from the working tree
     stats: str | None = None  # blob of relative chunk statistics computed when staged
+    projection: str | None = None  # sparse checkout: file tree of what the working file holds
+
+    @property
+    def worktree(self) -> Entry:
+        """What the working file holds (its projection in a sparse checkout), which the stat
+        cache vouches for; ``entry`` is what the next commit holds."""
+        return Entry("safetensors", self.projection) if self.projection else self.entry
 
     def matches(self, st: os.stat_result) -> bool:
         """True when the working file is certainly unchanged since it was recorded."""
@@ -47,7 +57,15 @@ class IndexEntry:
 
     def with_stat(self, st: os.stat_result | None) -> IndexEntry:
         key = StatKey.of(st) if st is not None else None
-        return IndexEntry(self.entry, key, time.time_ns(), False, self.stats)
+        return IndexEntry(self.entry, key, time.time_ns(), False, self.stats, self.projection)
+
+
+def _oid_or_none(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) != 40 or any(c not in "0123456789abcdef" for c in value):
+        raise ValueError("projection is not a git id")
+    return value
 
 
 class Index:
@@ -61,7 +79,7 @@ class Index:
             return cls(path)
         try:
             obj = json.loads(path.read_text("utf-8"))
-            if obj.get("schema") != SCHEMA:
+            if obj.get("schema") not in (SCHEMA, SPARSE_SCHEMA):
                 raise ValueError
             entries = {}
             for rel, e in obj["entries"].items():
@@ -72,6 +90,7 @@ class Index:
                     e.get("recorded_ns", 0),
                     e.get("skip_worktree", False),
                     e.get("stats"),
+                    _oid_or_none(e.get("projection")),
                 )
         except (ValueError, KeyError, TypeError):
             raise CorruptObjectError(
@@ -92,15 +111,22 @@ class Index:
                 "skip_worktree": e.skip_worktree,
                 "stats": e.stats,
             }
+            if e.projection:
+                entries[rel]["projection"] = e.projection
+        schema = SPARSE_SCHEMA if any(e.projection for e in self.entries.values()) else SCHEMA
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"schema": SCHEMA, "entries": entries}, indent=0), "utf-8")
+        tmp.write_text(json.dumps({"schema": schema, "entries": entries}, indent=0), "utf-8")
         os.replace(tmp, self.path)
 
     def snapshot(self) -> Snapshot:
         return {rel: e.entry for rel, e in self.entries.items()}
 
-    def set(self, rel: str, entry: Entry, st: os.stat_result | None, stats: str | None = None) -> None:
-        self.entries[rel] = IndexEntry(entry, stats=stats).with_stat(st)
+    def set(
+        self, rel: str, entry: Entry, st: os.stat_result | None, stats: str | None = None, projection: str | None = None
+    ) -> None:
+        """Stage ``entry`` at ``rel``; ``st`` is the working file's stat when it holds ``entry``
+        (or ``projection``, in a sparse checkout)."""
+        self.entries[rel] = IndexEntry(entry, stats=stats, projection=projection).with_stat(st)
 
     @classmethod
     def from_snapshot(cls, path: Path, snap: Snapshot) -> Index:

@@ -17,6 +17,7 @@ from mgit.graph.snapshot import Entry, Snapshot
 from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.ingest import classify, scan_file_chunks, scan_tensor_chunks
 from mgit.worktree.index import Index
+from mgit.worktree.sparse import SparseSummary
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Status:
     unstaged: list[FileStatus] = field(default_factory=list)
     untracked: list[str] = field(default_factory=list)
     not_checked_out: list[str] = field(default_factory=list)
+    sparse: SparseSummary | None = None  # a sparse checkout: its patterns and tensor counts
 
     @property
     def clean(self) -> bool:
@@ -119,7 +121,7 @@ def worktree_changes(
             continue
         if ie.matches(st):
             continue
-        same, tensors, note = working_matches(graph, pool, root / rel, rel, ie.entry)
+        same, tensors, note = working_matches(graph, pool, root / rel, rel, ie.worktree)
         if same:
             index.entries[rel] = ie.with_stat(st)
             refreshed = True
