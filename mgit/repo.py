@@ -12,7 +12,7 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -47,8 +47,10 @@ from mgit.model.projection import combine, project, tensor_count
 from mgit.model.safetensors_file import build_header
 from mgit.parallel import make_pool, ordered_map
 from mgit.progress import byte_progress
+from mgit.remote.transfer import FetchLimit, LimitReached, Transfer, fetch_chunks, fetch_costs
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.gc import consolidate, repack
+from mgit.store.pack import BASE_LEN as DELTA_BASE_BYTES
 from mgit.store.paircache import PairCache
 from mgit.sync import Sync, on_demand
 from mgit.version import __version__
@@ -538,9 +540,14 @@ class Repository(Sync):
             def stage(file: str, header: bytes, size: int) -> StagedFile:
                 return StagedFile(self.root / file, staging, header, size)
 
+            fetched = {"base": Transfer(), "experts": Transfer()}
+            if self.is_partial:
+                self._fetch_planned(plan, fetched)
             with byte_progress("merge", bar_total) as bar:
                 ingestor = Ingestor(self.graph, self.store, self.pool, bar, self._parent_lookup(base_snap))
                 run = execute(plan, spec, ingestor, self.store, self.pool, base_snap, bar, stage)
+            if self.is_partial:
+                run.base_bytes_fetched, run.expert_bytes_fetched = fetched["base"].bytes, fetched["experts"].bytes
             try:
                 return self._commit_merge(plan, spec, setup, run, base, branch, on_head, message)
             finally:
@@ -588,6 +595,7 @@ class Repository(Sync):
         shutil.rmtree(staging, ignore_errors=True)
         return staging
 
+    @on_demand
     def merge_plan(
         self,
         experts: Sequence[str],
@@ -635,6 +643,13 @@ class Repository(Sync):
         snaps = [self.snapshot(c) for c in expert_commits]
         passes = 2 if chosen.decides_per_expert else 1
         plan = plan_merge(self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes)
+        if self.is_partial:  # price the chunks not here at what fetching them costs
+            sizes = self._fetch_sizes(plan)
+            plan = plan_merge(
+                self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes,
+                self._fetch_pricing(sizes),
+            )  # fmt: skip
+            plan.fetch_sizes = sizes
         if params_for is not None:  # every tensor's parameters must resolve before anything is written
             for tp in plan.tensors:
                 chosen.resolve(params_for(tp.name), len(experts))
@@ -648,6 +663,53 @@ class Repository(Sync):
                 plan, setup, budget, budget_select, seed, dtype or setup.dtype, out_dtype or setup.out_dtype
             )
         return plan, setup
+
+    def _fetch_sizes(self, plan: MergePlan) -> dict[str, int]:
+        """Record sizes on the remote of the base and candidate expert chunks not here (one batch)."""
+        wanted = [c.id for tp in plan.tensors for c in tp.base.chunks]
+        wanted += [tp.experts[k].chunks[i].id for tp in plan.tensors for k, r in enumerate(tp.reads) for i in r]
+        remote = self._promisor()
+        assert remote is not None
+        return fetch_costs(self.store, self._backend(remote), wanted)
+
+    def _fetch_pricing(self, sizes: dict[str, int]) -> Callable[[str, set[str]], int]:
+        """In a partial clone, what reading a chunk costs: the stored bytes here, or for a chunk
+        still on the remote its record size there plus the base id a delta record carries here
+        (so it bounds both the fetch and the read after it). A merge's expert chunk is a delta
+        of the base's chunk or none (the commit statistics that rank it pair it with that
+        chunk), so no further delta base is fetched for it; a fetch finding otherwise stops at
+        the budget (:meth:`_fetch_planned`)."""
+
+        def cost(cid: str, held: set[str]) -> int:
+            if self.store.has(cid, refresh=False):
+                return self.store.read_cost(cid, held)
+            return sizes[cid] + DELTA_BASE_BYTES
+
+        return cost
+
+    def _fetch_planned(self, plan: MergePlan, run_report: dict[str, Transfer]) -> None:
+        """A partial clone fetches what the merge reads before it runs: the base's chunks, then
+        the chosen expert chunks, the latter capped at the budget."""
+        remote = self._promisor()
+        assert remote is not None
+        backend = self._backend(remote)
+        base_ids = [c.id for tp in plan.tensors for c in tp.base.chunks]
+        expert_ids = [
+            tp.experts[k].chunks[i].id for tp in plan.tensors for k, reads in enumerate(tp.reads) for i in reads
+        ]
+        limit = None
+        if plan.budget is not None and plan.budget.limit is not None:
+            limit = FetchLimit(backend, plan.budget.limit, dict(plan.fetch_sizes), charge_verification=False)
+        with byte_progress("fetch", 0) as bar:
+            fetch_chunks(self.store, backend, base_ids, run_report["base"], bar)
+            try:
+                fetch_chunks(self.store, backend, expert_ids, run_report["experts"], bar, limit)
+            except LimitReached:
+                raise BadInputError(
+                    f"the expert chunks chosen for this budget are deltas of chunks not here; fetch the experts' "
+                    f"history first (`mgit fetch {remote} --chunks REV`) or raise --budget"
+                ) from None
+        self.store.seal()
 
     def _plan_budget(
         self,

@@ -84,6 +84,8 @@ class Execution:
     base_bytes_read: int = 0
     expert_bytes_read: int = 0
     expert_chunks_read: int = 0
+    base_bytes_fetched: int | None = None  # in a partial clone: bytes fetched before the merge ran
+    expert_bytes_fetched: int | None = None
     staged: dict[str, StagedFile] = field(default_factory=dict)  # file → written beside the store, complete
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

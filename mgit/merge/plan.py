@@ -45,6 +45,7 @@ class MergePlan:
     # which decide on an expert's whole delta first, then merge chunk by chunk.
     expert_passes: int = 1
     budget: BudgetReport | None = None  # set when planned under a budget (or explained)
+    fetch_sizes: dict[str, int] = field(default_factory=dict)  # partial clone: chunk → record size on the remote
 
     @property
     def expert_bytes(self) -> int:

@@ -91,4 +91,6 @@ def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execut
             "experts_measured": run.expert_bytes_read,
             "expert_chunks_measured": run.expert_chunks_read,
         }
+        if run.expert_bytes_fetched is not None:
+            record["bytes"] |= {"base_fetched": run.base_bytes_fetched, "experts_fetched": run.expert_bytes_fetched}
     return record

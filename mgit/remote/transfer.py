@@ -286,6 +286,7 @@ class FetchLimit:
     limit: int
     sizes: dict[str, int] = field(default_factory=dict)  # chunk id → announced record size
     spent: int = 0
+    charge_verification: bool = True  # False: only bytes received count (a merge's fetch budget)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def charge(self, nbytes: int) -> None:
@@ -338,7 +339,7 @@ def fetch_chunks(
         bar.advance(len(data))
         if record.base and not store.has(record.base, refresh=False):
             fetch(record.base)
-        if limit is not None and record.encoding == codec.XOR_DELTA and record.base:
+        if limit is not None and limit.charge_verification and record.encoding == codec.XOR_DELTA and record.base:
             limit.charge(store.read_cost(record.base))  # receive decodes the base to verify the delta
         store.receive(record)  # decodes and checks it against its id before it is visible
 

@@ -15,6 +15,7 @@ from conftest import commit_model, llama_state_dict, run_mgit, uneven_finetune
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mgit import Repository
 from mgit.budget import Budget, parse_budget
 from mgit.errors import BadInputError
 from mgit.merge import engine
@@ -258,3 +259,32 @@ def test_merge_example_runs(tmp_path):
     proc = subprocess.run([sys.executable, script, tmp_path / "w"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "budgeted merge" in proc.stdout and "error bound" in proc.stdout
+
+
+def test_a_budgeted_merge_in_a_partial_clone_fetches_only_the_planned_chunks(repo, small_chunks, tmp_path):
+    _experts(repo)
+    repo.remote_add("origin", str(tmp_path / "remote.mgit"))
+    for branch in ("main", *NAMES):
+        repo.push("origin", branch)
+    partial = Repository.clone(str(tmp_path / "remote.mgit"), tmp_path / "p", partial=True)  # fetches main
+    experts = [f"origin/{n}" for n in NAMES]
+    held = partial.store.ids()
+    plan, _ = partial.merge_plan(experts, "task_arithmetic", weight=WEIGHTS, budget="20%")
+    assert partial.store.ids() == held  # planning fetched nothing: statistics and sizes only
+    chosen = {tp.experts[k].chunks[i].id for tp in plan.tensors for k, r in enumerate(tp.reads) for i in r}
+    assert chosen and not chosen & held
+    sha = partial.merge(experts, "task_arithmetic", weight=WEIGHTS, budget="20%")
+    b, spent = partial.merge_record(sha)["budget"], partial.merge_record(sha)["bytes"]
+    assert partial.store.ids() - held - set(_chunks(partial, sha)) == chosen  # besides the result: the plan's
+    assert 0 < spent["experts_fetched"] <= b["expert_bytes_planned"] <= b["limit_bytes"]
+    assert spent["experts_measured"] <= b["limit_bytes"] and spent["base_fetched"] == 0  # main came with the clone
+    full = repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="20%", branch="same")
+    assert _equal(partial.state_dict(sha), repo.state_dict(full))  # the same plan as in the full repository
+    assert Repository(partial.root).fsck() == []
+
+
+def _chunks(repo, rev):
+    """The chunks of a revision's own files (not its history's)."""
+    from mgit.model.materialize import local_chunks
+
+    return {c for e in repo.snapshot(rev).values() if e.kind != "blob" for c in local_chunks(repo.graph, e)}
