@@ -8,8 +8,13 @@ Every expert chunk that differs from the base chunk at the same place is a candi
   commits' statistics (or the pair cache, filled by the separate analyze step) and a_k is
   expert k's effective weight in the merged tensor (λ·w_k, divided by Σw when normalizing).
 
-Under a budget the candidates are chosen by :mod:`mgit.merge.knapsack`; a skipped chunk is
-read as the base's (its Δ is 0). For methods whose result is affine in the experts (linear,
+Under a budget the candidates are chosen by :mod:`mgit.merge.knapsack`, valued at their
+importance squared: the result's chunks are disjoint, so the errors of skipping chunks at
+different places add in squares (‖M_budget − M_full‖² = Σ_c ‖error_c‖²), and the squared
+importance is what a chunk adds to the captured share. (Valuing by the importance itself
+would minimise the error bound below instead; measured errors follow the squares: a
+benchmark with deltas spread over three decades captured 0.54 → 0.59 of Σ (a‖Δ‖)² at a 10%
+budget.) A skipped chunk is read as the base's (its Δ is 0). For methods whose result is affine in the experts (linear,
 task arithmetic, passthrough) skipping changes chunk c of the result by Σ_skipped a_k·Δ_k,c,
 so ‖M_budget − M_full‖ ≤ Σ over skipped candidates of |a_k|·‖Δ_k,c‖ (the error bound) in
 exact arithmetic. Both stored results are also rounded, which adds at most the rounding
@@ -179,7 +184,7 @@ def choose(cands: list[Candidate], limit: int | None, select: str, seed: int) ->
             "(not finite, or chunked unlike the base): raise --budget"
         )
     rest = [n for n, f in enumerate(forced) if not f]
-    items = [Item(cands[n].cost, cands[n].importance) for n in rest]
+    items = [Item(cands[n].cost, cands[n].importance**2) for n in rest]
     picked = choose_by_density(items, left) if select == "importance" else choose_uniform(items, left, seed)
     taken = list(forced)
     for n, p in zip(rest, picked, strict=True):
