@@ -89,7 +89,7 @@ SCALE_DECADES = (-4.0, -1.0)  # log10 range of per-tensor noise scales, relative
 METHODS: dict[str, dict[str, float]] = {"task_arithmetic": {}, "ties": {"density": 0.5}}
 KS, QUICK_KS = (2, 4, 8), (2, 4)
 DEFAULT_SIZE_GB, QUICK_SIZE_GB = 0.65, 0.1
-OTHER_BENCHMARKS = re.compile(r"bench_(core|storage|diff)\.py")
+OTHER_BENCHMARKS = re.compile(r"bench_(core|storage|diff|budget)\.py")
 MERGEKIT_FLAGS = ("--no-cuda", "--no-lazy-unpickle", "--no-copy-tokenizer", "--quiet")
 
 
@@ -197,7 +197,7 @@ def mgit_pythonpath(mgit: list[str]) -> str:
     return next((a.split("=", 1)[1] for a in mgit if a.startswith("PYTHONPATH=")), "")
 
 
-def other_benchmarks() -> list[str]:
+def other_benchmarks(pattern: re.Pattern[str] = OTHER_BENCHMARKS) -> list[str]:
     """Command lines of this repository's other benchmarks running now (they would disturb timings)."""
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
@@ -205,12 +205,12 @@ def other_benchmarks() -> list[str]:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if int(proc.name) != os.getpid() and OTHER_BENCHMARKS.search(cmdline):
+        if int(proc.name) != os.getpid() and pattern.search(cmdline):
             found.append(cmdline.strip())
     return found
 
 
-def wait_for_other_benchmarks(limit: float, poll: float) -> float:
+def wait_for_other_benchmarks(limit: float, poll: float, pattern: re.Pattern[str] = OTHER_BENCHMARKS) -> float:
     """Wait (polling) until no other benchmark runs; returns the seconds waited.
 
     Another benchmark that leaves the machine idle for a whole poll is waiting itself (bench_storage
@@ -218,7 +218,7 @@ def wait_for_other_benchmarks(limit: float, poll: float) -> float:
     """
     t0 = time.monotonic()
     told = False
-    while (running := other_benchmarks()) and time.monotonic() - t0 < limit:
+    while (running := other_benchmarks(pattern)) and time.monotonic() - t0 < limit:
         if busy_fraction(poll) < IDLE_BELOW:
             print(f"  {running[0][:80]} is idle (waiting for this one?); going on", flush=True)
             break
@@ -291,11 +291,12 @@ class PoliteRunner(Runner):
     other_wait: float = 3600
     poll: float = 30
     waited: float = 0.0  # seconds spent waiting for other benchmarks
+    others: re.Pattern[str] = OTHER_BENCHMARKS  # the benchmarks to wait for
 
     def run(self, cmd: Sequence[str], cwd: Path, timed: bool = False) -> Proc:
         if not timed:
             return super().run(cmd, cwd)
-        self.waited += wait_for_other_benchmarks(self.other_wait, self.poll)
+        self.waited += wait_for_other_benchmarks(self.other_wait, self.poll, self.others)
         with RssSampler() as sampler:
             proc = super().run(cmd, cwd, timed)
         return SampledProc(**vars(proc), peaks=sampler.peaks)

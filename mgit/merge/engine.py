@@ -115,12 +115,14 @@ def merge_one(
     experts: list[torch.Tensor],
     prepared: Prepared | None = None,
     start: int = 0,
+    present: list[int] | None = None,
 ) -> torch.Tensor:
-    """One tensor merged in memory; with ``prepared``, the slice of it starting at element ``start``."""
+    """One tensor merged in memory; with ``prepared``, the slice of it starting at element ``start``
+    (and with ``present``, ``experts`` are those experts only: the others equal the base there)."""
     method = spec.method
     with torch.no_grad():
         if prepared is not None:
-            result = method.merge_slice(prepared, base if method.needs_base else None, experts, start)
+            result = method.merge_slice(prepared, base if method.needs_base else None, experts, start, present)
             return result.to(torch_dtype(spec.out_dtype)) if spec.out_dtype else result
         return method(
             base if method.needs_base else None,
@@ -267,6 +269,8 @@ def _merge_by_chunk(
     starts = _starts(tp.base)
     index = {start: i for i, start in enumerate(starts[:-1])}
     wanted = [set(r) for r in tp.reads]
+    # Experts a budget skipped at a chunk add exactly nothing there: left out of its math.
+    skipped = [set(r) for r in tp.skipped] if tp.skipped and spec.method.skips_zero_deltas else None
     base_index = {c.id: k for k, c in enumerate(tp.base.chunks)}
     held: dict[int, bytes | memoryview] = {}  # chunk index → base bytes, until the ingestor takes them
     dtype = tp.base.dtype
@@ -292,15 +296,18 @@ def _merge_by_chunk(
             k = base_index.get(cid) if inputs.base is not None else None
             return None if k is None else memoryview(inputs.base)[starts[k] : starts[k + 1]]
 
+        present = [k for k in range(len(tp.experts)) if skipped is None or i not in skipped[k]]
         experts = []
-        for m, w in zip(tp.experts, wanted, strict=True):
-            raw = store.get(m.chunks[i].id, what, known=known, counters=expert_costs) if i in w else None
+        for k in present:
+            cid = tp.experts[k].chunks[i].id
+            raw = store.get(cid, what, known=known, counters=expert_costs) if i in wanted[k] else None
             experts.append(base_t if raw is None else tensor_from_bytes(raw, dtype, (-1,)))
+        which = None if skipped is None else present
         merged = torch.empty(base_t.shape, dtype=result_dtype)
         first = offset // itemsize
         for start in range(0, base_t.numel(), SLICE_ELEMENTS):
             part = slice(start, start + SLICE_ELEMENTS)
-            result = merge_one(tp, spec, base_t[part], [e[part] for e in experts], prepared, first + start)
+            result = merge_one(tp, spec, base_t[part], [e[part] for e in experts], prepared, first + start, which)
             if result.dtype != result_dtype:  # pragma: no cover - a method breaking its dtype contract
                 raise AssertionError(f"{tp.name}: merged to {result.dtype}, expected {result_dtype}")
             merged[part] = result

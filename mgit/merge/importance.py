@@ -184,7 +184,7 @@ def choose(cands: list[Candidate], limit: int | None, select: str, seed: int) ->
             "(not finite, or chunked unlike the base): raise --budget"
         )
     rest = [n for n, f in enumerate(forced) if not f]
-    items = [Item(cands[n].cost, cands[n].importance**2) for n in rest]
+    items = [Item(cands[n].cost, cands[n].importance ** 2) for n in rest]
     picked = choose_by_density(items, left) if select == "importance" else choose_uniform(items, left, seed)
     taken = list(forced)
     for n, p in zip(rest, picked, strict=True):
@@ -234,6 +234,7 @@ def apply(
         for k, reads in enumerate(tp.reads):
             keep = set(chosen.get((t, k), ()))
             pairs = [(i, cost) for i, cost in zip(reads, tp.costs[k], strict=True) if i in keep]
+            tp.skipped.append([i for i in reads if i not in keep])
             tp.reads[k] = [i for i, _ in pairs]
             tp.costs[k] = [cost for _, cost in pairs]
             tp.read_bytes[k] = sum(tp.costs[k])

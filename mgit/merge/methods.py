@@ -274,29 +274,39 @@ class TaskArithmetic:
             out.copy_(delta)
         return delta
 
-    def combine(self, base: torch.Tensor, stacked: torch.Tensor, p: Mapping[str, Any]) -> torch.Tensor:
+    def combine(
+        self, base: torch.Tensor, stacked: torch.Tensor, p: Mapping[str, Any], present: Sequence[int] | None = None
+    ) -> torch.Tensor:
         """Steps 2-5 over the experts' contributions stacked as ``[K, *base.shape]`` (which it
-        scales in place), in slices of COMBINE_SLICE elements."""
+        scales in place), in slices of COMBINE_SLICE elements. With ``present``, only those
+        experts are stacked: the others' deltas are exactly 0 here (a budget skipped them), so
+        they add nothing but their weight to a normalizing sum."""
         count = stacked.shape[0]
-        weights = torch.tensor(p["weight"], dtype=stacked.dtype, device=stacked.device).reshape(count, 1)
+        every = torch.tensor(p["weight"], dtype=stacked.dtype, device=stacked.device).reshape(-1, 1)
+        weights = every if present is None else every[list(present)]
         flat_base, flat = base.reshape(-1), stacked.reshape(count, -1)
         out = torch.empty_like(flat_base)
         for start in range(0, flat_base.numel(), COMBINE_SLICE):
             part = slice(start, start + COMBINE_SLICE)
-            out[part] = self._combine_slice(flat_base[part], flat[:, part], weights, p)
+            out[part] = self._combine_slice(flat_base[part], flat[:, part], weights, p, every)
         return out.reshape(base.shape)
 
     def _combine_slice(
-        self, base: torch.Tensor, stacked: torch.Tensor, weights: torch.Tensor, p: Mapping[str, Any]
+        self,
+        base: torch.Tensor,
+        stacked: torch.Tensor,
+        weights: torch.Tensor,
+        p: Mapping[str, Any],
+        every: torch.Tensor,
     ) -> torch.Tensor:
         for k in range(stacked.shape[0]):  # row by row: a contiguous multiply, 2x faster than broadcasting
             stacked[k].mul_(weights[k])
-        if self.consensus:
+        if self.consensus:  # a zero delta never agrees with the elected sign: absent experts add nothing
             mixed = _agreeing_sum(stacked, weights, p["normalize"])
         else:
             mixed = stacked.sum(dim=0)
             if p["normalize"]:
-                divisor = weights.sum(dim=0)
+                divisor = every.sum(dim=0)
                 divisor[divisor.abs() < 1e-8] = 1
                 mixed /= divisor
         if p["lambda"] != 1:
@@ -310,14 +320,17 @@ class TaskArithmetic:
         p: Mapping[str, Any],
         sparsities: Sequence[Sparsity | None] | None = None,
         start: int = 0,
+        present: Sequence[int] | None = None,
     ) -> torch.Tensor:
-        """Steps 1-5 on a slice, every expert's decision already made."""
+        """Steps 1-5 on a slice, every expert's decision already made. With ``present``,
+        ``experts`` are those experts only; every other one's delta is 0 on this slice."""
         if not experts:
             return base
+        which = range(len(experts)) if present is None else present
         stacked = torch.empty((len(experts), *base.shape), dtype=base.dtype, device=base.device)
-        for k, expert in enumerate(experts):
-            self.contribution(base, expert, sparsities[k] if sparsities else None, start, out=stacked[k])
-        return self.combine(base, stacked, p)
+        for row, (k, expert) in enumerate(zip(which, experts, strict=True)):
+            self.contribution(base, expert, sparsities[k] if sparsities else None, start, out=stacked[row])
+        return self.combine(base, stacked, p, present)
 
     def __call__(
         self, base: torch.Tensor | None, experts: list[torch.Tensor], p: Mapping[str, Any], s: Sampling
@@ -613,16 +626,26 @@ class MergeMethod:
         base: torch.Tensor | None,
         experts: Sequence[torch.Tensor],
         start: int = 0,
+        present: Sequence[int] | None = None,
     ) -> torch.Tensor:
         """Elements ``[start, start + n)`` of the flattened merged tensor, from the same slices of
-        the inputs (any shape with n elements), in the working dtype. Elementwise methods only."""
+        the inputs (any shape with n elements), in the working dtype. Elementwise methods only.
+        With ``present`` (methods that :attr:`skips_zero_deltas`), ``experts`` holds only those
+        experts' slices; every other expert equals the base there."""
         work = prepared.work
         aligned_base = base.to(dtype=work) if base is not None else None
         aligned = [e.to(dtype=work) for e in experts]
         if isinstance(self.fn, TaskArithmetic):
             assert aligned_base is not None
-            return self.fn.merge_slice(aligned_base, aligned, prepared.params, prepared.sparsities, start)
+            return self.fn.merge_slice(aligned_base, aligned, prepared.params, prepared.sparsities, start, present)
+        assert present is None, f"{self.name} needs every input"
         return self.fn(aligned_base, aligned, prepared.params, Sampling())
+
+    @property
+    def skips_zero_deltas(self) -> bool:
+        """Whether an expert equal to the base may be left out of a slice's math (it adds a zero
+        delta): the task arithmetic family. Exact merges never do (mergekit computes with it)."""
+        return isinstance(self.fn, TaskArithmetic)
 
     @property
     def decides_per_expert(self) -> bool:

@@ -32,6 +32,7 @@ class TensorPlan:
     reads: list[list[int]] = field(default_factory=list)  # per expert: chunk indexes to read
     read_bytes: list[int] = field(default_factory=list)  # per expert: stored bytes of those chunks
     costs: list[list[int]] = field(default_factory=list)  # per expert: each of those chunks' bytes
+    skipped: list[list[int]] = field(default_factory=list)  # per expert: differing chunks a budget left out
     missing: list[int] = field(default_factory=list)  # experts lacking the tensor (treated as the base)
 
 

@@ -288,3 +288,27 @@ def _chunks(repo, rev):
     from mgit.model.materialize import local_chunks
 
     return {c for e in repo.snapshot(rev).values() if e.kind != "blob" for c in local_chunks(repo.graph, e)}
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("task_arithmetic", {"weight": [0.5, -0.2, 0.7], "lambda": 0.8}),
+        ("task_arithmetic", {"weight": [0.5, 0.2, 0.7], "normalize": True}),
+        ("ties", {"weight": [0.5, 0.2, 0.7], "density": 1.0}),
+    ],
+)
+def test_experts_a_budget_skipped_are_left_out_of_the_math(method, params):
+    """An expert equal to the base on a slice adds a zero delta: leaving it out gives the same
+    result up to rounding (its weight still counts in a normalizing sum)."""
+    from mgit.merge.methods import get_method
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(1000, generator=g, dtype=torch.float64)
+    experts = [base + torch.randn(1000, generator=g, dtype=torch.float64) * 0.01 for _ in range(3)]
+    m = get_method(method)
+    prepared = m.prepare(3, params, torch.float64, base=base, expert_at=lambda k: experts[k])
+    with_zero = m.merge_slice(prepared, base, [experts[0], base, experts[2]])
+    left_out = m.merge_slice(prepared, base, [experts[0], experts[2]], present=[0, 2])
+    assert torch.allclose(with_zero, left_out, rtol=0, atol=1e-12)
+    assert torch.equal(m.merge_slice(prepared, base, [], present=[]), base)
