@@ -394,9 +394,9 @@ def plans_table(results: list[Measured], denominators: dict[int, float]) -> str:
     """What each budgeted plan promised (its record's `budget`) beside what the run read and missed."""
     rows = [
         "| K | select | budget | limit (GB) | planned (GB) | read (GB) | within limit | chunks read / candidates "
-        "| captured share | √(1 − captured) | relative error | error bound (relative) | ≤ bound "
+        "| captured share | most possible | √(1 − captured) | relative error | error bound (relative) | ≤ bound "
         "| rounding allowance (relative) | ≤ bound + allowance | analyze step (pairs / GB) |",
-        "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---|---:|",
+        "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|",
     ]
 
     def within(err: float | None, limit: float | None) -> str:
@@ -422,6 +422,7 @@ def plans_table(results: list[Measured], denominators: dict[int, float]) -> str:
             "yes" if m.expert_bytes <= b["limit_bytes"] else "**no**",
             f"{b['chunks_chosen']} / {b['chunks_candidate']}",
             f"{b['captured_share']:.3f}",
+            f"{b['captured_share_max']:.3f}" if "captured_share_max" in b else "n/a",
             fmt_err(math.sqrt(max(0.0, 1 - b["captured_share"]))),
             fmt_err(m.rel_error),
             "n/a" if bound is None else fmt_err(bound / denom),
@@ -439,6 +440,15 @@ def error_ratio(results: list[Measured], k: int, budget: int) -> float | None:
     if not imp or not uni or imp.rel_error is None or not uni.rel_error:
         return None
     return imp.rel_error / uni.rel_error
+
+
+def best_ratio(results: list[Measured], k: int, budget: int) -> float | None:
+    """√(1 − the most any plan can capture at this budget) over the uniform pick's error: what no
+    choice of chunks can beat (the error tracks √(1 − captured share), see the plans table)."""
+    imp, uni = find(results, k, "mgit", budget, "importance"), find(results, k, "mgit", budget, "uniform")
+    if not imp or not uni or not uni.rel_error or "captured_share_max" not in imp.record.get("budget", {}):
+        return None
+    return math.sqrt(max(0.0, 1 - imp.record["budget"]["captured_share_max"])) / uni.rel_error
 
 
 def targets_table(results: list[Measured], ks: Sequence[int], budgets: Sequence[int]) -> str:
@@ -460,6 +470,13 @@ def targets_table(results: list[Measured], ks: Sequence[int], budgets: Sequence[
             worst = max(ratios, key=lambda kk: ratios[kk])
             row(f"budget {b}%: importance error / uniform error (worst K: {worst})", f"{ratios[worst]:.3f}",
                 f"≤ {TARGET_ERROR_RATIO:g}", ratios[worst] <= TARGET_ERROR_RATIO)  # fmt: skip
+            best = best_ratio(results, worst, b)
+            if best is not None:
+                metric = (
+                    f"(for information) budget {b}%, K = {worst}: the lowest ratio any choice of chunks "
+                    "within the budget can reach, √(1 − captured_share_max) / uniform error"
+                )
+                row(metric, f"{best:.3f}", "", None)
     if 100 in budgets:
         full = {kk: find(results, kk, "mgit", 100, "importance") for kk in ks}
         bad = [kk for kk, m in full.items() if not (m and m.same and m.same.bit_equal)]
@@ -586,7 +603,9 @@ def report(results: list[Measured], c: Context) -> str:
         "the expert bytes the plan chose (`expert_bytes_planned`) and those the run read "
         "(`bytes.experts_measured`), the chunks chosen of those that differ from the base (`chunks_chosen`, "
         "`chunks_candidate`), and the captured share (`captured_share`: Σ (|a|·‖Δ‖)² over chosen chunks ÷ the "
-        "same over all candidates). Chunks are disjoint and the experts' noise independent, so the relative "
+        "same over all candidates) beside the most any choice of chunks within the limit can capture "
+        "(`captured_share_max`, the fractional knapsack's optimum). Chunks are disjoint and the experts' "
+        "noise independent, so the relative "
         "error should be about √(1 − captured share); beside it the error measured. The plan's error bound "
         "(`error_bound`: Σ |a|·‖Δ‖ over skipped chunks, exact arithmetic) and its allowance for rounding both "
         "results to bf16 (`rounding_allowance`) are shown divided by ‖M_full − base‖, with whether the measured "

@@ -513,7 +513,8 @@ def _print_plan(plan: dict) -> None:
     measured = f", measured {decimal(b['experts_measured'])}" if "experts_measured" in b else ""
     out.print(
         f"  expert reads: {b['expert_chunks_estimated']} chunk(s), estimated {decimal(b['experts_estimated'])}"
-        f"{measured}; base reads {decimal(b.get('base_measured', b['base_estimated']))}"
+        f"{measured}; base reads {decimal(b.get('base_measured', b['base_estimated']))}; "
+        f"output {decimal(b['output_logical'])}"
     )
     decisions: dict[str, int] = {}
     for t in plan["tensors"]:
@@ -533,6 +534,11 @@ def _budget_line(b: dict) -> str:
     bound = "" if b["error_bound"] is None else (
         f"; error bound {b['error_bound']:.4g} (+ rounding {b['rounding_allowance']:.3g})"
     )  # fmt: skip
+    best = (
+        f" (any choice within the budget: at most {b['captured_share_max']:.1%})"
+        if b["limit_bytes"] is not None and "captured_share_max" in b
+        else ""
+    )
     analyzed = b["analyze"]
     extra = (
         f"; analyzed {analyzed['pairs']} chunk pair(s), reading {decimal(analyzed['bytes_read'])}"
@@ -542,7 +548,7 @@ def _budget_line(b: dict) -> str:
     return (
         f"{limit} ({b['select']}): {b['chunks_chosen']} of {b['chunks_candidate']} expert chunk(s), "
         f"{decimal(b['expert_bytes_planned'])} of {decimal(b['expert_bytes_full'])}; "
-        f"captured {b['captured_share']:.1%} of Σ‖wΔ‖²{bound}{extra}"
+        f"captured {b['captured_share']:.1%} of Σ‖wΔ‖²{best}{bound}{extra}"
     )
 
 

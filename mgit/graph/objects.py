@@ -4,6 +4,7 @@ trees, refs, tags and small blobs such as manifests. ``git --git-dir=.mgit log``
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,3 +122,8 @@ class Graph:
 def blob_id(data: bytes) -> str:
     """The git id the blob would have, without storing it."""
     return Blob.from_string(data).id.decode()
+
+
+def canonical_json(obj: dict) -> bytes:
+    """JSON as mgit stores records in blobs: sorted keys, no spaces, no NaN (same record, same blob id)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()

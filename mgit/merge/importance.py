@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mgit.errors import BadInputError
-from mgit.merge.knapsack import Item, choose_by_density, choose_uniform
+from mgit.merge.knapsack import Item, choose_by_density, choose_uniform, fractional_bound
 from mgit.merge.plan import MergePlan, TensorPlan
 
 AFFINE_METHODS = frozenset({"linear", "task_arithmetic", "passthrough"})
@@ -122,6 +122,7 @@ class BudgetReport:
     chosen: int = 0
     energy: float = 0.0
     captured: float = 0.0
+    best_share: float = 1.0  # no choice within the limit captures more (fractional knapsack bound)
     error_bound: float | None = None  # affine methods only
     rounding_allowance: float | None = None
     analyze_pairs: int = 0
@@ -142,6 +143,7 @@ class BudgetReport:
             "chunks_candidate": self.candidates,
             "chunks_chosen": self.chosen,
             "captured_share": self.captured_share,
+            "captured_share_max": self.best_share,
             "error_bound": self.error_bound,
             "rounding_allowance": self.rounding_allowance,
             "analyze": {"pairs": self.analyze_pairs, "bytes_read": self.analyze_bytes},
@@ -168,6 +170,17 @@ def candidates(plan: MergePlan, weights_for: Callable[[TensorPlan], Weights], no
                 norm = norms.get((tp.experts[k].chunks[i].id, tp.base.chunks[i].id)) if same_place else None
                 out.append(Candidate(t, k, i, plan.expert_passes * cost, norm, abs(weights.experts[k])))
     return out
+
+
+def best_share(cands: list[Candidate], limit: int | None) -> float:
+    """The largest captured share any choice of chunks within ``limit`` can reach (those of
+    unknown importance read first, the rest bounded by the fractional knapsack)."""
+    energy = sum(c.importance**2 for c in cands if c.norm is not None)
+    if limit is None or energy == 0:
+        return 1.0
+    left = limit - sum(c.cost for c in cands if c.norm is None)
+    items = [Item(c.cost, c.importance**2) for c in cands if c.norm is not None]
+    return min(1.0, fractional_bound(items, max(left, 0)) / energy)
 
 
 def choose(cands: list[Candidate], limit: int | None, select: str, seed: int) -> list[bool]:

@@ -48,6 +48,20 @@ def choose_by_density(items: Sequence[Item], limit: int) -> list[bool]:
     return taken
 
 
+def fractional_bound(items: Sequence[Item], limit: int) -> float:
+    """The most value any choice within ``limit`` can reach: the fractional knapsack's optimum
+    (items by density, the last one cut). No whole-item choice exceeds it, so it tells how
+    close a plan is to the best possible at its budget."""
+    left, value = float(limit), 0.0
+    for item in sorted(items, key=lambda i: -(i.value / i.cost if i.cost > 0 else float("inf"))):
+        if item.cost <= left:
+            left -= item.cost
+            value += item.value
+        else:
+            return value + (item.value * left / item.cost if item.cost > 0 else item.value)
+    return value
+
+
 def choose_uniform(items: Sequence[Item], limit: int, seed: int) -> list[bool]:
     """Items in a seeded random order, each taken while it fits (the benchmark's baseline)."""
     order = list(range(len(items)))

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from mgit.graph.snapshot import Snapshot
 from mgit.merge.plan import MergePlan
+from mgit.model.dtypes import lookup
+from mgit.model.manifest import TensorManifest
 
 if TYPE_CHECKING:  # torch stays out of the everyday commands' start-up
     from mgit.merge.engine import Execution, MergeSpec
@@ -75,6 +77,7 @@ def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execut
         "experts": [{"name": n, "commit": c} for n, c in zip(setup.expert_names, setup.expert_commits, strict=True)],
         "bytes": {
             "base_estimated": plan.base_bytes,
+            "output_logical": sum(_output_bytes(tp.base, spec) for tp in plan.tensors),
             "experts_estimated": plan.expert_bytes,
             "expert_chunks_estimated": plan.expert_chunks,
             "expert_passes": plan.expert_passes,
@@ -94,3 +97,11 @@ def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execut
         if run.expert_bytes_fetched is not None:
             record["bytes"] |= {"base_fetched": run.base_bytes_fetched, "experts_fetched": run.expert_bytes_fetched}
     return record
+
+
+def _output_bytes(base: TensorManifest, spec: MergeSpec) -> int:
+    """Bytes of a merged tensor: floating tensors in the result dtype, others copied as they are."""
+    given, out = lookup(base.dtype), lookup(spec.result_dtype(base.dtype))
+    if given is None or out is None or not given.name.startswith(("F", "BF")):
+        return base.nbytes
+    return base.nbytes // given.bits * out.bits

@@ -19,7 +19,7 @@ from mgit import Repository
 from mgit.budget import Budget, parse_budget
 from mgit.errors import BadInputError
 from mgit.merge import engine
-from mgit.merge.knapsack import Item, choose_by_density, choose_uniform
+from mgit.merge.knapsack import Item, choose_by_density, choose_uniform, fractional_bound
 from mgit.model import ingest
 from mgit.model.chunking import chunk_size_for
 
@@ -95,6 +95,8 @@ def test_knapsack_within_budget_and_half_the_optimum(pairs, limit):
     assert sum(it.cost for it, t in zip(items, taken, strict=True) if t) <= limit
     value = sum(it.value for it, t in zip(items, taken, strict=True) if t)
     assert value >= _optimum(items, limit) / 2 - 1e-9
+    assert value <= fractional_bound(items, limit) + 1e-9  # no choice beats the fractional optimum
+    assert _optimum(items, limit) <= fractional_bound(items, limit) + 1e-9
     uniform = choose_uniform(items, limit, seed=7)
     assert sum(it.cost for it, t in zip(items, uniform, strict=True) if t) <= limit
     assert choose_uniform(items, limit, seed=7) == uniform
@@ -139,6 +141,8 @@ def test_budget_is_never_exceeded(uneven, share, method, select):
     assert spent["experts_measured"] == b["expert_bytes_planned"] == spent["experts_estimated"]
     assert spent["experts_measured"] <= limit
     assert b["chunks_chosen"] <= b["chunks_candidate"]
+    if select == "importance":  # the plan is near the best any choice can do at this budget
+        assert b["captured_share"] <= b["captured_share_max"] + 1e-9
 
 
 def test_full_budget_equals_the_exact_merge(uneven):

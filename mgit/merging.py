@@ -1,0 +1,384 @@
+"""Merges as commits (mixed into Repository): plan, budget, fetch in a partial clone,
+execute, commit, and the records and lineage they leave. The layers below do the work:
+mgit.merge (plan, importance, engine, record), the model and store layers."""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import secrets
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mgit.budget import parse_budget
+from mgit.errors import BadInputError, RevisionError
+from mgit.graph.objects import MODE_FILE, canonical_json
+from mgit.graph.refs import check_ref_name
+from mgit.graph.snapshot import Snapshot, validate_path, write_snapshot
+from mgit.merge import importance
+from mgit.merge.analyze import pair_norms
+from mgit.merge.config import load_config, num_layers, tensor_parameters
+from mgit.merge.importance import BudgetReport
+from mgit.merge.plan import MergePlan, TensorPlan, model_tensors, plan_merge
+from mgit.merge.record import PLAN_ENTRY, MergeSetup, plan_record
+from mgit.model.ingest import Ingestor
+from mgit.model.materialize import StagedFile
+from mgit.progress import byte_progress
+from mgit.remote.transfer import FetchLimit, LimitReached, Transfer, fetch_chunks, fetch_costs
+from mgit.store.pack import BASE_LEN as DELTA_BASE_BYTES
+from mgit.store.paircache import PairCache
+from mgit.sync import on_demand
+from mgit.version import __version__
+from mgit.worktree.scan import walk
+
+if TYPE_CHECKING:
+    from mgit.merge.engine import Execution, MergeSpec
+    from mgit.repo import Repository
+
+
+class Merging:
+    """Merge operations (mixed into Repository)."""
+
+    def merge(
+        self: Repository,
+        experts: Sequence[str],
+        method: str,
+        base: str | None = None,
+        *,
+        branch: str | None = None,
+        message: str | None = None,
+        seed: int | None = None,
+        dtype: str | None = None,
+        out_dtype: str | None = None,
+        model: str | None = None,
+        allow_missing: bool = False,
+        config: str | os.PathLike[str] | None = None,
+        budget: str | int | None = None,
+        budget_select: str = "importance",
+        **params: Any,
+    ) -> str:
+        """Merge expert revisions into ``base`` (default HEAD) as a commit with parents
+        [base, *experts] holding the merged model and its plan; returns the commit id.
+
+        On HEAD the current branch advances; on another base ``branch`` is required and
+        created. Either way the working tree then holds the merged model. Parameters are
+        mergekit's (weight, density, lambda, normalize, rescale, epsilon, gamma, t, ...).
+        With ``config`` (a mergekit YAML file) method, base, experts and parameters come
+        from it instead, with per-tensor filters and per-layer gradients. With ``budget``
+        (``"2GB"``, ``"10%"``, bytes) expert chunk reads stay within it, the most important
+        chunks chosen first (``budget_select="uniform"``: at random, for comparisons).
+        """
+        from mgit.merge.engine import MergeSpec, execute  # torch: only when merging
+        from mgit.merge.methods import get_method
+
+        if seed is None:  # deterministic methods need none: keep their commits reproducible
+            named = load_config(config).method if config is not None else method
+            seed = secrets.randbits(31) if get_method(named).random else 0
+        plan, setup = self.merge_plan(
+            experts, method, base, model=model, allow_missing=allow_missing, config=config,
+            budget=budget, budget_select=budget_select, seed=seed, dtype=dtype, out_dtype=out_dtype, **params,
+        )  # fmt: skip
+        spec = MergeSpec(
+            setup.method, setup.params, seed, dtype or setup.dtype, out_dtype or setup.out_dtype, setup.params_for
+        )
+        base = setup.base_ref
+        on_head = setup.base_commit == self.refs.head() and base in (None, "HEAD", self.refs.current_branch())
+        if not on_head and not branch:
+            raise BadInputError("merging into a base other than HEAD needs -b NAME for the new branch")
+        if branch is not None:
+            check_ref_name(branch, "branch")
+            if branch in self.refs.branches():
+                raise BadInputError(f"branch {branch!r} already exists")
+        with self._writing():
+            self._refuse_dirty("merge")
+            base_snap = setup.base_snap
+            bar_total = sum(tp.base.nbytes for tp in plan.tensors)
+            staging = self._clear_staging()
+
+            def stage(file: str, header: bytes, size: int) -> StagedFile:
+                return StagedFile(self.root / file, staging, header, size)
+
+            fetched = {"base": Transfer(), "experts": Transfer()}
+            if self.is_partial:
+                self._fetch_planned(plan, fetched)
+            with byte_progress("merge", bar_total) as bar:
+                ingestor = Ingestor(self.graph, self.store, self.pool, bar, self._parent_lookup(base_snap))
+                run = execute(plan, spec, ingestor, self.store, self.pool, base_snap, bar, stage)
+            if self.is_partial:
+                run.base_bytes_fetched, run.expert_bytes_fetched = fetched["base"].bytes, fetched["experts"].bytes
+            try:
+                return self._commit_merge(plan, spec, setup, run, base, branch, on_head, message)
+            finally:
+                for staged in run.staged.values():
+                    staged.discard()  # those not installed
+
+    def _commit_merge(
+        self: Repository,
+        plan: MergePlan,
+        spec: MergeSpec,
+        setup: MergeSetup,
+        run: Execution,
+        base: str | None,
+        branch: str | None,
+        on_head: bool,
+        message: str | None,
+    ) -> str:
+        """Record an executed merge: seal chunks, write tree and commit, then update the
+        working tree (from the staged files) and the refs."""
+        base_snap = setup.base_snap
+        merged = dict(base_snap) | run.files
+        record = plan_record(plan, spec, setup, run, __version__)
+        extra = self._stats_root(run.stats) + [(PLAN_ENTRY, MODE_FILE, self.graph.put_blob(canonical_json(record)))]
+        self.store.seal()
+        tree = write_snapshot(self.graph, merged, extra)
+        text = message or f"merge {', '.join(setup.expert_names)} into {base or 'HEAD'} ({setup.method.name})"
+        who = self.identity()
+        parents = [setup.base_commit, *setup.expert_commits]
+        commit = self.graph.put_commit(tree, parents, text, who, who)
+        if on_head and branch is None:
+            from mgit.repo import CheckoutResult  # the porcelain's record (repo imports this module)
+
+            index = self._index()
+            self._write_files(
+                index, {p: e for p, e in merged.items() if base_snap.get(p) != e}, CheckoutResult(None), run.staged
+            )
+            index.save()
+            self.refs.advance_head(setup.base_commit, commit, f"merge: {text.splitlines()[0]}")
+        else:
+            self.refs.create_branch(branch, commit)
+            self._switch(branch, None, force=False, staged=run.staged)
+        return commit
+
+    def _clear_staging(self: Repository) -> Path:
+        """The staging directory of merged files, emptied of what a killed merge left (we hold the lock)."""
+        staging = self.git_dir / "staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        return staging
+
+    @on_demand
+    def merge_plan(
+        self: Repository,
+        experts: Sequence[str],
+        method: str,
+        base: str | None = None,
+        *,
+        model: str | None = None,
+        allow_missing: bool = False,
+        config: str | os.PathLike[str] | None = None,
+        budget: str | int | None = None,
+        budget_select: str = "importance",
+        explain: bool = False,
+        seed: int = 0,
+        dtype: str | None = None,
+        out_dtype: str | None = None,
+        **params: Any,
+    ) -> tuple[MergePlan, MergeSetup]:
+        """What a merge would read, from manifests alone (``mgit merge --dry-run``); with a
+        ``budget`` (or ``explain``) also which expert chunks are worth reading (``plan.budget``),
+        which may analyze chunk pairs no commit recorded (counted apart)."""
+        from mgit.merge.methods import get_method
+
+        cfg = load_config(config) if config is not None else None
+        if cfg is not None:
+            if experts or params:
+                raise BadInputError("with a merge config, name experts and parameters in the config only")
+            method, base = cfg.method, cfg.base
+        chosen = get_method(method)
+        base_commit = self._merge_input(base or "HEAD", None)
+        base_snap = self.snapshot(base_commit)
+        model_dir, _ = self._pick_model(base_snap, model)
+        params_for = None
+        if cfg is not None:
+            entries = [m for m in cfg.models if not (chosen.needs_base and m.ref == cfg.base)]
+            experts = [m.ref for m in entries]
+            if not experts:
+                raise BadInputError(f"{config}: no model to merge besides the base")
+            names = list(model_tensors(self.graph, base_snap, model_dir)[1])
+            params_for = tensor_parameters(chosen, cfg, entries, num_layers(names))
+            params = params_for("")
+        if not experts:
+            raise BadInputError("name at least one expert revision to merge")
+        resolved = chosen.resolve(params, len(experts)) if params_for is None else params
+        expert_commits = [self._merge_input(e, model_dir) for e in experts]
+        snaps = [self.snapshot(c) for c in expert_commits]
+        passes = 2 if chosen.decides_per_expert else 1
+        plan = plan_merge(self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes)
+        if self.is_partial:  # price the chunks not here at what fetching them costs
+            sizes = self._fetch_sizes(plan)
+            plan = plan_merge(
+                self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes,
+                self._fetch_pricing(sizes),
+            )  # fmt: skip
+            plan.fetch_sizes = sizes
+        if params_for is not None:  # every tensor's parameters must resolve before anything is written
+            for tp in plan.tensors:
+                chosen.resolve(params_for(tp.name), len(experts))
+        setup = MergeSetup(
+            chosen, resolved, base_commit, expert_commits, list(experts), base_snap,
+            base_ref=base, params_for=params_for, config=cfg.source if cfg else None,
+            dtype=cfg.dtype if cfg else None, out_dtype=cfg.out_dtype if cfg else None,
+        )  # fmt: skip
+        if budget is not None or explain:
+            plan.budget = self._plan_budget(
+                plan, setup, budget, budget_select, seed, dtype or setup.dtype, out_dtype or setup.out_dtype
+            )
+        return plan, setup
+
+    def _fetch_sizes(self: Repository, plan: MergePlan) -> dict[str, int]:
+        """Record sizes on the remote of the base and candidate expert chunks not here (one batch)."""
+        wanted = [c.id for tp in plan.tensors for c in tp.base.chunks]
+        wanted += [tp.experts[k].chunks[i].id for tp in plan.tensors for k, r in enumerate(tp.reads) for i in r]
+        remote = self._promisor()
+        assert remote is not None
+        return fetch_costs(self.store, self._backend(remote), wanted)
+
+    def _fetch_pricing(self: Repository, sizes: dict[str, int]) -> Callable[[str, set[str]], int]:
+        """In a partial clone, what reading a chunk costs: the stored bytes here, or for a chunk
+        still on the remote its record size there plus the base id a delta record carries here
+        (so it bounds both the fetch and the read after it). A merge's expert chunk is a delta
+        of the base's chunk or none (the commit statistics that rank it pair it with that
+        chunk), so no further delta base is fetched for it; a fetch finding otherwise stops at
+        the budget (:meth:`_fetch_planned`)."""
+
+        def cost(cid: str, held: set[str]) -> int:
+            if self.store.has(cid, refresh=False):
+                return self.store.read_cost(cid, held)
+            return sizes[cid] + DELTA_BASE_BYTES
+
+        return cost
+
+    def _fetch_planned(self: Repository, plan: MergePlan, run_report: dict[str, Transfer]) -> None:
+        """A partial clone fetches what the merge reads before it runs: the base's chunks, then
+        the chosen expert chunks, the latter capped at the budget."""
+        remote = self._promisor()
+        assert remote is not None
+        backend = self._backend(remote)
+        base_ids = [c.id for tp in plan.tensors for c in tp.base.chunks]
+        expert_ids = [
+            tp.experts[k].chunks[i].id for tp in plan.tensors for k, reads in enumerate(tp.reads) for i in reads
+        ]
+        limit = None
+        if plan.budget is not None and plan.budget.limit is not None:
+            limit = FetchLimit(backend, plan.budget.limit, dict(plan.fetch_sizes), charge_verification=False)
+        with byte_progress("fetch", 0) as bar:
+            fetch_chunks(self.store, backend, base_ids, run_report["base"], bar)
+            try:
+                fetch_chunks(self.store, backend, expert_ids, run_report["experts"], bar, limit)
+            except LimitReached:
+                raise BadInputError(
+                    f"the expert chunks chosen for this budget are deltas of chunks not here; fetch the experts' "
+                    f"history first (`mgit fetch {remote} --chunks REV`) or raise --budget"
+                ) from None
+        self.store.seal()
+
+    def _plan_budget(
+        self: Repository,
+        plan: MergePlan,
+        setup: MergeSetup,
+        budget: str | int | None,
+        select: str,
+        seed: int,
+        dtype: str | None,
+        out_dtype: str | None,
+    ) -> BudgetReport:
+        """Restrict ``plan`` to the expert chunks a budget affords (see mgit.merge.importance)."""
+        if select not in importance.SELECTIONS:
+            raise BadInputError(f"unknown budget selection {select!r} (known: {', '.join(importance.SELECTIONS)})")
+        given = parse_budget(budget) if budget is not None else None
+        count = len(setup.expert_commits)
+
+        def weights_for(tp: TensorPlan) -> importance.Weights:
+            params = setup.method.resolve(setup.params_for(tp.name), count) if setup.params_for else setup.params
+            return importance.effective_weights(setup.method.name, params, count)
+
+        def roundoff_for(tp: TensorPlan) -> float:
+            return importance.unit_roundoff(tp.base.dtype, dtype, out_dtype)
+
+        analysis = pair_norms(
+            self.graph, self.store, self.pool, PairCache(self.git_dir / "cache" / "pair-norms.sqlite"),
+            plan, setup.base_commit, setup.expert_commits, self.commit_stats,
+        )  # fmt: skip
+        full = plan.expert_bytes
+        limit = given.resolve(full) if given is not None else None
+        report = importance.BudgetReport(str(budget) if budget is not None else None, limit, select, full)
+        report.analyze_pairs, report.analyze_bytes = analysis.pairs_analyzed, analysis.bytes_read
+        cands = importance.candidates(plan, weights_for, analysis.norms)
+        taken = importance.choose(cands, limit, select, seed)
+        report.best_share = importance.best_share(cands, limit)
+        importance.apply(plan, cands, taken, weights_for, setup.method.name in importance.AFFINE_METHODS,
+                         roundoff_for, report)  # fmt: skip
+        return report
+
+    def _merge_input(self: Repository, ref: str, model_dir: str | None) -> str:
+        """A merge input: a revision, or a model directory on disk imported as a root commit
+        under refs/imports/ (so the merge's parents and lineage stay in the graph)."""
+        path = Path(ref).expanduser()
+        if ref.startswith(("/", "./", "../", "~")) and path.is_dir():
+            return self._import_directory(path.resolve(), model_dir or "model")
+        try:
+            return self.refs.resolve(ref)
+        except RevisionError:
+            if not path.is_dir():
+                raise
+        return self._import_directory(path.resolve(), model_dir or "model")
+
+    def _import_directory(self: Repository, path: Path, model_dir: str) -> str:
+        with self._writing():
+            files = walk(path)
+            snap: Snapshot = {}
+            with byte_progress("import", sum(st.st_size for st in files.values())) as bar:
+                ingestor = Ingestor(self.graph, self.store, self.pool, bar)
+                for rel in sorted(files):
+                    target = validate_path(posixpath.join(model_dir, rel) if model_dir else rel)
+                    snap[target] = ingestor.file(path / rel, target)
+            self.store.seal()
+            tree = write_snapshot(self.graph, snap)
+            who = self.identity()
+            commit = self.graph.put_commit(tree, [], f"import {path}", who, who)
+            name = re.sub(r"[^A-Za-z0-9._-]+", "-", path.name).strip("-.") or "model"
+            self.graph.repo.refs[f"refs/imports/{name}-{tree[:8]}".encode()] = commit.encode()
+            return commit
+
+    def lineage(self: Repository, rev: str = "HEAD", depth: int = 50) -> dict:
+        """The derivation tree of a revision: each commit with its inputs, down to the roots.
+
+        A merge commit's inputs are its base and its experts (with method and weights from
+        its plan); another commit's input is its first parent. A commit met a second time is
+        marked ``"seen": true`` instead of being expanded again; ``depth`` bounds the walk.
+        """
+        seen: set[str] = set()
+
+        def node(sha: str, role: str, left: int) -> dict:
+            info = self.graph.commit(sha)
+            out: dict[str, Any] = {"commit": sha, "role": role, "summary": info.summary, "inputs": []}
+            if sha in seen:
+                return out | {"seen": True}
+            seen.add(sha)
+            plan = self.merge_record(sha)
+            if left <= 0:
+                return out | {"truncated": bool(info.parents)}
+            if plan is not None:
+                weights = plan["parameters"].get("weight")
+                out |= {"method": plan["method"], "parameters": plan["parameters"], "seed": plan["seed"]}
+                out["inputs"].append(node(plan["base"], "base", left - 1))
+                for k, expert in enumerate(plan["experts"]):
+                    role = f"expert {expert['name']}"
+                    if weights is not None:
+                        role += f" (weight {weights[k]})"
+                    out["inputs"].append(node(expert["commit"], role, left - 1))
+            elif info.parents:
+                out["inputs"].append(node(info.parents[0], "parent", left - 1))
+            return out
+
+        return node(self.refs.resolve(rev), "revision", depth)
+
+    def merge_record(self: Repository, rev: str = "HEAD") -> dict | None:
+        """The plan recorded in a merge commit (None for other commits)."""
+        for name, _, oid in self.graph.tree(self.graph.commit(self.refs.resolve(rev)).tree):
+            if name == PLAN_ENTRY:
+                return json.loads(self.graph.blob(oid))
+        return None
