@@ -730,7 +730,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def lock_workdir(workdir: Path) -> int:
+def lock_workdir(workdir: Path, script: str = "bench_merge.py") -> int:
     """Hold an exclusive lock on the workdir for this process's life: two runs in one workdir would
     delete each other's repository (each starts from a fresh one)."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -738,7 +738,7 @@ def lock_workdir(workdir: Path) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise SystemExit(f"another bench_merge.py run uses {workdir}; wait for it or pass another --workdir") from None
+        raise SystemExit(f"another {script} run uses {workdir}; wait for it or pass another --workdir") from None
     return fd
 
 
