@@ -1100,11 +1100,28 @@ def pull(ctx: click.Context, remote_name: str, branch: str | None) -> None:
 @click.option("--partial", is_flag=True, help="Fetch the graph only; chunks come when a command needs them.")
 @click.option("-b", "--branch", help="Branch to check out (default: the remote's HEAD).")
 @click.option("--token-file", type=click.Path(dir_okay=False), help="File holding the HTTP bearer token.")
+@click.option("--include", multiple=True, metavar="GLOB", help="Sparse checkout: only tensors matching (repeatable).")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Sparse checkout: leave out tensors matching.")
+@click.option("--budget", metavar="SIZE", help="Refuse a checkout reading and fetching more than SIZE (e.g. 500MB).")
 @click.option("--json", "as_json", is_flag=True, help="What was received (schema mgit.transfer/1).")
-def clone(url: str, path: str | None, partial: bool, branch: str | None, token_file: str | None, as_json: bool) -> None:
-    """Copy a remote into a new repository and check out a branch."""
+def clone(
+    url: str,
+    path: str | None,
+    partial: bool,
+    branch: str | None,
+    token_file: str | None,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    budget: str | None,
+    as_json: bool,
+) -> None:
+    """Copy a remote into a new repository and check out a branch (with --partial and
+    --include, only the selected tensors' chunks are fetched)."""
     dest = path or os.path.basename(url.rstrip("/")).removesuffix(".mgit") or "clone"
-    repo = Repository.clone(url, dest, partial=partial, branch=branch, token_file=token_file)
+    repo = Repository.clone(
+        url, dest, partial=partial, branch=branch, token_file=token_file, include=include, exclude=exclude,
+        budget=budget,
+    )  # fmt: skip
     got = repo.cloned
     if partial:  # the checkout's on-demand chunks count too
         got.add(repo.fetched.objects, repo.fetched.chunks, repo.fetched.bytes)

@@ -12,7 +12,7 @@ import functools
 import os
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -205,10 +205,15 @@ class Sync:
         partial: bool = False,
         branch: str | None = None,
         token_file: str | None = None,
+        include: Iterable[str] = (),
+        exclude: Iterable[str] = (),
+        budget: str | int | None = None,
     ) -> Repository:
         """A new repository at ``path`` with ``url`` as remote ``origin``, its branches fetched
         and ``branch`` (default: the remote's HEAD) checked out. ``partial``: the graph only;
-        chunks are fetched when a command needs them."""
+        chunks are fetched when a command needs them. ``include``/``exclude`` make the checkout
+        sparse (a partial clone then fetches only the selected tensors' chunks); ``budget``
+        refuses a checkout that would read and fetch more (and then no clone is left)."""
         dest = Path(path)
         if dest.exists() and any(dest.iterdir()):
             raise BadInputError(f"{dest} exists and is not empty; clone into a new directory")
@@ -230,7 +235,7 @@ class Sync:
             commit = refs[f"refs/heads/{branch}"]
             repo.refs.create_branch(branch, commit)
             repo.refs.point_head_at_branch(branch)
-            repo.checkout(branch, force=True)
+            repo.checkout(branch, force=True, include=include, exclude=exclude, budget=budget)
         except BaseException:
             repo.close()
             shutil.rmtree(dest / ".mgit", ignore_errors=True)  # no half-cloned repository

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import safetensors.torch
 from conftest import (
     commit_model,
     cut_after,
@@ -17,6 +18,7 @@ from conftest import (
 
 from mgit import Repository
 from mgit.errors import BadInputError, CorruptObjectError, NonFastForwardError, RemoteError
+from mgit.model.filetree import load_safetensors
 from mgit.remote.backend import chunk_key
 from mgit.remote.local import DirectoryBackend
 
@@ -251,3 +253,27 @@ def test_a_partial_clone_diffs_and_merges_fetching_on_demand(pushed):
     theirs = repo.merge(["math", "code"], "task_arithmetic", weight=0.5, base="main", branch="m")
     assert partial.graph.commit(ours).tree != "" and dict(partial.snapshot(ours)) == dict(repo.snapshot(theirs))
     assert Repository(partial.root).fsck() == []
+
+
+def test_a_sparse_partial_clone_fetches_only_the_selected_tensors(pushed):
+    repo, base, _, tmp = pushed
+    partial = Repository.clone(str(tmp / "remote.mgit"), tmp / "p", partial=True, include=["model.layers.0.*"])
+    selected = {n for n in base if n.startswith("model.layers.0.")}
+    manifests = load_safetensors(repo.graph, repo.snapshot("main")["model/model.safetensors"].oid).manifests
+    wanted = {c.id for n in selected for c in manifests[n].chunks}
+    assert partial.store.ids() == wanted  # nothing else came
+    assert set(safetensors.torch.load_file(partial.root / "model" / "model.safetensors")) == selected
+    assert partial.status().sparse is not None and partial.status().clean
+    partial.checkout("main", full=True)  # the rest comes now
+    assert tree_hashes(partial.root) == tree_hashes(repo.root)
+
+
+def test_a_clone_over_its_budget_leaves_nothing(pushed):
+    _, _, _, tmp = pushed
+    proc = run_mgit("clone", "--partial", "--budget", "1kB", str(tmp / "remote.mgit"), "small", cwd=tmp)
+    assert proc.returncode != 0 and "budget" in proc.stderr and "--include" in proc.stderr
+    assert not (tmp / "small").exists()
+    ok = run_mgit(
+        "clone", "--partial", "--include", "lm_head.*", "--budget", "1GB", str(tmp / "remote.mgit"), "s2", cwd=tmp
+    )
+    assert ok.returncode == 0, ok.stderr
