@@ -531,8 +531,9 @@ def _print_plan(plan: dict) -> None:
 def _budget_line(b: dict) -> str:
     """One line on a budgeted plan: limit, planned vs full bytes, captured share, error bound."""
     limit = "no budget" if b["limit_bytes"] is None else f"budget {b['given']} = {decimal(b['limit_bytes'])}"
+    rounding = b["rounding_allowance"]
     bound = "" if b["error_bound"] is None else (
-        f"; error bound {b['error_bound']:.4g} (+ rounding {b['rounding_allowance']:.3g})"
+        f"; error bound {b['error_bound']:.4g} (+ rounding {'unknown' if rounding is None else f'{rounding:.3g}'})"
     )  # fmt: skip
     best = (
         f" (any choice within the budget: at most {b['captured_share_max']:.1%})"

@@ -74,6 +74,11 @@ def effective_weights(method: str, params: Mapping[str, Any], count: int) -> Wei
     return Weights(tuple(1.0 / count for _ in range(count)), 1.0)  # model_stock: towards the mean
 
 
+def _finite(x: float | None) -> float | None:
+    """JSON has no infinity: a bound that does not exist (a base chunk with a NaN or inf) is null."""
+    return x if x is not None and math.isfinite(x) else None
+
+
 def _gamma(n: int, u: float) -> float:
     """Higham's γ_n = n·u / (1 − n·u): the relative error of n roundings of unit roundoff u."""
     return n * u / (1 - n * u) if n * u < 1 else math.inf
@@ -144,19 +149,10 @@ class BudgetReport:
             "chunks_chosen": self.chosen,
             "captured_share": self.captured_share,
             "captured_share_max": self.best_share,
-            "error_bound": self.error_bound,
-            "rounding_allowance": self.rounding_allowance,
+            "error_bound": _finite(self.error_bound),
+            "rounding_allowance": _finite(self.rounding_allowance),
             "analyze": {"pairs": self.analyze_pairs, "bytes_read": self.analyze_bytes},
         }
-
-
-def needed_pairs(plan: MergePlan) -> list[tuple[str, str, int]]:
-    """(expert chunk, base chunk, tensor index) of every candidate, in plan order."""
-    out = []
-    for t, tp in enumerate(plan.tensors):
-        for k, reads in enumerate(tp.reads):
-            out += [(tp.experts[k].chunks[i].id, tp.base.chunks[i].id, t) for i in reads if i < len(tp.base.chunks)]
-    return out
 
 
 def candidates(plan: MergePlan, weights_for: Callable[[TensorPlan], Weights], norms: PairNorms) -> list[Candidate]:

@@ -316,3 +316,22 @@ def test_experts_a_budget_skipped_are_left_out_of_the_math(method, params):
     left_out = m.merge_slice(prepared, base, [experts[0], experts[2]], present=[0, 2])
     assert torch.allclose(with_zero, left_out, rtol=0, atol=1e-12)
     assert torch.equal(m.merge_slice(prepared, base, [], present=[]), base)
+
+
+def test_a_nan_in_the_base_is_read_not_ranked(repo, small_chunks):
+    """A chunk whose change is not finite cannot be ranked: it is always read, and the plan and
+    its record stay valid JSON."""
+    base = llama_state_dict(seed=3)
+    base["model.layers.1.mlp.up_proj.weight"][0, 0] = float("nan")
+    commit_model(repo, base, "base")
+    for k, name in enumerate(NAMES[:2]):
+        repo.checkout("main")
+        repo.checkout(create_branch=name)
+        commit_model(repo, uneven_finetune(base, seed=40 + k), name)
+    repo.checkout("main")
+    sha = repo.merge(list(NAMES[:2]), "task_arithmetic", weight=[0.5, 0.5], budget="30%", branch="nan")
+    record = repo.merge_record(sha)
+    nan_tensor = next(t for t in record["tensors"] if t["name"] == "model.layers.1.mlp.up_proj.weight")
+    assert record["bytes"]["experts_measured"] <= record["budget"]["limit_bytes"]
+    assert torch.isnan(repo.state_dict(sha, names=[nan_tensor["name"]])[nan_tensor["name"]][0, 0])
+    assert run_mgit("show", sha, cwd=repo.root, check=True).returncode == 0
