@@ -283,7 +283,10 @@ class Repository(Merging, Sync):
                 else:
                     found = walk(self.root, rel, ignorer)
                 for r in under:
-                    if r not in found and not index.entries[r].skip_worktree:
+                    # A sparse file missing from disk is taken as not checked out (a checkout may
+                    # have been interrupted): only `mgit rm` drops tensors a sparse checkout holds.
+                    ie = index.entries[r]
+                    if r not in found and not ie.skip_worktree and not ie.projection:
                         del index.entries[r]
                         result.removed.append(r)
                 for r, st in found.items():
@@ -318,7 +321,7 @@ class Repository(Merging, Sync):
         those the sparse checkout left out, unchanged."""
         if got == old.worktree:
             return old.entry, old.stats
-        return combine(self.graph, old.entry, old.worktree, got, rel), stats
+        return combine(self.graph, old.entry, got, rel), stats
 
     def rm(self, paths: Iterable[str | os.PathLike[str]], cached: bool = False) -> list[str]:
         """Stop tracking paths; delete the working files too unless ``cached``."""

@@ -40,31 +40,31 @@ def tensor_count(graph: Graph, oid: str) -> int:
     return sum(1 for name, _, _ in graph.tree(oid) if not is_reserved(name))
 
 
-def _same_layout(full: StoredSafetensors, before: StoredSafetensors, after: StoredSafetensors) -> bool:
-    """Did the edit keep every tensor's name, dtype and shape, and the metadata? Then the
-    full file's verbatim header still describes the combined file."""
-    if set(after.manifests) != set(before.manifests) or after.layout.metadata != full.layout.metadata:
+def _same_layout(full: StoredSafetensors, working: StoredSafetensors) -> bool:
+    """Does every working tensor keep its name, dtype and shape, with no new tensor and the
+    same metadata? Then the full file's verbatim header still describes the combined file."""
+    if working.layout.metadata != full.layout.metadata:
         return False
     old = full.layout.by_name()
     return all(
-        t.name in old and (old[t.name].dtype, old[t.name].shape) == (t.dtype, t.shape) for t in after.layout.tensors
+        t.name in old and (old[t.name].dtype, old[t.name].shape) == (t.dtype, t.shape) for t in working.layout.tensors
     )
 
 
-def combine(graph: Graph, full: Entry, projection: Entry, working: Entry, rel: str = "") -> Entry:
-    """The full file once its sparse working file, checked out as ``projection``, holds
-    ``working``: the working file's tensors plus the tensors the projection left out,
-    unchanged. The full header is kept when names, dtypes, shapes and metadata are;
-    otherwise a new header lists the kept tensors in their old order, then new ones."""
+def combine(graph: Graph, full: Entry, working: Entry, rel: str = "") -> Entry:
+    """The full file once its sparse working file holds ``working``: the working file's
+    tensors, and every other tensor of ``full`` unchanged. A tensor absent from the working
+    file is never dropped — whether the checkout left it out, an interrupted checkout wrote
+    another selection, or the user deleted it (``mgit rm`` or a full checkout removes
+    tensors). The full header is kept when names, dtypes, shapes and metadata are; otherwise
+    a new header lists the full file's tensors in their old order, then new ones."""
     f = load_safetensors(graph, full.oid, rel)
-    p = load_safetensors(graph, projection.oid, rel)
     w = load_safetensors(graph, working.oid, rel)
-    ids = {n: oid for n, oid in f.manifest_ids.items() if n not in p.manifests and n not in w.manifests}
-    ids |= w.manifest_ids
-    if _same_layout(f, p, w):
-        return _tree(graph, f.layout.header, ids)
+    ids = {n: oid for n, oid in f.manifest_ids.items() if n not in w.manifests} | w.manifest_ids
+    if _same_layout(f, w):
+        return _tree(graph, f.layout.header, {n: ids[n] for n in f.manifest_ids})
     new = w.layout.by_name()
     specs = [(t.name, *((new[t.name].dtype, new[t.name].shape) if t.name in new else (t.dtype, t.shape)))
-             for t in f.layout.tensors if t.name in ids]  # fmt: skip
+             for t in f.layout.tensors]  # fmt: skip
     specs += [(t.name, t.dtype, t.shape) for t in w.layout.tensors if t.name not in f.manifests]
     return _tree(graph, build_header(specs, w.layout.metadata), ids)

@@ -61,7 +61,7 @@ class DirectoryBackend(Backend):
         for k in keys:
             try:
                 st = self._path(k).stat()
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):  # absent, or under a file (refs/heads/main/x)
                 continue
             if stat.S_ISREG(st.st_mode):
                 out[k] = st.st_size

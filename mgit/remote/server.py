@@ -207,13 +207,17 @@ class _Handler(BaseHTTPRequestHandler):
             return DirectoryBackend(target, create=True)
 
     def do_POST(self) -> None:
-        routed_key = self.path.rstrip("/").rsplit("/", 1)[-1]
-        if not self._allowed(write=routed_key == ".swap"):
+        # The endpoint as _route will find it (query string dropped): a read-only token must
+        # never reach .swap, however the path is dressed up.
+        writes = self.path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1] == ".swap"
+        if not self._allowed(write=writes):
             return
         data = self._body()
-        if data is None or (routed := self._route(create=routed_key == ".swap")) is None:
+        if data is None or (routed := self._route(create=writes)) is None:
             return
         target, key = routed
+        if key == ".swap" and not writes:  # pragma: no cover - both parse the same path
+            return self._error(HTTPStatus.FORBIDDEN, "this token may only read")
         try:
             value = json.loads(data)
             if key == ".has":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import threading
 
@@ -154,3 +155,20 @@ def test_cli_serve_push_clone(tmp_path, work):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_read_only_token_cannot_swap_refs_however_the_path_is_written(server, work, monkeypatch):
+    repo, _ = work
+    monkeypatch.setenv("MGIT_TOKEN", "write-token")
+    repo.remote_add("origin", f"{server.url}/llama")
+    repo.push()
+    head = repo.resolve("HEAD")
+    for path in ("/llama/.swap", "/llama/.swap?x=1", "/llama/.swap/?x=1", "/llama/.swap?"):
+        for ref, new in (("refs/heads/main", None), ("refs/heads/evil", head)):
+            old = head if ref == "refs/heads/main" else None
+            body = json.dumps({"ref": ref, "old": old, "new": new}).encode()
+            status, _ = _raw(server, "POST", path, body, token="read-token")
+            assert status == 403, (path, ref, status)
+    assert set(repo._backend("origin").refs()) == {"refs/heads/main"}
+    status, body = _raw(server, "POST", "/llama/.sizes", json.dumps(["refs/heads/main/x"]).encode(), "read-token")
+    assert status == 200 and json.loads(body) == {}  # a key under a file: absent, not a crash

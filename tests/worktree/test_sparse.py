@@ -118,7 +118,9 @@ def test_edits_to_a_sparse_file_commit_with_the_tensors_left_out(work):
     assert repo.status().clean
 
 
-def test_added_removed_and_reshaped_tensors_get_a_new_header(work):
+def test_added_and_reshaped_tensors_get_a_new_header_and_a_deleted_one_is_kept(work):
+    """A tensor missing from a sparse file is carried over like those left out (never dropped:
+    `mgit rm` or a full checkout removes tensors)."""
     repo, base, _, _, _ = work
     repo.checkout("main", include=INCLUDE, exclude=EXCLUDE)
     path = repo.root / SHARD1
@@ -131,13 +133,12 @@ def test_added_removed_and_reshaped_tensors_get_a_new_header(work):
     touch_later(path)
     repo.add(["model"])
     repo.commit("reshape")
-    expected = {n: t for n, t in base.items() if n != gone} | {grown: sd[grown], "model.layers.0.extra.bias": sd[
-        "model.layers.0.extra.bias"]}  # fmt: skip
+    expected = dict(base) | {grown: sd[grown], "model.layers.0.extra.bias": sd["model.layers.0.extra.bias"]}
     got = repo.state_dict("HEAD")
     assert set(got) == set(expected) and all(torch.equal(got[n], expected[n]) for n in expected)
     repo.checkout("HEAD", full=True)
     with safe_open(repo.root / SHARD1, framework="pt") as f:
-        assert f.metadata() is None and "model.embed_tokens.weight" in f.keys() and gone not in f.keys()
+        assert f.metadata() is None and "model.embed_tokens.weight" in f.keys() and gone in f.keys()
     assert repo.status().clean and repo.fsck() == []
 
 
@@ -270,3 +271,28 @@ def test_cli_sparse_checkout_status_and_full(work):
 def _header(repo: Repository, rev: str, path: str) -> bytes:
     tree = dict((name, oid) for name, _, oid in repo.graph.tree(repo.snapshot(rev)[path].oid))
     return repo.graph.blob(tree[HEADER_ENTRY])
+
+
+def test_an_interrupted_checkout_changing_the_patterns_loses_nothing(work, monkeypatch):
+    """Files already rewritten for the new patterns while the index still records the old
+    selection (the checkout died before saving it): add and commit still keep every tensor,
+    also of a shard deleted because the new patterns select none of it."""
+    repo, base, _, _, _ = work
+    repo.checkout("main", include=["model.layers.*", "lm_head.weight"])
+    before = repo.resolve("HEAD")
+    import mgit.repo as repo_module
+
+    def dying(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(repo_module, "write_entry", dying)
+    with pytest.raises(KeyboardInterrupt):  # shard 1 deleted (nothing selected), shard 2 not yet written
+        repo.checkout("main", include=["model.layers.3.*"], exclude=["*mlp*"])
+    monkeypatch.undo()
+    assert not (repo.root / SHARD1).exists()  # deleted: the new patterns select none of it
+    repo.add(["model"])
+    with pytest.raises(Exception, match="nothing to commit"):
+        repo.commit("after an interrupted checkout")
+    assert repo.resolve("HEAD") == before
+    got = repo.state_dict("HEAD")
+    assert set(got) == set(base) and all(torch.equal(got[n], base[n]) for n in base)
