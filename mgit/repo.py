@@ -673,7 +673,9 @@ class Repository(Merging, Sync):
         paths: Iterable[str | os.PathLike[str]] | None,
     ) -> SparsePatterns | None | object:
         """New patterns (None: back to full), or _KEEP: this checkout does not change them."""
-        include, exclude = list(include or ()), list(exclude or ())
+        # A single pattern given as a string is one pattern, not one per character.
+        include = [include] if isinstance(include, str) else list(include or ())
+        exclude = [exclude] if isinstance(exclude, str) else list(exclude or ())
         if not (include or exclude or full):
             return _KEEP
         if paths is not None:
@@ -739,7 +741,7 @@ class Repository(Merging, Sync):
             _refuse_empty_selection(forms, target_snap, wanted, rev or "HEAD")
         touched = {p for p in set(head_snap) | set(target_snap) if head_snap.get(p) != target_snap.get(p)}
         reshaped = set()  # untouched files the new patterns show differently
-        if wanted != current:
+        if wanted != current or patterns is not _KEEP:  # given patterns hold, whatever sparse.json said
             untouched = {p: ie for p, ie in index.entries.items() if p in forms and p not in touched}
             reshaped = {p for p, ie in untouched.items() if _shown(ie) != forms[p]}
         if not force:

@@ -31,6 +31,8 @@ from mgit.remote.transfer import (
     push,
     remote_has,
 )
+from mgit.worktree.cost import checkout_budget
+from mgit.worktree.sparse import make_patterns
 
 if TYPE_CHECKING:
     from mgit.repo import Repository
@@ -217,6 +219,13 @@ class Sync:
         dest = Path(path)
         if dest.exists() and any(dest.iterdir()):
             raise BadInputError(f"{dest} exists and is not empty; clone into a new directory")
+        if budget is not None:  # checked before anything travels
+            if not partial:
+                raise BadInputError("a full clone fetches every chunk: a budget needs --partial")
+            checkout_budget(budget)
+        if include or exclude:
+            make_patterns([include] if isinstance(include, str) else include,
+                          [exclude] if isinstance(exclude, str) else exclude)  # fmt: skip
         backend = open_backend(url if is_url(url) else str(Path(url).resolve()), token_file)
         refs = backend.refs()
         branch = branch or backend.head() or "main"

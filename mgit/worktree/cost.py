@@ -53,7 +53,7 @@ def checkout_budget(budget: str | int | Budget | None) -> int | None:
 
 
 def _size(n: int) -> str:
-    return f"{decimal(n)} ({n} bytes)" if n >= 1000 else f"{n} bytes"
+    return f"{decimal(n)} ({n} bytes)" if n >= 1000 else f"{n} byte" + ("" if n == 1 else "s")
 
 
 def over_budget(cost: CheckoutCost, budget: int, remote: str | None, when: str = "") -> str:

@@ -273,6 +273,9 @@ def test_a_clone_over_its_budget_leaves_nothing(pushed):
     proc = run_mgit("clone", "--partial", "--budget", "1kB", str(tmp / "remote.mgit"), "small", cwd=tmp)
     assert proc.returncode != 0 and "budget" in proc.stderr and "--include" in proc.stderr
     assert not (tmp / "small").exists()
+    for args in (["--budget", "1GB"], ["--partial", "--budget", "10%"], ["--include", ""]):
+        bad = run_mgit("clone", *args, str(tmp / "remote.mgit"), "never", cwd=tmp)  # refused before anything travels
+        assert bad.returncode != 0 and "Traceback" not in bad.stderr and not (tmp / "never").exists()
     ok = run_mgit(
         "clone", "--partial", "--include", "lm_head.*", "--budget", "1GB", str(tmp / "remote.mgit"), "s2", cwd=tmp
     )

@@ -296,3 +296,18 @@ def test_an_interrupted_checkout_changing_the_patterns_loses_nothing(work, monke
     assert repo.resolve("HEAD") == before
     got = repo.state_dict("HEAD")
     assert set(got) == set(base) and all(torch.equal(got[n], base[n]) for n in base)
+
+
+def test_patterns_given_again_rewrite_what_differs_even_without_sparse_json(work):
+    """The recovery a damaged sparse.json's message gives (delete it, check out with --full)
+    restores every tensor; a pattern given as a plain string is one pattern."""
+    repo, base, _, _, files = work
+    repo.checkout("main", include="model.layers.0.*")
+    assert repo.sparse_patterns().include == ("model.layers.0.*",)
+    assert set(load_file(repo.root / SHARD1)) == {n for n in base if n.startswith("model.layers.0.")}
+    (repo.git_dir / "sparse.json").write_text("{broken")
+    with pytest.raises(Exception, match="damaged"):
+        repo.status()
+    (repo.git_dir / "sparse.json").unlink()
+    repo.checkout("HEAD", full=True)
+    assert tree_hashes(repo.root) == files and repo.status().clean and repo.status().sparse is None
