@@ -58,6 +58,7 @@ STATS_SCHEMA = "mgit.stats/1"
 FILE_STATS_SCHEMA = "mgit.filestats/1"
 FORMAT_VERSION = 2  # docs/format.md; bumped on incompatible changes
 READABLE_FORMATS = (1, 2)  # format 1 (loose chunks) is read, and upgraded on the first write
+PARENT_SEARCH_COMMITS = 64  # commits searched for the delta parents a checkout budget prices
 AUTO_REPACK_PACKS = 32  # more sealed packs than this after a write: merge them into one
 
 
@@ -834,7 +835,7 @@ class Repository(Merging, Sync):
                 raise BadInputError(f"cannot write {p}: a directory is in the way")
         reuse = {p: self._reusable(index, p, forms[p]) for p in todo}
         if budget is not None:
-            result.cost = self._within_budget(index, todo, forms, reuse, budget)
+            result.cost = self._within_budget(index, todo, forms, reuse, budget, result.commit)
         sizes = {p: entry_size(self.graph, forms[p].entry) for p in todo if forms[p].written}
         with byte_progress("checkout", sum(sizes.values())) as bar:
             for p in sorted(todo):
@@ -871,6 +872,7 @@ class Repository(Merging, Sync):
         forms: Mapping[str, WorkForm],
         reuse: Mapping[str, tuple[Path, LocalChunks] | None],
         budget: int,
+        commit: str | None = None,
     ) -> CheckoutCost:
         """Refuse a checkout over ``budget`` before it writes; in a partial clone, fetch what
         it lacks first (capped). Chunks count as local only in a file known to be clean, so
@@ -884,7 +886,8 @@ class Repository(Merging, Sync):
             reads += store_reads(self.graph, form.entry, p, local)
         remote = self._promisor()
         backend = self._backend(remote) if remote is not None else None
-        cost, missing = estimate(self.store, reads, backend)
+        bases = (lambda wanted: self._recorded_parents(commit, wanted)) if commit else None
+        cost, missing = estimate(self.store, reads, backend, bases)
         if cost.total > budget:
             raise BadInputError(over_budget(cost, budget, remote))
         if missing:
@@ -892,6 +895,18 @@ class Repository(Merging, Sync):
             abort = self.store.abort  # a refused checkout keeps none of what it fetched
             cost = fetch_within(self.store, backend, reads, missing, cost, budget, self.fetched, remote, abort)
         return cost
+
+    def _recorded_parents(self, start: str, wanted: set[str]) -> dict[str, str]:
+        """For chunks in ``wanted``, the parent chunk a commit at or before ``start`` recorded
+        them against (what ``add`` stores a changed chunk as a delta of, where smaller)."""
+        found: dict[str, str] = {}
+        walker = self.graph.repo.get_walker(include=[start.encode()], max_entries=PARENT_SEARCH_COMMITS)
+        for entry in walker:
+            for triples in self.commit_stats(entry.commit.id.decode()).values():
+                found |= {cid: parent for cid, parent, _ in triples if cid in wanted}
+            if len(found) == len(wanted):
+                break
+        return found
 
     # -- tensors from Python ------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from mgit.progress import Bar
 from mgit.remote.backend import Backend
 from mgit.remote.transfer import FetchLimit, LimitReached, Transfer, fetch_chunks, fetch_costs
 from mgit.store.chunkstore import ChunkStore
+from mgit.store.pack import BASE_LEN as DELTA_BASE_BYTES
 
 NARROW = "check out fewer tensors with --include PATTERN (or --exclude PATTERN)"
 
@@ -32,6 +33,7 @@ class CheckoutCost:
 
     read: int = 0
     fetch: int = 0
+    verify: int = 0  # of ``read``: store reads that verifying fetched deltas makes (their bases decoded)
 
     @property
     def total(self) -> int:
@@ -65,16 +67,33 @@ def over_budget(cost: CheckoutCost, budget: int, remote: str | None, when: str =
     )
 
 
-def estimate(store: ChunkStore, reads: Sequence[str], backend: Backend | None) -> tuple[CheckoutCost, dict[str, int]]:
+def estimate(
+    store: ChunkStore,
+    reads: Sequence[str],
+    backend: Backend | None,
+    delta_bases: Callable[[set[str]], dict[str, str]] | None = None,
+) -> tuple[CheckoutCost, dict[str, int]]:
     """(cost, fetch size of each chunk missing here) of reading ``reads`` (chunk ids, once per
-    read). A chunk still to fetch is read at its record size; its delta bases, if any, are
-    counted when they are known (:func:`fetch_within`)."""
+    read). A chunk still to fetch is read at its record size. ``delta_bases`` names, for chunks
+    to fetch, the chunk each was likely stored as a delta of (the commits' statistics pair every
+    changed chunk with its parent's): one held here is read twice more, to verify the fetched
+    delta and to decode it. Other delta bases are counted when they are known (:func:`fetch_within`)."""
     missing: dict[str, int] = {}
     if backend is not None:
         absent = sorted({c for c in reads if not store.has(c)})
         missing = {c: n for c, n in fetch_costs(store, backend, absent).items() if n}
-    read = sum(missing[c] if c in missing else store.read_cost(c) for c in reads)
-    return CheckoutCost(read, sum(missing.values())), missing
+    bases = delta_bases(set(missing)) if delta_bases is not None and missing else {}
+
+    def base_read(cid: str) -> int:
+        base = bases.get(cid)
+        return store.read_cost(base) if base is not None and store.has(base, refresh=False) else 0
+
+    verify = sum(base_read(c) for c in missing)
+    read = verify + sum(
+        missing[c] + (DELTA_BASE_BYTES + base_read(c) if base_read(c) else 0) if c in missing else store.read_cost(c)
+        for c in reads
+    )
+    return CheckoutCost(read, sum(missing.values()), verify), missing
 
 
 def fetch_within(
@@ -92,16 +111,16 @@ def fetch_within(
     now); over the budget at either step, ``abort`` (drop what was fetched) and refuse.
     Returns the cost as it will be measured: bytes fetched, and store reads (those that
     verifying fetched deltas made, plus those to come)."""
-    limit = FetchLimit(backend, budget - cost.read, dict(missing))
+    limit = FetchLimit(backend, budget - (cost.read - cost.verify), dict(missing))
     wire_before = report.bytes
     try:
         fetch_chunks(store, backend, list(missing), report, Bar(), limit)
     except LimitReached as exc:
         abort()
         raise BadInputError(
-            f"checkout needs more than its budget of {_size(budget)}: the chunks to fetch from {remote} are deltas "
-            f"of chunks not here (at least {decimal(exc.needed + cost.read)} in all); {NARROW}, or fetch the "
-            "revision they derive from first"
+            f"checkout needs more than its budget of {_size(budget)}: the chunks fetched from {remote} are deltas, "
+            f"whose bases must be fetched or read to verify them (at least {decimal(exc.needed + cost.read)} in "
+            f"all); {NARROW}, or fetch the revision they derive from first"
         ) from None
     except BaseException:
         abort()

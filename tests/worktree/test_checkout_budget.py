@@ -133,7 +133,7 @@ def test_a_fetch_that_outgrows_its_budget_keeps_nothing(remote, tmp_path):
     partial = Repository.clone(str(url), tmp_path / "partial", partial=True, branch="other")
     estimate = needed(partial, "sft", **include)
     before, fetched = snapshot_state(partial), partial.fetched.bytes
-    with pytest.raises(BadInputError, match="deltas of chunks not here"):
+    with pytest.raises(BadInputError, match="are deltas, whose bases must be fetched"):
         partial.checkout("sft", budget=estimate, **include)
     assert 0 < partial.fetched.bytes - fetched <= estimate  # it fetched, then stopped within the budget
     assert snapshot_state(partial) == before  # and kept none of it
@@ -153,3 +153,15 @@ def test_cli_budget(work):
 def _full_checkout(repo: Repository, rev: str) -> dict[str, str]:
     repo.checkout(rev)
     return tree_hashes(repo.root)
+
+
+def test_deltas_of_chunks_held_here_are_priced_with_their_bases(remote, tmp_path):
+    """A partial clone holding main checks out sft, whose chunks are deltas of main's: the
+    estimate counts reading those bases (to verify the fetched deltas and to decode them), so a
+    budget equal to it is enough, and what is measured stays within it."""
+    _, url = remote
+    partial = Repository.clone(str(url), tmp_path / "partial", partial=True, branch="main")
+    estimate = needed(partial, "sft")
+    res = partial.checkout("sft", budget=estimate)
+    assert 0 < res.bytes_fetched and res.bytes_read + res.bytes_fetched <= estimate
+    assert partial.status().clean
