@@ -513,8 +513,8 @@ def _print_plan(plan: dict) -> None:
     measured = f", measured {decimal(b['experts_measured'])}" if "experts_measured" in b else ""
     out.print(
         f"  expert reads: {b['expert_chunks_estimated']} chunk(s), estimated {decimal(b['experts_estimated'])}"
-        f"{measured}; base reads {decimal(b.get('base_measured', b['base_estimated']))}; "
-        f"output {decimal(b['output_logical'])}"
+        f"{measured}; base reads {decimal(b.get('base_measured', b['base_estimated']))}"
+        + (f"; output {decimal(b['output_logical'])}" if "output_logical" in b else "")  # older records lack it
     )
     decisions: dict[str, int] = {}
     for t in plan["tensors"]:

@@ -335,3 +335,12 @@ def test_a_nan_in_the_base_is_read_not_ranked(repo, small_chunks):
     assert record["bytes"]["experts_measured"] <= record["budget"]["limit_bytes"]
     assert torch.isnan(repo.state_dict(sha, names=[nan_tensor["name"]])[nan_tensor["name"]][0, 0])
     assert run_mgit("show", sha, cwd=repo.root, check=True).returncode == 0
+
+
+def test_show_reads_plan_records_older_than_the_budget_keys(uneven):
+    """A merge recorded by an earlier mgit has no budget or output keys: show still prints it."""
+    from mgit.cli import _print_plan
+
+    sha, record = _merge(uneven, "old")
+    del record["bytes"]["output_logical"]
+    _print_plan(record)  # no KeyError
