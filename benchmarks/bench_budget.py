@@ -78,6 +78,7 @@ from bench_merge import (
     MERGEKIT_FLAGS,
     SCALE_DECADES,
     PoliteRunner,
+    add_run_options,
     build_repo,
     ensure_experts,
     ensure_mergekit,
@@ -680,18 +681,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--budgets", type=int_list, default=BUDGETS, help="budgets in percent, e.g. 100,50,25,10 ('' for none)"
     )
     p.add_argument("--reps", type=int, default=1, help="runs of every merge; the fastest is reported")
-    p.add_argument("--idle-wait", type=float, default=120, help="most seconds to wait for an idle machine per run")
-    p.add_argument("--other-wait", type=float, default=3600, help="most seconds to wait for other benchmarks")
-    p.add_argument(
-        "--mgit-rev",
-        default="HEAD",
-        help="the mgit to measure: a commit of this repository (exported, so edits during the run do not count) "
-        "or 'worktree' for the installed working tree; default HEAD",
-    )
-    p.add_argument(
-        "--mergekit-venv", type=Path, help="mergekit's virtual environment (default: bench-work/.venv-mergekit)"
-    )
-    p.add_argument("--keep", action="store_true", help="keep the mgit repository afterwards")
+    add_run_options(p)
     p.add_argument(
         "--write-docs",
         action="store_true",

@@ -714,6 +714,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ks", type=lambda v: tuple(int(x) for x in v.split(",")), help="expert counts, e.g. 2,4,8")
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, of: " + ", ".join(METHODS))
     p.add_argument("--reps", type=int, default=1, help="runs of every merge per tool; the fastest is reported")
+    add_run_options(p)
+    p.add_argument("--write-docs", action="store_true", help="replace this benchmark's section in docs/benchmarks.md")
+    return p.parse_args(argv)
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """Options of every merge benchmark: waiting for a quiet machine, the mgit measured,
+    mergekit's environment, keeping the repository."""
     p.add_argument("--idle-wait", type=float, default=120, help="most seconds to wait for an idle machine per run")
     p.add_argument("--other-wait", type=float, default=3600, help="most seconds to wait for other benchmarks")
     p.add_argument(
@@ -726,8 +734,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--mergekit-venv", type=Path, help="mergekit's virtual environment (default: bench-work/.venv-mergekit)"
     )
     p.add_argument("--keep", action="store_true", help="keep the mgit repository afterwards")
-    p.add_argument("--write-docs", action="store_true", help="replace this benchmark's section in docs/benchmarks.md")
-    return p.parse_args(argv)
 
 
 def lock_workdir(workdir: Path, script: str = "bench_merge.py") -> int:
