@@ -49,7 +49,6 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +63,6 @@ from bench_core import (  # benchmarks/ is on sys.path when this runs as a scrip
     Proc,
     best_of,
     ensure_model,
-    filesystem,
     load_share,
     machine,
     mgit_command,
@@ -89,6 +87,7 @@ from bench_merge import (
     package_version,
     relative,
     safetensors_bytes,
+    section_header,
 )
 
 SECTION_TITLE = "## Merge under a read budget (bench_budget.py)"
@@ -579,14 +578,7 @@ def report(results: list[Measured], c: Context) -> str:
     count = max(c.ks)
     shares = [frozen_byte_share(c.plan, k) for k in range(1, count + 1)]
     lines = [
-        SECTION_TITLE,
-        "",
-        f"Command: `{c.command}` (took {c.wall / 60:.0f} min, plus {c.waited / 60:.0f} min waiting for other "
-        "benchmarks)  ",
-        f"Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
-        f"Machine: {m['cpu']}, {m['ram']} RAM, {m['os']}, {filesystem(c.workdir)} disk; Python {m['python']}  ",
-        f"Versions: {', '.join(f'{k} {v}' for k, v in c.versions.items())}",
-        "",
+        *section_header(SECTION_TITLE, c.command, c.wall, c.waited, c.workdir, c.versions, m),
         f"Input: a generated llama-like bf16 base model of {c.raw / GB:.3f} GB ({c.plan.layers} layers, hidden "
         f"{s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, {len(c.plan.tensors)} tensors, weights "
         f"N(0, 0.02) from seed {SEED}, norms ones; {len(split_shards(c.plan.tensors, SHARDS))} safetensors shards, "

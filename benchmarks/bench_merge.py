@@ -631,14 +631,7 @@ def report(outcomes: list[Outcome], c: Context) -> str:
     s = c.plan.shape
     shares = [frozen_byte_share(c.plan, k) for k in range(1, c.experts + 1)]
     lines = [
-        SECTION_TITLE,
-        "",
-        f"Command: `{c.command}` (took {c.wall / 60:.0f} min, plus {c.waited / 60:.0f} min waiting for other "
-        "benchmarks)  ",
-        f"Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
-        f"Machine: {m['cpu']}, {m['ram']} RAM, {m['os']}, {filesystem(c.workdir)} disk; Python {m['python']}  ",
-        f"Versions: {', '.join(f'{k} {v}' for k, v in c.versions.items())}",
-        "",
+        *section_header(SECTION_TITLE, c.command, c.wall, c.waited, c.workdir, c.versions, m),
         f"Input: a generated llama-like bf16 base model of {c.raw / GB:.3f} GB ({c.plan.layers} layers, hidden "
         f"{s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, {len(c.plan.tensors)} tensors, weights "
         f"N(0, 0.02) from seed {SEED}, norms ones; {len(split_shards(c.plan.tensors, SHARDS))} safetensors shards, "
@@ -717,6 +710,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add_run_options(p)
     p.add_argument("--write-docs", action="store_true", help="replace this benchmark's section in docs/benchmarks.md")
     return p.parse_args(argv)
+
+
+def section_header(
+    title: str, command: str, wall: float, waited: float, workdir: Path, versions: dict[str, str], m: dict[str, str]
+) -> list[str]:
+    """The first lines of a merge benchmark's docs section: how, when, where and with what it ran."""
+    return [
+        title,
+        "",
+        f"Command: `{command}` (took {wall / 60:.0f} min, plus {waited / 60:.0f} min waiting for other benchmarks)  ",
+        f"Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
+        f"Machine: {m['cpu']}, {m['ram']} RAM, {m['os']}, {filesystem(workdir)} disk; Python {m['python']}  ",
+        f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items())}",
+        "",
+    ]
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
