@@ -727,7 +727,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     example_run = Run(kmax, "mgit", 10, "importance") if 10 in budgets else Run(kmax, "mgit")
     example = [
         relative(shlex.join(mergekit_cmd(mergekit, scratch / f"mergekit-{kmax}.yml", scratch / f"mergekit-{kmax}"))),
-        relative(f"cd {s.repo} && {shlex.join(mgit_merge_cmd(mgit, example_run))}"),
+        relative(shlex.join(mgit_merge_cmd([*mgit, "-C", str(s.repo)], example_run))),
     ]
     rss_floor = runner.run(["true"], workdir).max_rss
     raw = sum((base / name).stat().st_size for name in sums)

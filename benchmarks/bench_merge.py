@@ -794,7 +794,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     last = cases[-1]
     example = [
         relative(shlex.join(mergekit_cmd(mergekit, scratch / f"{last.label}.yml", scratch / f"mergekit-{last.label}"))),
-        relative(f"cd {s.repo} && {shlex.join(mgit_merge_cmd(mgit, last, f'merge-{last.label}-1'))}"),
+        relative(shlex.join(mgit_merge_cmd([*mgit, "-C", str(s.repo)], last, f"merge-{last.label}-1"))),
     ]
     rss_floor = runner.run(["true"], workdir).max_rss
     raw = sum((base / name).stat().st_size for name in sums)
