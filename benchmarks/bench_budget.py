@@ -73,9 +73,9 @@ from bench_core import (  # benchmarks/ is on sys.path when this runs as a scrip
 )
 from bench_merge import (
     EXPERT_SEED,
-    MERGEKIT_FLAGS,
     SCALE_DECADES,
     PoliteRunner,
+    Setup,
     add_run_options,
     build_repo,
     ensure_experts,
@@ -83,6 +83,7 @@ from bench_merge import (
     fmt_rss,
     frozen_byte_share,
     lock_workdir,
+    mergekit_cmd,
     mgit_pythonpath,
     package_version,
     relative,
@@ -165,10 +166,6 @@ def mergekit_config(k: int, base: Path, experts: Sequence[Path]) -> str:
         "dtype": "bfloat16",
     }
     return json.dumps(doc, indent=2) + "\n"
-
-
-def mergekit_cmd(exe: Path, config: Path, out: Path) -> list[str]:
-    return [str(exe), str(config), str(out), *MERGEKIT_FLAGS]
 
 
 def mgit_merge_cmd(mgit: list[str], run: Run) -> list[str]:
@@ -274,18 +271,6 @@ class Measured:
     @property
     def rel_error(self) -> float | None:
         return None if self.same is None else self.same.rel_error
-
-
-@dataclass
-class Setup:
-    runner: PoliteRunner
-    mgit: list[str]
-    mergekit: Path
-    repo: Path
-    base: Path
-    experts: list[Path]
-    scratch: Path
-    reps: int
 
 
 def run_mergekit(s: Setup, run: Run) -> tuple[Measured, Path]:
