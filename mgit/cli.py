@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from datetime import UTC, datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -17,21 +18,18 @@ from rich.table import Table
 from rich.tree import Tree as RichTree
 
 from mgit import __version__, progress
-from mgit.diff.layers import layer_of
-from mgit.diff.model import ModelDiff, TensorDiff
-from mgit.diff.plot import heatmap
-from mgit.diff.summary import by_layer as by_layer_groups
 from mgit.errors import MgitError
-from mgit.graph.objects import CommitInfo
-from mgit.maintenance.du import Usage
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
-from mgit.merge.importance import TensorBudget
-from mgit.merge.plan import MergePlan
-from mgit.merge.record import plan_record
-from mgit.remote.transfer import Transfer
 from mgit.repo import Repository
-from mgit.worktree.sparse import SparseSummary
-from mgit.worktree.status import FileStatus
+
+if TYPE_CHECKING:  # diff and merge machinery is imported where used: light commands skip it
+    from mgit.diff.model import ModelDiff, TensorDiff
+    from mgit.graph.objects import CommitInfo
+    from mgit.maintenance.du import Usage
+    from mgit.merge.plan import MergePlan
+    from mgit.remote.transfer import Transfer
+    from mgit.worktree.sparse import SparseSummary
+    from mgit.worktree.status import FileStatus
 
 # Piped output is not cut at 80 columns: tables keep whole tensor names on one line.
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 240)
@@ -555,6 +553,9 @@ def _budget_line(b: dict) -> str:
 
 def _print_explain(plan: MergePlan) -> None:
     """Per layer: candidate and chosen chunks, bytes, captured share and error bound."""
+    from mgit.diff.layers import layer_of
+    from mgit.merge.importance import TensorBudget
+
     report = plan.budget
     assert report is not None
     rows: dict[str, TensorBudget] = {}
@@ -757,6 +758,9 @@ def diff(
         raise click.UsageError("give at most two revisions")
     a = revs[0] if revs else None
     b = revs[1] if len(revs) > 1 else None
+    from mgit.diff.plot import heatmap
+    from mgit.diff.summary import by_layer as by_layer_groups
+
     result = _repo(ctx).diff(
         a, b, staged=staged, numeric=not stat, patterns=patterns, model=os.path.abspath(model) if model else None
     )
@@ -966,6 +970,7 @@ def merge(
             out_dtype=out_dtype, **params,
         )  # fmt: skip
         from mgit.merge.engine import MergeSpec  # torch: only for merges
+        from mgit.merge.record import plan_record
 
         spec = MergeSpec(setup.method, setup.params, seed or 0, dtype, out_dtype)
         record = plan_record(plan, spec, setup, None, __version__)
