@@ -21,7 +21,7 @@ from dulwich.repo import get_user_identity
 from mgit.budget import Budget
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NotARepositoryError, RevisionError
 from mgit.graph.objects import MODE_FILE, CommitInfo, Graph, canonical_json
-from mgit.graph.refs import Refs, check_ref_name, expire_reflogs, reflog_entries
+from mgit.graph.refs import Refs, check_ref_name, expire_reflogs, reflog_entries, reflog_ref
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
 from mgit.lock import RepoLock
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
@@ -551,7 +551,7 @@ class Repository(Merging, Sync):
     def reflog(self, ref: str = "HEAD") -> list[tuple[str, str, int, str]]:
         """(old id or "", new id, time, message) of each move of ``ref``, newest first."""
         out = []
-        for e in reversed(reflog_entries(self.git_dir, ref)):
+        for e in reversed(reflog_entries(self.git_dir, reflog_ref(self.git_dir, self.refs, ref))):
             old = e.old_sha.decode()
             message = e.message.decode(errors="replace")
             out.append(("" if set(old) == {"0"} else old, e.new_sha.decode(), e.timestamp, message))
