@@ -114,10 +114,14 @@ def _paged(fn: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> None:
-        with paging(pager_command(os.environ, sys.stdout.isatty(), _state["pager"])):
+        with paging(_pager()):
             fn(*args, **kwargs)
 
     return wrapper
+
+
+def _pager() -> str | None:
+    return pager_command(os.environ, sys.stdout.isatty(), _state["pager"])
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -744,11 +748,11 @@ def _print_reflog(repo: Repository, ref: str) -> None:
 
 @cli.group(invoke_without_command=True)
 @click.pass_context
-@_paged
 def reflog(ctx: click.Context) -> None:
     """Where HEAD has been; `reflog show REF`, `reflog expire` (forget old entries)."""
     if ctx.invoked_subcommand is None:
-        _print_reflog(_repo(ctx), "HEAD")
+        with paging(_pager()):
+            _print_reflog(_repo(ctx), "HEAD")
 
 
 @reflog.command("show")
