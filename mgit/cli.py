@@ -760,7 +760,7 @@ def reflog(ctx: click.Context) -> None:
 @click.pass_context
 @_paged
 def reflog_show(ctx: click.Context, ref: str) -> None:
-    """The moves of REF (HEAD, refs/heads/NAME, ...), newest first."""
+    """The moves of REF (HEAD, a branch, a tag, origin/main, refs/heads/NAME), newest first."""
     _print_reflog(_repo(ctx), ref)
 
 
