@@ -538,8 +538,8 @@ class Repository(Merging, Sync):
                 shown = load_safetensors(self.graph, ie.projection, p).manifests
                 whole = snapshot_side(self.graph, self.store, {p: ie.entry}, "working tree", model).tensors
                 tensors |= {k: t for k, t in whole.items() if k[1] not in shown and k not in tensors}
-        files_, readers = vouched.files | hashed.files, vouched.read_file | hashed.read_file
-        return Side("working tree", tensors, files_, readers, vouched.modes | hashed.modes)
+        contents, readers = vouched.files | hashed.files, vouched.read_file | hashed.read_file
+        return Side("working tree", tensors, contents, readers, vouched.modes | hashed.modes)
 
     # -- maintenance --------------------------------------------------------------------
 
