@@ -935,14 +935,17 @@ def _tensor_counts(changed: int, added: int, removed: int, moved: int) -> str:
 
 
 def _line_counts(text: str | None) -> str:
-    """'+3 -1' of a unified diff, or the one-line summary of a binary or large file."""
+    """'+3 -1' of a unified diff (after any mode-change line), or the one-line summary of a
+    binary or large file."""
     if not text:
         return ""
     lines = text.splitlines()
-    if not lines[0].startswith("--- "):
-        return lines[0]
-    body = lines[2:]
-    return f"+{sum(1 for x in body if x.startswith('+'))} -{sum(1 for x in body if x.startswith('-'))}"
+    start = next((i for i, line in enumerate(lines) if line.startswith("--- ")), None)
+    if start is None:
+        return "; ".join(lines)
+    body = lines[start + 2 :]
+    counts = f"+{sum(1 for x in body if x.startswith('+'))} -{sum(1 for x in body if x.startswith('-'))}"
+    return "; ".join([*lines[:start], counts])
 
 
 def _print_stat(result: ModelDiff) -> None:
