@@ -154,6 +154,8 @@ def _decoded(backend: DirectoryBackend | None, cid: str, data: bytes, depth: int
             raise CorruptObjectError(f"chunk {cid[:12]} arrived before the chunk it is a delta of") from None
     try:
         raw = codec.decode(record.encoding, record.payload, record.group, record.raw_size, base)
+    except codec.ChunkTooLargeError as exc:  # a decompression bomb: refused before it inflates
+        raise CorruptObjectError(f"chunk {cid[:12]}: {exc}; refusing it") from None
     except Exception:
         raw = None
     if raw is None or len(raw) != record.raw_size or chunk_id(raw) != cid:
@@ -334,7 +336,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._allowed(write=writes):
             return
         data = self._body()
-        if data is None or (routed := self._route(create=writes)) is None:
+        if data is None or (routed := self._route(create=False)) is None:
             return
         target, key = routed
         if key == ".swap" and not writes:  # pragma: no cover - both parse the same path

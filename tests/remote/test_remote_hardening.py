@@ -1,0 +1,355 @@
+"""Remotes against hostile or broken input: `mgit serve` answers every request (status and a
+one-line reason), times out idle clients and bounds its connections; ref updates must name a
+commit the remote holds; chunk records cannot declare more than a chunk may hold (decompression
+bombs); S3 errors are one line naming what to fix; a working repository can be cloned.
+
+Servers listen on 127.0.0.1 on a free port and are stopped by their fixtures."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import struct
+import threading
+import time
+import tracemalloc
+import zlib
+from pathlib import Path
+
+import pytest
+import zstandard
+from conftest import commit_model, frozen_finetune, llama_state_dict, run_mgit, tree_hashes
+
+from mgit import Repository
+from mgit.errors import CorruptObjectError, RemoteError
+from mgit.progress import Bar
+from mgit.remote import http as http_backend
+from mgit.remote.backend import BadRefError, pack_chunk
+from mgit.remote.http import HttpBackend
+from mgit.remote.local import DirectoryBackend
+from mgit.remote.server import BUSY, MgitServer
+from mgit.remote.transfer import Transfer, fetch_chunks
+from mgit.store import codec
+from mgit.store.chunkstore import ChunkStore, chunk_id
+from mgit.store.pack import Record
+
+NESTED = b"[" * 100_000 + b"]" * 100_000
+BOMB_RAW = 64 * 2**20  # what the crafted frames decompress to: 16x the largest chunk
+
+
+def start(root: Path, **options) -> MgitServer:
+    srv = MgitServer(root, port=0, **options)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def stop(srv: MgitServer) -> None:
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A server holding one pushed repository at /llama: (server, repository, pushed commit)."""
+    (tmp_path / "served").mkdir()
+    srv = start(tmp_path / "served", idle_timeout=5)
+    repo = Repository.init(tmp_path / "work")
+    head = commit_model(repo, llama_state_dict(), "base")
+    repo.remote_add("origin", f"{srv.url}/llama")
+    repo.push()
+    yield srv, repo, head
+    stop(srv)
+
+
+def request(srv: MgitServer, method: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=10)
+    try:
+        conn.request(method, path, body=body)
+        response = conn.getresponse()
+        data = response.read()
+    finally:
+        conn.close()
+    return response.status, json.loads(data) if data else {}
+
+
+def one_line_error(reply: dict) -> str:
+    message = reply["error"]
+    assert isinstance(message, str) and message and "\n" not in message and "Traceback" not in message
+    return message
+
+
+# -- item 26/31: every request is answered ----------------------------------------------------
+
+
+@pytest.mark.parametrize("endpoint", [".has", ".sizes", ".swap"])
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (NESTED, "nested too deeply"),
+        (b"\xff\xfe not json", "not JSON"),
+        (b'{"a": ', "not JSON"),
+        (b"42", "expected"),
+        (b'[1, 2, {"x": []}]', "expected"),
+        (b'{"ref": ["refs/heads/main"]}', "expected"),
+    ],
+)
+def test_malformed_bodies_get_400_with_one_line(served, endpoint, body, reason):
+    srv, _, _ = served
+    status, reply = request(srv, "POST", f"/llama/{endpoint}", body)
+    assert status == 400
+    assert reason in one_line_error(reply)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"ref": "refs/heads/../../x", "old": None, "new": "a" * 40},
+        {"ref": "refs/heads/a..b", "old": None, "new": "a" * 40},
+        {"ref": "refs/heads/", "old": None, "new": "a" * 40},
+        {"ref": "HEAD", "old": None, "new": "a" * 40},
+        {"ref": "refs/heads/x", "old": 7, "new": "a" * 40},
+        {"ref": 5, "old": None, "new": "a" * 40},
+    ],
+)
+def test_bad_ref_names_and_fields_get_400(served, body):
+    srv, _, _ = served
+    status, reply = request(srv, "POST", "/llama/.swap", json.dumps(body).encode())
+    assert status == 400
+    one_line_error(reply)
+
+
+def test_a_ref_under_a_ref_is_refused_and_reads_of_it_are_404(served, tmp_path):
+    srv, repo, head = served
+    for ref in ("refs/heads/main/x", "refs/heads/main/x/y"):
+        status, reply = request(srv, "POST", "/llama/.swap", json.dumps({"ref": ref, "old": None, "new": head}).encode())
+        assert status == 400 and "clashes with the existing ref refs/heads/main" in one_line_error(reply)
+        assert request(srv, "GET", f"/llama/{ref}")[0] == 404
+    assert request(srv, "POST", "/llama/.has", json.dumps(["refs/heads/main/x"]).encode()) == (200, [])
+    assert request(srv, "POST", "/llama/.sizes", json.dumps(["refs/heads/main/x"]).encode()) == (200, {})
+    # and the other way round: a ref where refs live under that name
+    good = {"ref": "refs/heads/topic/a", "old": None, "new": head}
+    assert request(srv, "POST", "/llama/.swap", json.dumps(good).encode())[0] == 200
+    clash = {"ref": "refs/heads/topic", "old": None, "new": head}
+    status, reply = request(srv, "POST", "/llama/.swap", json.dumps(clash).encode())
+    assert status == 400 and "refs/heads/topic/a" in one_line_error(reply)
+    assert tree_hashes(Repository.clone(f"{srv.url}/llama", tmp_path / "clone").root) == tree_hashes(repo.root)
+
+
+def test_a_path_through_a_file_or_a_non_remote_is_400(served, tmp_path):
+    srv, _, _ = served
+    (tmp_path / "served" / "notes").mkdir()
+    (tmp_path / "served" / "notes" / "todo.txt").write_text("x")
+    blob = zlib.compress(b"blob 0\x00")
+    for path in ("/llama/mgit-remote/objects/e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",
+                 "/notes/objects/e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"):  # fmt: skip
+        status, reply = request(srv, "PUT", path, blob)
+        assert status == 400, reply
+        assert str(tmp_path) not in one_line_error(reply)  # the server's own paths stay private
+
+
+def test_an_unexpected_failure_is_a_500_with_one_line(served, monkeypatch):
+    srv, _, _ = served
+
+    def broken(self, keys):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(DirectoryBackend, "has", broken)
+    status, reply = request(srv, "POST", "/llama/.has", json.dumps(["HEAD"]).encode())
+    assert status == 500 and "Input/output error" in one_line_error(reply)
+    assert request(srv, "GET", "/llama/.refs")[0] == 200  # the server still serves
+
+
+# -- item 31: idle and slow clients, bounded connections ----------------------------------------
+
+
+def test_idle_and_stalled_connections_are_closed_after_the_timeout(tmp_path):
+    srv = start(tmp_path, idle_timeout=0.5)
+    try:
+        idle = socket.create_connection(srv.server_address[:2], timeout=10)
+        stalled = socket.create_connection(srv.server_address[:2], timeout=10)
+        stalled.sendall(b"PUT /r/objects/" + b"a" * 40 + b" HTTP/1.1\r\nContent-Length: 1000\r\n\r\n0123456789")
+        began = time.monotonic()
+        assert idle.recv(100) == b""  # closed by the server, no request to answer
+        reply = b""
+        while chunk := stalled.recv(4096):
+            reply += chunk
+        assert time.monotonic() - began < 5
+        assert reply.startswith(b"HTTP/1.1 408") and b"no data for 0.5 s" in reply
+        idle.close()
+        stalled.close()
+    finally:
+        stop(srv)
+
+
+def _hold(srv: MgitServer, n: int) -> list[socket.socket]:
+    """``n`` idle connections, each holding one of the server's slots once accepted."""
+    held = [socket.create_connection(srv.server_address[:2], timeout=10) for _ in range(n)]
+    deadline = time.monotonic() + 5
+    while srv._slots._value and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return held
+
+
+def test_connections_beyond_the_bound_get_503_and_clients_retry(tmp_path):
+    srv = start(tmp_path, max_connections=3)
+    held = _hold(srv, 3)
+    try:
+        threads = threading.active_count()
+        status, reply = request(srv, "GET", "/llama/.refs")
+        assert status == 503 and one_line_error(reply) == BUSY
+        assert threading.active_count() == threads  # no thread for the refused connection
+        threading.Timer(0.3, lambda: [s.close() for s in held]).start()
+        assert HttpBackend(f"{srv.url}/llama").refs() == {}  # retried until a slot was free (404: no repository)
+    finally:
+        for s in held:
+            s.close()
+        stop(srv)
+
+
+def test_a_server_that_stays_busy_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(http_backend, "BUSY_RETRIES", (0.05,))
+    srv = start(tmp_path, max_connections=1)
+    held = _hold(srv, 1)
+    try:
+        with pytest.raises(RemoteError, match="is busy: the server is busy"):
+            HttpBackend(f"{srv.url}/llama").refs()
+    finally:
+        held[0].close()
+        stop(srv)
+
+
+# -- item 29: a ref names a commit the remote holds with its graph -------------------------------
+
+
+def _swap(srv: MgitServer, new: object, ref: str = "refs/heads/other") -> tuple[int, dict]:
+    return request(srv, "POST", "/llama/.swap", json.dumps({"ref": ref, "old": None, "new": new}).encode())
+
+
+def test_swap_refuses_values_that_are_not_commits_it_holds(served, tmp_path):
+    srv, repo, head = served
+    tree = repo.graph.commit(head).tree
+    for value, reason in [
+        ("not hex at all", "not a 40-hex commit id"),
+        ('{"json": true}', "not a 40-hex commit id"),
+        ("A" * 40, "not a 40-hex commit id"),
+        ("a" * 40, "lacks that commit"),
+        (tree, "names a tree, not a commit"),
+    ]:
+        status, reply = _swap(srv, value)
+        assert status == 400 and reason in one_line_error(reply), (value, reply)
+    assert set(HttpBackend(f"{srv.url}/llama").refs()) == {"refs/heads/main"}
+    assert Repository.clone(f"{srv.url}/llama", tmp_path / "clone").refs.head() == head
+
+
+def test_swap_refuses_a_commit_whose_graph_is_incomplete(served):
+    srv, repo, head = served
+    child = commit_model(repo, frozen_finetune(llama_state_dict(), {0}, seed=4), "child")
+    served_repo = Path(srv.root) / "llama"
+    from mgit.remote.backend import object_key, pack_object
+
+    # the new commit arrives, but not the tree it names
+    (served_repo / object_key(child)).write_bytes(pack_object(repo.graph.objects[child.encode()]))
+    status, reply = _swap(srv, child)
+    assert status == 400 and "which it reaches" in one_line_error(reply)
+    repo.push()  # sends the rest: now it is accepted
+    assert _swap(srv, child)[0] == 200
+
+
+def test_a_directory_remote_refuses_bad_ref_values_too(tmp_path):
+    repo = Repository.init(tmp_path / "work")
+    head = commit_model(repo, llama_state_dict(), "base")
+    repo.remote_add("origin", str(tmp_path / "remote"))
+    repo.push()
+    backend = DirectoryBackend(tmp_path / "remote")
+    with pytest.raises(BadRefError, match="not a 40-hex commit id"):
+        backend.swap_ref("refs/heads/x", None, "garbage")
+    with pytest.raises(BadRefError, match="lacks that commit"):
+        backend.swap_ref("refs/heads/x", None, "b" * 40)
+    with pytest.raises(BadRefError, match="clashes"):
+        backend.swap_ref("refs/heads/main/x", None, head)
+    assert backend.swap_ref("refs/heads/x", None, head)
+
+
+@pytest.mark.parametrize("kind", ["http", "directory"])
+def test_a_garbage_ref_on_the_remote_is_named_by_the_client(served, tmp_path, kind):
+    srv, _, _ = served
+    (Path(srv.root) / "llama" / "refs" / "heads" / "broken").write_text('{"not": "a commit"}\n')
+    url = f"{srv.url}/llama" if kind == "http" else str(Path(srv.root) / "llama")
+    proc = run_mgit("clone", url, str(tmp_path / "clone"), cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "malformed ref 'refs/heads/broken'" in proc.stderr and "mgit serve` running" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "clone").exists()
+
+
+# -- item 28: decompression bombs -------------------------------------------------------------
+
+
+def _bomb_frame(content_size: bool) -> bytes:
+    """A zstd frame of BOMB_RAW zero bytes (a few KiB), made without holding them in memory."""
+    cctx = zstandard.ZstdCompressor(level=1, write_content_size=content_size)
+    out = cctx.compressobj(size=BOMB_RAW if content_size else -1)
+    zeros = bytes(2**20)
+    return b"".join([out.compress(zeros) for _ in range(BOMB_RAW // 2**20)] + [out.flush()])
+
+
+def _bombs() -> list[tuple[str, Record]]:
+    cid = chunk_id(bytes(BOMB_RAW))
+    return [
+        ("declares 67108864 raw bytes", Record(cid, codec.GROUPED_ZSTD, 1, 0, BOMB_RAW, _bomb_frame(True), None)),
+        ("announces 67108864 bytes", Record(cid, codec.GROUPED_ZSTD, 1, 0, 4 * 2**20, _bomb_frame(True), None)),
+        ("holds more than the 4194304", Record(cid, codec.GROUPED_ZSTD, 1, 0, 4 * 2**20, _bomb_frame(False), None)),
+    ]
+
+
+@pytest.fixture(scope="module")
+def bombs():
+    return _bombs()
+
+
+def _peak_mib(fn) -> float:
+    tracemalloc.start()
+    try:
+        fn()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak / 2**20
+
+
+def test_the_server_refuses_chunk_bombs_without_inflating_them(served, bombs):
+    srv, _, _ = served
+    for reason, record in bombs:
+        data = pack_chunk(record)
+        assert len(data) < 64 * 1024
+        replies = []
+        peak = _peak_mib(lambda data=data: replies.append(request(srv, "PUT", f"/llama/chunks/{record.cid}", data)))
+        status, reply = replies[0]
+        assert status == 400 and reason in one_line_error(reply)
+        assert peak < 24, f"{peak:.0f} MiB to refuse a {len(data)}-byte upload"
+    assert request(srv, "POST", "/llama/.has", json.dumps([f"chunks/{bombs[0][1].cid}"]).encode()) == (200, [])
+
+
+def test_receive_and_fetch_refuse_chunk_bombs(tmp_path, bombs):
+    store = ChunkStore(tmp_path / "chunks")
+    for reason, record in bombs:
+        peak = _peak_mib(lambda record=record: pytest.raises(CorruptObjectError, store.receive, record).match(reason))
+        assert peak < 24
+    remote = tmp_path / "remote"
+    DirectoryBackend(remote, create=True)
+    backend = DirectoryBackend(remote)
+    for reason, record in bombs:
+        backend.put(f"chunks/{record.cid}", pack_chunk(record))
+        with pytest.raises(CorruptObjectError, match=reason.split(" ")[0]):
+            fetch_chunks(store, backend, [record.cid], Transfer(), Bar())
+        (remote / "chunks" / record.cid).unlink()
+    store.seal()
+    assert not store.has(bombs[0][1].cid)
+
+
+def test_a_record_header_declaring_a_huge_size_is_refused_before_decoding(served):
+    srv, _, _ = served
+    cid = "ab" * 32
+    header = struct.pack("<4sBBBxQ32s", b"MGCR", 1, codec.RAW, 1, 2**40, bytes(32))
+    status, reply = request(srv, "PUT", f"/llama/chunks/{cid}", header + b"x" * 10)
+    assert status == 400 and "more than the 4194304" in one_line_error(reply)
