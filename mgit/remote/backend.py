@@ -77,6 +77,10 @@ class Backend(ABC):
         """Set ref ``name`` to ``new`` (None: delete) if it is ``old`` now (None: absent);
         False when it was not: someone else moved it first."""
 
+    def check_push(self, ref: str) -> None:  # noqa: B027 - optional hook
+        """Refuse (RemoteError) a push to ``ref`` before anything is sent; the default allows it
+        (a working repository refuses its checked-out branch)."""
+
     def head(self) -> str | None:
         """The branch a clone should check out (from HEAD), if any."""
         try:

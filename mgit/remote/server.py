@@ -106,7 +106,7 @@ def answered(method: Callable[[_Handler], None]) -> Callable[[_Handler], None]:
         except MgitError as exc:
             self._fail(HTTPStatus.INTERNAL_SERVER_ERROR, str(exc))
         except Exception as exc:  # a bug, or the disk: still one line for the client
-            self.log_error("%s %s failed: %r", self.command, self.path[:200], exc)
+            self.log_failure(f"{self.command} {self.path[:200]} failed: {exc!r}")
             self._fail(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error {type(exc).__name__}: {str(exc)[:200]}")
 
     return wrapper
@@ -176,9 +176,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.verbose:
             super().log_message(format, *args)
 
-    def log_error(self, format: str, *args: Any) -> None:
-        """Errors (500s, timeouts) are always logged, one line on stderr."""
-        sys.stderr.write(f"mgit serve: {self.address_string()}: {format % args}\n")
+    def log_failure(self, message: str) -> None:
+        """A request that failed on the server's side (a 500): always logged, one line on stderr."""
+        sys.stderr.write(f"mgit serve: {self.address_string()}: {message}\n")
 
     # -- plumbing ---------------------------------------------------------------------------
 

@@ -106,6 +106,7 @@ class PushPlan:
 
 def plan_push(graph: Graph, store: ChunkStore, backend: Backend, commit: str, ref: str, force: bool) -> PushPlan:
     """What pushing ``commit`` to ``ref`` sends (asks the remote, sends nothing)."""
+    backend.check_push(ref)
     refs = backend.refs()
     old = refs.get(ref)
     if old is not None and old != commit and not force and not (graph.has(old) and is_ancestor(graph, old, commit)):

@@ -355,3 +355,47 @@ def test_a_record_header_declaring_a_huge_size_is_refused_before_decoding(served
     header = struct.pack("<4sBBBxQ32s", b"MGCR", 1, codec.RAW, 1, 2**40, bytes(32))
     status, reply = request(srv, "PUT", f"/llama/chunks/{cid}", header + b"x" * 10)
     assert status == 400 and "more than the 4194304" in one_line_error(reply)
+
+
+# -- item 4: a working repository as a remote ----------------------------------------------
+
+
+@pytest.fixture
+def upstream(tmp_path):
+    repo = Repository.init(tmp_path / "upstream")
+    base = llama_state_dict()
+    commit_model(repo, base, "base")
+    return repo, base
+
+
+def test_a_working_repository_can_be_cloned_fetched_and_pulled(upstream, tmp_path):
+    repo, base = upstream
+    proc = run_mgit("clone", str(repo.root), str(tmp_path / "clone"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert tree_hashes(tmp_path / "clone") == tree_hashes(repo.root)
+    clone = Repository(tmp_path / "clone")
+    assert clone.fsck() == [] and clone.refs.current_branch() == "main"
+    newer = commit_model(repo, frozen_finetune(base, {0, 1}, seed=5), "fine-tune")
+    run_mgit("pull", cwd=clone.root, check=True)
+    assert Repository(clone.root).refs.head() == newer and tree_hashes(clone.root) == tree_hashes(repo.root)
+    partial = Repository.clone(str(repo.root), tmp_path / "partial", partial=True)
+    assert tree_hashes(partial.root) == tree_hashes(repo.root)
+
+
+def test_pushing_into_a_working_repository_refuses_only_its_checked_out_branch(upstream, tmp_path):
+    repo, base = upstream
+    before = repo.refs.head()
+    clone = Repository.clone(str(repo.root), tmp_path / "clone")
+    commit_model(clone, frozen_finetune(base, {2}, seed=6), "theirs")
+    proc = run_mgit("push", cwd=clone.root)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "pushing into its checked-out branch main is refused" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert Repository(repo.root).refs.head() == before and repo.status().clean
+    clone.refs.create_branch("topic", clone.refs.head())
+    pushed = clone.push("origin", "topic")
+    assert pushed.chunks > 0
+    upstream_again = Repository(repo.root)
+    assert upstream_again.refs.branches()["topic"] == clone.refs.head() and upstream_again.fsck() == []
+    assert upstream_again.state_dict("topic").keys() == base.keys()
+    assert clone.push("origin", "topic").chunks == 0  # up to date
