@@ -130,18 +130,24 @@ def checked_refs(url: str, refs: object) -> dict[str, str]:
     return out
 
 
+def check_ref_form(name: str, new: str | None, existing: Iterable[str]) -> None:
+    """Refuse (BadRefError) a ref value that is not a 40-hex id, or a name under an existing
+    ref (or with refs under it): what every backend can check without reading objects."""
+    for other in existing:
+        if other != name and (other.startswith(name + "/") or name.startswith(other + "/")):
+            raise BadRefError(f"cannot create {name}: it clashes with the existing ref {other} (one under the other)")
+    if new is not None and (not isinstance(new, str) or not re.fullmatch(r"[0-9a-f]{40}", new)):
+        raise BadRefError(f"refusing {name} = {str(new)[:80]!r}: not a 40-hex commit id")
+
+
 def check_ref_update(backend: Backend, name: str, new: str | None, existing: dict[str, str]) -> None:
     """Refuse (BadRefError) setting ref ``name`` to ``new`` unless ``new`` names a commit (a tag
     object too, for a tag) that ``backend`` holds with every object it reaches, and ``name``
     neither lies under an existing ref nor has refs under it. ``existing`` (ref → id, checked
     when set) bounds the walk: what an existing ref reaches is known to be complete."""
-    for other in existing:
-        if other != name and (other.startswith(name + "/") or name.startswith(other + "/")):
-            raise BadRefError(f"cannot create {name}: it clashes with the existing ref {other} (one under the other)")
+    check_ref_form(name, new, existing)
     if new is None:
         return
-    if not isinstance(new, str) or not re.fullmatch(r"[0-9a-f]{40}", new):
-        raise BadRefError(f"refusing {name} = {str(new)[:80]!r}: not a 40-hex commit id")
     allowed = (b"commit", b"tag") if name.startswith("refs/tags/") else (b"commit",)
     seen, pending = set(existing.values()), [new]
     while pending:

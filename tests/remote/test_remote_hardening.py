@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import struct
 import threading
@@ -22,12 +23,13 @@ import zstandard
 from conftest import commit_model, frozen_finetune, llama_state_dict, run_mgit, tree_hashes
 
 from mgit import Repository
-from mgit.errors import CorruptObjectError, RemoteError
+from mgit.errors import AuthError, BadInputError, CorruptObjectError, MgitError, RemoteError
 from mgit.progress import Bar
 from mgit.remote import http as http_backend
 from mgit.remote.backend import BadRefError, pack_chunk
 from mgit.remote.http import HttpBackend
 from mgit.remote.local import DirectoryBackend
+from mgit.remote.s3 import S3Backend
 from mgit.remote.server import BUSY, MgitServer
 from mgit.remote.transfer import Transfer, fetch_chunks
 from mgit.store import codec
@@ -399,3 +401,109 @@ def test_pushing_into_a_working_repository_refuses_only_its_checked_out_branch(u
     assert upstream_again.refs.branches()["topic"] == clone.refs.head() and upstream_again.fsck() == []
     assert upstream_again.state_dict("topic").keys() == base.keys()
     assert clone.push("origin", "topic").chunks == 0  # up to date
+
+
+# -- item 9: S3 errors are one line naming what to fix ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_endpoint, monkeypatch, tmp_path):
+    """A bucket on moto's server, the AWS variables pointing at it and no ~/.aws: (url, env)."""
+    import boto3
+
+    env = {
+        "AWS_ENDPOINT_URL": s3_endpoint,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    bucket = f"mgit-{tmp_path.name[-12:].lower().replace('_', '-')}-x"
+    boto3.session.Session().client("s3").create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/models", env
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"AWS_SECRET_ACCESS_KEY": ""}, "incomplete AWS credentials: AWS_SECRET_ACCESS_KEY is missing or empty"),
+        ({"AWS_SECRET_ACCESS_KEY": None}, "AWS_SECRET_ACCESS_KEY is missing or empty"),
+        ({"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None}, "no AWS credentials (set AWS_ACCESS_KEY_ID"),
+        ({"AWS_PROFILE": "nope"}, "AWS_PROFILE names the profile 'nope'"),
+        ({"AWS_ENDPOINT_URL": "not a url"}, "AWS_ENDPOINT_URL 'not a url' is not a valid URL"),
+        ({"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, "cannot reach the S3 endpoint http://127.0.0.1:9"),
+    ],
+)
+def test_s3_configuration_errors_name_the_variable(s3, monkeypatch, change, message):
+    url, _ = s3
+    for k, v in change.items():
+        if v is None:
+            monkeypatch.delenv(k, raising=False)
+        else:
+            monkeypatch.setenv(k, v)
+    with pytest.raises(MgitError) as info:
+        S3Backend(url).refs()
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_s3_credential_and_permission_errors_name_the_variable(s3, monkeypatch):
+    import boto3
+    import moto.settings
+
+    url, _ = s3
+    iam = boto3.session.Session().client("iam")
+    iam.create_user(UserName="reader")
+    key = iam.create_access_key(UserName="reader")["AccessKey"]
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)  # moto checks every request now
+    for key_id, secret, error, message in [
+        ("AKIAUNKNOWNKEY000000", "x" * 40, AuthError, "does not know the access key: check AWS_ACCESS_KEY_ID"),
+        (key["AccessKeyId"], "wrong" * 8, AuthError, "does not match the access key: check AWS_SECRET_ACCESS_KEY"),
+        (key["AccessKeyId"], key["SecretAccessKey"], AuthError, "access denied (AccessDenied"),
+    ]:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+        with pytest.raises(error, match=re.escape(message)) as info:
+            S3Backend(url).refs()
+        assert "\n" not in str(info.value)
+
+
+def test_s3_missing_bucket_and_bad_names(s3):
+    url, _ = s3
+    with pytest.raises(RemoteError, match="bucket 'no-such-bucket-mgit' does not exist; create it first"):
+        S3Backend("s3://no-such-bucket-mgit/x").refs()
+    with pytest.raises(BadInputError, match="not a valid S3 bucket name"):
+        S3Backend("s3://Bad_Bucket!/x").refs()
+
+
+def test_s3_refuses_bad_ref_values_and_clashing_names(s3):
+    backend = S3Backend(s3[0])
+    with pytest.raises(BadRefError, match="not a 40-hex commit id"):
+        backend.swap_ref("refs/heads/main", None, "garbage")
+    assert backend.swap_ref("refs/heads/main", None, "a" * 40)
+    with pytest.raises(BadRefError, match="clashes with the existing ref refs/heads/main"):
+        backend.swap_ref("refs/heads/main/x", None, "a" * 40)
+
+
+def test_the_cli_says_which_variable_is_empty(s3, tmp_path):
+    url, env = s3
+    proc = run_mgit("clone", url, str(tmp_path / "clone"), cwd=tmp_path, env={**env, "AWS_SECRET_ACCESS_KEY": ""})
+    assert proc.returncode != 0 and "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "AWS_SECRET_ACCESS_KEY is missing or empty" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
