@@ -507,3 +507,31 @@ def test_the_cli_says_which_variable_is_empty(s3, tmp_path):
     assert proc.returncode != 0 and "internal error" not in proc.stderr and "Traceback" not in proc.stderr
     assert "AWS_SECRET_ACCESS_KEY is missing or empty" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_serve_command_takes_a_timeout_and_a_connection_bound(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mgit", "serve", str(tmp_path), "--port", "0", "--timeout", "0.5",
+         "--max-connections", "1"],
+        stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
+    )  # fmt: skip
+    try:
+        line = proc.stderr.readline()
+        url = re.search(r"at (http://\S+)", line).group(1)
+        host, port = url.removeprefix("http://").split(":")
+        idle = socket.create_connection((host, int(port)), timeout=10)
+        time.sleep(0.2)  # accepted: the one slot is taken
+        other = socket.create_connection((host, int(port)), timeout=10)
+        other.sendall(b"GET /r/.refs HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert other.recv(4096).startswith(b"HTTP/1.1 503")
+        began = time.monotonic()
+        assert idle.recv(100) == b"" and time.monotonic() - began < 5  # closed after 0.5 s idle
+        idle.close()
+        other.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
