@@ -11,7 +11,8 @@
 
 Every request gets a status and a one-line JSON reason ``{"error": ...}`` (400 for bad input,
 500 as a last resort, never a dropped connection). A connection idle or stalled for
-``idle_timeout`` seconds is closed; at most ``max_connections`` are served at once, and the
+``idle_timeout`` seconds is closed, and so is a slow one: a request's headers must arrive
+within two idle timeouts, its body at MIN_BODY_RATE on average; at most ``max_connections`` are served at once, and the
 ones beyond get 503 at once (clients retry).
 
 Access: with a token file (lines ``ro TOKEN`` / ``rw TOKEN``) every request needs
@@ -27,6 +28,7 @@ import json
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -50,6 +52,7 @@ SPECIAL = (".has", ".sizes", ".refs", ".swap")
 NO_REPOSITORY = "no such repository"
 IDLE_TIMEOUT_S = 30.0  # a connection silent this long (between requests or mid-request) is closed
 MAX_CONNECTIONS = 64  # served at once; more get 503
+MIN_BODY_RATE = 64 * 1024  # bytes/s a request body must average (after one idle timeout of grace)
 BUSY = "the server is busy (too many connections); try again shortly"
 
 
@@ -169,8 +172,31 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         self.timeout = self.server.idle_timeout  # applied to the socket by StreamRequestHandler
-        self._replied = False
+        self._replied = self._cut = False
         super().setup()
+
+    def handle_one_request(self) -> None:
+        """One request, its headers due within two idle timeouts (a client trickling them a
+        byte at a time is cut off by the server's reaper)."""
+        self._replied = self._cut = False
+        self.server.watch(self, 2 * self.server.idle_timeout)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.unwatch(self)
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()  # the headers are in: what follows is bounded apart
+        self.server.unwatch(self)
+        return ok
+
+    def cut_off(self) -> None:
+        """Stop reading from a client past its deadline: its blocked read returns at once."""
+        self._cut = True
+        try:
+            self.connection.shutdown(socket.SHUT_RD)
+        except OSError:
+            pass
 
     def log_message(self, format: str, *args: object) -> None:  # quiet by default
         if self.server.verbose:
@@ -219,7 +245,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"bodies are limited to {self.server.max_body} bytes")
             self.close_connection = True
             return None
+        self.server.watch(self, self.server.idle_timeout + size / self.server.min_rate)
         data = self._read(size)
+        self.server.unwatch(self)
+        if self._cut:
+            self.close_connection = True
+            self._error(HTTPStatus.REQUEST_TIMEOUT, "the request body arrived too slowly; closing")
+            return None
         if len(data) != size:  # the client went away mid-upload: nothing is stored
             self.close_connection = True
             return None
@@ -378,8 +410,38 @@ class MgitServer(ThreadingHTTPServer):
         self.tokens, self.max_body, self.verbose = tokens, max_body, verbose
         self.idle_timeout, self.max_connections = idle_timeout, max_connections
         self.create_lock = threading.Lock()
+        self.min_rate = MIN_BODY_RATE
         self._slots = threading.BoundedSemaphore(max_connections)
+        self._deadlines: dict[_Handler, float] = {}
+        self._deadline_lock = threading.Lock()
+        self._closing = threading.Event()
         super().__init__((host, port), _Handler)
+        threading.Thread(target=self._reap, name="mgit-serve-reaper", daemon=True).start()
+
+    def watch(self, handler: _Handler, seconds: float) -> None:
+        """Cut ``handler`` off unless it is unwatched within ``seconds``."""
+        with self._deadline_lock:
+            self._deadlines[handler] = time.monotonic() + seconds
+
+    def unwatch(self, handler: _Handler) -> None:
+        with self._deadline_lock:
+            self._deadlines.pop(handler, None)
+
+    def _reap(self) -> None:
+        """Cut off clients past their deadline (slow ones: each read within the idle timeout,
+        yet the request never completes)."""
+        while not self._closing.wait(min(1.0, self.idle_timeout / 4)):
+            now = time.monotonic()
+            with self._deadline_lock:
+                late = [h for h, due in self._deadlines.items() if due < now]
+                for h in late:
+                    del self._deadlines[h]
+            for h in late:
+                h.cut_off()
+
+    def server_close(self) -> None:
+        self._closing.set()
+        super().server_close()
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """Serve the connection on a thread if a slot is free, else answer 503 at once."""

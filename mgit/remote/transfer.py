@@ -226,6 +226,9 @@ def fetch_graph(graph: Graph, backend: Backend, commits: Iterable[str], report: 
                 pending.extend(children(obj))
 
 
+_children = children  # its former name here
+
+
 def chunks_of(graph: Graph, commits: Iterable[str], stop: Set[str] = frozenset()) -> set[str]:
     """Chunk ids the commits' manifests name, not walking into the commits of ``stop`` (whose
     chunks are known to be here already)."""

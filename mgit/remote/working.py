@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from contextlib import ExitStack
 from pathlib import Path
 
-from mgit.errors import RemoteError
+from mgit.errors import CorruptObjectError, RemoteError
 from mgit.graph.objects import Graph
 from mgit.lock import RepoLock
 from mgit.remote.backend import (
@@ -64,6 +64,10 @@ class WorkingRepositoryBackend(Backend):
                 return pack_object(self.graph.objects[name.encode()])
             except KeyError:
                 raise MissingObjectError(f"{self.url} has no {key}") from None
+            except Exception:  # zlib, parse errors: a damaged loose object or pack there
+                raise CorruptObjectError(
+                    f"object {name[:12]} is damaged in {self.url}; run `mgit fsck` there"
+                ) from None
         if kind == "chunks":
             if not self.store.has(name):
                 raise MissingObjectError(f"{self.url} has no {key}")

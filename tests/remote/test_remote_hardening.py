@@ -184,6 +184,42 @@ def test_idle_and_stalled_connections_are_closed_after_the_timeout(tmp_path):
         stop(srv)
 
 
+def _trickle(sock: socket.socket, head: bytes, pieces: int) -> bytes:
+    """Send ``head``, then one byte per 0.2 s (each well within the idle timeout) until the
+    server stops reading; what it answered."""
+    sock.sendall(head)
+    began = time.monotonic()
+    try:
+        for _ in range(pieces):
+            time.sleep(0.2)
+            sock.sendall(b"x")
+    except OSError:
+        pass
+    sock.settimeout(5)
+    reply = b""
+    try:
+        while chunk := sock.recv(4096):
+            reply += chunk
+    except OSError:
+        pass
+    assert time.monotonic() - began < pieces * 0.2, "the slow client was never cut off"
+    return reply
+
+
+def test_slow_clients_are_cut_off_however_often_they_send(tmp_path):
+    srv = start(tmp_path, idle_timeout=0.5)
+    srv.min_rate = 10 * 2**20
+    try:
+        headers = socket.create_connection(srv.server_address[:2], timeout=10)
+        _trickle(headers, b"GET /r/.refs HTTP/1.1\r\nX-Slow: ", 40)  # headers never end
+        body = socket.create_connection(srv.server_address[:2], timeout=10)
+        reply = _trickle(body, b"PUT /r/objects/" + b"a" * 40 + b" HTTP/1.1\r\nContent-Length: 1000\r\n\r\n", 40)
+        assert reply.startswith(b"HTTP/1.1 408") and b"arrived too slowly" in reply
+        assert request(srv, "GET", "/r/.refs")[0] == 404  # still serving
+    finally:
+        stop(srv)
+
+
 def _hold(srv: MgitServer, n: int) -> list[socket.socket]:
     """``n`` idle connections, each holding one of the server's slots once accepted."""
     held = [socket.create_connection(srv.server_address[:2], timeout=10) for _ in range(n)]
