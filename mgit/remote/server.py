@@ -230,7 +230,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         try:
-            self._error(status, " ".join(message.split()))
+            one_line = " ".join(message.replace(str(self.server.root), "ROOT").split())  # server paths stay private
+            self._error(status, one_line)
         except OSError:
             self.close_connection = True
 
