@@ -43,7 +43,7 @@ def s3_error(url: str, bucket: str, endpoint: str | None, exc: BaseException) ->
         return AuthError(f"{url}: no AWS credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)")
     if isinstance(exc, boto.ProfileNotFound):
         return AuthError(
-            f"{url}: AWS_PROFILE names the profile {exc.kwargs.get('profile')!r}, which ~/.aws does not have"
+            f"{url}: AWS_PROFILE names the profile {exc.kwargs.get('profile')!r}, which ~/.aws/config lacks"
         )
     if isinstance(exc, boto.NoRegionError):
         return RemoteError(f"{url}: no AWS region: set AWS_DEFAULT_REGION (e.g. us-east-1)")

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from contextlib import ExitStack
 from pathlib import Path
 
-from mgit.errors import CorruptObjectError, RemoteError
+from mgit.errors import CorruptObjectError, LockedError, RemoteError
 from mgit.graph.objects import Graph
 from mgit.lock import RepoLock
 from mgit.remote.backend import (
@@ -115,7 +115,10 @@ class WorkingRepositoryBackend(Backend):
         """Take that repository's lock (once) before the first write."""
         with self._guard:
             if not self._locked:
-                self._held.enter_context(self._lock)
+                try:
+                    self._held.enter_context(self._lock)
+                except LockedError as exc:
+                    raise LockedError(f"{self.url}: {exc}") from None
                 self._locked = True
 
     def put(self, key: str, data: bytes) -> None:
