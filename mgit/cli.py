@@ -1139,12 +1139,20 @@ def clone(
 @click.option("--port", default=8790, show_default=True, type=int, help="Port to listen on.")
 @click.option("--token-file", type=click.Path(dir_okay=False, exists=True), help="Lines `ro TOKEN` / `rw TOKEN`.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")
-def serve(root: str, host: str, port: int, token_file: str | None, verbose: bool) -> None:
+@click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a connection may stay idle or stalled before it is closed.")  # fmt: skip
+@click.option("--max-connections", default=64, show_default=True, type=click.IntRange(min=1),
+              help="Connections served at once; more get 503 (clients retry).")  # fmt: skip
+def serve(
+    root: str, host: str, port: int, token_file: str | None, verbose: bool, timeout: float, max_connections: int
+) -> None:
     """Serve every remote directory under ROOT over HTTP (push creates new ones)."""
     from mgit.remote.server import MgitServer, read_tokens
 
     tokens = read_tokens(token_file) if token_file else None
-    server = MgitServer(root, host, port, tokens, verbose=verbose)
+    server = MgitServer(
+        root, host, port, tokens, verbose=verbose, idle_timeout=timeout, max_connections=max_connections
+    )
     access = "token required" if tokens else "no authentication: anyone who can connect may push"
     err.print(f"serving {os.path.abspath(root)} at {server.url} ({access}); Ctrl-C stops")
     try:
