@@ -21,8 +21,9 @@ from mgit.graph.refs import check_ref_name
 from mgit.graph.snapshot import Snapshot, validate_path, write_snapshot
 from mgit.merge import importance
 from mgit.merge.analyze import pair_norms
-from mgit.merge.config import load_config, num_layers, tensor_parameters
+from mgit.merge.config import MergeConfig, load_config, num_layers, tensor_parameters
 from mgit.merge.importance import BudgetReport
+from mgit.merge.params import check_params
 from mgit.merge.plan import MergePlan, TensorPlan, model_tensors, plan_merge
 from mgit.merge.record import PLAN_ENTRY, MergeSetup, plan_record
 from mgit.model.ingest import Ingestor
@@ -38,6 +39,19 @@ from mgit.worktree.scan import walk
 if TYPE_CHECKING:
     from mgit.merge.engine import Execution, MergeSpec
     from mgit.repo import Repository
+
+
+def _check_request(
+    method: str | None, config: str | os.PathLike[str] | None, budget: str | int | None, params: dict[str, Any]
+) -> MergeConfig | None:
+    """What can be refused from the request alone (torch-free, nothing read): the config and
+    its parameter ranges, the given parameters' ranges, the budget's form."""
+    cfg = load_config(config) if config is not None else None
+    if cfg is None:
+        check_params(params, str(method), method)
+    if budget is not None:
+        parse_budget(budget)
+    return cfg
 
 
 class Merging:
@@ -72,11 +86,12 @@ class Merging:
         (``"2GB"``, ``"10%"``, bytes) expert chunk reads stay within it, the most important
         chunks chosen first (``budget_select="uniform"``: at random, for comparisons).
         """
+        cfg = _check_request(method, config, budget, params)  # bad input refused before torch loads
         from mgit.merge.engine import MergeSpec, execute  # torch: only when merging
         from mgit.merge.methods import get_method
 
         if seed is None:  # deterministic methods need none: keep their commits reproducible
-            named = load_config(config).method if config is not None else method
+            named = cfg.method if cfg is not None else method
             seed = secrets.randbits(31) if get_method(named).random else 0
         plan, setup = self.merge_plan(
             experts, method, base, model=model, allow_missing=allow_missing, config=config,
@@ -180,9 +195,9 @@ class Merging:
         """What a merge would read, from manifests alone (``mgit merge --dry-run``); with a
         ``budget`` (or ``explain``) also which expert chunks are worth reading (``plan.budget``),
         which may analyze chunk pairs no commit recorded (counted apart)."""
+        cfg = _check_request(method, config, budget, params)
         from mgit.merge.methods import get_method
 
-        cfg = load_config(config) if config is not None else None
         if cfg is not None:
             if experts or params:
                 raise BadInputError("with a merge config, name experts and parameters in the config only")
@@ -203,6 +218,7 @@ class Merging:
         if not experts:
             raise BadInputError("name at least one expert revision to merge")
         resolved = chosen.resolve(params, len(experts)) if params_for is None else params
+        check_params(resolved, chosen.name, chosen.name)  # with the defaults filled in (DELLA's epsilon)
         expert_commits = [self._merge_input(e, model_dir) for e in experts]
         snaps = [self.snapshot(c) for c in expert_commits]
         passes = 2 if chosen.decides_per_expert else 1
@@ -216,7 +232,7 @@ class Merging:
             plan.fetch_sizes = sizes
         if params_for is not None:  # every tensor's parameters must resolve before anything is written
             for tp in plan.tensors:
-                chosen.resolve(params_for(tp.name), len(experts))
+                check_params(chosen.resolve(params_for(tp.name), len(experts)), f"{config}: tensor {tp.name}", method)
         setup = MergeSetup(
             chosen, resolved, base_commit, expert_commits, list(experts), base_snap,
             base_ref=base, params_for=params_for, config=cfg.source if cfg else None,

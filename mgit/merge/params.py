@@ -1,0 +1,111 @@
+"""The accepted range of every merge parameter, checked before anything is read (and before
+torch is imported: this module and its callers stay torch-free).
+
+The ranges are what the parameters mean in mergekit (0.1.5, ``mergekit/sparsify.py`` and
+``merge_methods/``): ``density`` is the fraction of each delta kept (mergekit's sparsifiers
+return the delta untouched at ≥ 1 and zeros at ≤ 0, so only (0, 1] means what it says);
+``gamma`` the fraction of largest magnitudes that breadcrumbs drops; ``epsilon`` the spread of
+DELLA's keep probabilities, which mergekit requires to keep density ± epsilon inside (0, 1);
+``t`` SLERP's position between the base (0) and the expert (1); ``weight``, ``lambda`` and
+``scale`` are any finite numbers (negative weights subtract a task vector). The method
+functions themselves (:mod:`mgit.merge.methods`) still take any value, as mergekit's do.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mgit.errors import BadInputError
+
+
+@dataclass(frozen=True)
+class Range:
+    """A closed or half-open interval of finite numbers (None: unbounded on that side)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    meaning: str = ""
+
+    def holds(self, x: float) -> bool:
+        if not math.isfinite(x):
+            return False
+        if self.low is not None and (x <= self.low if self.low_open else x < self.low):
+            return False
+        return self.high is None or (x < self.high if self.high_open else x <= self.high)
+
+    def __str__(self) -> str:
+        if self.low is None and self.high is None:
+            return "any finite number"
+        low = "-inf" if self.low is None else f"{self.low:g}"
+        high = "inf" if self.high is None else f"{self.high:g}"
+        return f"{'(' if self.low_open or self.low is None else '['}{low}, {high}{')' if self.high_open else ']'}"
+
+
+FINITE = Range(meaning="any finite number")
+RANGES: dict[str, Range] = {
+    "weight": FINITE,
+    "lambda": FINITE,
+    "scale": FINITE,
+    "density": Range(0.0, 1.0, low_open=True, meaning="fraction of each delta kept"),
+    "gamma": Range(0.0, 1.0, high_open=True, meaning="fraction of largest magnitudes dropped"),
+    "epsilon": Range(0.0, 1.0, high_open=True, meaning="spread of keep probabilities; density ± epsilon in (0, 1)"),
+    "t": Range(0.0, 1.0, meaning="0 = the base, 1 = the expert"),
+}
+FLAGS = frozenset({"normalize", "rescale", "int8_mask", "filter_wise"})
+NULLABLE = frozenset({"scale"})
+
+
+def _values(value: Any) -> Iterable[Any]:
+    """The scalars in a parameter value: one, or one per expert."""
+    if isinstance(value, list | tuple):
+        return value
+    return (value,)
+
+
+def check_value(name: str, value: Any, where: str) -> None:
+    """One parameter's value (a scalar or one per expert): its type and range, or one line
+    naming the parameter, the value and what is accepted. Unknown names pass (the method
+    refuses them with its list of accepted ones)."""
+    for v in _values(value):
+        if name in FLAGS:
+            if not (isinstance(v, bool) or (isinstance(v, numbers.Integral) and v in (0, 1))):
+                raise BadInputError(f"{where}: {name} = {v!r} must be true or false")
+            continue
+        rng = RANGES.get(name)
+        if rng is None or (v is None and name in NULLABLE):
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise BadInputError(f"{where}: {name} = {v!r} must be a number; accepted: {rng}")
+        if not rng.holds(float(v)):
+            raise BadInputError(f"{where}: {name} = {v!r} is out of range; accepted: {rng} ({rng.meaning})")
+
+
+def check_della(density: Any, epsilon: Any, where: str) -> None:
+    """mergekit's DELLA condition: where density < 1, density ± epsilon lies inside (0, 1)."""
+    densities, epsilons = list(_values(density)), list(_values(epsilon))
+    if len(densities) == 1:
+        densities *= len(epsilons)
+    if len(epsilons) == 1:
+        epsilons *= len(densities)
+    for d, e in zip(densities, epsilons, strict=False):
+        if not all(isinstance(x, numbers.Real) and not isinstance(x, bool) for x in (d, e)):
+            continue  # type errors are check_value's
+        if d < 1 and not (0 < d - e and d + e < 1):
+            raise BadInputError(
+                f"{where}: epsilon = {e!r} with density = {d!r} is out of range; "
+                "accepted: density - epsilon > 0 and density + epsilon < 1"
+            )
+
+
+def check_params(params: Mapping[str, Any], where: str, method: str | None = None) -> None:
+    """Every given parameter in range (and DELLA's density/epsilon pair, for ``della*``)."""
+    for name, value in params.items():
+        check_value(name, value, where)
+    if method is not None and method.startswith("della") and "epsilon" in params:
+        check_della(params.get("density", 1.0), params["epsilon"], where)

@@ -1,0 +1,161 @@
+"""Merge requests refused before anything is read (budgets without a unit, parameters out of
+range); the analyze step capped by what the merge it plans costs; no-base merges that take
+nothing from HEAD."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import commit_model, frozen_finetune, llama_state_dict, run_mgit
+
+from mgit.budget import parse_budget
+from mgit.errors import BadInputError
+
+# -- budgets ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bare", ["10", "0", "1.5", " 4096 "])
+def test_a_bare_number_is_no_budget(bare):
+    with pytest.raises(BadInputError, match=r"needs a unit or %.*500MB / 2GiB.*10%"):
+        parse_budget(bare)
+
+
+def test_budgets_with_a_unit_still_parse():
+    assert parse_budget("4096B").nbytes == 4096
+    assert parse_budget("10 kB").nbytes == 10_000
+    assert parse_budget(4096).nbytes == 4096  # a Python int is bytes: unambiguous
+    assert parse_budget("10%").share == 0.1
+
+
+@pytest.fixture
+def experts(repo):
+    """main: a bf16 base; math and code: fine-tunes of it."""
+    base = llama_state_dict(seed=3)
+    commit_model(repo, base, "base")
+    tuned = {}
+    for i, name in enumerate(("math", "code")):
+        repo.checkout("main")
+        repo.checkout(create_branch=name)
+        tuned[name] = frozen_finetune(base, {i}, seed=30 + i)
+        commit_model(repo, tuned[name], name)
+    repo.checkout("main")
+    return repo, base, tuned
+
+
+def test_cli_refuses_a_bare_budget_before_reading(experts):
+    repo = experts[0]
+    head = repo.resolve("HEAD")
+    for cmd in (
+        ("merge", "--method", "task_arithmetic", "--weights", "0.5", "math", "code", "--budget", "10"),
+        ("checkout", "math", "--budget", "10"),
+    ):
+        proc = run_mgit(*cmd, cwd=repo.root)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "needs a unit or %" in lines[0] and "10%" in lines[0], proc.stderr
+    assert repo.resolve("HEAD") == head and repo.refs.current_branch() == "main"
+
+
+# -- parameter ranges -------------------------------------------------------------------------
+
+OUT_OF_RANGE = [
+    ("ties", {"weight": 0.5, "density": 1.5}, "density = 1.5", "(0, 1]"),
+    ("ties", {"weight": 0.5, "density": 0}, "density = 0", "(0, 1]"),
+    ("dare_ties", {"weight": 0.5, "density": [0.5, -0.1]}, "density = -0.1", "(0, 1]"),
+    ("breadcrumbs", {"weight": 0.5, "density": 0.5, "gamma": 1.2}, "gamma = 1.2", "[0, 1)"),
+    ("della", {"weight": 0.5, "density": 0.5, "epsilon": 1.5}, "epsilon = 1.5", "[0, 1)"),
+    ("della", {"weight": 0.5, "density": 0.1, "epsilon": 0.3}, "epsilon = 0.3 with density = 0.1", "density - epsilon"),
+    ("della", {"weight": 0.5, "density": 0.1}, "epsilon = 0.15 with density = 0.1", "density + epsilon < 1"),
+    ("task_arithmetic", {"weight": [0.5, float("nan")]}, "weight = nan", "any finite number"),
+    ("task_arithmetic", {"weight": 0.5, "lambda": float("inf")}, "lambda = inf", "any finite number"),
+    ("ties", {"weight": 0.5, "normalize": "yes"}, "normalize = 'yes'", "true or false"),
+    ("task_arithmetic", {"weight": "heavy"}, "weight = 'heavy'", "a number"),
+]
+
+
+@pytest.mark.parametrize(("method", "params", "named", "accepted"), OUT_OF_RANGE)
+def test_out_of_range_parameters_are_refused_before_reading(experts, method, params, named, accepted):
+    repo = experts[0]
+    before = repo.store.reads.chunks, repo.resolve("HEAD"), sorted(repo.branches())
+    for call in (repo.merge, repo.merge_plan):
+        with pytest.raises(BadInputError) as info:
+            call(["math", "code"], method, **params)
+        message = str(info.value)
+        assert named in message and accepted in message and "\n" not in message, message
+    assert (repo.store.reads.chunks, repo.resolve("HEAD"), sorted(repo.branches())) == before
+
+
+def test_slerp_t_outside_0_1_is_refused(experts):
+    from mgit.merge.params import RANGES
+
+    repo = experts[0]
+    with pytest.raises(BadInputError, match=r"t = 1\.5 is out of range; accepted: \[0, 1\]"):
+        repo.merge(["math"], "slerp", t=1.5)
+    assert str(RANGES["t"]) == "[0, 1]" and str(RANGES["density"]) == "(0, 1]"
+
+
+def test_in_range_edges_are_accepted(experts):
+    repo = experts[0]
+    repo.merge_plan(["math", "code"], "ties", weight=[1.0, -0.5], density=1.0, **{"lambda": -1.0})
+    repo.merge_plan(["math"], "slerp", t=0.0)
+    repo.merge_plan(["math", "code"], "della", weight=0.5, density=0.5, epsilon=0.0)
+    repo.merge_plan(["math", "code"], "breadcrumbs", weight=0.5, density=1.0, gamma=0.0)
+
+
+def test_cli_density_out_of_range_is_one_line_without_torch(experts):
+    repo = experts[0]
+    proc = run_mgit("merge", "--method", "ties", "--weights", "0.5", "--density", "1.5", "math", "code", cwd=repo.root)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "density = 1.5" in lines[0] and "(0, 1]" in lines[0], proc.stderr
+    # from Python too: refused before torch is imported (it takes seconds to load)
+    code = (
+        "import sys\nfrom mgit import Repository\nfrom mgit.errors import BadInputError\n"
+        f"repo = Repository({str(repo.root)!r})\n"
+        "try:\n    repo.merge(['math', 'code'], 'ties', weight=0.5, density=1.5)\n"
+        "except BadInputError as exc:\n    print('refused', exc)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
+    assert out.startswith("refused") and out.strip().endswith("False"), out
+
+
+def _config(tmp_path, doc: dict):
+    path = tmp_path / "merge.yml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("models", "params", "named"),
+    [
+        ([{"model": "math", "parameters": {"weight": 0.5, "density": 1.5}}], {}, "models[1] (math): density = 1.5"),
+        ([{"model": "math", "parameters": {"weight": 0.5, "density": [1.0, 0.5, -0.2]}}], {}, "density = -0.2"),
+        (
+            [{"model": "math", "parameters": {"weight": 0.5, "density": [{"filter": "mlp", "value": 2}]}}],
+            {},
+            "density = 2",
+        ),
+        ([{"model": "math", "parameters": {"weight": 0.5}}], {"density": 0.0}, "parameters: density = 0.0"),
+    ],
+)
+def test_config_parameters_out_of_range_are_refused(experts, tmp_path, models, params, named):
+    repo = experts[0]
+    doc = {"merge_method": "ties", "base_model": "main", "models": [{"model": "main"}, *models], "parameters": params}
+    path = _config(tmp_path, doc)
+    before = repo.store.reads.chunks
+    with pytest.raises(BadInputError, match="out of range") as info:
+        repo.merge([], None, config=path)
+    assert named in str(info.value) and str(path) in str(info.value)
+    assert repo.store.reads.chunks == before
+
+
+def test_della_pair_from_a_config_gradient_is_checked_per_tensor(experts, tmp_path):
+    repo = experts[0]
+    models = [{"model": "main"}, {"model": "math", "parameters": {"weight": 0.5, "density": [0.5, 0.1]}}]
+    path = _config(tmp_path, {"merge_method": "della", "base_model": "main", "models": models})
+    with pytest.raises(BadInputError, match=r"tensor .*epsilon = 0\.15 with density = 0\.1"):
+        repo.merge_plan([], None, config=path)
