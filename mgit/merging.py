@@ -34,6 +34,7 @@ from mgit.store.pack import BASE_LEN as DELTA_BASE_BYTES
 from mgit.store.paircache import PairCache
 from mgit.sync import on_demand
 from mgit.version import __version__
+from mgit.worktree.index import Index
 from mgit.worktree.scan import walk
 
 if TYPE_CHECKING:
@@ -52,6 +53,17 @@ def _check_request(
     if budget is not None:
         parse_budget(budget)
     return cfg
+
+
+def _with_model(head: Snapshot, reference: Snapshot, model_dir: str) -> Snapshot:
+    """HEAD's files with its model directory replaced by the reference's: what a merge without
+    a base starts from (its model, config and tokenizer are the first expert's; the files
+    beside the model stay the branch's)."""
+
+    def in_model(path: str) -> bool:
+        return not model_dir or path.startswith(model_dir + "/")
+
+    return {p: e for p, e in head.items() if not in_model(p)} | {p: e for p, e in reference.items() if in_model(p)}
 
 
 class Merging:
@@ -158,15 +170,27 @@ class Merging:
             from mgit.repo import CheckoutResult  # the porcelain's record (repo imports this module)
 
             index = self._index()
+            head_snap = base_snap if setup.reference is None else self.snapshot(setup.base_commit)
             self._write_files(
-                index, {p: e for p, e in merged.items() if base_snap.get(p) != e}, CheckoutResult(None), run.staged
+                index, {p: e for p, e in merged.items() if head_snap.get(p) != e}, CheckoutResult(None), run.staged
             )
+            self._remove_files(index, set(head_snap) - set(merged))
             index.save()
             self.refs.advance_head(setup.base_commit, commit, f"merge: {text.splitlines()[0]}")
         else:
             self.refs.create_branch(branch, commit)
             self._switch(branch, None, force=False, staged=run.staged)
         return commit
+
+    def _remove_files(self: Repository, index: Index, paths: set[str]) -> None:
+        """Files of HEAD a no-base merge's tree lacks (it is the first expert's): gone from the
+        working tree and index, as a checkout of the merge would leave them."""
+        from mgit.repo import _prune_dirs  # repo imports this module
+
+        for p in sorted(paths):
+            index.entries.pop(p, None)
+            (self.root / p).unlink(missing_ok=True)
+            _prune_dirs(self.root, p)
 
     def _clear_staging(self: Repository) -> Path:
         """The staging directory of merged files, emptied of what a killed merge left (we hold the lock)."""
@@ -203,9 +227,17 @@ class Merging:
                 raise BadInputError("with a merge config, name experts and parameters in the config only")
             method, base = cfg.method, cfg.base
         chosen = get_method(method)
-        base_commit = self._merge_input(base or "HEAD", None)
-        base_snap = self.snapshot(base_commit)
+        base_commit = self._merge_input(base or "HEAD", None)  # the first parent
+        reference = None
+        if not chosen.needs_base and base is None:  # nothing of HEAD is used: the first expert is the reference
+            first = cfg.models[0].ref if cfg is not None else next(iter(experts), None)
+            if first is None:
+                raise BadInputError("name at least one expert revision to merge")
+            reference = self._merge_input(first, None)
+        base_snap = self.snapshot(reference or base_commit)
         model_dir, _ = self._pick_model(base_snap, model)
+        if reference is not None:
+            base_snap = _with_model(self.snapshot(base_commit), base_snap, model_dir)
         params_for = None
         if cfg is not None:
             entries = [m for m in cfg.models if not (chosen.needs_base and m.ref == cfg.base)]
@@ -219,7 +251,9 @@ class Merging:
             raise BadInputError("name at least one expert revision to merge")
         resolved = chosen.resolve(params, len(experts)) if params_for is None else params
         check_params(resolved, chosen.name, chosen.name)  # with the defaults filled in (DELLA's epsilon)
-        expert_commits = [self._merge_input(e, model_dir) for e in experts]
+        expert_commits = [
+            reference if k == 0 and reference else self._merge_input(e, model_dir) for k, e in enumerate(experts)
+        ]
         snaps = [self.snapshot(c) for c in expert_commits]
         passes = 2 if chosen.decides_per_expert else 1
         plan = plan_merge(self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes)
@@ -236,7 +270,7 @@ class Merging:
         setup = MergeSetup(
             chosen, resolved, base_commit, expert_commits, list(experts), base_snap,
             base_ref=base, params_for=params_for, config=cfg.source if cfg else None,
-            dtype=cfg.dtype if cfg else None, out_dtype=cfg.out_dtype if cfg else None,
+            dtype=cfg.dtype if cfg else None, out_dtype=cfg.out_dtype if cfg else None, reference=reference,
         )  # fmt: skip
         if budget is not None or explain:
             plan.budget = self._plan_budget(
@@ -316,7 +350,7 @@ class Merging:
 
         analysis = pair_norms(
             self.graph, self.store, self.pool, PairCache(self.git_dir / "cache" / "pair-norms.sqlite"),
-            plan, setup.base_commit, setup.expert_commits, self.commit_stats,
+            plan, setup.reference or setup.base_commit, setup.expert_commits, self.commit_stats,
         )  # fmt: skip
         full = plan.expert_bytes
         limit = given.resolve(full) if given is not None else None
@@ -380,7 +414,10 @@ class Merging:
             if plan is not None:
                 weights = plan["parameters"].get("weight")
                 out |= {"method": plan["method"], "parameters": plan["parameters"], "seed": plan["seed"]}
-                out["inputs"].append(node(plan["base"], "base", left - 1))
+                if plan["base"] is not None:
+                    out["inputs"].append(node(plan["base"], "base", left - 1))
+                else:  # a method without a base: the commit it was made on is history, not an input
+                    out["inputs"].append(node(info.parents[0], "parent", left - 1))
                 for k, expert in enumerate(plan["experts"]):
                     role = f"expert {expert['name']}"
                     if weights is not None:

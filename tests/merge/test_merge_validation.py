@@ -4,12 +4,15 @@ nothing from HEAD."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
+import torch
 import yaml
-from conftest import commit_model, frozen_finetune, llama_state_dict, run_mgit
+from conftest import commit_model, frozen_finetune, llama_state_dict, run_mgit, touch_later, write_model
+from mergekit.merge_methods.api import merge_state_dicts
 
 from mgit.budget import parse_budget
 from mgit.errors import BadInputError
@@ -159,3 +162,77 @@ def test_della_pair_from_a_config_gradient_is_checked_per_tensor(experts, tmp_pa
     path = _config(tmp_path, {"merge_method": "della", "base_model": "main", "models": models})
     with pytest.raises(BadInputError, match=r"tensor .*epsilon = 0\.15 with density = 0\.1"):
         repo.merge_plan([], None, config=path)
+
+
+# -- merges without a base --------------------------------------------------------------------
+
+
+@pytest.fixture
+def bf16_experts_on_fp32_head(repo):
+    """main: an fp32 model (and a README beside it); a and b: bf16 models with their own config."""
+    head = llama_state_dict(seed=5, dtype=torch.float32)
+    write_model(repo.root / "model", head)
+    (repo.root / "README.md").write_text("the branch's own notes\n")
+    repo.add(["model", "README.md"])
+    repo.commit("fp32 head")
+    tuned = {}
+    for i, name in enumerate(("a", "b")):
+        repo.checkout("main")
+        repo.checkout(create_branch=name)
+        sd = frozen_finetune(llama_state_dict(seed=7, dtype=torch.bfloat16), {i}, seed=50 + i)
+        (repo.root / "model" / "generation_config.json").unlink(missing_ok=True)
+        write_model(repo.root / "model", sd, config={"expert": name})
+        if name == "a":
+            (repo.root / "model" / "tokenizer.json").write_text('{"from": "a"}')
+        touch_later(repo.root / "model" / "model.safetensors")
+        repo.add(["model"])
+        repo.commit(name)
+        tuned[name] = sd
+    repo.checkout("main")
+    (repo.root / "model" / "head_only.txt").write_text("in HEAD's model directory only\n")
+    repo.add(["model/head_only.txt"])
+    repo.commit("a file only HEAD's model has")
+    return repo, tuned
+
+
+def _check_no_base_merge(repo, tuned, sha, parent):
+    want = merge_state_dicts({"a": tuned["a"], "b": tuned["b"]}, "linear", parameters={"weight": [0.7, 0.3]})
+    got = repo.state_dict(sha)
+    assert all(got[k].dtype == torch.bfloat16 and torch.equal(got[k], want[k]) for k in want)
+    assert repo.graph.commit(sha).parents == (parent, repo.resolve("a"), repo.resolve("b"))
+    assert repo.resolve("HEAD") == sha and repo.refs.current_branch() == "main"
+    record = repo.merge_record(sha)
+    assert record["base"] is None and record["reference"] == repo.resolve("a")
+    files = repo.snapshot(sha)
+    assert json.loads(repo.graph.blob(files["model/config.json"].oid)) == {"expert": "a"}
+    assert "model/tokenizer.json" in files and "model/head_only.txt" not in files
+    assert "README.md" in files  # beside the model: the branch's
+    assert json.loads((repo.root / "model" / "config.json").read_text()) == {"expert": "a"}
+    assert not (repo.root / "model" / "head_only.txt").exists() and (repo.root / "README.md").exists()
+    status = repo.status()
+    assert not status.staged and not status.unstaged and not status.untracked
+    lineage = repo.lineage(sha)
+    assert [n["role"] for n in lineage["inputs"]][0] == "parent"
+
+
+def test_linear_without_a_base_takes_nothing_from_head(bf16_experts_on_fp32_head):
+    repo, tuned = bf16_experts_on_fp32_head
+    parent = repo.resolve("HEAD")
+    sha = repo.merge(["a", "b"], "linear", weight=[0.7, 0.3])
+    _check_no_base_merge(repo, tuned, sha, parent)
+
+
+def test_linear_config_without_base_model_takes_nothing_from_head(bf16_experts_on_fp32_head, tmp_path):
+    repo, tuned = bf16_experts_on_fp32_head
+    parent = repo.resolve("HEAD")
+    doc = {
+        "merge_method": "linear",
+        "models": [{"model": m, "parameters": {"weight": w}} for m, w in (("a", 0.7), ("b", 0.3))],
+    }
+    path = _config(tmp_path, doc)
+    proc = run_mgit("merge", "--config", str(path), "--dry-run", cwd=repo.root)
+    assert proc.returncode == 0 and "reference" in proc.stdout, proc.stderr
+    sha = repo.merge([], None, config=path)
+    _check_no_base_merge(repo, tuned, sha, parent)
+    shown = run_mgit("show", sha, cwd=repo.root, check=True).stdout
+    assert "base    none" in shown
