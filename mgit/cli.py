@@ -550,6 +550,12 @@ def _budget_line(b: dict) -> str:
         if analyzed["pairs"]
         else ""
     )
+    estimated = analyzed.get("pairs_by_source", {}).get("estimated", 0)  # older records lack it
+    if estimated:
+        extra += (
+            f"; ‖Δ‖ of {estimated} chunk pair(s) estimated from chunk norms (analysis capped at "
+            f"{decimal(analyzed['cap_bytes'])}; reading them all: {decimal(analyzed['priced_bytes'])})"
+        )
     return (
         f"{limit} ({b['select']}): {b['chunks_chosen']} of {b['chunks_candidate']} expert chunk(s), "
         f"{decimal(b['expert_bytes_planned'])} of {decimal(b['expert_bytes_full'])}; "

@@ -348,15 +348,19 @@ class Merging:
         def roundoff_for(tp: TensorPlan) -> float:
             return importance.unit_roundoff(tp.base.dtype, dtype, out_dtype)
 
+        full = plan.expert_bytes
+        limit = given.resolve(full) if given is not None else None
+        # analysis never reads more than the merge it plans: at most the budget, at most a full merge
+        price = self._fetch_pricing(plan.fetch_sizes) if self.is_partial else self.store.read_cost
         analysis = pair_norms(
             self.graph, self.store, self.pool, PairCache(self.git_dir / "cache" / "pair-norms.sqlite"),
             plan, setup.reference or setup.base_commit, setup.expert_commits, self.commit_stats,
+            full if limit is None else min(limit, full), price,
         )  # fmt: skip
-        full = plan.expert_bytes
-        limit = given.resolve(full) if given is not None else None
         report = importance.BudgetReport(str(budget) if budget is not None else None, limit, select, full)
         report.analyze_pairs, report.analyze_bytes = analysis.pairs_analyzed, analysis.bytes_read
-        cands = importance.candidates(plan, weights_for, analysis.norms)
+        report.analyze = analysis.to_json()
+        cands = importance.candidates(plan, weights_for, analysis.norms, analysis.upper)
         taken = importance.choose(cands, limit, select, seed)
         report.best_share = importance.best_share(cands, limit)
         importance.apply(plan, cands, taken, weights_for, setup.method.name in importance.AFFINE_METHODS,

@@ -11,7 +11,15 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import commit_model, frozen_finetune, llama_state_dict, run_mgit, touch_later, write_model
+from conftest import (
+    commit_model,
+    frozen_finetune,
+    llama_state_dict,
+    run_mgit,
+    touch_later,
+    uneven_finetune,
+    write_model,
+)
 from mergekit.merge_methods.api import merge_state_dicts
 
 from mgit.budget import parse_budget
@@ -236,3 +244,82 @@ def test_linear_config_without_base_model_takes_nothing_from_head(bf16_experts_o
     _check_no_base_merge(repo, tuned, sha, parent)
     shown = run_mgit("show", sha, cwd=repo.root, check=True).stdout
     assert "base    none" in shown
+
+
+# -- the analyze step's cap -------------------------------------------------------------------
+
+NAMES = ("math", "code", "chat", "law")
+WEIGHTS = [0.4, 0.3, 0.2, 0.1]
+
+
+@pytest.fixture
+def new_base(repo, monkeypatch):
+    """Four experts fine-tuned from main's first commit, and a new base (branch base2, a
+    fine-tune of its own): no commit's statistics pair the experts' chunks with base2's.
+    Chunks of ~4 KB, so every tensor has several."""
+    import functools
+
+    from mgit.merge import engine
+    from mgit.model import ingest
+    from mgit.model.chunking import chunk_size_for
+
+    small = functools.partial(chunk_size_for, target=4000)
+    monkeypatch.setattr(ingest, "chunk_size_for", small)
+    monkeypatch.setattr(engine, "chunk_size_for", small)
+    base = llama_state_dict(seed=3)
+    commit_model(repo, base, "base")
+    for k, name in enumerate(("base2", *NAMES)):
+        repo.checkout("main")
+        repo.checkout(create_branch=name)
+        commit_model(repo, uneven_finetune(base, seed=70 + k, low=1e-2, high=1e-1), name)
+    repo.checkout("base2")
+    return repo
+
+
+def _l2(a: dict, b: dict) -> float:
+    return sum(float(((a[k].double() - b[k].double()) ** 2).sum()) for k in a) ** 0.5
+
+
+def test_planning_against_a_new_base_reads_no_more_than_the_cap(new_base):
+    repo = new_base
+    before = repo.store.reads.stored_bytes
+    plan, _ = repo.merge_plan(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="30%")
+    planning = repo.store.reads.stored_bytes - before
+    report = plan.budget.to_json()
+    assert planning <= min(report["limit_bytes"], report["expert_bytes_full"])  # no more than the merge reads
+    analyze = report["analyze"]
+    assert analyze["cap_bytes"] == min(report["limit_bytes"], report["expert_bytes_full"])
+    assert planning == analyze["bytes_read"] <= analyze["cap_bytes"] < analyze["priced_bytes"]
+    assert analyze["mode"] == "estimated" and analyze["pairs_by_source"]["estimated"] > 0
+    assert analyze["pairs_by_source"]["stats"] > 0  # tensors base2 left frozen: recorded
+    # the same plan whether or not the cache is warm
+    again, _ = repo.merge_plan(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="30%")
+    assert [tp.reads for tp in again.tensors] == [tp.reads for tp in plan.tensors]
+    assert again.budget.error_bound == plan.budget.error_bound
+    assert again.budget.to_json()["analyze"]["pairs_by_source"] == analyze["pairs_by_source"] | {
+        "cache": analyze["pairs_by_source"]["cache"] + analyze["pairs_by_source"]["read"],
+        "read": 0,
+    }
+
+
+def test_an_estimated_plan_keeps_its_error_bound_and_says_so(new_base):
+    repo = new_base
+    exact = repo.state_dict(repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, branch="exact"))
+    repo.checkout("base2")
+    sha = repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="10%", branch="cheap")
+    record = repo.merge_record(sha)
+    b = record["budget"]
+    assert b["analyze"]["mode"] == "estimated" and b["analyze"]["bytes_read"] <= b["limit_bytes"]
+    assert record["bytes"]["experts_measured"] <= b["limit_bytes"]
+    assert _l2(repo.state_dict(sha), exact) <= b["error_bound"] + b["rounding_allowance"]
+    shown = run_mgit("show", sha, cwd=repo.root, check=True).stdout
+    assert "estimated from chunk norms" in shown and "analysis capped at" in shown
+    explained = run_mgit(
+        "merge", "--method", "task_arithmetic", "--weights", "0.4,0.3,0.2,0.1", "--base", "base2", *NAMES,
+        "--budget", "10%", "--explain", cwd=repo.root, check=True,
+    ).stdout  # fmt: skip
+    assert "estimated from chunk norms" in explained
+    # at a budget covering the full merge, everything is read whatever was estimated: exact
+    repo.checkout("base2")
+    full = repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="100%", branch="all")
+    assert all(torch.equal(v, exact[k]) for k, v in repo.state_dict(full).items())
