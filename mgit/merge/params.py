@@ -47,7 +47,7 @@ class Range:
         return f"{'(' if self.low_open or self.low is None else '['}{low}, {high}{')' if self.high_open else ']'}"
 
 
-FINITE = Range(meaning="any finite number")
+FINITE = Range()
 RANGES: dict[str, Range] = {
     "weight": FINITE,
     "lambda": FINITE,
@@ -83,7 +83,8 @@ def check_value(name: str, value: Any, where: str) -> None:
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise BadInputError(f"{where}: {name} = {v!r} must be a number; accepted: {rng}")
         if not rng.holds(float(v)):
-            raise BadInputError(f"{where}: {name} = {v!r} is out of range; accepted: {rng} ({rng.meaning})")
+            meaning = f" ({rng.meaning})" if rng.meaning else ""
+            raise BadInputError(f"{where}: {name} = {v!r} is out of range; accepted: {rng}{meaning}")
 
 
 def check_della(density: Any, epsilon: Any, where: str) -> None:
