@@ -23,7 +23,7 @@ from mgit.merge import importance
 from mgit.merge.analyze import pair_norms
 from mgit.merge.config import MergeConfig, load_config, num_layers, tensor_parameters
 from mgit.merge.importance import BudgetReport
-from mgit.merge.params import check_params
+from mgit.merge.params import check_method, check_params
 from mgit.merge.plan import MergePlan, TensorPlan, model_tensors, plan_merge
 from mgit.merge.record import PLAN_ENTRY, MergeSetup, plan_record
 from mgit.model.ingest import Ingestor
@@ -49,7 +49,10 @@ def _check_request(
     its parameter ranges, the given parameters' ranges, the budget's form."""
     cfg = load_config(config) if config is not None else None
     if cfg is None:
+        check_method(method, params)
         check_params(params, str(method), method)
+    else:
+        check_method(cfg.method, set(cfg.parameters).union(*(m.parameters for m in cfg.models)), str(config))
     if budget is not None:
         parse_budget(budget)
     return cfg

@@ -108,6 +108,45 @@ def test_slerp_t_outside_0_1_is_refused(experts):
     assert str(RANGES["t"]) == "[0, 1]" and str(RANGES["density"]) == "(0, 1]"
 
 
+def test_declared_parameters_are_mergekits():
+    """The torch-free declarations (names, defaults) are mergekit's, and each has its check."""
+    from mergekit.merge_methods import registry
+    from mergekit.merge_methods.base import MISSING
+
+    from mgit.merge.methods import METHODS
+    from mgit.merge.params import FLAGS, METHOD_PARAMS, NULLABLE, RANGES, REQUIRED
+
+    assert sorted(METHOD_PARAMS) == sorted(METHODS)
+    for name, params in METHOD_PARAMS.items():
+        assert METHODS[name].params == params
+        theirs = {p.name: p.default for p in registry.get(name).spec.parameters}
+        ours = {p.name: p.default for p in params}
+        assert theirs.keys() == ours.keys(), name
+        for key, default in ours.items():
+            assert (default is REQUIRED) == (theirs[key] is MISSING), (name, key)
+            assert default is REQUIRED or theirs[key] == default, (name, key)
+        for p in params:
+            assert (p.name in FLAGS) == (p.kind is bool) and (p.kind is bool or p.name in RANGES), p.name
+            assert p.nullable == (p.name in NULLABLE)
+
+
+def test_unknown_methods_and_parameters_are_refused_without_torch(experts):
+    repo = experts[0]
+    code = (
+        "import sys\nfrom mgit import Repository\nfrom mgit.errors import BadInputError\n"
+        f"repo = Repository({str(repo.root)!r})\n"
+        "for method, params in (('average', {}), ('ties', {'densty': 0.5})):\n"
+        "    try:\n        repo.merge(['math'], method, **params)\n"
+        "    except BadInputError as exc:\n        print(exc)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("unknown merge method 'average' (known: breadcrumbs,")
+    assert lines[1].startswith("ties: unknown parameter(s) densty (accepted: int8_mask,")
+    assert lines[2] == "False"
+
+
 def test_in_range_edges_are_accepted(experts):
     repo = experts[0]
     repo.merge_plan(["math", "code"], "ties", weight=[1.0, -0.5], density=1.0, **{"lambda": -1.0})
