@@ -283,6 +283,8 @@ def test_linear_config_without_base_model_takes_nothing_from_head(bf16_experts_o
     _check_no_base_merge(repo, tuned, sha, parent)
     shown = run_mgit("show", sha, cwd=repo.root, check=True).stdout
     assert "base    none" in shown
+    graph = run_mgit("log", "--graph", cwd=repo.root, check=True).stdout
+    assert f"merge (linear) of reference {repo.resolve('a')[:12]}" in graph
 
 
 # -- the analyze step's cap -------------------------------------------------------------------
