@@ -98,7 +98,7 @@ class Merging:
         mergekit's (weight, density, lambda, normalize, rescale, epsilon, gamma, t, ...).
         With ``config`` (a mergekit YAML file) method, base, experts and parameters come
         from it instead, with per-tensor filters and per-layer gradients. With ``budget``
-        (``"2GB"``, ``"10%"``, bytes) expert chunk reads stay within it, the most important
+        (``"2GB"``, ``"10%"``, an int of bytes) expert chunk reads stay within it, the most important
         chunks chosen first (``budget_select="uniform"``: at random, for comparisons).
         """
         cfg = _check_request(method, config, budget, params)  # bad input refused before torch loads

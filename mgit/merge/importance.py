@@ -179,10 +179,7 @@ def candidates(
             for i, cost in zip(reads, tp.costs[k], strict=True):
                 same_place = i < len(tp.base.chunks) and tp.base.chunks[i].size == tp.experts[k].chunks[i].size
                 pair = (tp.experts[k].chunks[i].id, tp.base.chunks[i].id) if same_place else None
-                norm = norms.get(pair) if pair else None
-                bound = upper.get(pair) if pair and pair in upper else None
-                if pair in upper and bound is None:
-                    norm = None  # estimated, but no bound exists: unknown, always read
+                norm, bound = (norms.get(pair), upper.get(pair)) if pair else (None, None)
                 out.append(Candidate(t, k, i, plan.expert_passes * cost, norm, abs(weights.experts[k]), bound))
     return out
 
