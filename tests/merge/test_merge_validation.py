@@ -343,7 +343,28 @@ def test_planning_against_a_new_base_reads_no_more_than_the_cap(new_base):
     }
 
 
-def test_an_estimated_plan_keeps_its_error_bound_and_says_so(new_base):
+def test_history_bounds_are_tighter_than_the_norms(new_base, monkeypatch):
+    """Expert and new base both changed from the old base's chunk: the recorded distances bound
+    their distance far tighter than the chunks' norms do."""
+    from mgit.merge import analyze
+
+    repo = new_base
+    plan, _ = repo.merge_plan(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="10%")
+    history = plan.budget.to_json()["analyze"]["estimated_from"]
+    assert history["history"] > 0 and history["norms"] == 0
+    monkeypatch.setattr(analyze, "history_bounds", lambda expert, base, steps: None)
+    norms, _ = repo.merge_plan(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="10%")
+    fallback = norms.budget.to_json()["analyze"]["estimated_from"]
+    assert fallback["history"] == 0 and fallback["norms"] > 0
+    assert plan.budget.error_bound < norms.budget.error_bound / 10
+
+
+@pytest.mark.parametrize("source", ["history", "norms"])
+def test_an_estimated_plan_keeps_its_error_bound_and_says_so(new_base, monkeypatch, source):
+    from mgit.merge import analyze
+
+    if source == "norms":
+        monkeypatch.setattr(analyze, "history_bounds", lambda expert, base, steps: None)
     repo = new_base
     exact = repo.state_dict(repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, branch="exact"))
     repo.checkout("base2")
@@ -351,6 +372,7 @@ def test_an_estimated_plan_keeps_its_error_bound_and_says_so(new_base):
     record = repo.merge_record(sha)
     b = record["budget"]
     assert b["analyze"]["mode"] == "estimated" and b["analyze"]["bytes_read"] <= b["limit_bytes"]
+    assert b["analyze"]["estimated_from"][source] > 0
     assert record["bytes"]["experts_measured"] <= b["limit_bytes"]
     assert _l2(repo.state_dict(sha), exact) <= b["error_bound"] + b["rounding_allowance"]
     shown = run_mgit("show", sha, cwd=repo.root, check=True).stdout
