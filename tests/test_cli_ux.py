@@ -70,6 +70,12 @@ def test_init_imports_no_heavy_modules(tmp_path: Path) -> None:
     assert got["rc"] == 0 and got["heavy"] == []
 
 
+def test_bad_merge_parameter_refused_before_torch(committed: Path) -> None:
+    got = loaded_by(committed, "merge", "HEAD", "--method", "ties", "--density", "1.5")
+    assert got["rc"] != 0
+    assert not any(m.split(".")[0] == "torch" for m in got["heavy"]), got["heavy"]
+
+
 def test_bad_merge_config_refused_before_torch(committed: Path) -> None:
     (committed / "bad.yaml").write_text("merge_method: [unclosed\n")
     got = loaded_by(committed, "merge", "--config", "bad.yaml")
