@@ -709,7 +709,7 @@ class Repository(Merging, Sync):
                 del index.entries[p]  # the working file, if any, becomes untracked
                 continue
             absent = not (self.root / p).exists()
-            skip = absent and (ie is None or ie.skip_worktree)  # not checked out stays so
+            skip = absent and ie is not None and ie.skip_worktree  # not checked out stays so; else: deleted
             projection = self._form(entry, p, patterns).projection(entry) if not absent else None
             index.entries[p] = IndexEntry(entry, skip_worktree=skip, projection=projection)
 

@@ -137,6 +137,38 @@ def test_reset_mixed_keeps_staged_changes_the_working_tree_holds(two):
     assert torch.equal(repo.state_dict()["lm_head.weight"], _sd(5)["lm_head.weight"])
 
 
+def test_reset_mixed_forward_shows_missing_files_as_deleted(two):
+    repo, a, b, _, _ = two
+    repo.reset(a, mode="hard")
+    repo.reset(b)  # notes.txt is in b, not on disk: deleted, as git shows it
+    st = repo.status()
+    assert [(f.path, f.change) for f in st.unstaged] == [
+        ("model/model.safetensors", "modified"),
+        ("notes.txt", "deleted"),
+    ]
+    assert not st.staged and not st.not_checked_out
+
+
+def test_reset_keeps_a_sparse_checkout_sparse(two):
+    repo, a, b, _, _ = two
+    repo.checkout("main", include=["model.layers.1.*"])
+    shown = set(repo.status().sparse.patterns.include)
+    repo.reset(a, mode="hard")
+    st = repo.status()
+    assert set(st.sparse.patterns.include) == shown and not st.staged and not st.unstaged
+    assert st.sparse.tensors_present < st.sparse.tensors_total
+    repo.reset(b)  # mixed: the working file holds a's layer 1, the index b's whole model
+    assert repo.status().unstaged
+    repo.add(["model"])
+    repo.commit("a's layer 1 over b")
+    got, want_b, want_a = repo.state_dict(), repo.state_dict(b), repo.state_dict(a)
+    assert not torch.equal(want_a["model.layers.1.mlp.up_proj.weight"], want_b["model.layers.1.mlp.up_proj.weight"])
+    assert set(got) == set(want_b)  # no tensor left out was dropped
+    for name in got:
+        want = want_a if name.startswith("model.layers.1.") else want_b
+        assert torch.equal(got[name], want[name]), name
+
+
 def test_reset_on_a_detached_head(two):
     repo, a, b, a_files, _ = two
     repo.checkout(b)
