@@ -405,7 +405,7 @@ def tag(ctx: click.Context, name: str | None, rev: str, delete: bool, as_json: b
 @click.option("-d", "--delete", is_flag=True, help="Delete the branch NAME (refused if not merged).")
 @click.option("-D", "force_delete", is_flag=True, help="Delete the branch NAME, merged or not.")
 @click.option("-f", "--force", is_flag=True, help="Move branch NAME to REV even if it exists.")
-@click.option("-m", "--move", "rename", is_flag=True, help="Rename branch NAME to REV (`-m OLD NEW`).")
+@click.option("-m", "--move", "rename", is_flag=True, help="Rename: `-m OLD NEW` (or `-m NEW`: the current branch).")
 @click.option("-r", "--remotes", "remotes_only", is_flag=True, help="List the remote-tracking branches.")
 @click.option("-a", "--all", "list_all", is_flag=True, help="List local and remote-tracking branches.")
 @click.option("--json", "as_json", is_flag=True, help="List as JSON (schema mgit.branch/1).")
