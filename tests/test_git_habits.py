@@ -433,11 +433,11 @@ def test_merge_json_result(repo):
     repo.add(["model"])
     repo.commit("e1")
     repo.checkout("main")
-    proc = run_mgit("merge", "--method", "linear", "--weights", "0.5", "e1", "--json", cwd=repo.root)
+    proc = run_mgit("merge", "--method", "task_arithmetic", "--weights", "0.5", "e1", "--json", cwd=repo.root)
     doc = _json(proc)
     record = repo.merge_record("HEAD")
     assert doc["schema"] == "mgit.merge/1" and doc["commit"] == repo.refs.head() and doc["branch"] == "main"
-    assert doc["method"] == "linear" and doc["bytes"] == record["bytes"] and doc["bytes"]["experts_measured"] > 0
+    assert doc["method"] == "task_arithmetic" and doc["bytes"] == record["bytes"] and doc["bytes"]["experts_measured"] > 0
     assert doc["experts"] == record["experts"] and doc["plan"]["tensors"] == len(record["tensors"])
     assert sum(doc["plan"]["decisions"].values()) == len(record["tensors"]) and doc["plan"]["budget"] is None
 
