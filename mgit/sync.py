@@ -120,11 +120,14 @@ class Sync:
         ref = f"refs/tags/{branch}" if branch in tags and branch not in self.refs.branches() else f"refs/heads/{branch}"
         commit = self.refs.resolve(branch)
         backend = self._backend(remote, create=True)
-        with self.lock:
-            plan = plan_push(self.graph, self.store, backend, commit, ref, force)
-            with byte_progress("push", plan.chunk_bytes) as bar:
-                report = push(self.graph, self.store, backend, plan, bar)
-            self._track(remote, {ref: commit})
+        try:
+            with self.lock:
+                plan = plan_push(self.graph, self.store, backend, commit, ref, force)
+                with byte_progress("push", plan.chunk_bytes) as bar:
+                    report = push(self.graph, self.store, backend, plan, bar)
+                self._track(remote, {ref: commit})
+        finally:
+            backend.close()  # a working repository as the remote: release its lock, even after a failure
         return report
 
     def fetch(self: Repository, remote: str = "origin", chunks: str | None = None) -> Transfer:
