@@ -4,10 +4,14 @@ scripts need it. Errors print one line and exit non-zero; --debug shows tracebac
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -17,26 +21,45 @@ from rich.table import Table
 from rich.tree import Tree as RichTree
 
 from mgit import __version__, progress
-from mgit.diff.layers import layer_of
-from mgit.diff.model import ModelDiff, TensorDiff
-from mgit.diff.plot import heatmap
-from mgit.diff.summary import by_layer as by_layer_groups
-from mgit.errors import MgitError
-from mgit.graph.objects import CommitInfo
-from mgit.maintenance.du import Usage
+from mgit.errors import BadInputError, MgitError
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
-from mgit.merge.importance import TensorBudget
-from mgit.merge.plan import MergePlan
-from mgit.merge.record import plan_record
-from mgit.remote.transfer import Transfer, is_ancestor
-from mgit.repo import Repository
-from mgit.worktree.sparse import SparseSummary
-from mgit.worktree.status import FileStatus
+from mgit.pager import pager_command, paging
+from mgit.remote.transfer import is_ancestor
+from mgit.repo import GIT_DIR, Repository
 
-# Piped output is not cut at 80 columns: tables keep whole tensor names on one line.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 240)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-_state = {"debug": False, "paths": None}
+if TYPE_CHECKING:  # diff and merge machinery is imported where used: light commands skip it
+    from mgit.diff.model import ModelDiff, TensorDiff
+    from mgit.graph.objects import CommitInfo
+    from mgit.maintenance.du import Usage
+    from mgit.merge.plan import MergePlan
+    from mgit.remote.transfer import Transfer
+    from mgit.worktree.sparse import SparseSummary
+    from mgit.worktree.status import FileStatus
+
+QUIET_HELP = "No progress bars or notes on stderr (warnings and errors still print)."
+NO_PAGER_HELP = "Do not page long output (diff, log, show, reflog, lineage)."
+ALERTS = ("error:", "warning:", "[yellow]warning:", "interrupted", "aborted", "still missing:")
+
+
+class _Stderr(Console):
+    """stderr: notes (summaries, "Switched to branch ...") are dropped under -q; warnings and
+    errors (lines starting with one of ALERTS) always print."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        first = objects[0] if objects else ""
+        if progress.QUIET and not (isinstance(first, str) and first.lstrip().startswith(ALERTS)):
+            return
+        super().print(*objects, **kwargs)
+
+
+# Piped output is not cut at 80 columns: tables keep whole tensor names on one line. A terminal
+# keeps its colours when the output goes through the pager (less -R shows them).
+out = Console(
+    highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 240,
+    force_terminal=True if sys.stdout.isatty() else None,
+)  # fmt: skip
+err = _Stderr(stderr=True, highlight=False, soft_wrap=True)
+_state = {"debug": False, "paths": None, "pager": True}
 
 
 def _repo(ctx: click.Context) -> Repository:
@@ -53,6 +76,53 @@ def _dump(schema: str, payload: dict) -> None:
 
 def _paths_after_dashdash() -> list[str] | None:
     return _state["paths"]
+
+
+def _set_global(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """A global flag (-q, --debug, --no-pager) takes effect wherever it is given."""
+    if not value:
+        return
+    if param.name == "debug":
+        _state["debug"] = True
+    elif param.name == "quiet":
+        progress.QUIET = True
+    elif param.name == "no_pager":
+        _state["pager"] = False
+
+
+def _global_options() -> list[click.Option]:
+    """The flags every command accepts, before or after its name (`mgit checkout main -q`)."""
+    flag = functools.partial(click.Option, is_flag=True, expose_value=False, callback=_set_global)
+    return [
+        flag(["-q", "--quiet"], help=QUIET_HELP),
+        flag(["--debug"], help="Show tracebacks for errors."),
+        flag(["--no-pager"], help=NO_PAGER_HELP),
+    ]
+
+
+def _add_global_options(group: click.Group) -> None:
+    """Give every subcommand, at any depth, the global flags it does not define itself.
+    Idempotent, and run by main(), so that commands added anywhere get them too."""
+    for command in group.commands.values():
+        taken = {opt for p in command.params for opt in getattr(p, "opts", ())}
+        command.params.extend(o for o in _global_options() if not taken & set(o.opts))
+        if isinstance(command, click.Group):
+            _add_global_options(command)
+
+
+def _paged(fn: Callable[..., None]) -> Callable[..., None]:
+    """Run a command's output through the pager (as git pages log, show and diff)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        with paging(_pager()):
+            fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _pager() -> str | None:
+    return pager_command(os.environ, sys.stdout.isatty(), _state["pager"])
 
 
 # -- shell completion (click's: `_MGIT_COMPLETE=bash_source mgit`, or `mgit completion bash`) ----------
@@ -93,23 +163,40 @@ complete_remote = _completer("remote")
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+@click.option("-q", "--quiet", is_flag=True, help=QUIET_HELP)
+@click.option("--no-pager", is_flag=True, help=NO_PAGER_HELP)
 @click.option("-C", "directory", default=".", metavar="DIR", help="Run as if started in DIR.")
 @click.version_option(__version__, prog_name="mgit")
 @click.pass_context
-def cli(ctx: click.Context, debug: bool, quiet: bool, directory: str) -> None:
-    """mgit: version control for model weights."""
+def cli(ctx: click.Context, debug: bool, quiet: bool, no_pager: bool, directory: str) -> None:
+    """mgit: version control for model weights. -q, --debug and --no-pager also work after
+    the command's name."""
     _state["debug"] = debug
+    _state["pager"] = not no_pager
     progress.QUIET = quiet
     if directory != ".":
         os.chdir(directory)
     ctx.obj = {"dir": "."}
 
 
+def _enclosing_repository(path: Path) -> Path | None:
+    """The repository whose working tree holds ``path`` (not ``path`` itself), if any."""
+    return next((p for p in path.parents if (p / GIT_DIR / "HEAD").is_file()), None)
+
+
 @cli.command()
 @click.argument("path", default=".")
-def init(path: str) -> None:
+@click.option("--force", is_flag=True, help="Create it even inside another repository's working tree.")
+def init(path: str, force: bool) -> None:
     """Create an empty repository in PATH."""
+    outer = _enclosing_repository(Path(path).resolve())
+    if outer is not None and not force:
+        raise BadInputError(
+            f"{os.path.abspath(path)} is inside the mgit repository {outer}, which would see the new repository's "
+            f"files as its own; use `mgit init --force {path}` to nest one anyway"
+        )
+    if outer is not None:
+        err.print(f"warning: creating a repository nested inside the mgit repository {outer}", markup=False)
     repo = Repository.init(path)
     click.echo(f"Initialized empty mgit repository in {repo.git_dir}")
 
@@ -277,6 +364,7 @@ def _when(t: int, tz: int) -> str:
 @click.option("--depth", type=int, default=50, show_default=True, help="How many generations to follow.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.lineage/1).")
 @click.pass_context
+@_paged
 def lineage(ctx: click.Context, rev: str, depth: int, as_json: bool) -> None:
     """The derivation tree of REV: fine-tunes and merges down to the roots, with methods and weights."""
     tree_doc = _repo(ctx).lineage(rev, depth)
@@ -324,6 +412,7 @@ def _graph_lines(repo: Repository, c: CommitInfo) -> list[str]:
 @click.option("-n", "--max-count", type=int, default=None)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.log/1).")
 @click.pass_context
+@_paged
 def log(ctx: click.Context, rev: str, oneline: bool, graph: bool, max_count: int | None, as_json: bool) -> None:
     """Show commits, newest first (`mgit log -- PATH` limits to a path)."""
     repo = _repo(ctx)
@@ -583,6 +672,7 @@ def _usage_line(u: Usage) -> str:
 @click.option("--stats", is_flag=True, help="Add storage statistics (as `mgit du REV`).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.show/1).")
 @click.pass_context
+@_paged
 def show(ctx: click.Context, rev: str, stats: bool, as_json: bool) -> None:
     """Show a commit: files, tensor counts, logical vs stored bytes."""
     repo = _repo(ctx)
@@ -701,6 +791,9 @@ def _budget_line(b: dict) -> str:
 
 def _print_explain(plan: MergePlan) -> None:
     """Per layer: candidate and chosen chunks, bytes, captured share and error bound."""
+    from mgit.diff.layers import layer_of
+    from mgit.merge.importance import TensorBudget
+
     report = plan.budget
     assert report is not None
     rows: dict[str, TensorBudget] = {}
@@ -811,15 +904,17 @@ def _reflog_json(repo: Repository, ref: str) -> None:
 def reflog(ctx: click.Context, as_json: bool) -> None:
     """Where HEAD has been; `reflog show REF`, `reflog expire` (forget old entries)."""
     if ctx.invoked_subcommand is None:
-        (_reflog_json if as_json else _print_reflog)(_repo(ctx), "HEAD")
+        with paging(_pager()):
+            (_reflog_json if as_json else _print_reflog)(_repo(ctx), "HEAD")
 
 
 @reflog.command("show")
 @click.argument("ref", default="HEAD", shell_complete=complete_rev)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.reflog/1).")
 @click.pass_context
+@_paged
 def reflog_show(ctx: click.Context, ref: str, as_json: bool) -> None:
-    """The moves of REF (HEAD, refs/heads/NAME, ...), newest first."""
+    """The moves of REF (HEAD, a branch, a tag, origin/main, refs/heads/NAME), newest first."""
     (_reflog_json if as_json else _print_reflog)(_repo(ctx), ref)
 
 
@@ -891,8 +986,10 @@ def _tensor_json(t: TensorDiff) -> dict:
 @click.option("--model", metavar="DIR", help="Only the model in directory DIR.")
 @click.option("--top", type=int, default=40, show_default=True, help="Rows to show, largest relative change first.")
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="PNG", help="Write a layers × modules heatmap.")
+@click.option("--full", is_flag=True, help="Whole text-file diffs (longer ones are cut to their first hunks).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.diff/1).")
 @click.pass_context
+@_paged
 def diff(
     ctx: click.Context,
     revs: tuple[str, ...],
@@ -903,6 +1000,7 @@ def diff(
     model: str | None,
     top: int,
     plot: str | None,
+    full: bool,
     as_json: bool,
 ) -> None:
     """Tensor-level diff: `mgit diff A B`, `mgit diff A` (vs working tree), `mgit diff` (HEAD vs working tree)."""
@@ -910,6 +1008,10 @@ def diff(
         raise click.UsageError("give at most two revisions")
     a = revs[0] if revs else None
     b = revs[1] if len(revs) > 1 else None
+    from mgit.diff.plot import heatmap
+    from mgit.diff.summary import by_layer as by_layer_groups
+    from mgit.diff.text import shorten
+
     result = _repo(ctx).diff(
         a, b, staged=staged, numeric=not stat, patterns=patterns, model=os.path.abspath(model) if model else None
     )
@@ -946,9 +1048,9 @@ def diff(
         _print_groups(groups)
     else:
         _print_tensors(changed, top)
-    for f in result.files:
+    for f in result.files if not stat else ():
         if f.text:
-            out.print(f.text, markup=False, highlight=False, end="")
+            out.print(f.text if full else shorten(f.text, f.path), markup=False, highlight=False, end="")
     if not changed and not any(f.text for f in result.files):
         err.print(f"no differences between {result.a} and {result.b}")
 
@@ -976,18 +1078,49 @@ def _print_tensors(changed: list[TensorDiff], top: int) -> None:
         out.print(f"… and {len(ranked) - top} more changed tensor(s) (--top N shows more)")
 
 
+def _tensor_counts(changed: int, added: int, removed: int, moved: int) -> str:
+    """'2 tensor(s) moved', '5 tensor(s): 3 changed, 2 moved' or 'no tensor changed'."""
+    kinds = ("changed", "added", "removed", "moved")
+    parts = [(n, what) for n, what in zip((changed, added, removed, moved), kinds, strict=True) if n]
+    if len(parts) == 1:
+        return f"{parts[0][0]} tensor(s) {parts[0][1]}"
+    listed = ", ".join(f"{n} {what}" for n, what in parts)
+    return f"{sum(n for n, _ in parts)} tensor(s): {listed}" if parts else "no tensor changed"
+
+
+def _line_counts(text: str | None) -> str:
+    """'+3 -1' of a unified diff (after any mode-change line), or the one-line summary of a
+    binary or large file."""
+    if not text:
+        return ""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("--- ")), None)
+    if start is None:
+        return "; ".join(lines)
+    body = lines[start + 2 :]
+    counts = f"+{sum(1 for x in body if x.startswith('+'))} -{sum(1 for x in body if x.startswith('-'))}"
+    return "; ".join([*lines[:start], counts])
+
+
 def _print_stat(result: ModelDiff) -> None:
+    """One line per file (tensor counts by kind, or +/- lines), then the totals. A tensor that
+    moved between shards unchanged counts as moved, never as changed."""
     for f in result.files:
         if f.kind == "safetensors":
-            out.print(
-                f" {f.path} | {f.status}: {f.tensors_changed} tensor(s), {f.chunks_changed} chunk(s), "
-                f"{decimal(f.bytes_changed)}"
-            )
+            counts = _tensor_counts(f.tensors_changed, f.tensors_added, f.tensors_removed, f.tensors_moved)
+            chunks = f", {f.chunks_changed} chunk(s), {decimal(f.bytes_changed)}" if f.chunks_changed else ""
+            out.print(f" {f.path} | {f.status}: {counts}{chunks}", markup=False)
         else:
-            out.print(f" {f.path} | {f.status}")
+            lines = _line_counts(f.text)
+            out.print(f" {f.path} | {f.status}" + (f": {lines}" if lines else ""), markup=False)
+    by_status: dict[str, int] = {}
+    for t in result.changed:
+        kind = t.status if t.status in ("added", "removed", "moved") else "changed"
+        by_status[kind] = by_status.get(kind, 0) + 1
     changed = result.changed
+    counts = _tensor_counts(*(by_status.get(k, 0) for k in ("changed", "added", "removed", "moved")))
     out.print(
-        f" {len(result.files)} file(s) changed, {len(changed)} tensor(s) changed, "
+        f" {len(result.files)} file(s) changed; {counts}; "
         f"{sum(t.chunks_changed for t in changed)} chunk(s), {decimal(sum(t.bytes_changed for t in changed))}"
     )
 
@@ -1124,6 +1257,7 @@ def merge(
             out_dtype=out_dtype, **params,
         )  # fmt: skip
         from mgit.merge.engine import MergeSpec  # torch: only for merges
+        from mgit.merge.record import plan_record
 
         spec = MergeSpec(setup.method, setup.params, seed or 0, dtype, out_dtype)
         record = plan_record(plan, spec, setup, None, __version__)
@@ -1418,6 +1552,7 @@ def _os_error_message(exc: OSError) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _add_global_options(cli)
     args = list(sys.argv[1:] if argv is None else argv)
     if "--" in args:
         cut = args.index("--")

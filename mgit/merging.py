@@ -19,26 +19,22 @@ from mgit.errors import BadInputError, RevisionError
 from mgit.graph.objects import MODE_FILE, canonical_json
 from mgit.graph.refs import check_ref_name
 from mgit.graph.snapshot import Snapshot, validate_path, write_snapshot
-from mgit.merge import importance
-from mgit.merge.analyze import pair_norms
-from mgit.merge.config import MergeConfig, load_config, num_layers, tensor_parameters
-from mgit.merge.importance import BudgetReport
-from mgit.merge.params import check_method, check_params
-from mgit.merge.plan import MergePlan, TensorPlan, model_tensors, plan_merge
-from mgit.merge.record import PLAN_ENTRY, MergeSetup, plan_record
 from mgit.model.ingest import Ingestor
 from mgit.model.materialize import StagedFile
 from mgit.progress import byte_progress
 from mgit.remote.transfer import FetchLimit, LimitReached, Transfer, fetch_chunks, fetch_costs
 from mgit.store.pack import BASE_LEN as DELTA_BASE_BYTES
-from mgit.store.paircache import PairCache
 from mgit.sync import on_demand
 from mgit.version import __version__
 from mgit.worktree.index import Index
 from mgit.worktree.scan import walk
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
+    from mgit.merge.config import MergeConfig
     from mgit.merge.engine import Execution, MergeSpec
+    from mgit.merge.importance import BudgetReport
+    from mgit.merge.plan import MergePlan, TensorPlan
+    from mgit.merge.record import MergeSetup
     from mgit.repo import Repository
 
 
@@ -47,6 +43,9 @@ def _check_request(
 ) -> MergeConfig | None:
     """What can be refused from the request alone (torch-free, nothing read): the config and
     its parameter ranges, the given parameters' ranges, the budget's form."""
+    from mgit.merge.config import load_config
+    from mgit.merge.params import check_method, check_params
+
     cfg = load_config(config) if config is not None else None
     if cfg is None:
         check_method(method, params)
@@ -102,8 +101,7 @@ class Merging:
         chunks chosen first (``budget_select="uniform"``: at random, for comparisons).
         """
         cfg = _check_request(method, config, budget, params)  # bad input refused before torch loads
-        from mgit.merge.engine import MergeSpec, execute  # torch: only when merging
-        from mgit.merge.methods import get_method
+        from mgit.merge.methods import get_method  # torch: the methods are torch functions
 
         if seed is None:  # deterministic methods need none: keep their commits reproducible
             named = cfg.method if cfg is not None else method
@@ -112,6 +110,8 @@ class Merging:
             experts, method, base, model=model, allow_missing=allow_missing, config=config,
             budget=budget, budget_select=budget_select, seed=seed, dtype=dtype, out_dtype=out_dtype, **params,
         )  # fmt: skip
+        from mgit.merge.engine import MergeSpec, execute  # torch: only once the inputs are valid
+
         spec = MergeSpec(
             setup.method, setup.params, seed, dtype or setup.dtype, out_dtype or setup.out_dtype, setup.params_for
         )
@@ -159,6 +159,8 @@ class Merging:
     ) -> str:
         """Record an executed merge: seal chunks, write tree and commit, then update the
         working tree (from the staged files) and the refs."""
+        from mgit.merge.record import PLAN_ENTRY, plan_record
+
         base_snap = setup.base_snap
         merged = dict(base_snap) | run.files
         record = plan_record(plan, spec, setup, run, __version__)
@@ -222,8 +224,13 @@ class Merging:
         """What a merge would read, from manifests alone (``mgit merge --dry-run``); with a
         ``budget`` (or ``explain``) also which expert chunks are worth reading (``plan.budget``),
         which may analyze chunk pairs no commit recorded (counted apart)."""
-        cfg = _check_request(method, config, budget, params)
-        from mgit.merge.methods import get_method
+        from mgit.merge.config import num_layers, tensor_parameters
+        from mgit.merge.params import check_params
+        from mgit.merge.plan import model_tensors, plan_merge
+        from mgit.merge.record import MergeSetup
+
+        cfg = _check_request(method, config, budget, params)  # bad input refused before torch loads
+        from mgit.merge.methods import get_method  # torch: the methods are torch functions
 
         if cfg is not None:
             if experts or params:
@@ -339,6 +346,10 @@ class Merging:
         out_dtype: str | None,
     ) -> BudgetReport:
         """Restrict ``plan`` to the expert chunks a budget affords (see mgit.merge.importance)."""
+        from mgit.merge import importance
+        from mgit.merge.analyze import pair_norms
+        from mgit.store.paircache import PairCache
+
         if select not in importance.SELECTIONS:
             raise BadInputError(f"unknown budget selection {select!r} (known: {', '.join(importance.SELECTIONS)})")
         given = parse_budget(budget) if budget is not None else None
@@ -438,6 +449,8 @@ class Merging:
 
     def merge_record(self: Repository, rev: str = "HEAD") -> dict | None:
         """The plan recorded in a merge commit (None for other commits)."""
+        from mgit.merge.record import PLAN_ENTRY
+
         for name, _, oid in self.graph.tree(self.graph.commit(self.refs.resolve(rev)).tree):
             if name == PLAN_ENTRY:
                 return json.loads(self.graph.blob(oid))

@@ -19,11 +19,9 @@ from typing import TYPE_CHECKING
 from dulwich.repo import get_user_identity
 
 from mgit.budget import Budget
-from mgit.diff.model import ModelDiff, compare_models
-from mgit.diff.sources import Side, file_diffs, snapshot_side, worktree_side
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NotARepositoryError, RevisionError
 from mgit.graph.objects import MODE_FILE, CommitInfo, Graph, canonical_json
-from mgit.graph.refs import Refs, check_ref_name, expire_reflogs, reflog_entries
+from mgit.graph.refs import Refs, check_ref_name, expire_reflogs, reflog_entries, reflog_ref
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
 from mgit.lock import RepoLock
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
@@ -48,8 +46,11 @@ from mgit.worktree.scan import Ignorer, walk
 from mgit.worktree.sparse import SparsePatterns, load_patterns, make_patterns, save_patterns, summarize
 from mgit.worktree.status import Status, compare_snapshots, working_matches, worktree_changes
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # diff machinery is imported where used: light commands (status, log) skip it
     import torch
+
+    from mgit.diff.model import ModelDiff
+    from mgit.diff.sources import Side
 
 
 GIT_DIR = ".mgit"
@@ -517,6 +518,9 @@ class Repository(Merging, Sync):
         """Compare two revisions; ``b`` None means the working tree (the index if ``staged``),
         ``a`` None means HEAD. Unchanged tensors cost no data read; with ``numeric`` the
         change statistics stream over changed chunks only."""
+        from mgit.diff.model import ModelDiff, compare_models
+        from mgit.diff.sources import file_diffs, snapshot_side
+
         model_key = self.relpath(model) if model is not None else None
         patterns = list(patterns)
         snap_a = self.snapshot(a) if a else self._head_snapshot()
@@ -539,6 +543,8 @@ class Repository(Merging, Sync):
         (their manifests), so only modified files are hashed. A file not checked out (a
         sparse checkout left it out) is as the index has it; a sparse file, as checked out,
         is the whole file, and once changed, it still holds the tensors it left out."""
+        from mgit.diff.sources import Side, snapshot_side, worktree_side
+
         index = self._index()
         files = walk(self.root)
         clean = {p: ie.entry for p, ie in index.entries.items() if ie.skip_worktree and p not in files}
@@ -569,7 +575,7 @@ class Repository(Merging, Sync):
     def reflog(self, ref: str = "HEAD") -> list[tuple[str, str, int, str]]:
         """(old id or "", new id, time, message) of each move of ``ref``, newest first."""
         out = []
-        for e in reversed(reflog_entries(self.git_dir, ref)):
+        for e in reversed(reflog_entries(self.git_dir, reflog_ref(self.git_dir, self.refs, ref))):
             old = e.old_sha.decode()
             message = e.message.decode(errors="replace")
             out.append(("" if set(old) == {"0"} else old, e.new_sha.decode(), e.timestamp, message))

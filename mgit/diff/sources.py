@@ -28,6 +28,9 @@ from mgit.store.chunkstore import ChunkStore
 
 TEXT_DIFF_LIMIT = 1_000_000  # bytes: larger files are summarised, not diffed line by line
 
+# a tensor's status → the FileDiff count it adds to (others: tensors_changed)
+TENSOR_COUNTERS = {"added": "tensors_added", "removed": "tensors_removed", "moved": "tensors_moved"}
+
 Tensors = dict[tuple[str, str], TensorSide]
 Known = Callable[[str], bytes | memoryview | None]  # a delta base's id → its raw bytes, if held
 
@@ -136,7 +139,8 @@ def file_diffs(a: Side, b: Side, tensors: list[TensorDiff], text: bool = True) -
             continue
         for path in {t.file_a, t.file_b} - {None}:
             fd = per_file.setdefault(path, FileDiff(path, "modified", "safetensors"))
-            fd.tensors_changed += 1
+            counter = TENSOR_COUNTERS.get(t.status, "tensors_changed")
+            setattr(fd, counter, getattr(fd, counter) + 1)
             if path == (t.file_b or t.file_a):
                 fd.chunks_changed += t.chunks_changed
                 fd.bytes_changed += t.bytes_changed

@@ -247,6 +247,26 @@ def reflog_entries(git_dir: Path, ref: str = "HEAD") -> list[Entry]:
         return list(read_reflog(f))
 
 
+def reflog_ref(git_dir: Path, refs: Refs, name: str) -> str:
+    """The full ref a reflog name means, as git spells it out: ``HEAD``, then
+    ``refs/NAME``, ``refs/tags/NAME``, ``refs/heads/NAME``, ``refs/remotes/NAME`` and
+    ``refs/remotes/NAME/HEAD`` (so ``main``, ``v1`` and ``origin/main`` work); the first that
+    is a ref or has a reflog (a deleted branch keeps its reflog). Unknown names are refused."""
+    from dulwich.refs import check_ref_format
+
+    if name == "HEAD":
+        return name
+    candidates = [name, f"refs/{name}", f"{TAGS}{name}", f"{HEADS}{name}", f"refs/remotes/{name}"]
+    candidates.append(f"refs/remotes/{name}/HEAD")
+    present = refs.refs.allkeys()
+    for full in candidates:
+        if not full.startswith("refs/") or not check_ref_format(full.encode()):
+            continue
+        if full.encode() in present or (Path(git_dir) / "logs" / full).is_file():
+            return full
+    raise RevisionError(f"unknown ref {name!r} (a branch, tag, remote-tracking branch such as origin/main, or HEAD)")
+
+
 def expire_reflogs(git_dir: Path, before: float | None) -> int:
     """Drop reflog entries older than ``before`` (seconds since the epoch; None: every entry);
     each reflog is rewritten to a temporary file and renamed over the old one, so a killed
