@@ -1157,6 +1157,8 @@ def _os_error_message(exc: OSError) -> str:
     where = f": {exc.filename}" if exc.filename else ""
     if exc.errno == errno.ENOSPC:
         return f"no space left on device{where}; free some space and run the command again (committed data is intact)"
+    if exc.errno == errno.EFBIG:
+        return f"file too large{where} (a file-size limit, or the file system's); committed data is intact"
     if exc.errno in (errno.EACCES, errno.EPERM):
         return f"permission denied{where}"
     return f"{exc.strerror or exc}{where}"

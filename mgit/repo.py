@@ -21,11 +21,19 @@ from dulwich.repo import get_user_identity
 from mgit.budget import Budget
 from mgit.diff.model import ModelDiff, compare_models
 from mgit.diff.sources import Side, file_diffs, snapshot_side, worktree_side
-from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NotARepositoryError, RevisionError
+from mgit.errors import (
+    BadInputError,
+    DirtyWorktreeError,
+    LockedError,
+    MgitError,
+    NotARepositoryError,
+    RefUpdateError,
+    RevisionError,
+)
 from mgit.graph.objects import MODE_FILE, CommitInfo, Graph, canonical_json
 from mgit.graph.refs import Refs, check_ref_name, expire_reflogs, reflog_entries
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
-from mgit.lock import RepoLock
+from mgit.lock import RepoLock, warn
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
 from mgit.maintenance.fsck import bad_chunks, check_repository
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
@@ -42,8 +50,10 @@ from mgit.progress import byte_progress
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.gc import consolidate, repack
 from mgit.sync import Sync, on_demand
+from mgit.worktree import journal
 from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, fetch_within, over_budget
 from mgit.worktree.index import Index, IndexEntry
+from mgit.worktree.journal import Journal, Write
 from mgit.worktree.scan import Ignorer, walk
 from mgit.worktree.sparse import SparsePatterns, load_patterns, make_patterns, save_patterns, summarize
 from mgit.worktree.status import Status, compare_snapshots, working_matches, worktree_changes
@@ -153,7 +163,7 @@ class Repository(Merging, Sync):
             )
         self.format = int(version)
         self.store = ChunkStore(self.git_dir / "chunks")
-        self.lock = RepoLock(self.git_dir / "lock")
+        self.lock = RepoLock(self.git_dir / "lock", on_acquire=self._recover)
         self.refs = Refs(self.graph, self.identity())
         self._pool: ThreadPoolExecutor | None = None
         self._attach_promisor()
@@ -204,10 +214,10 @@ class Repository(Merging, Sync):
                 self._set_format(FORMAT_VERSION)
             try:
                 yield
+                self.store.seal()
             except BaseException:
                 self.store.abort()
                 raise
-            self.store.seal()
             if len(self.store.indexes()) > AUTO_REPACK_PACKS:
                 consolidate(self.store)  # every lookup searches every pack: keep them few
 
@@ -413,7 +423,14 @@ class Repository(Merging, Sync):
     # -- status / log / show ------------------------------------------------------------
 
     def status(self) -> Status:
+        if journal.exists(self.git_dir):  # an interrupted checkout: finish it first (taking the lock does)
+            try:
+                with self.lock:
+                    pass
+            except LockedError:
+                pass  # its holder is finishing it
         index = self._index()
+        seen = dict(index.entries)
         head_snap = self._head_snapshot()
         status = Status(self.refs.current_branch(), self.refs.head())
         status.staged = compare_snapshots(self.graph, head_snap, index.snapshot())
@@ -425,12 +442,22 @@ class Repository(Merging, Sync):
         if patterns is not None:
             status.sparse = summarize(self.graph, index, patterns)
         if refreshed:
-            try:
-                with self.lock:
-                    index.save()
-            except MgitError:
-                pass  # another process writes; the cache is refreshed next time
+            self._save_refreshed(seen, index)
         return status
+
+    def _save_refreshed(self, seen: dict[str, IndexEntry], index: Index) -> None:
+        """Save the stat cache status refreshed, into the index as it is now under the lock:
+        an entry another command changed since status read it is left as that command made it."""
+        fresh = {p: ie for p, ie in index.entries.items() if seen.get(p) != ie}
+        try:
+            with self.lock:
+                current = self._index()
+                for p, ie in fresh.items():
+                    if current.entries.get(p) == seen.get(p):
+                        current.entries[p] = ie
+                current.save()
+        except (MgitError, OSError):
+            pass  # another process writes, or the disk is full: the cache is refreshed next time
 
     def log(self, rev: str = "HEAD", paths: Iterable[str] = (), max_count: int | None = None) -> list[CommitInfo]:
         """Commits reachable from ``rev``, newest first; ``paths`` limits to commits touching them."""
@@ -752,28 +779,86 @@ class Repository(Merging, Sync):
             ie = index.entries.get(p)
             if p in touched or p in reshaped or (force and (ie is None or not self._holds(p, forms[p], index))):
                 todo[p] = entry
-        result = CheckoutResult(target)
-        self._write_files(index, todo, result, staged, forms, budget)
-        for p in sorted(set(index.entries) - set(target_snap)):
-            if p in head_snap or force:
-                del index.entries[p]
-                (self.root / p).unlink(missing_ok=True)
-                _prune_dirs(self.root, p)
-                result.removed.append(p)
-        index.save()
-        if wanted != current:
-            save_patterns(self.git_dir, wanted)
+        plan = Journal(
+            "checkout", rev or create_branch or "HEAD", target,
+            writes={p: Write(e, forms[p].entry, forms[p].written) for p, e in todo.items()},
+            removes=[p for p in sorted(set(index.entries) - set(target_snap)) if p in head_snap or force],
+            old_head=self.refs.head(), patterns=wanted, set_patterns=wanted != current,
+        )  # fmt: skip
         if create_branch:
-            self.refs.create_branch(create_branch, target)
-            self.refs.point_head_at_branch(create_branch)
+            plan.head, plan.branch = "create", create_branch
         elif rev in self.refs.branches():
-            self.refs.point_head_at_branch(rev)
-        elif rev == "HEAD":
-            result.detached = self.refs.current_branch() is None
-        else:
-            self.refs.detach_head(target)
-            result.detached = True
+            plan.head, plan.branch = "branch", rev
+        elif rev != "HEAD":
+            plan.head = "detach"
+        result = CheckoutResult(target)
+        self._write_files(index, todo, result, staged, forms, budget, plan)
+        self._complete(plan, index, result)
+        result.detached = self.refs.current_branch() is None
         return result
+
+    def _complete(self, plan: Journal, index: Index, result: CheckoutResult) -> None:
+        """The steps after the working files of a journaled operation are written: removals,
+        the index, the sparse patterns, HEAD; then the journal goes (each step idempotent)."""
+        for p in plan.removes:
+            if index.entries.pop(p, None) is not None or (self.root / p).exists():
+                result.removed.append(p)
+            (self.root / p).unlink(missing_ok=True)
+            _prune_dirs(self.root, p)
+        index.save()
+        if plan.set_patterns:
+            save_patterns(self.git_dir, plan.patterns)
+        self._move_head(plan)
+        journal.clear(self.git_dir)
+
+    def _move_head(self, plan: Journal) -> None:
+        """HEAD as a journaled operation leaves it, whether or not a killed run got that far."""
+        if plan.head in ("create", "branch"):
+            assert plan.branch is not None
+            if plan.head == "create" and plan.branch not in self.refs.branches():
+                self.refs.create_branch(plan.branch, plan.target)
+            if not plan.switch_after and self.refs.current_branch() != plan.branch:
+                self.refs.point_head_at_branch(plan.branch)
+        elif plan.head == "detach":
+            if self.refs.current_branch() is not None or self.refs.head() != plan.target:
+                self.refs.detach_head(plan.target)
+        elif plan.head == "advance":
+            head = self.refs.head()
+            if head != plan.target:
+                if head != plan.old_head:
+                    raise RefUpdateError(f"HEAD moved to {str(head)[:12]} while the {plan.describe()} ran")
+                self.refs.advance_head(plan.old_head, plan.target, plan.message)
+
+    def _recover(self) -> None:
+        """Finish the operation a killed or interrupted command left in the journal (run when
+        the lock is taken). If it cannot be finished, say how to finish or undo it by hand."""
+        plan = journal.load(self.git_dir)
+        if plan is None:
+            return
+        warn(f"finishing the interrupted {plan.describe()}")
+        try:
+            self._finish(plan)
+        except (MgitError, OSError) as exc:
+            undo = f" or `mgit checkout --force {plan.old_head[:12]}` to undo it" if plan.old_head else ""
+            warn(
+                f"could not finish the interrupted {plan.describe()} ({exc}); "
+                f"run `mgit checkout --force {plan.target[:12]}` to finish it{undo}"
+            )
+
+    def _finish(self, plan: Journal) -> None:
+        """Roll a journaled operation forward: write what is not written yet, then complete it."""
+        index = self._index()
+        todo = {p: w.entry for p, w in plan.writes.items()}
+        forms = {p: WorkForm(w.form, w.written) for p, w in plan.writes.items()}
+        done = {p for p, form in forms.items() if form.written and self._holds(p, form, index)}
+        for p in done:
+            index.set(p, todo[p], os.stat(self.root / p), projection=forms[p].projection(todo[p]))
+        result = CheckoutResult(plan.target)
+        self._write_files(index, {p: e for p, e in todo.items() if p not in done}, result, forms=forms)
+        self._complete(plan, index, result)
+        if plan.switch_after:
+            assert plan.branch is not None
+            self._switch(plan.branch, None, force=False)
 
     def _clean(self, rel: str, want: Entry, index: Index) -> bool:
         """Does the working file hold ``want`` (stat cache first, content if needed)? The
@@ -809,6 +894,12 @@ class Repository(Merging, Sync):
                 conflicts.append(p)  # unstaged change (a sparse file: against what was checked out)
         if conflicts:
             shown = ", ".join(conflicts[:5]) + (f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else "")
+            left = journal.load(self.git_dir)
+            if left is not None:  # the finishing failed (a warning said why)
+                raise DirtyWorktreeError(
+                    f"the interrupted {left.describe()} left {shown} half switched; run "
+                    f"`mgit checkout --force {left.target[:12]}` to finish it"
+                )
             raise DirtyWorktreeError(
                 f"checkout would overwrite uncommitted changes in {shown}; commit them, or use --force to discard them"
             )
@@ -821,11 +912,13 @@ class Repository(Merging, Sync):
         staged: Mapping[str, StagedFile] | None = None,
         forms: Mapping[str, WorkForm] | None = None,
         budget: int | None = None,
+        plan: Journal | None = None,
     ) -> None:
         """Write entries into the working tree, as ``forms`` show them (default: as the sparse
         patterns do); a staged file already holding an entry's bytes (a merge wrote it) is
         moved into place instead. With ``budget``, the cost is checked before anything is
-        written (a partial clone fetches what it lacks first)."""
+        written (a partial clone fetches what it lacks first). ``plan`` is saved as the
+        journal just before the first write (a refusal before it leaves none)."""
         if forms is None:
             patterns = load_patterns(self.git_dir)
             forms = {p: self._form(e, p, patterns) for p, e in todo.items()}
@@ -837,6 +930,8 @@ class Repository(Merging, Sync):
         if budget is not None:
             result.cost = self._within_budget(index, todo, forms, reuse, budget, result.commit)
         sizes = {p: entry_size(self.graph, forms[p].entry) for p in todo if forms[p].written}
+        if plan is not None:
+            journal.save(self.git_dir, plan)
         with byte_progress("checkout", sum(sizes.values())) as bar:
             for p in sorted(todo):
                 entry, form, dest = todo[p], forms[p], self.root / p
