@@ -4,7 +4,8 @@
 crash point of ``kind``: ``rename`` (os.replace / os.rename, dulwich's included), ``fsync``,
 ``unlock`` (release of the repository lock) or ``any`` (all of them, counted together).
 ``MGIT_CRASH_LOG=<file>`` appends the kind of every point reached, one a line, so a driver
-can enumerate them first. Unset (the normal case), nothing is wrapped: ``point`` is one
+can enumerate them first. ``MGIT_CRASH_SIGNAL=INT`` sends SIGINT (Ctrl-C) instead of
+SIGKILL, and the point returns (the interrupt lands in the main thread). Unset (the normal case), nothing is wrapped: ``point`` is one
 test of a module global.
 """
 
@@ -21,6 +22,7 @@ _active = False
 _target: tuple[str, int] | None = None
 _log: str | None = None
 _counts: dict[str, int] = {}
+_signal = signal.SIGKILL
 _lock = threading.Lock()
 
 
@@ -38,7 +40,7 @@ def point(kind: str) -> None:
             _counts[key] = _counts.get(key, 0) + 1
         want, n = _target
         if _counts.get(want) == n:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), _signal)
 
 
 def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -51,7 +53,7 @@ def _wrap(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def install() -> None:
     """Read the environment once (the CLI's start); wrap the calls that are crash points."""
-    global _active, _target, _log
+    global _active, _target, _log, _signal
     spec, log = os.environ.get("MGIT_CRASH_AT"), os.environ.get("MGIT_CRASH_LOG")
     if not spec and not log:
         return
@@ -61,6 +63,7 @@ def install() -> None:
             raise SystemExit(f"MGIT_CRASH_AT={spec!r}: expected <{'|'.join((*KINDS, 'any'))}>:<n>")
         _target = (kind, int(n))
     _log = log
+    _signal = signal.Signals[f"SIG{os.environ.get('MGIT_CRASH_SIGNAL', 'KILL')}"]
     _active = True
     os.replace = _wrap("rename", os.replace)
     os.rename = _wrap("rename", os.rename)

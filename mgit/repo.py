@@ -33,9 +33,9 @@ from mgit.errors import (
 from mgit.graph.objects import MODE_FILE, CommitInfo, Graph, canonical_json
 from mgit.graph.refs import Refs, check_ref_name, expire_reflogs, reflog_entries
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
-from mgit.lock import RepoLock, warn
+from mgit.lock import RepoLock, remove_stale_git_locks, warn
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
-from mgit.maintenance.fsck import bad_chunks, check_repository
+from mgit.maintenance.fsck import bad_chunks, check_repository, stale_lock_problems
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
 from mgit.maintenance.reach import reachable
 from mgit.merging import Merging
@@ -567,6 +567,7 @@ class Repository(Merging, Sync):
         """Remove what no ref, reflog entry or the index reaches (older than the grace period)."""
         with self._writing():
             self._clear_staging()
+            remove_stale_git_locks(self.git_dir, warn)  # the object directories too
             return collect(self.graph, self.store, self._index(), grace_seconds)
 
     def reflog(self, ref: str = "HEAD") -> list[tuple[str, str, int, str]]:
@@ -614,7 +615,8 @@ class Repository(Merging, Sync):
         """Every problem found, one line each (empty: the repository is whole). In a partial
         clone, chunks not fetched yet are not problems."""
         with self.lock:
-            return check_repository(self.graph, self.store, self._index(), self.pool, self.is_partial)
+            stale = stale_lock_problems(self.git_dir, self.lock.cleaned)
+            return stale + check_repository(self.graph, self.store, self._index(), self.pool, self.is_partial)
 
     def du(self, rev: str = "HEAD") -> Usage:
         return commit_usage(self.graph, self.store, self.refs.resolve(rev))
