@@ -5,8 +5,8 @@ crash point of ``kind``: ``rename`` (os.replace / os.rename, dulwich's included)
 ``unlock`` (release of the repository lock) or ``any`` (all of them, counted together).
 ``MGIT_CRASH_LOG=<file>`` appends the kind of every point reached, one a line, so a driver
 can enumerate them first. ``MGIT_CRASH_SIGNAL=INT`` sends SIGINT (Ctrl-C) instead of
-SIGKILL, and the point returns (the interrupt lands in the main thread). Unset (the normal case), nothing is wrapped: ``point`` is one
-test of a module global.
+SIGKILL, and the point returns (the interrupt lands in the main thread). Unset (the normal
+case), nothing is wrapped: ``point`` is one test of a module global.
 """
 
 from __future__ import annotations

@@ -1183,7 +1183,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         err.print(f"error: {exc.format_message()}", markup=False)
         return exc.exit_code
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            err.print("interrupted; the repository is unchanged or consistent (run `mgit status`)")
+            return 130
         err.print("aborted")
         return 1
     except KeyboardInterrupt:
