@@ -153,6 +153,13 @@ SCENARIOS = [
         "m",
         "mgit.merge.engine",
     ),
+    Scenario(
+        "merge -b",
+        setup_merge,
+        ["merge", "--method", "linear", "--weights", "0.5", "--base", "main", "e1", "e2", "-b", "mb", "-m", "mb"],
+        "mb",
+        "mgit.merge.engine",
+    ),
     Scenario("gc", setup_gc, ["gc", "--now"]),
     Scenario("push", setup_push, ["push", "origin", "main"]),
     Scenario("fsck --repair", setup_repair, ["fsck", "--repair"]),

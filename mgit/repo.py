@@ -229,9 +229,10 @@ class Repository(Merging, Sync):
         section, _, name = key.rpartition(".")
         if not section or not name:
             raise BadInputError(f"config key {key!r} must look like section.name, e.g. user.name")
-        config = self.graph.repo.get_config()
-        config.set(section.encode(), name.encode(), value.encode())
-        config.write_to_path()
+        with self.lock:  # the lock holder takes any config.lock for a dead writer's (mgit.lock)
+            config = self.graph.repo.get_config()
+            config.set(section.encode(), name.encode(), value.encode())
+            config.write_to_path()
         self.refs.identity = self.identity()
 
     def config_get(self, key: str) -> str | None:
