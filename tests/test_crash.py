@@ -332,3 +332,37 @@ def test_ordered_map_lets_running_workers_finish_before_an_error_leaves(tmp_path
         assert len(finished) == started  # nothing was still running after the error left
     finally:
         pool.shutdown()
+
+
+def test_a_full_disk_while_committing_names_where_and_changes_nothing(repo: Repository, monkeypatch) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    write_model(repo.root / "model", llama_state_dict(TINY, seed=2))
+    repo.add(["model"])
+    head, index = repo.refs.head(), (repo.git_dir / "mgit-index.json").read_bytes()
+    monkeypatch.setattr(type(repo.graph.objects), "add_object", lambda self, obj: _enospc())
+    with pytest.raises(OSError) as caught:
+        repo.commit("v2")
+    monkeypatch.undo()
+    assert caught.value.errno == errno.ENOSPC
+    assert str(repo.git_dir / "objects") in _os_error_message(caught.value)
+    assert repo.refs.head() == head
+    assert (repo.git_dir / "mgit-index.json").read_bytes() == index
+
+
+def test_a_full_disk_while_saving_the_index_leaves_no_temporary(repo: Repository, monkeypatch) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    write_model(repo.root / "model", llama_state_dict(TINY, seed=2))
+    real = os.replace
+
+    def full(src, dst, *args, **kwargs):
+        if str(dst).endswith("mgit-index.json"):
+            _enospc()
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError) as caught:
+        repo.add(["model"])
+    monkeypatch.undo()
+    assert caught.value.filename == str(repo.git_dir / "mgit-index.json")
+    assert not (repo.git_dir / "mgit-index.json.tmp").exists()
+    assert not [p for p in (repo.git_dir / "chunks" / "packs").iterdir() if not p.with_suffix(".idx").exists()]

@@ -125,11 +125,15 @@ def save(git_dir: Path, journal: Journal) -> None:
     """Write the journal durably (fsync, rename, fsync of .mgit) before the working tree changes."""
     path = path_of(git_dir)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(_to_json(journal), f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(_to_json(journal), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:  # nothing was written to the working tree yet: leave nothing behind
+        tmp.unlink(missing_ok=True)
+        raise exc if exc.filename is not None else OSError(exc.errno, exc.strerror, str(path)) from None
     _fsync_dir(git_dir)
 
 
