@@ -146,6 +146,8 @@ SCENARIOS = [
     Scenario("add", setup_add, ["add", "model"]),
     Scenario("commit", setup_commit, ["commit", "-m", "v2"], landed="v2"),
     Scenario("checkout", setup_checkout, ["checkout", "b"]),
+    Scenario("checkout (detached)", setup_checkout, ["checkout", "b~0"]),
+    Scenario("checkout (sparse)", setup_checkout, ["checkout", "b", "--include", "layer0.*"]),
     Scenario(
         "merge",
         setup_merge,
