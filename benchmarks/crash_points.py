@@ -166,7 +166,7 @@ SCENARIOS = [
     Scenario("push", setup_push, ["push", "origin", "main"]),
     Scenario("fsck --repair", setup_repair, ["fsck", "--repair"]),
 ]
-FAST = ("add", "commit", "checkout")  # the subset tests/test_crash_points.py runs
+FAST = ("add", "commit", "checkout", "checkout (detached)")  # the subset tests/test_crash_points.py runs
 
 
 # -- running the command ------------------------------------------------------------------

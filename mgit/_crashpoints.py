@@ -55,7 +55,7 @@ def install() -> None:
     """Read the environment once (the CLI's start); wrap the calls that are crash points."""
     global _active, _target, _log, _signal
     spec, log = os.environ.get("MGIT_CRASH_AT"), os.environ.get("MGIT_CRASH_LOG")
-    if not spec and not log:
+    if _active or (not spec and not log):
         return
     if spec:
         kind, _, n = spec.partition(":")
