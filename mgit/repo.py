@@ -428,8 +428,8 @@ class Repository(Merging, Sync):
             try:
                 with self.lock:
                     pass
-            except LockedError:
-                pass  # its holder is finishing it
+            except (LockedError, OSError):
+                pass  # its holder is finishing it, or we may not write here: show what is there
         index = self._index()
         seen = dict(index.entries)
         head_snap = self._head_snapshot()
