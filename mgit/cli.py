@@ -259,7 +259,8 @@ def _graph_lines(repo: Repository, c: CommitInfo) -> list[str]:
     if plan is None:
         return []
     weights = plan["parameters"].get("weight")
-    lines = [f"|\\  merge ({plan['method']}) of base {plan['base'][:12]}"]
+    base = f"base {plan['base'][:12]}" if plan["base"] else f"reference {plan.get('reference', '?')[:12]}"
+    lines = [f"|\\  merge ({plan['method']}) of {base}"]
     for k, e in enumerate(plan["experts"]):
         w = f" × {weights[k]}" if weights is not None else ""
         lines.append(f"| + {e['name']} {e['commit'][:12]}{w}")
@@ -507,7 +508,10 @@ def _print_plan(plan: dict) -> None:
     b = plan["bytes"]
     params = ", ".join(f"{k}={v}" for k, v in plan["parameters"].items())
     out.print(f"\nmerge: {plan['method']} ({params}), seed {plan['seed']}, mgit {plan['mgit_version']}")
-    out.print(f"  base    {plan['base'][:12]}")
+    if plan["base"] is None:  # a method without a base: the first expert is the reference
+        out.print(f"  base    none (reference: the first expert, {plan.get('reference', '?')[:12]})")
+    else:
+        out.print(f"  base    {plan['base'][:12]}")
     for e in plan["experts"]:
         out.print(f"  expert  {e['commit'][:12]}  {e['name']}")
     measured = f", measured {decimal(b['experts_measured'])}" if "experts_measured" in b else ""
@@ -546,6 +550,12 @@ def _budget_line(b: dict) -> str:
         if analyzed["pairs"]
         else ""
     )
+    estimated = analyzed.get("pairs_by_source", {}).get("estimated", 0)  # older records lack it
+    if estimated:
+        extra += (
+            f"; ‖Δ‖ of {estimated} chunk pair(s) estimated from chunk norms (analysis capped at "
+            f"{decimal(analyzed['cap_bytes'])}; reading them all: {decimal(analyzed['priced_bytes'])})"
+        )
     return (
         f"{limit} ({b['select']}): {b['chunks_chosen']} of {b['chunks_candidate']} expert chunk(s), "
         f"{decimal(b['expert_bytes_planned'])} of {decimal(b['expert_bytes_full'])}; "
@@ -1139,12 +1149,20 @@ def clone(
 @click.option("--port", default=8790, show_default=True, type=int, help="Port to listen on.")
 @click.option("--token-file", type=click.Path(dir_okay=False, exists=True), help="Lines `ro TOKEN` / `rw TOKEN`.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")
-def serve(root: str, host: str, port: int, token_file: str | None, verbose: bool) -> None:
+@click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a connection may stay idle or stalled before it is closed.")  # fmt: skip
+@click.option("--max-connections", default=64, show_default=True, type=click.IntRange(min=1),
+              help="Connections served at once; more get 503 (clients retry).")  # fmt: skip
+def serve(
+    root: str, host: str, port: int, token_file: str | None, verbose: bool, timeout: float, max_connections: int
+) -> None:
     """Serve every remote directory under ROOT over HTTP (push creates new ones)."""
     from mgit.remote.server import MgitServer, read_tokens
 
     tokens = read_tokens(token_file) if token_file else None
-    server = MgitServer(root, host, port, tokens, verbose=verbose)
+    server = MgitServer(
+        root, host, port, tokens, verbose=verbose, idle_timeout=timeout, max_connections=max_connections
+    )
     access = "token required" if tokens else "no authentication: anyone who can connect may push"
     err.print(f"serving {os.path.abspath(root)} at {server.url} ({access}); Ctrl-C stops")
     try:

@@ -21,8 +21,9 @@ from mgit.graph.refs import check_ref_name
 from mgit.graph.snapshot import Snapshot, validate_path, write_snapshot
 from mgit.merge import importance
 from mgit.merge.analyze import pair_norms
-from mgit.merge.config import load_config, num_layers, tensor_parameters
+from mgit.merge.config import MergeConfig, load_config, num_layers, tensor_parameters
 from mgit.merge.importance import BudgetReport
+from mgit.merge.params import check_method, check_params
 from mgit.merge.plan import MergePlan, TensorPlan, model_tensors, plan_merge
 from mgit.merge.record import PLAN_ENTRY, MergeSetup, plan_record
 from mgit.model.ingest import Ingestor
@@ -41,6 +42,33 @@ from mgit.worktree.sparse import load_patterns
 if TYPE_CHECKING:
     from mgit.merge.engine import Execution, MergeSpec
     from mgit.repo import Repository
+
+
+def _check_request(
+    method: str | None, config: str | os.PathLike[str] | None, budget: str | int | None, params: dict[str, Any]
+) -> MergeConfig | None:
+    """What can be refused from the request alone (torch-free, nothing read): the config and
+    its parameter ranges, the given parameters' ranges, the budget's form."""
+    cfg = load_config(config) if config is not None else None
+    if cfg is None:
+        check_method(method, params)
+        check_params(params, str(method), method)
+    else:
+        check_method(cfg.method, set(cfg.parameters).union(*(m.parameters for m in cfg.models)), str(config))
+    if budget is not None:
+        parse_budget(budget)
+    return cfg
+
+
+def _with_model(head: Snapshot, reference: Snapshot, model_dir: str) -> Snapshot:
+    """HEAD's files with its model directory replaced by the reference's: what a merge without
+    a base starts from (its model, config and tokenizer are the first expert's; the files
+    beside the model stay the branch's)."""
+
+    def in_model(path: str) -> bool:
+        return not model_dir or path.startswith(model_dir + "/")
+
+    return {p: e for p, e in head.items() if not in_model(p)} | {p: e for p, e in reference.items() if in_model(p)}
 
 
 class Merging:
@@ -72,14 +100,15 @@ class Merging:
         mergekit's (weight, density, lambda, normalize, rescale, epsilon, gamma, t, ...).
         With ``config`` (a mergekit YAML file) method, base, experts and parameters come
         from it instead, with per-tensor filters and per-layer gradients. With ``budget``
-        (``"2GB"``, ``"10%"``, bytes) expert chunk reads stay within it, the most important
+        (``"2GB"``, ``"10%"``, an int of bytes) expert chunk reads stay within it, the most important
         chunks chosen first (``budget_select="uniform"``: at random, for comparisons).
         """
+        cfg = _check_request(method, config, budget, params)  # bad input refused before torch loads
         from mgit.merge.engine import MergeSpec, execute  # torch: only when merging
         from mgit.merge.methods import get_method
 
         if seed is None:  # deterministic methods need none: keep their commits reproducible
-            named = load_config(config).method if config is not None else method
+            named = cfg.method if cfg is not None else method
             seed = secrets.randbits(31) if get_method(named).random else 0
         plan, setup = self.merge_plan(
             experts, method, base, model=model, allow_missing=allow_missing, config=config,
@@ -156,7 +185,8 @@ class Merging:
         parents = [setup.base_commit, *setup.expert_commits]
         commit = self.graph.put_commit(tree, parents, text, who, who)
         if on_head and branch is None:
-            self._install_merge(commit, base_snap, merged, setup.base_commit, text, run.staged)
+            head_snap = base_snap if setup.reference is None else self.snapshot(setup.base_commit)
+            self._install_merge(commit, head_snap, merged, setup.base_commit, text, run.staged)
         else:
             assert branch is not None
             # journaled: a killed run's branch is checked out by the next command
@@ -175,7 +205,7 @@ class Merging:
     def _install_merge(
         self: Repository,
         commit: str,
-        base_snap: Snapshot,
+        head_snap: Snapshot,
         merged: Snapshot,
         base_commit: str,
         text: str,
@@ -183,17 +213,19 @@ class Merging:
     ) -> None:
         """Move the current branch to the merge, then bring the working tree and index to it,
         journaled: the branch moves first (a lost compare-and-swap leaves tree and index as
-        they were), and a killed run's working tree is finished by the next command."""
+        they were), and a killed run's working tree is finished by the next command. Files
+        of HEAD the merge's tree lacks (a no-base merge's tree is the first expert's) go, as
+        a checkout of the merge would remove them."""
         from mgit.repo import CheckoutResult  # the porcelain's record (repo imports this module)
 
         index = self._index()
         patterns = load_patterns(self.git_dir)
-        changes = {p: e for p, e in merged.items() if base_snap.get(p) != e}
+        changes = {p: e for p, e in merged.items() if head_snap.get(p) != e}
         forms = {p: self._form(e, p, patterns) for p, e in changes.items()}
         message = f"merge: {text.splitlines()[0]}"
         plan = Journal(
             "merge", "HEAD", commit, writes={p: Write(e, forms[p].entry, forms[p].written) for p, e in changes.items()},
-            head="advance", old_head=base_commit, message=message,
+            removes=sorted(set(head_snap) - set(merged)), head="advance", old_head=base_commit, message=message,
         )  # fmt: skip
         journal.save(self.git_dir, plan)
         try:
@@ -232,17 +264,25 @@ class Merging:
         """What a merge would read, from manifests alone (``mgit merge --dry-run``); with a
         ``budget`` (or ``explain``) also which expert chunks are worth reading (``plan.budget``),
         which may analyze chunk pairs no commit recorded (counted apart)."""
+        cfg = _check_request(method, config, budget, params)
         from mgit.merge.methods import get_method
 
-        cfg = load_config(config) if config is not None else None
         if cfg is not None:
             if experts or params:
                 raise BadInputError("with a merge config, name experts and parameters in the config only")
             method, base = cfg.method, cfg.base
         chosen = get_method(method)
-        base_commit = self._merge_input(base or "HEAD", None)
-        base_snap = self.snapshot(base_commit)
+        base_commit = self._merge_input(base or "HEAD", None)  # the first parent
+        reference = None
+        if not chosen.needs_base and base is None:  # nothing of HEAD is used: the first expert is the reference
+            first = cfg.models[0].ref if cfg is not None else next(iter(experts), None)
+            if first is None:
+                raise BadInputError("name at least one expert revision to merge")
+            reference = self._merge_input(first, None)
+        base_snap = self.snapshot(reference or base_commit)
         model_dir, _ = self._pick_model(base_snap, model)
+        if reference is not None:
+            base_snap = _with_model(self.snapshot(base_commit), base_snap, model_dir)
         params_for = None
         if cfg is not None:
             entries = [m for m in cfg.models if not (chosen.needs_base and m.ref == cfg.base)]
@@ -255,7 +295,10 @@ class Merging:
         if not experts:
             raise BadInputError("name at least one expert revision to merge")
         resolved = chosen.resolve(params, len(experts)) if params_for is None else params
-        expert_commits = [self._merge_input(e, model_dir) for e in experts]
+        check_params(resolved, chosen.name, chosen.name)  # with the defaults filled in (DELLA's epsilon)
+        expert_commits = [
+            reference if k == 0 and reference else self._merge_input(e, model_dir) for k, e in enumerate(experts)
+        ]
         snaps = [self.snapshot(c) for c in expert_commits]
         passes = 2 if chosen.decides_per_expert else 1
         plan = plan_merge(self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes)
@@ -268,11 +311,11 @@ class Merging:
             plan.fetch_sizes = sizes
         if params_for is not None:  # every tensor's parameters must resolve before anything is written
             for tp in plan.tensors:
-                chosen.resolve(params_for(tp.name), len(experts))
+                check_params(chosen.resolve(params_for(tp.name), len(experts)), f"{config}: tensor {tp.name}", method)
         setup = MergeSetup(
             chosen, resolved, base_commit, expert_commits, list(experts), base_snap,
             base_ref=base, params_for=params_for, config=cfg.source if cfg else None,
-            dtype=cfg.dtype if cfg else None, out_dtype=cfg.out_dtype if cfg else None,
+            dtype=cfg.dtype if cfg else None, out_dtype=cfg.out_dtype if cfg else None, reference=reference,
         )  # fmt: skip
         if budget is not None or explain:
             plan.budget = self._plan_budget(
@@ -350,15 +393,19 @@ class Merging:
         def roundoff_for(tp: TensorPlan) -> float:
             return importance.unit_roundoff(tp.base.dtype, dtype, out_dtype)
 
-        analysis = pair_norms(
-            self.graph, self.store, self.pool, PairCache(self.git_dir / "cache" / "pair-norms.sqlite"),
-            plan, setup.base_commit, setup.expert_commits, self.commit_stats,
-        )  # fmt: skip
         full = plan.expert_bytes
         limit = given.resolve(full) if given is not None else None
+        # analysis never reads more than the merge it plans: at most the budget, at most a full merge
+        price = self._fetch_pricing(plan.fetch_sizes) if self.is_partial else self.store.read_cost
+        analysis = pair_norms(
+            self.graph, self.store, self.pool, PairCache(self.git_dir / "cache" / "pair-norms.sqlite"),
+            plan, setup.reference or setup.base_commit, setup.expert_commits, self.commit_stats,
+            full if limit is None else min(limit, full), price,
+        )  # fmt: skip
         report = importance.BudgetReport(str(budget) if budget is not None else None, limit, select, full)
         report.analyze_pairs, report.analyze_bytes = analysis.pairs_analyzed, analysis.bytes_read
-        cands = importance.candidates(plan, weights_for, analysis.norms)
+        report.analyze = analysis.to_json()
+        cands = importance.candidates(plan, weights_for, analysis.norms, analysis.upper)
         taken = importance.choose(cands, limit, select, seed)
         report.best_share = importance.best_share(cands, limit)
         importance.apply(plan, cands, taken, weights_for, setup.method.name in importance.AFFINE_METHODS,
@@ -416,7 +463,10 @@ class Merging:
             if plan is not None:
                 weights = plan["parameters"].get("weight")
                 out |= {"method": plan["method"], "parameters": plan["parameters"], "seed": plan["seed"]}
-                out["inputs"].append(node(plan["base"], "base", left - 1))
+                if plan["base"] is not None:
+                    out["inputs"].append(node(plan["base"], "base", left - 1))
+                else:  # a method without a base: the commit it was made on is history, not an input
+                    out["inputs"].append(node(info.parents[0], "parent", left - 1))
                 for k, expert in enumerate(plan["experts"]):
                     role = f"expert {expert['name']}"
                     if weights is not None:

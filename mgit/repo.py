@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,7 +52,7 @@ from mgit.store.gc import consolidate, repack
 from mgit.sync import Sync, on_demand
 from mgit.worktree import journal
 from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, fetch_within, over_budget
-from mgit.worktree.index import Index, IndexEntry
+from mgit.worktree.index import Index, IndexEntry, StatKey
 from mgit.worktree.journal import Journal, Write
 from mgit.worktree.scan import Ignorer, walk
 from mgit.worktree.sparse import SparsePatterns, load_patterns, make_patterns, save_patterns, summarize
@@ -282,6 +282,7 @@ class Repository(Merging, Sync):
             index = self._index()
             ignorer = Ignorer(self.root)
             todo: dict[str, os.stat_result] = {}
+            special: list[str] = []  # FIFOs, sockets, devices: never read
             for p in paths:
                 rel = self.relpath(p)
                 full = self.root / rel
@@ -293,7 +294,8 @@ class Repository(Merging, Sync):
                 elif full.is_file() and ignorer.is_ignored(rel):
                     raise BadInputError(f"{rel} is ignored by .mgitignore; remove the pattern to track it")
                 else:
-                    found = walk(self.root, rel, ignorer)
+                    found = walk(self.root, rel, ignorer, special)
+                _refuse_special([r for r in special if r == rel or r in index.entries])
                 for r in under:
                     # A sparse file missing from disk is taken as not checked out (a checkout may
                     # have been interrupted): only `mgit rm` drops tensors a sparse checkout holds.
@@ -312,13 +314,13 @@ class Repository(Merging, Sync):
                     # Unchanged chunks dedup inside the store, so re-ingesting a touched but
                     # unchanged file writes nothing new and yields the same entry.
                     got = ingestor.file(self.root / rel, rel)
-                    after = os.stat(self.root / rel)
+                    after = _unchanged_since(self.root / rel, rel, st)
                     old = index.entries.get(rel)
                     entry, stats = got, self._file_stats_blob(ingestor.file_stats)
                     if old is not None and old.projection and got.kind == "safetensors":
                         entry, stats = self._unproject(rel, old, got, stats)
                     projection = got.oid if entry != got else None
-                    index.set(rel, entry, after if after.st_mtime_ns == st.st_mtime_ns else None, stats, projection)
+                    index.set(rel, entry, after, stats, projection)
                     if old is None or old.entry != entry:
                         result.added.append(rel)
             self.store.seal()  # chunks become visible before anything refers to them
@@ -362,6 +364,10 @@ class Repository(Merging, Sync):
             index = self._index()
             head = self.refs.head()
             head_snap = self._head_snapshot()
+            if head and not allow_empty and index.snapshot() == head_snap:
+                # compared as files, not trees: HEAD's tree also holds its own stats record,
+                # which a commit of the same files would drop (a commit of nothing)
+                raise MgitError("nothing to commit: the index matches HEAD (stage changes with `mgit add`)")
             stats = {
                 p: json.loads(self.graph.blob(ie.stats))["chunks"]
                 for p, ie in index.entries.items()
@@ -560,7 +566,8 @@ class Repository(Merging, Sync):
                 shown = load_safetensors(self.graph, ie.projection, p).manifests
                 whole = snapshot_side(self.graph, self.store, {p: ie.entry}, "working tree", model).tensors
                 tensors |= {k: t for k, t in whole.items() if k[1] not in shown and k not in tensors}
-        return Side("working tree", tensors, vouched.files | hashed.files, vouched.read_file | hashed.read_file)
+        contents, readers = vouched.files | hashed.files, vouched.read_file | hashed.read_file
+        return Side("working tree", tensors, contents, readers, vouched.modes | hashed.modes)
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -1063,77 +1070,148 @@ class Repository(Merging, Sync):
         message: str = "",
         metadata: dict[str, str] | None = None,
         base: str | None = None,
+        branch: str | None = None,
     ) -> str:
-        """Commit tensors straight from memory as the model in directory ``model``.
+        """Commit tensors straight from memory as the model in directory ``model``, on
+        ``branch`` (default: HEAD, the checked-out branch or a detached HEAD).
 
-        Tensors keep the shard file they had in HEAD (new ones go to the single file, or
-        the last shard); the working tree is not written — paths whose file is absent are
-        marked not-checked-out, present ones show as modified until checked out. Changed
-        tensors are delta-encoded against ``base`` (default HEAD).
+        Tensors keep the shard file they had before (new ones go to the single file, or the
+        last shard). On the checked-out branch, the model files that are in the working tree
+        are rewritten to match (atomically, as a checkout writes them) and the index follows,
+        so status is clean and a later plain ``add`` + ``commit`` keeps the checkpoint; files
+        absent from disk stay not checked out. Uncommitted changes in those files are refused
+        first. On another branch, the working tree and index are left as they are. Changed
+        tensors are delta-encoded against ``base`` (default: the branch's tip).
         """
-        from mgit.model.torch_io import dtype_name, tensor_bytes
-
         if not message.strip():
             raise BadInputError("empty commit message")
         for name in state_dict:
             if not isinstance(name, str):
                 raise BadInputError(f"tensor names must be strings, got {name!r}")
         with self._writing():
-            head = self.refs.head()
-            snap = self._head_snapshot()
-            parents = self._parent_lookup(self.snapshot(base) if base else snap)
-            model_dir = self.relpath(model)
-            old_files = _models(snap).get(model_dir, [])
-            assignment: dict[str, list[str]] = {p: [] for p in old_files}
-            old_home = {}
-            for path in old_files:
-                for name in load_safetensors(self.graph, snap[path].oid, path).manifests:
-                    old_home[name] = path
-            default = old_files[-1] if old_files else posixpath.join(model_dir, "model.safetensors")
-            for name in sorted(state_dict):
-                assignment.setdefault(old_home.get(name, default), []).append(name)
-            index = self._index()
-            total = sum(t.numel() * t.element_size() for t in state_dict.values())
-            with byte_progress("commit", total) as bar:
-                ingestor = Ingestor(self.graph, self.store, self.pool, bar, parents)
-                new_files, stats = {}, {}
-                for path, names in assignment.items():
-                    if not names:
-                        snap.pop(path, None)
-                        continue
-                    ingestor.begin_file(path)
-                    meta = metadata
-                    if meta is None and path in old_files:
-                        meta = load_safetensors(self.graph, snap[path].oid, path).layout.metadata
-                    specs, ids = [], {}
-                    for name in names:
-                        t = state_dict[name]
-                        dtype = lookup(dtype_name(t.dtype))
-                        raw = tensor_bytes(t)
-                        specs.append((name, dtype, tuple(t.shape)))
-                        read = lambda o, n, r=raw: r[o : o + n]  # noqa: E731
-                        ids[name] = ingestor.tensor(name, dtype, tuple(t.shape), len(raw), read)
-                    tree = ingestor.safetensors_tree(build_header(specs, meta), ids)
-                    snap[path] = new_files[path] = Entry("safetensors", tree)
-                    stats[path] = ingestor.file_stats
-            self._update_shard_index(snap, model_dir, assignment, total)
+            checked_out = branch is None or branch == self.refs.current_branch()
+            if checked_out:
+                tip = self.refs.head()
+            elif branch in self.refs.branches():
+                tip = self.refs.branches()[branch]
+            else:
+                raise BadInputError(f"branch {branch!r} not found; create it first with `mgit branch {branch}`")
+            before = read_snapshot(self.graph, self.graph.commit(tip).tree) if tip else {}
+            snap, stats = self._ingest_state_dict(state_dict, dict(before), self.relpath(model), metadata, base)
+            touched = {p for p in set(before) | set(snap) if before.get(p) != snap.get(p)}
+            index = self._index() if checked_out else None
+            if index is not None:
+                self._refuse_state_dict_overwrites(index, before, touched)
             self.store.seal()
-            commit = self._commit_tree(write_snapshot(self.graph, snap, self._stats_root(stats)), head, message)
-            for path in set(old_files) - set(new_files):
-                index.entries.pop(path, None)
-            patterns = load_patterns(self.git_dir)
-            for path, entry in new_files.items():
-                absent = not (self.root / path).exists()
-                # sparse: a file in place counts as (stale) projection, so `add` keeps the tensors left out
-                projection = self._form(entry, path, patterns).projection(entry)
-                index.entries[path] = IndexEntry(entry, skip_worktree=absent, projection=projection)
-            shard_index = posixpath.join(model_dir, "model.safetensors.index.json")
-            staged = index.entries.get(shard_index)
-            if shard_index in snap and staged is not None and staged.entry != snap[shard_index]:
-                # stage the rewritten weight map too, or the next commit would bring the old one back
-                index.entries[shard_index] = IndexEntry(snap[shard_index])
+            commit = self._new_commit(write_snapshot(self.graph, snap, self._stats_root(stats)), tip, message)
+            summary = f"{'commit' if tip else 'commit (initial)'}: {message.strip().splitlines()[0]}"
+            if index is None:
+                assert branch is not None
+                self.refs.advance_branch(branch, tip, commit, summary)
+                return commit
+            # working files and index first, the branch last: a failure in between leaves the
+            # checkpoint staged (never a stale file that a later commit would take back)
+            self._follow_state_dict(index, commit, snap, touched)
             index.save()
+            self.refs.advance_head(tip, commit, summary)
             return commit
+
+    def _ingest_state_dict(
+        self,
+        state_dict: Mapping[str, torch.Tensor],
+        snap: Snapshot,
+        model_dir: str,
+        metadata: dict[str, str] | None,
+        base: str | None,
+    ) -> tuple[Snapshot, dict[str, list]]:
+        """Store the tensors as the safetensors files of ``model_dir`` in ``snap`` (changed in
+        place and returned, with each file's relative statistics)."""
+        from mgit.model.torch_io import dtype_name, tensor_bytes
+
+        parents = self._parent_lookup(self.snapshot(base) if base else snap)
+        old_files = _models(snap).get(model_dir, [])
+        assignment: dict[str, list[str]] = {p: [] for p in old_files}
+        old_home = {}
+        for path in old_files:
+            for name in load_safetensors(self.graph, snap[path].oid, path).manifests:
+                old_home[name] = path
+        default = old_files[-1] if old_files else posixpath.join(model_dir, "model.safetensors")
+        for name in sorted(state_dict):
+            assignment.setdefault(old_home.get(name, default), []).append(name)
+        total = sum(t.numel() * t.element_size() for t in state_dict.values())
+        stats = {}
+        with byte_progress("commit", total) as bar:
+            ingestor = Ingestor(self.graph, self.store, self.pool, bar, parents)
+            for path, names in assignment.items():
+                if not names:
+                    snap.pop(path, None)
+                    continue
+                ingestor.begin_file(path)
+                meta = metadata
+                if meta is None and path in old_files:
+                    meta = load_safetensors(self.graph, snap[path].oid, path).layout.metadata
+                specs, ids = [], {}
+                for name in names:
+                    t = state_dict[name]
+                    dtype = lookup(dtype_name(t.dtype))
+                    raw = tensor_bytes(t)
+                    specs.append((name, dtype, tuple(t.shape)))
+                    read = lambda o, n, r=raw: r[o : o + n]  # noqa: E731
+                    ids[name] = ingestor.tensor(name, dtype, tuple(t.shape), len(raw), read)
+                tree = ingestor.safetensors_tree(build_header(specs, meta), ids)
+                snap[path] = Entry("safetensors", tree)
+                stats[path] = ingestor.file_stats
+        self._update_shard_index(snap, model_dir, assignment, total)
+        return snap, stats
+
+    def _refuse_state_dict_overwrites(self, index: Index, before: Snapshot, touched: set[str]) -> None:
+        """Uncommitted changes in the files a commit from memory rewrites would be lost: refuse."""
+        dirty = []
+        for p in sorted(touched):
+            ie, path = index.entries.get(p), self.root / p
+            if ie is None:
+                if path.exists():
+                    dirty.append(p)  # an untracked file where the commit puts one
+            elif ie.entry != before.get(p) or (path.is_file() and not self._clean(p, ie.worktree, index)):
+                dirty.append(p)
+        if dirty:
+            shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+            raise DirtyWorktreeError(
+                f"committing tensors from memory would overwrite uncommitted changes in {shown}; "
+                "commit or discard them first (nothing was committed)"
+            )
+
+    def _follow_state_dict(self, index: Index, commit: str, snap: Snapshot, touched: set[str]) -> None:
+        """Bring the working files and index of ``touched`` paths to ``snap`` (known clean):
+        files on disk are written as a checkout writes them, absent ones stay not checked out."""
+        patterns = load_patterns(self.git_dir)
+        todo: dict[str, Entry] = {}
+        forms: dict[str, WorkForm] = {}
+        for p in sorted(touched):
+            ie, path = index.entries.get(p), self.root / p
+            if p not in snap:  # a shard left without tensors
+                index.entries.pop(p, None)
+                if path.is_file():
+                    path.unlink()
+                    _prune_dirs(self.root, p)
+                continue
+            entry = snap[p]
+            form = forms[p] = self._form(entry, p, patterns)
+            if ie is not None and _shown(ie) == form and not ie.skip_worktree:
+                # the working file already shows it (a sparse file: a left-out tensor changed)
+                index.entries[p] = replace(ie, entry=entry, stats=None, projection=form.projection(entry))
+            elif path.is_file():
+                todo[p] = entry
+            else:
+                index.entries[p] = IndexEntry(entry, skip_worktree=True, projection=form.projection(entry))
+        self._write_files(index, todo, CheckoutResult(commit), forms=forms)
+
+    def _new_commit(self, tree: str, parent: str | None, message: str) -> str:
+        """A commit object of ``tree`` on ``parent``, refused when it changes nothing."""
+        if parent and self.graph.commit(parent).tree == tree:
+            raise MgitError("nothing to commit: these tensors are what the branch holds already")
+        who = self.identity()
+        return self.graph.put_commit(tree, [parent] if parent else [], message, who, who)
 
     def _update_shard_index(
         self, snap: Snapshot, model_dir: str, assignment: dict[str, list[str]], total_size: int
@@ -1144,7 +1222,9 @@ class Repository(Merging, Sync):
             return
         try:
             doc = json.loads(self.graph.blob(snap[path].oid))
-        except ValueError:
+        except (ValueError, RecursionError):
+            return
+        if not isinstance(doc, dict):
             return
         doc["weight_map"] = {
             name: posixpath.relpath(file, model_dir or ".") for file, names in assignment.items() for name in names
@@ -1153,6 +1233,29 @@ class Repository(Merging, Sync):
             doc["metadata"]["total_size"] = total_size
         blob = json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"
         snap[path] = Entry("blob", self.graph.put_blob(blob), snap[path].mode)
+
+
+def _refuse_special(paths: list[str]) -> None:
+    """A path named or tracked that is no regular file is refused (reading a FIFO blocks)."""
+    if paths:
+        raise BadInputError(
+            f"cannot add {paths[0]}: not a regular file (a FIFO, socket or device); "
+            "mgit tracks regular files and symlinks to them"
+        )
+
+
+def _unchanged_since(path: Path, rel: str, seen: os.stat_result) -> os.stat_result:
+    """The file's stat after ``add`` read it; a file rewritten, replaced or touched since
+    ``seen`` (its stat before the read) may have been read as a mix of two versions: refused."""
+    try:
+        after = os.stat(path)
+    except OSError:
+        after = None
+    if after is None or StatKey.of(after) != StatKey.of(seen):
+        raise BadInputError(
+            f"{rel} changed while mgit was reading it; nothing was staged. Run `mgit add` again once it is written"
+        )
+    return after
 
 
 def _shown(ie: IndexEntry) -> WorkForm:

@@ -75,6 +75,10 @@ class Refs:
         if branch:
             self.log_head(old, new, message)
 
+    def advance_branch(self, name: str, old: str, new: str, message: str) -> None:
+        """Move a branch that is not checked out from old to new, atomically (HEAD stays)."""
+        self._cas(f"{HEADS}{name}", old, new, message)
+
     def log_head(self, old: str | None, new: str, message: str) -> None:
         """Append to HEAD's reflog, as git does for every move of HEAD (dulwich only logs
         the branch a symbolic HEAD points to); it keeps deleted branches' commits reachable."""

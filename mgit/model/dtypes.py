@@ -68,10 +68,16 @@ def lookup(name: str) -> DType | None:
     return DTYPES.get(name)
 
 
+# NaN/Inf (signalling NaN payloads included) are data in a checkpoint, not errors: numpy's
+# "invalid value"/"overflow" warnings about them are silenced wherever the numbers are data.
+data_math = np.errstate(invalid="ignore", over="ignore")
+
+
 def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+@data_math
 def to_float64(raw: bytes | memoryview, dtype: DType) -> np.ndarray:
     """The chunk's numbers as float64 (exact for every dtype; complex numbers become
     (real, imaginary) pairs). bf16 is widened by a bit shift: plain numpy loops that
@@ -102,6 +108,7 @@ def _blocks(raw: bytes | memoryview, dtype: DType) -> list[memoryview]:
     return [view[i : i + step] for i in range(0, len(view), step)]
 
 
+@data_math
 def chunk_stats(raw: memoryview | bytes, dtype: DType) -> tuple[float | None, float | None]:
     """(L2 norm, max |x|) of one chunk in float64; None where undefined or non-finite.
     Summed block by block (fixed blocks, fixed order: still deterministic)."""
@@ -117,6 +124,7 @@ def chunk_stats(raw: memoryview | bytes, dtype: DType) -> tuple[float | None, fl
     return _finite_or_none(math.sqrt(squares)), _finite_or_none(float(np.max(peaks)))  # np.max keeps a NaN
 
 
+@data_math
 def delta_l2(raw: bytes | memoryview, base: bytes | memoryview, dtype: DType | None) -> float | None:
     """‖raw − base‖₂ as numbers of ``dtype``, in float64 (None where undefined)."""
     if dtype is None or dtype.numpy is None:
