@@ -949,7 +949,7 @@ class Repository(Merging, Sync):
                     if dest.is_file():
                         dest.unlink()
                         _prune_dirs(self.root, p)
-                    index.entries[p] = IndexEntry(entry, skip_worktree=True, projection=form.entry.oid)
+                    index.entries[p] = IndexEntry(entry, skip_worktree=True, projection=form.projection(entry))
                     result.left_out.append(p)
                     continue
                 ready = staged.get(p)
@@ -1110,10 +1110,11 @@ class Repository(Merging, Sync):
                 self.refs.advance_branch(branch, tip, commit, summary)
                 return commit
             # working files and index first, the branch last: a failure in between leaves the
-            # checkpoint staged (never a stale file that a later commit would take back)
-            self._follow_state_dict(index, commit, snap, touched)
-            index.save()
-            self.refs.advance_head(tip, commit, summary)
+            # checkpoint staged (never a stale file that a later commit would take back); journaled,
+            # so a killed run's working files, index and branch are finished by the next command
+            plan = Journal("commit", "tensors from memory", commit, head="advance", old_head=tip, message=summary)
+            result = self._follow_state_dict(index, commit, snap, touched, plan)
+            self._complete(plan, index, result)
             return commit
 
     def _ingest_state_dict(
@@ -1181,30 +1182,35 @@ class Repository(Merging, Sync):
                 "commit or discard them first (nothing was committed)"
             )
 
-    def _follow_state_dict(self, index: Index, commit: str, snap: Snapshot, touched: set[str]) -> None:
+    def _follow_state_dict(
+        self, index: Index, commit: str, snap: Snapshot, touched: set[str], plan: Journal
+    ) -> CheckoutResult:
         """Bring the working files and index of ``touched`` paths to ``snap`` (known clean):
-        files on disk are written as a checkout writes them, absent ones stay not checked out."""
+        files on disk are written as a checkout writes them, absent ones stay not checked out.
+        ``plan`` (the journal) gets every step and is saved before the first change on disk."""
         patterns = load_patterns(self.git_dir)
         todo: dict[str, Entry] = {}
         forms: dict[str, WorkForm] = {}
         for p in sorted(touched):
             ie, path = index.entries.get(p), self.root / p
             if p not in snap:  # a shard left without tensors
-                index.entries.pop(p, None)
-                if path.is_file():
-                    path.unlink()
-                    _prune_dirs(self.root, p)
+                plan.removes.append(p)
                 continue
             entry = snap[p]
             form = forms[p] = self._form(entry, p, patterns)
             if ie is not None and _shown(ie) == form and not ie.skip_worktree:
                 # the working file already shows it (a sparse file: a left-out tensor changed)
                 index.entries[p] = replace(ie, entry=entry, stats=None, projection=form.projection(entry))
+                plan.writes[p] = Write(entry, form.entry)  # a recovery finds it written
             elif path.is_file():
                 todo[p] = entry
+                plan.writes[p] = Write(entry, form.entry)
             else:
                 index.entries[p] = IndexEntry(entry, skip_worktree=True, projection=form.projection(entry))
-        self._write_files(index, todo, CheckoutResult(commit), forms=forms)
+                plan.writes[p] = Write(entry, form.entry, written=False)
+        result = CheckoutResult(commit)
+        self._write_files(index, todo, result, forms=forms, plan=plan)
+        return result
 
     def _new_commit(self, tree: str, parent: str | None, message: str) -> str:
         """A commit object of ``tree`` on ``parent``, refused when it changes nothing."""

@@ -366,3 +366,45 @@ def test_a_full_disk_while_saving_the_index_leaves_no_temporary(repo: Repository
     assert caught.value.filename == str(repo.git_dir / "mgit-index.json")
     assert not (repo.git_dir / "mgit-index.json.tmp").exists()
     assert not [p for p in (repo.git_dir / "chunks" / "packs").iterdir() if not p.with_suffix(".idx").exists()]
+
+
+def _killed_in_child(fn) -> int:
+    """Run ``fn`` in a forked child whose ``Repository._complete`` (what follows a journaled
+    operation's file writes: index, HEAD) SIGKILLs it; the child's wait status."""
+    import signal
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            Repository._complete = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+            fn()
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def test_commit_state_dict_killed_after_writing_the_working_files(repo: Repository) -> None:
+    """Killed between rewriting the checked-out model and moving the branch: the next command
+    finishes it (index and branch), so status is clean and the checkpoint is HEAD."""
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    new = llama_state_dict(TINY, seed=5)
+    root = repo.root
+    repo.close()
+
+    def checkpoint() -> None:
+        with Repository(root) as r:
+            r.commit_state_dict(new, model="model", message="step 5")
+
+    assert _killed_in_child(checkpoint) == -9
+    assert journal.exists(root / ".mgit")
+    with Repository(root) as again:
+        st = again.status()
+        assert not (st.staged or st.unstaged or st.untracked)
+        assert again.graph.commit(again.refs.head()).summary == "step 5"
+        got = again.state_dict("HEAD", names=["lm_head.weight"])
+    assert bool((got["lm_head.weight"] == new["lm_head.weight"]).all())
+    assert not journal.exists(root / ".mgit")
