@@ -148,6 +148,7 @@ SCENARIOS = [
     Scenario("checkout", setup_checkout, ["checkout", "b"]),
     Scenario("checkout (detached)", setup_checkout, ["checkout", "b~0"]),
     Scenario("checkout (sparse)", setup_checkout, ["checkout", "b", "--include", "layer0.*"]),
+    Scenario("reset --hard", setup_checkout, ["reset", "--hard", "b"]),
     Scenario(
         "merge",
         setup_merge,

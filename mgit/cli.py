@@ -28,7 +28,7 @@ from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
 from mgit.merge.importance import TensorBudget
 from mgit.merge.plan import MergePlan
 from mgit.merge.record import plan_record
-from mgit.remote.transfer import Transfer
+from mgit.remote.transfer import Transfer, is_ancestor
 from mgit.repo import Repository
 from mgit.worktree.sparse import SparseSummary
 from mgit.worktree.status import FileStatus
@@ -53,6 +53,42 @@ def _dump(schema: str, payload: dict) -> None:
 
 def _paths_after_dashdash() -> list[str] | None:
     return _state["paths"]
+
+
+# -- shell completion (click's: `_MGIT_COMPLETE=bash_source mgit`, or `mgit completion bash`) ----------
+
+
+def _names_for_completion(ctx: click.Context, kinds: tuple[str, ...]) -> list[str]:
+    """Branch, tag, remote-tracking branch or remote names of the repository ``-C`` names; none
+    outside a repository (completion never fails)."""
+    directory = ctx.find_root().params.get("directory") or "."
+    try:
+        with Repository(directory) as repo:
+            found = {
+                "branch": lambda: list(repo.branches()),
+                "tag": lambda: list(repo.tags()),
+                "remote_branch": lambda: list(repo.remote_branches()),
+                "remote": lambda: list(repo.remotes()),
+                "head": lambda: ["HEAD"],
+            }
+            return [name for kind in kinds for name in sorted(found[kind]())]
+    except (MgitError, OSError):
+        return []
+
+
+def _completer(*kinds: str):
+    """A click ``shell_complete`` callback offering the names of ``kinds`` that start as typed."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+        return [n for n in _names_for_completion(ctx, kinds) if n.startswith(incomplete)]
+
+    return complete
+
+
+complete_rev = _completer("branch", "tag", "remote_branch", "head")
+complete_branch = _completer("branch")
+complete_tag = _completer("tag")
+complete_remote = _completer("remote")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -96,11 +132,20 @@ def config(ctx: click.Context, key: str, value: str | None) -> None:
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--base", metavar="REV", help="Delta-encode changed tensors against REV (default HEAD).")
+@click.option(
+    "--base",
+    metavar="REV",
+    shell_complete=complete_rev,
+    help="Delta-encode changed tensors against REV (default HEAD).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.add/1).")
 @click.pass_context
-def add(ctx: click.Context, paths: tuple[str, ...], base: str | None) -> None:
+def add(ctx: click.Context, paths: tuple[str, ...], base: str | None, as_json: bool) -> None:
     """Stage PATHS: new, changed and deleted files under them."""
     res = _repo(ctx).add(_abs(paths), base=base)
+    if as_json:
+        _dump("mgit.add/1", vars(res))
+        return
     if res.added or res.removed:
         err.print(
             f"staged {len(res.added)} file(s), unstaged {len(res.removed)} deleted; "
@@ -209,11 +254,16 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @cli.command()
 @click.option("-m", "--message", required=True, help="Commit message.")
 @click.option("--allow-empty", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.commit/1).")
 @click.pass_context
-def commit(ctx: click.Context, message: str, allow_empty: bool) -> None:
+def commit(ctx: click.Context, message: str, allow_empty: bool, as_json: bool) -> None:
     """Record the staged files as a new commit."""
     repo = _repo(ctx)
     sha = repo.commit(message, allow_empty=allow_empty)
+    if as_json:
+        info = repo.graph.commit(sha)
+        _dump("mgit.commit/1", {"commit": sha, "branch": repo.refs.current_branch(), "parents": list(info.parents)})
+        return
     where = repo.refs.current_branch() or "detached HEAD"
     click.echo(f"[{where} {sha[:12]}] {message.strip().splitlines()[0]}")
 
@@ -223,7 +273,7 @@ def _when(t: int, tz: int) -> str:
 
 
 @cli.command()
-@click.argument("rev", default="HEAD")
+@click.argument("rev", default="HEAD", shell_complete=complete_rev)
 @click.option("--depth", type=int, default=50, show_default=True, help="How many generations to follow.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.lineage/1).")
 @click.pass_context
@@ -268,7 +318,7 @@ def _graph_lines(repo: Repository, c: CommitInfo) -> list[str]:
 
 
 @cli.command()
-@click.argument("rev", default="HEAD")
+@click.argument("rev", default="HEAD", shell_complete=complete_rev)
 @click.option("--oneline", is_flag=True, help="One line per commit.")
 @click.option("--graph", is_flag=True, help="Draw merges with their experts.")
 @click.option("-n", "--max-count", type=int, default=None)
@@ -331,14 +381,17 @@ def log(ctx: click.Context, rev: str, oneline: bool, graph: bool, max_count: int
 
 
 @cli.command()
-@click.argument("name", required=False)
-@click.argument("rev", default="HEAD")
+@click.argument("name", required=False, shell_complete=complete_tag)
+@click.argument("rev", default="HEAD", shell_complete=complete_rev)
 @click.option("-d", "--delete", is_flag=True, help="Delete the tag NAME.")
+@click.option("--json", "as_json", is_flag=True, help="List as JSON (schema mgit.tag/1).")
 @click.pass_context
-def tag(ctx: click.Context, name: str | None, rev: str, delete: bool) -> None:
+def tag(ctx: click.Context, name: str | None, rev: str, delete: bool, as_json: bool) -> None:
     """List tags, create tag NAME at REV, or delete it with -d."""
     repo = _repo(ctx)
-    if name is None:
+    if as_json and name is None:
+        _dump("mgit.tag/1", {"tags": [{"name": t, "commit": c} for t, c in sorted(repo.tags().items())]})
+    elif name is None:
         for t in sorted(repo.tags()):
             click.echo(t)
     elif delete:
@@ -348,32 +401,108 @@ def tag(ctx: click.Context, name: str | None, rev: str, delete: bool) -> None:
 
 
 @cli.command()
-@click.argument("name", required=False)
-@click.argument("rev", default="HEAD")
-@click.option("-d", "--delete", is_flag=True, help="Delete the branch NAME.")
+@click.argument("name", required=False, shell_complete=complete_branch)
+@click.argument("rev", required=False, shell_complete=complete_rev)
+@click.option("-d", "--delete", is_flag=True, help="Delete the branch NAME (refused if not merged).")
+@click.option("-D", "force_delete", is_flag=True, help="Delete the branch NAME, merged or not.")
+@click.option("-f", "--force", is_flag=True, help="Move branch NAME to REV even if it exists.")
+@click.option("-m", "--move", "rename", is_flag=True, help="Rename: `-m OLD NEW` (or `-m NEW`: the current branch).")
+@click.option("-r", "--remotes", "remotes_only", is_flag=True, help="List the remote-tracking branches.")
+@click.option("-a", "--all", "list_all", is_flag=True, help="List local and remote-tracking branches.")
+@click.option("--json", "as_json", is_flag=True, help="List as JSON (schema mgit.branch/1).")
 @click.pass_context
-def branch(ctx: click.Context, name: str | None, rev: str, delete: bool) -> None:
-    """List branches, create branch NAME at REV, or delete it with -d."""
+def branch(
+    ctx: click.Context,
+    name: str | None,
+    rev: str | None,
+    delete: bool,
+    force_delete: bool,
+    force: bool,
+    rename: bool,
+    remotes_only: bool,
+    list_all: bool,
+    as_json: bool,
+) -> None:
+    """List branches, create branch NAME at REV (-f: move it there), rename (-m OLD NEW) or
+    delete one (-d; -D even if not merged)."""
     repo = _repo(ctx)
     if name is None:
-        current = repo.refs.current_branch()
-        for b in sorted(repo.branches()):
-            out.print(f"* [green]{b}[/green]" if b == current else f"  {b}", markup=True)
-    elif delete:
-        repo.delete_branch(name)
+        if delete or force_delete or force or rename:
+            raise click.UsageError("-d, -D, -f and -m need a branch NAME")
+        _list_branches(repo, remotes_only, list_all, as_json)
+    elif delete or force_delete:
+        if rev is not None:
+            raise click.UsageError("-d/-D take one branch NAME")
+        repo.delete_branch(name, force=force_delete)
         click.echo(f"Deleted branch {name}")
+    elif rename:
+        old = name if rev is not None else repo.refs.current_branch()
+        if old is None:
+            raise click.UsageError("HEAD is detached: name the branch to rename, mgit branch -m OLD NEW")
+        repo.rename_branch(old, rev or name)
     else:
-        repo.create_branch(name, rev)
+        repo.create_branch(name, rev or "HEAD", force=force)
+
+
+def _list_branches(repo: Repository, remotes_only: bool, list_all: bool, as_json: bool) -> None:
+    """`mgit branch` listings: local (default), remote-tracking (-r) or both (-a); JSON holds both."""
+    current = repo.refs.current_branch()
+    local, tracking = repo.branches(), repo.remote_branches()
+    if as_json:
+        _dump(
+            "mgit.branch/1",
+            {
+                "current": current,
+                "head": repo.refs.head(),
+                "branches": [{"name": b, "commit": c, "current": b == current} for b, c in sorted(local.items())],
+                "remote_branches": [{"name": b, "commit": c} for b, c in sorted(tracking.items())],
+            },
+        )
+        return
+    if not remotes_only:
+        for b in sorted(local):
+            out.print(f"* [green]{b}[/green]" if b == current else f"  {b}", markup=True)
+    if remotes_only or list_all:
+        prefix = "remotes/" if list_all else ""
+        for b in sorted(tracking):
+            out.print(f"  [red]{prefix}{b}[/red]", markup=True)
 
 
 @cli.command()
-@click.argument("rev", required=False)
+@click.argument("rev", default="HEAD", shell_complete=complete_rev)
+@click.option("--soft", "mode", flag_value="soft", help="Move the branch only; keep the index and working tree.")
+@click.option(
+    "--mixed", "mode", flag_value="mixed", default=True, help="Also reset the index; keep the working files (default)."
+)
+@click.option("--hard", "mode", flag_value="hard", help="Also overwrite the index and working tree with REV's.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.reset/1).")
+@click.pass_context
+def reset(ctx: click.Context, rev: str, mode: str, as_json: bool) -> None:
+    """Move the current branch (or detached HEAD) to REV; `mgit reset --hard HEAD^1` undoes a merge."""
+    repo = _repo(ctx)
+    res = repo.reset(rev, mode=mode)
+    if as_json:
+        _dump("mgit.reset/1", vars(res))
+        return
+    if mode == "hard":
+        click.echo(f"HEAD is now at {res.commit[:12]} {repo.graph.commit(res.commit).summary}")
+    elif mode == "mixed" and res.unstaged:
+        unstaged = repo.status().unstaged
+        if unstaged:
+            click.echo("Unstaged changes after reset:")
+            for f in unstaged:
+                click.echo(f"{f.change[0].upper()}\t{f.path}")
+
+
+@cli.command()
+@click.argument("rev", required=False, shell_complete=complete_rev)
 @click.option("-b", "new_branch", metavar="NAME", help="Create branch NAME at REV (default HEAD) and switch to it.")
 @click.option("-f", "--force", is_flag=True, help="Discard local changes in the way.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Sparse: only tensors matching (fnmatch, repeatable).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Sparse: leave out tensors matching (repeatable).")
 @click.option("--full", is_flag=True, help="Back to a full checkout (every tensor).")
 @click.option("--budget", metavar="SIZE", help="Refuse to read and fetch more than SIZE (e.g. 500MB, 2GiB).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.checkout/1).")
 @click.pass_context
 def checkout(
     ctx: click.Context,
@@ -384,6 +513,7 @@ def checkout(
     exclude: tuple[str, ...],
     full: bool,
     budget: str | None,
+    as_json: bool,
 ) -> None:
     """Switch to REV, or restore paths from it: `mgit checkout REV -- PATH...`.
     --include/--exclude make the checkout sparse (kept for later checkouts until --full)."""
@@ -393,6 +523,12 @@ def checkout(
         rev, _abs(paths) if paths else None, create_branch=new_branch, force=force,
         include=include, exclude=exclude, full=full, budget=budget,
     )  # fmt: skip
+    if as_json:
+        doc = {k: v for k, v in vars(res).items() if k != "cost"}
+        doc["branch"] = repo.refs.current_branch()
+        doc["cost"] = None if res.cost is None else {**vars(res.cost), "total": res.cost.total}
+        _dump("mgit.checkout/1", doc)
+        return
     if paths:
         err.print(f"restored {len(res.written)} file(s)")
         return
@@ -443,7 +579,7 @@ def _usage_line(u: Usage) -> str:
 
 
 @cli.command()
-@click.argument("rev", default="HEAD")
+@click.argument("rev", default="HEAD", shell_complete=complete_rev)
 @click.option("--stats", is_flag=True, help="Add storage statistics (as `mgit du REV`).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.show/1).")
 @click.pass_context
@@ -590,7 +726,7 @@ def _print_explain(plan: MergePlan) -> None:
 
 
 @cli.command()
-@click.argument("rev", required=False)
+@click.argument("rev", required=False, shell_complete=complete_rev)
 @click.option("-n", "--max-count", type=int, default=20, help="Commits to list when no REV is given.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.du/1).")
 @click.pass_context
@@ -664,20 +800,27 @@ def _print_reflog(repo: Repository, ref: str) -> None:
         out.print(f"{new[:12]} {ref}@{{{i}}} {stamp} {escape(message)}")
 
 
+def _reflog_json(repo: Repository, ref: str) -> None:
+    entries = [{"old": old or None, "new": new, "time": when, "message": m} for old, new, when, m in repo.reflog(ref)]
+    _dump("mgit.reflog/1", {"ref": ref, "entries": entries})
+
+
 @cli.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.reflog/1).")
 @click.pass_context
-def reflog(ctx: click.Context) -> None:
+def reflog(ctx: click.Context, as_json: bool) -> None:
     """Where HEAD has been; `reflog show REF`, `reflog expire` (forget old entries)."""
     if ctx.invoked_subcommand is None:
-        _print_reflog(_repo(ctx), "HEAD")
+        (_reflog_json if as_json else _print_reflog)(_repo(ctx), "HEAD")
 
 
 @reflog.command("show")
-@click.argument("ref", default="HEAD")
+@click.argument("ref", default="HEAD", shell_complete=complete_rev)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.reflog/1).")
 @click.pass_context
-def reflog_show(ctx: click.Context, ref: str) -> None:
+def reflog_show(ctx: click.Context, ref: str, as_json: bool) -> None:
     """The moves of REF (HEAD, refs/heads/NAME, ...), newest first."""
-    _print_reflog(_repo(ctx), ref)
+    (_reflog_json if as_json else _print_reflog)(_repo(ctx), ref)
 
 
 @reflog.command("expire")
@@ -740,7 +883,7 @@ def _tensor_json(t: TensorDiff) -> dict:
 
 
 @cli.command()
-@click.argument("revs", nargs=-1)
+@click.argument("revs", nargs=-1, shell_complete=complete_rev)
 @click.option("--staged", is_flag=True, help="Compare the index (not the working tree) with REV/HEAD.")
 @click.option("--stat", is_flag=True, help="One line per file, from chunk ids only (no tensor data read).")
 @click.option("--by-layer", is_flag=True, help="Group by layer index and module (attn, mlp, norm, embed, experts.N).")
@@ -888,7 +1031,7 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 
 
 @cli.command()
-@click.argument("experts", nargs=-1)
+@click.argument("experts", nargs=-1, shell_complete=complete_rev)
 @click.option("--method", help="linear, task_arithmetic, ties, dare_linear, dare_ties, ... (see docs/merging.md)")
 @click.option("--config", "config", type=click.Path(dir_okay=False), help="a mergekit YAML config instead")
 @click.option("--weights", "weight", metavar="W[,W...]", help="weight per expert (or one for all)")
@@ -900,7 +1043,7 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--normalize/--no-normalize", default=None, help="divide by the sum of weights")
 @click.option("--rescale/--no-rescale", default=None, help="restore the L1 norm of sparsified deltas")
 @click.option("--param", "extra", multiple=True, metavar="NAME=VALUE", help="any other mergekit parameter")
-@click.option("--base", metavar="REV", help="base revision (default HEAD)")
+@click.option("--base", metavar="REV", shell_complete=complete_rev, help="base revision (default HEAD)")
 @click.option("-b", "branch", metavar="NAME", help="put the merge on a new branch NAME")
 @click.option("-m", "--message", help="commit message")
 @click.option("--seed", type=int, help="seed of random methods (recorded; default random)")
@@ -922,7 +1065,12 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 )
 @click.option("--explain", is_flag=True, help="print the budgeted plan per layer (bytes, captured share, bound)")
 @click.option("--dry-run", is_flag=True, help="print the plan (what would be read); read no tensor data")
-@click.option("--json", "as_json", is_flag=True, help="with --dry-run/--explain: the plan as JSON (mgit.plan/1)")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="the merge result as JSON (mgit.merge/1); with --dry-run/--explain the plan (mgit.plan/1)",
+)
 @click.pass_context
 def merge(
     ctx: click.Context,
@@ -1002,6 +1150,9 @@ def merge(
         budget_select=budget_select, **params,
     )  # fmt: skip
     record = repo.merge_record(sha)
+    if as_json:
+        _dump("mgit.merge/1", _merge_json(repo, sha, record))
+        return
     b = record["bytes"]
     err.print(
         f"merged {len(record['experts'])} expert(s) with {record['method']} → {sha[:12]} "
@@ -1011,6 +1162,29 @@ def merge(
     )
     if "budget" in record:
         err.print("  " + _budget_line(record["budget"]))
+
+
+def _merge_json(repo: Repository, sha: str, record: dict) -> dict:
+    """A merge's result for scripts: the commit, the bytes read and the plan in summary."""
+    decisions: dict[str, int] = {}
+    for t in record["tensors"]:
+        decisions[t.get("decision") or "planned"] = decisions.get(t.get("decision") or "planned", 0) + 1
+    return {
+        "commit": sha,
+        "branch": repo.refs.current_branch(),
+        "method": record["method"],
+        "parameters": record["parameters"],
+        "seed": record["seed"],
+        "base": record["base"],
+        "experts": record["experts"],
+        "bytes": record["bytes"],
+        "plan": {
+            "tensors": len(record["tensors"]),
+            "decisions": decisions,
+            "untouched": sum(1 for t in record["tensors"] if not any(t["expert_chunks_read"])),
+            "budget": record.get("budget"),
+        },
+    }
 
 
 # -- remotes ----------------------------------------------------------------------------------
@@ -1037,10 +1211,13 @@ def _transfer_line(verb: str, t: Transfer) -> str:
 
 
 @cli.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="List as JSON (schema mgit.remote/1).")
 @click.pass_context
-def remote(ctx: click.Context) -> None:
+def remote(ctx: click.Context, as_json: bool) -> None:
     """List remotes; `remote add NAME URL`, `remote remove NAME`."""
-    if ctx.invoked_subcommand is None:
+    if ctx.invoked_subcommand is None and as_json:
+        _dump("mgit.remote/1", {"remotes": [{"name": n, "url": u} for n, u in sorted(_repo(ctx).remotes().items())]})
+    elif ctx.invoked_subcommand is None:
         for name, url in sorted(_repo(ctx).remotes().items()):
             out.print(f"{name}\t{url}")
 
@@ -1056,7 +1233,7 @@ def remote_add(ctx: click.Context, name: str, url: str, token_file: str | None) 
 
 
 @remote.command("remove")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_remote)
 @click.pass_context
 def remote_remove(ctx: click.Context, name: str) -> None:
     """Forget a remote (and its remote-tracking branches)."""
@@ -1064,8 +1241,8 @@ def remote_remove(ctx: click.Context, name: str) -> None:
 
 
 @cli.command()
-@click.argument("remote_name", metavar="[REMOTE]", default="origin")
-@click.argument("branch", required=False)
+@click.argument("remote_name", metavar="[REMOTE]", default="origin", shell_complete=complete_remote)
+@click.argument("branch", required=False, shell_complete=complete_branch)
 @click.option("-f", "--force", is_flag=True, help="Move the remote branch even if that discards its commits.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.transfer/1).")
 @click.pass_context
@@ -1082,27 +1259,76 @@ def push(ctx: click.Context, remote_name: str, branch: str | None, force: bool, 
 
 
 @cli.command()
-@click.argument("remote_name", metavar="[REMOTE]", default="origin")
-@click.option("--chunks", "chunks_rev", metavar="REV", help="Fill in every chunk of REV (a partial clone's).")
+@click.argument("remote_name", metavar="[REMOTE]", default="origin", shell_complete=complete_remote)
+@click.option(
+    "--chunks",
+    "chunks_rev",
+    metavar="REV",
+    shell_complete=complete_rev,
+    help="Fill in every chunk of REV (a partial clone's).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.transfer/1).")
 @click.pass_context
 def fetch(ctx: click.Context, remote_name: str, chunks_rev: str | None, as_json: bool) -> None:
     """Receive the remote's branches and tags (and their chunks, unless a partial clone)."""
-    t = _repo(ctx).fetch(remote_name, chunks=chunks_rev)
+    repo = _repo(ctx)
+    t = repo.fetch(remote_name, chunks=chunks_rev)
     if as_json:
         _dump("mgit.transfer/1", _transfer_json("fetch", remote_name, t))
     else:
         err.print(_transfer_line("received", t))
+        _print_ref_moves(repo, remote_name, t)
+
+
+def _ref_move_line(repo: Repository, remote_name: str, ref: str, old: str | None, new: str) -> str | None:
+    """git fetch's line for one of the remote's refs: how its local copy moved (None: it did not)."""
+    local = Repository.tracking_ref(remote_name, ref)
+    if local is None or old == new:
+        return None
+    src = ref.removeprefix("refs/heads/").removeprefix("refs/tags/")
+    dst = local.removeprefix("refs/remotes/").removeprefix("refs/tags/")
+    if ref.startswith("refs/tags/"):
+        if old is None:
+            return f" * {'[new tag]':<17} {src} -> {dst}"
+        return f" ! {'[rejected]':<17} {src} -> {dst}  (would clobber existing tag)"
+    if old is None:
+        return f" * {'[new branch]':<17} {src} -> {dst}"
+    if is_ancestor(repo.graph, old, new):
+        return f"   {f'{old[:7]}..{new[:7]}':<17} {src} -> {dst}"
+    return f" + {f'{old[:7]}...{new[:7]}':<17} {src} -> {dst}  (forced update)"
+
+
+def _print_ref_moves(repo: Repository, remote_name: str, t: Transfer) -> None:
+    """Which local refs a fetch moved, as git prints them (nothing when none did)."""
+    lines = [_ref_move_line(repo, remote_name, ref, old, new) for ref, (old, new) in sorted(t.refs.items())]
+    lines = [line for line in lines if line is not None]
+    if lines:
+        err.print(f"From {repo.remotes().get(remote_name, remote_name)}", markup=False)
+        for line in lines:
+            err.print(line, markup=False)
 
 
 @cli.command()
-@click.argument("remote_name", metavar="[REMOTE]", default="origin")
-@click.argument("branch", required=False)
+@click.argument("remote_name", metavar="[REMOTE]", default="origin", shell_complete=complete_remote)
+@click.argument("branch", required=False, shell_complete=complete_branch)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.transfer/1).")
 @click.pass_context
-def pull(ctx: click.Context, remote_name: str, branch: str | None) -> None:
+def pull(ctx: click.Context, remote_name: str, branch: str | None, as_json: bool) -> None:
     """Fetch, then fast-forward the current branch (diverged history: use `mgit merge`)."""
-    t = _repo(ctx).pull(remote_name, branch)
+    repo = _repo(ctx)
+    before = repo.refs.head()
+    t = repo.pull(remote_name, branch)
+    after = repo.refs.head()
+    if as_json:
+        head = {"branch": repo.refs.current_branch(), "old": before, "new": after}
+        _dump("mgit.transfer/1", {**_transfer_json("pull", remote_name, t), "head": head})
+        return
     err.print(_transfer_line("received", t))
+    _print_ref_moves(repo, remote_name, t)
+    if before == after:
+        click.echo("Already up to date.")
+    else:
+        click.echo(f"Updating {(before or '0' * 7)[:7]}..{(after or '')[:7]}\nFast-forward")
 
 
 @cli.command()
@@ -1141,6 +1367,17 @@ def clone(
         return
     note = f" (partial: {decimal(repo.fetched.bytes)} of chunks fetched for the checkout)" if partial else ""
     err.print(f"cloned {url} into {dest}, on {repo.refs.current_branch()}: {_transfer_line('received', got)}{note}")
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for SHELL: `eval "$(mgit completion bash)"` (see the guide)."""
+    from click.shell_completion import get_completion_class
+
+    complete = get_completion_class(shell)
+    assert complete is not None  # click ships all three
+    click.echo(complete(cli, {}, "mgit", "_MGIT_COMPLETE").source())
 
 
 @cli.command()

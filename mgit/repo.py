@@ -105,6 +105,23 @@ class CheckoutResult:
     detached: bool = False
 
 
+RESET_MODES = ("soft", "mixed", "hard")
+
+
+@dataclass
+class ResetResult:
+    """What ``reset`` did: the ref moved from ``old`` to ``commit``; with ``hard``, the files
+    written and removed; with ``mixed``, the paths whose staged entry changed."""
+
+    commit: str
+    old: str | None
+    mode: str
+    branch: str | None  # the branch moved (None: a detached HEAD)
+    written: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unstaged: list[str] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class WorkForm:
     """How a tracked file shows in the working tree: ``entry`` is what the file holds (the
@@ -637,13 +654,29 @@ class Repository(Merging, Sync):
     def branches(self) -> dict[str, str]:
         return self.refs.branches()
 
-    def create_branch(self, name: str, rev: str = "HEAD") -> None:
+    def create_branch(self, name: str, rev: str = "HEAD", force: bool = False) -> None:
+        """Create branch ``name`` at ``rev``; ``force`` moves an existing one there (not the
+        checked-out branch, unless it already is at ``rev``: that is what ``reset`` is for)."""
         with self.lock:
-            self.refs.create_branch(name, self.refs.resolve(rev))
+            if force:
+                self.refs.force_branch(name, self.refs.resolve(rev), rev)
+            else:
+                self.refs.create_branch(name, self.refs.resolve(rev))
 
-    def delete_branch(self, name: str) -> None:
+    def delete_branch(self, name: str, force: bool = True) -> None:
+        """Delete a branch; ``force=False`` refuses one not merged into HEAD or its upstream
+        (``mgit branch -d``; ``-D`` forces)."""
         with self.lock:
-            self.refs.delete_branch(name)
+            self.refs.delete_branch(name, force=force)
+
+    def rename_branch(self, old: str, new: str) -> None:
+        """Rename a branch with its reflog; HEAD follows when it is the current one."""
+        with self.lock:
+            self.refs.rename_branch(old, new)
+
+    def remote_branches(self) -> dict[str, str]:
+        """Remote-tracking branches (``origin/main`` → commit), as fetch and push left them."""
+        return self.refs.remote_branches()
 
     def tags(self) -> dict[str, str]:
         return self.refs.tags()
@@ -655,6 +688,86 @@ class Repository(Merging, Sync):
     def delete_tag(self, name: str) -> None:
         with self.lock:
             self.refs.delete_tag(name)
+
+    # -- reset --------------------------------------------------------------------------
+
+    @on_demand
+    def reset(self, rev: str = "HEAD", mode: str = "mixed") -> ResetResult:
+        """Move the current branch (or a detached HEAD) to ``rev``, as git's reset: ``soft``
+        keeps the index and the working tree, ``mixed`` makes the index ``rev``'s and keeps the
+        working files (they show as modified), ``hard`` makes both ``rev``'s (written by the
+        checkout machinery). Without ``hard``, staged changes held by no commit and no working
+        file are never dropped."""
+        if mode not in RESET_MODES:
+            raise BadInputError(f"unknown reset mode {mode!r}; use one of {', '.join(RESET_MODES)}")
+        with self.lock:
+            target = self.refs.resolve(rev)
+            old = self.refs.head()
+            result = ResetResult(target, old, mode, self.refs.current_branch())
+            if mode != "soft":
+                index = self._index()
+                target_snap = self.snapshot(target)
+                if mode == "mixed":
+                    self._reset_index(index, target_snap, result)
+                else:
+                    self._reset_worktree(index, target_snap, result)
+                index.save()
+            self.refs.advance_head(old, target, f"reset: moving to {rev}")
+            return result
+
+    def _reset_index(self, index: Index, target_snap: Snapshot, result: ResetResult) -> None:
+        """``reset --mixed``: stage ``target_snap``, leaving every working file as it is."""
+        head_snap = self._head_snapshot()
+        lost = [
+            p
+            for p, ie in sorted(index.entries.items())
+            if ie.entry != head_snap.get(p) and ie.entry != target_snap.get(p) and not self._kept(p, ie, index)
+        ]
+        if lost:
+            shown = ", ".join(lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
+            raise DirtyWorktreeError(
+                f"reset would drop staged changes in {shown} that no commit or working file holds; "
+                "commit them, or use --hard to discard them"
+            )
+        patterns = load_patterns(self.git_dir)
+        for p in sorted(set(index.entries) | set(target_snap)):
+            ie, entry = index.entries.get(p), target_snap.get(p)
+            if ie is not None and ie.entry == entry:
+                continue
+            result.unstaged.append(p)
+            if entry is None:
+                del index.entries[p]  # the working file, if any, becomes untracked
+                continue
+            absent = not (self.root / p).exists()
+            skip = absent and ie is not None and ie.skip_worktree  # not checked out stays so; else: deleted
+            projection = self._form(entry, p, patterns).projection(entry) if not absent else None
+            index.entries[p] = IndexEntry(entry, skip_worktree=skip, projection=projection)
+
+    def _kept(self, rel: str, ie: IndexEntry, index: Index) -> bool:
+        """Does the working tree still hold what ``ie`` stages (so a mixed reset loses nothing)?"""
+        if ie.skip_worktree and not (self.root / rel).exists():
+            return False
+        return self._clean(rel, ie.worktree, index)
+
+    def _reset_worktree(self, index: Index, target_snap: Snapshot, result: ResetResult) -> None:
+        """``reset --hard``: every tracked file as ``target_snap`` has it (sparse patterns kept);
+        files tracked but not in it are deleted, untracked ones are left alone."""
+        patterns = load_patterns(self.git_dir)
+        forms = {p: self._form(e, p, patterns) for p, e in target_snap.items()}
+        todo = {}
+        for p, entry in target_snap.items():
+            ie = index.entries.get(p)
+            if ie is None or ie.entry != entry or _shown(ie) != forms[p] or not self._holds(p, forms[p], index):
+                todo[p] = entry
+        written = CheckoutResult(result.commit)
+        self._write_files(index, todo, written, forms=forms)
+        result.written = written.written
+        for p in sorted(set(index.entries) - set(target_snap)):
+            del index.entries[p]
+            if (self.root / p).is_file():
+                (self.root / p).unlink()
+                _prune_dirs(self.root, p)
+            result.removed.append(p)
 
     # -- checkout -----------------------------------------------------------------------
 

@@ -571,3 +571,22 @@ def test_the_serve_command_takes_a_timeout_and_a_connection_bound(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_failed_push_into_a_working_repository_releases_its_lock(upstream, tmp_path, monkeypatch):
+    from mgit.errors import RemoteError
+    from mgit.remote.working import WorkingRepositoryBackend
+
+    repo, base = upstream
+    clone = Repository.clone(str(repo.root), tmp_path / "clone")
+    commit_model(clone, frozen_finetune(base, {1}, seed=7), "theirs")
+    clone.refs.create_branch("topic", clone.refs.head())
+
+    def refuse(self, *args, **kwargs):
+        raise RemoteError("the ref did not move")
+
+    monkeypatch.setattr(WorkingRepositoryBackend, "swap_ref", refuse)
+    with pytest.raises(RemoteError):
+        clone.push("origin", "topic")
+    with Repository(repo.root).lock:  # free again: the push let go of the other repository's lock
+        pass
