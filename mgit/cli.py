@@ -1546,6 +1546,8 @@ def _os_error_message(exc: OSError) -> str:
     where = f": {exc.filename}" if exc.filename else ""
     if exc.errno == errno.ENOSPC:
         return f"no space left on device{where}; free some space and run the command again (committed data is intact)"
+    if exc.errno == errno.EFBIG:
+        return f"file too large{where} (a file-size limit, or the file system's); committed data is intact"
     if exc.errno in (errno.EACCES, errno.EPERM):
         return f"permission denied{where}"
     return f"{exc.strerror or exc}{where}"
@@ -1571,7 +1573,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         err.print(f"error: {exc.format_message()}", markup=False)
         return exc.exit_code
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            err.print("interrupted; the repository is unchanged or consistent (run `mgit status`)")
+            return 130
         err.print("aborted")
         return 1
     except KeyboardInterrupt:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mgit.budget import parse_budget
-from mgit.errors import BadInputError, RevisionError
+from mgit.errors import BadInputError, MgitError, RefUpdateError, RevisionError
 from mgit.graph.objects import MODE_FILE, canonical_json
 from mgit.graph.refs import check_ref_name
 from mgit.graph.snapshot import Snapshot, validate_path, write_snapshot
@@ -26,8 +26,10 @@ from mgit.remote.transfer import FetchLimit, LimitReached, Transfer, fetch_chunk
 from mgit.store.pack import BASE_LEN as DELTA_BASE_BYTES
 from mgit.sync import on_demand
 from mgit.version import __version__
-from mgit.worktree.index import Index
+from mgit.worktree import journal
+from mgit.worktree.journal import Journal, Write
 from mgit.worktree.scan import walk
+from mgit.worktree.sparse import load_patterns
 
 if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
     from mgit.merge.config import MergeConfig
@@ -124,6 +126,7 @@ class Merging:
             if branch in self.refs.branches():
                 raise BadInputError(f"branch {branch!r} already exists")
         with self._writing():
+            self._refuse_stale_base(setup.base_commit, on_head, branch)
             self._refuse_dirty("merge")
             base_snap = setup.base_snap
             bar_total = sum(tp.base.nbytes for tp in plan.tensors)
@@ -145,6 +148,18 @@ class Merging:
             finally:
                 for staged in run.staged.values():
                     staged.discard()  # those not installed
+
+    def _refuse_stale_base(self: Repository, base_commit: str, on_head: bool, branch: str | None) -> None:
+        """Under the lock, before any write: the plan was made from HEAD (and the new branch
+        was free) when no lock was held; another command may have moved them since."""
+        head = self.refs.head()
+        if on_head and head != base_commit:
+            raise RefUpdateError(
+                f"HEAD moved to {str(head)[:12]} while this merge was being planned (from {base_commit[:12]}); "
+                "nothing was changed, run it again"
+            )
+        if branch is not None and branch in self.refs.branches():
+            raise BadInputError(f"branch {branch!r} already exists")
 
     def _commit_merge(
         self: Repository,
@@ -172,30 +187,57 @@ class Merging:
         parents = [setup.base_commit, *setup.expert_commits]
         commit = self.graph.put_commit(tree, parents, text, who, who)
         if on_head and branch is None:
-            from mgit.repo import CheckoutResult  # the porcelain's record (repo imports this module)
-
-            index = self._index()
             head_snap = base_snap if setup.reference is None else self.snapshot(setup.base_commit)
-            self._write_files(
-                index, {p: e for p, e in merged.items() if head_snap.get(p) != e}, CheckoutResult(None), run.staged
-            )
-            self._remove_files(index, set(head_snap) - set(merged))
-            index.save()
-            self.refs.advance_head(setup.base_commit, commit, f"merge: {text.splitlines()[0]}")
+            self._install_merge(commit, head_snap, merged, setup.base_commit, text, run.staged)
         else:
+            assert branch is not None
+            # journaled: a killed run's branch is checked out by the next command
+            plan = Journal("merge", branch, commit, head="create", branch=branch, switch_after=True)
+            journal.save(self.git_dir, plan)
             self.refs.create_branch(branch, commit)
-            self._switch(branch, None, force=False, staged=run.staged)
+            try:
+                self._switch(branch, None, force=False, staged=run.staged)
+            except MgitError:
+                left = journal.load(self.git_dir)
+                if left is not None and left.op == "merge":  # refused before writing anything
+                    journal.clear(self.git_dir)
+                raise
         return commit
 
-    def _remove_files(self: Repository, index: Index, paths: set[str]) -> None:
-        """Files of HEAD a no-base merge's tree lacks (it is the first expert's): gone from the
-        working tree and index, as a checkout of the merge would leave them."""
-        from mgit.repo import _prune_dirs  # repo imports this module
+    def _install_merge(
+        self: Repository,
+        commit: str,
+        head_snap: Snapshot,
+        merged: Snapshot,
+        base_commit: str,
+        text: str,
+        staged: dict[str, StagedFile],
+    ) -> None:
+        """Move the current branch to the merge, then bring the working tree and index to it,
+        journaled: the branch moves first (a lost compare-and-swap leaves tree and index as
+        they were), and a killed run's working tree is finished by the next command. Files
+        of HEAD the merge's tree lacks (a no-base merge's tree is the first expert's) go, as
+        a checkout of the merge would remove them."""
+        from mgit.repo import CheckoutResult  # the porcelain's record (repo imports this module)
 
-        for p in sorted(paths):
-            index.entries.pop(p, None)
-            (self.root / p).unlink(missing_ok=True)
-            _prune_dirs(self.root, p)
+        index = self._index()
+        patterns = load_patterns(self.git_dir)
+        changes = {p: e for p, e in merged.items() if head_snap.get(p) != e}
+        forms = {p: self._form(e, p, patterns) for p, e in changes.items()}
+        message = f"merge: {text.splitlines()[0]}"
+        plan = Journal(
+            "merge", "HEAD", commit, writes={p: Write(e, forms[p].entry, forms[p].written) for p, e in changes.items()},
+            removes=sorted(set(head_snap) - set(merged)), head="advance", old_head=base_commit, message=message,
+        )  # fmt: skip
+        journal.save(self.git_dir, plan)
+        try:
+            self.refs.advance_head(base_commit, commit, message)
+        except RefUpdateError:
+            journal.clear(self.git_dir)
+            raise
+        result = CheckoutResult(commit)
+        self._write_files(index, changes, result, staged, forms)
+        self._complete(plan, index, result)
 
     def _clear_staging(self: Repository) -> Path:
         """The staging directory of merged files, emptied of what a killed merge left (we hold the lock)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -35,3 +35,6 @@ def ordered_map(pool: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterable[
     finally:
         for f in pending:
             f.cancel()
+        # an error or Ctrl-C here must not leave workers writing to files the caller is about
+        # to close (and whose descriptors the next open would reuse): let the running ones end
+        wait(pending)

@@ -19,13 +19,21 @@ from typing import TYPE_CHECKING
 from dulwich.repo import get_user_identity
 
 from mgit.budget import Budget
-from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NotARepositoryError, RevisionError
+from mgit.errors import (
+    BadInputError,
+    DirtyWorktreeError,
+    LockedError,
+    MgitError,
+    NotARepositoryError,
+    RefUpdateError,
+    RevisionError,
+)
 from mgit.graph.objects import MODE_FILE, CommitInfo, Graph, canonical_json
 from mgit.graph.refs import Refs, check_ref_name, expire_reflogs, reflog_entries, reflog_ref
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
-from mgit.lock import RepoLock
+from mgit.lock import RepoLock, remove_stale_git_locks, warn
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
-from mgit.maintenance.fsck import bad_chunks, check_repository
+from mgit.maintenance.fsck import bad_chunks, check_repository, stale_lock_problems
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
 from mgit.maintenance.reach import reachable
 from mgit.merging import Merging
@@ -40,8 +48,10 @@ from mgit.progress import byte_progress
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.gc import consolidate, repack
 from mgit.sync import Sync, on_demand
+from mgit.worktree import journal
 from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, fetch_within, over_budget
 from mgit.worktree.index import Index, IndexEntry, StatKey
+from mgit.worktree.journal import Journal, Write
 from mgit.worktree.scan import Ignorer, walk
 from mgit.worktree.sparse import SparsePatterns, load_patterns, make_patterns, save_patterns, summarize
 from mgit.worktree.status import Status, compare_snapshots, working_matches, worktree_changes
@@ -171,7 +181,7 @@ class Repository(Merging, Sync):
             )
         self.format = int(version)
         self.store = ChunkStore(self.git_dir / "chunks")
-        self.lock = RepoLock(self.git_dir / "lock")
+        self.lock = RepoLock(self.git_dir / "lock", on_acquire=self._recover)
         self.refs = Refs(self.graph, self.identity())
         self._pool: ThreadPoolExecutor | None = None
         self._attach_promisor()
@@ -222,10 +232,10 @@ class Repository(Merging, Sync):
                 self._set_format(FORMAT_VERSION)
             try:
                 yield
+                self.store.seal()
             except BaseException:
                 self.store.abort()
                 raise
-            self.store.seal()
             if len(self.store.indexes()) > AUTO_REPACK_PACKS:
                 consolidate(self.store)  # every lookup searches every pack: keep them few
 
@@ -237,9 +247,10 @@ class Repository(Merging, Sync):
         section, _, name = key.rpartition(".")
         if not section or not name:
             raise BadInputError(f"config key {key!r} must look like section.name, e.g. user.name")
-        config = self.graph.repo.get_config()
-        config.set(section.encode(), name.encode(), value.encode())
-        config.write_to_path()
+        with self.lock:  # the lock holder takes any config.lock for a dead writer's (mgit.lock)
+            config = self.graph.repo.get_config()
+            config.set(section.encode(), name.encode(), value.encode())
+            config.write_to_path()
         self.refs.identity = self.identity()
 
     def config_get(self, key: str) -> str | None:
@@ -437,7 +448,14 @@ class Repository(Merging, Sync):
     # -- status / log / show ------------------------------------------------------------
 
     def status(self) -> Status:
+        if journal.exists(self.git_dir):  # an interrupted checkout: finish it first (taking the lock does)
+            try:
+                with self.lock:
+                    pass
+            except (LockedError, OSError):
+                pass  # its holder is finishing it, or we may not write here: show what is there
         index = self._index()
+        seen = dict(index.entries)
         head_snap = self._head_snapshot()
         status = Status(self.refs.current_branch(), self.refs.head())
         status.staged = compare_snapshots(self.graph, head_snap, index.snapshot())
@@ -449,12 +467,22 @@ class Repository(Merging, Sync):
         if patterns is not None:
             status.sparse = summarize(self.graph, index, patterns)
         if refreshed:
-            try:
-                with self.lock:
-                    index.save()
-            except MgitError:
-                pass  # another process writes; the cache is refreshed next time
+            self._save_refreshed(seen, index)
         return status
+
+    def _save_refreshed(self, seen: dict[str, IndexEntry], index: Index) -> None:
+        """Save the stat cache status refreshed, into the index as it is now under the lock:
+        an entry another command changed since status read it is left as that command made it."""
+        fresh = {p: ie for p, ie in index.entries.items() if seen.get(p) != ie}
+        try:
+            with self.lock:
+                current = self._index()
+                for p, ie in fresh.items():
+                    if current.entries.get(p) == seen.get(p):
+                        current.entries[p] = ie
+                current.save()
+        except (MgitError, OSError):
+            pass  # another process writes, or the disk is full: the cache is refreshed next time
 
     def log(self, rev: str = "HEAD", paths: Iterable[str] = (), max_count: int | None = None) -> list[CommitInfo]:
         """Commits reachable from ``rev``, newest first; ``paths`` limits to commits touching them."""
@@ -570,6 +598,7 @@ class Repository(Merging, Sync):
         """Remove what no ref, reflog entry or the index reaches (older than the grace period)."""
         with self._writing():
             self._clear_staging()
+            remove_stale_git_locks(self.git_dir, warn)  # the object directories too
             return collect(self.graph, self.store, self._index(), grace_seconds)
 
     def reflog(self, ref: str = "HEAD") -> list[tuple[str, str, int, str]]:
@@ -617,7 +646,8 @@ class Repository(Merging, Sync):
         """Every problem found, one line each (empty: the repository is whole). In a partial
         clone, chunks not fetched yet are not problems."""
         with self.lock:
-            return check_repository(self.graph, self.store, self._index(), self.pool, self.is_partial)
+            stale = stale_lock_problems(self.git_dir, self.lock.cleaned)
+            return stale + check_repository(self.graph, self.store, self._index(), self.pool, self.is_partial)
 
     def du(self, rev: str = "HEAD") -> Usage:
         return commit_usage(self.graph, self.store, self.refs.resolve(rev))
@@ -878,28 +908,86 @@ class Repository(Merging, Sync):
             ie = index.entries.get(p)
             if p in touched or p in reshaped or (force and (ie is None or not self._holds(p, forms[p], index))):
                 todo[p] = entry
-        result = CheckoutResult(target)
-        self._write_files(index, todo, result, staged, forms, budget)
-        for p in sorted(set(index.entries) - set(target_snap)):
-            if p in head_snap or force:
-                del index.entries[p]
-                (self.root / p).unlink(missing_ok=True)
-                _prune_dirs(self.root, p)
-                result.removed.append(p)
-        index.save()
-        if wanted != current:
-            save_patterns(self.git_dir, wanted)
+        plan = Journal(
+            "checkout", rev or create_branch or "HEAD", target,
+            writes={p: Write(e, forms[p].entry, forms[p].written) for p, e in todo.items()},
+            removes=[p for p in sorted(set(index.entries) - set(target_snap)) if p in head_snap or force],
+            old_head=self.refs.head(), patterns=wanted, set_patterns=wanted != current,
+        )  # fmt: skip
         if create_branch:
-            self.refs.create_branch(create_branch, target)
-            self.refs.point_head_at_branch(create_branch)
+            plan.head, plan.branch = "create", create_branch
         elif rev in self.refs.branches():
-            self.refs.point_head_at_branch(rev)
-        elif rev == "HEAD":
-            result.detached = self.refs.current_branch() is None
-        else:
-            self.refs.detach_head(target)
-            result.detached = True
+            plan.head, plan.branch = "branch", rev
+        elif rev != "HEAD":
+            plan.head = "detach"
+        result = CheckoutResult(target)
+        self._write_files(index, todo, result, staged, forms, budget, plan)
+        self._complete(plan, index, result)
+        result.detached = self.refs.current_branch() is None
         return result
+
+    def _complete(self, plan: Journal, index: Index, result: CheckoutResult) -> None:
+        """The steps after the working files of a journaled operation are written: removals,
+        the index, the sparse patterns, HEAD; then the journal goes (each step idempotent)."""
+        for p in plan.removes:
+            if index.entries.pop(p, None) is not None or (self.root / p).exists():
+                result.removed.append(p)
+            (self.root / p).unlink(missing_ok=True)
+            _prune_dirs(self.root, p)
+        index.save()
+        if plan.set_patterns:
+            save_patterns(self.git_dir, plan.patterns)
+        self._move_head(plan)
+        journal.clear(self.git_dir)
+
+    def _move_head(self, plan: Journal) -> None:
+        """HEAD as a journaled operation leaves it, whether or not a killed run got that far."""
+        if plan.head in ("create", "branch"):
+            assert plan.branch is not None
+            if plan.head == "create" and plan.branch not in self.refs.branches():
+                self.refs.create_branch(plan.branch, plan.target)
+            if not plan.switch_after and self.refs.current_branch() != plan.branch:
+                self.refs.point_head_at_branch(plan.branch)
+        elif plan.head == "detach":
+            if self.refs.current_branch() is not None or self.refs.head() != plan.target:
+                self.refs.detach_head(plan.target)
+        elif plan.head == "advance":
+            head = self.refs.head()
+            if head != plan.target:
+                if head != plan.old_head:
+                    raise RefUpdateError(f"HEAD moved to {str(head)[:12]} while the {plan.describe()} ran")
+                self.refs.advance_head(plan.old_head, plan.target, plan.message)
+
+    def _recover(self) -> None:
+        """Finish the operation a killed or interrupted command left in the journal (run when
+        the lock is taken). If it cannot be finished, say how to finish or undo it by hand."""
+        plan = journal.load(self.git_dir)
+        if plan is None:
+            return
+        warn(f"finishing the interrupted {plan.describe()}")
+        try:
+            self._finish(plan)
+        except (MgitError, OSError) as exc:
+            undo = f" or `mgit checkout --force {plan.old_head[:12]}` to undo it" if plan.old_head else ""
+            warn(
+                f"could not finish the interrupted {plan.describe()} ({exc}); "
+                f"run `mgit checkout --force {plan.target[:12]}` to finish it{undo}"
+            )
+
+    def _finish(self, plan: Journal) -> None:
+        """Roll a journaled operation forward: write what is not written yet, then complete it."""
+        index = self._index()
+        todo = {p: w.entry for p, w in plan.writes.items()}
+        forms = {p: WorkForm(w.form, w.written) for p, w in plan.writes.items()}
+        done = {p for p, form in forms.items() if form.written and self._holds(p, form, index)}
+        for p in done:
+            index.set(p, todo[p], os.stat(self.root / p), projection=forms[p].projection(todo[p]))
+        result = CheckoutResult(plan.target)
+        self._write_files(index, {p: e for p, e in todo.items() if p not in done}, result, forms=forms)
+        self._complete(plan, index, result)
+        if plan.switch_after:
+            assert plan.branch is not None
+            self._switch(plan.branch, None, force=False)
 
     def _clean(self, rel: str, want: Entry, index: Index) -> bool:
         """Does the working file hold ``want`` (stat cache first, content if needed)? The
@@ -935,6 +1023,12 @@ class Repository(Merging, Sync):
                 conflicts.append(p)  # unstaged change (a sparse file: against what was checked out)
         if conflicts:
             shown = ", ".join(conflicts[:5]) + (f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else "")
+            left = journal.load(self.git_dir)
+            if left is not None:  # the finishing failed (a warning said why)
+                raise DirtyWorktreeError(
+                    f"the interrupted {left.describe()} left {shown} half switched; run "
+                    f"`mgit checkout --force {left.target[:12]}` to finish it"
+                )
             raise DirtyWorktreeError(
                 f"checkout would overwrite uncommitted changes in {shown}; commit them, or use --force to discard them"
             )
@@ -947,11 +1041,13 @@ class Repository(Merging, Sync):
         staged: Mapping[str, StagedFile] | None = None,
         forms: Mapping[str, WorkForm] | None = None,
         budget: int | None = None,
+        plan: Journal | None = None,
     ) -> None:
         """Write entries into the working tree, as ``forms`` show them (default: as the sparse
         patterns do); a staged file already holding an entry's bytes (a merge wrote it) is
         moved into place instead. With ``budget``, the cost is checked before anything is
-        written (a partial clone fetches what it lacks first)."""
+        written (a partial clone fetches what it lacks first). ``plan`` is saved as the
+        journal just before the first write (a refusal before it leaves none)."""
         if forms is None:
             patterns = load_patterns(self.git_dir)
             forms = {p: self._form(e, p, patterns) for p, e in todo.items()}
@@ -963,6 +1059,8 @@ class Repository(Merging, Sync):
         if budget is not None:
             result.cost = self._within_budget(index, todo, forms, reuse, budget, result.commit)
         sizes = {p: entry_size(self.graph, forms[p].entry) for p in todo if forms[p].written}
+        if plan is not None:
+            journal.save(self.git_dir, plan)
         with byte_progress("checkout", sum(sizes.values())) as bar:
             for p in sorted(todo):
                 entry, form, dest = todo[p], forms[p], self.root / p
@@ -970,7 +1068,7 @@ class Repository(Merging, Sync):
                     if dest.is_file():
                         dest.unlink()
                         _prune_dirs(self.root, p)
-                    index.entries[p] = IndexEntry(entry, skip_worktree=True, projection=form.entry.oid)
+                    index.entries[p] = IndexEntry(entry, skip_worktree=True, projection=form.projection(entry))
                     result.left_out.append(p)
                     continue
                 ready = staged.get(p)
@@ -1131,10 +1229,11 @@ class Repository(Merging, Sync):
                 self.refs.advance_branch(branch, tip, commit, summary)
                 return commit
             # working files and index first, the branch last: a failure in between leaves the
-            # checkpoint staged (never a stale file that a later commit would take back)
-            self._follow_state_dict(index, commit, snap, touched)
-            index.save()
-            self.refs.advance_head(tip, commit, summary)
+            # checkpoint staged (never a stale file that a later commit would take back); journaled,
+            # so a killed run's working files, index and branch are finished by the next command
+            plan = Journal("commit", "tensors from memory", commit, head="advance", old_head=tip, message=summary)
+            result = self._follow_state_dict(index, commit, snap, touched, plan)
+            self._complete(plan, index, result)
             return commit
 
     def _ingest_state_dict(
@@ -1202,30 +1301,35 @@ class Repository(Merging, Sync):
                 "commit or discard them first (nothing was committed)"
             )
 
-    def _follow_state_dict(self, index: Index, commit: str, snap: Snapshot, touched: set[str]) -> None:
+    def _follow_state_dict(
+        self, index: Index, commit: str, snap: Snapshot, touched: set[str], plan: Journal
+    ) -> CheckoutResult:
         """Bring the working files and index of ``touched`` paths to ``snap`` (known clean):
-        files on disk are written as a checkout writes them, absent ones stay not checked out."""
+        files on disk are written as a checkout writes them, absent ones stay not checked out.
+        ``plan`` (the journal) gets every step and is saved before the first change on disk."""
         patterns = load_patterns(self.git_dir)
         todo: dict[str, Entry] = {}
         forms: dict[str, WorkForm] = {}
         for p in sorted(touched):
             ie, path = index.entries.get(p), self.root / p
             if p not in snap:  # a shard left without tensors
-                index.entries.pop(p, None)
-                if path.is_file():
-                    path.unlink()
-                    _prune_dirs(self.root, p)
+                plan.removes.append(p)
                 continue
             entry = snap[p]
             form = forms[p] = self._form(entry, p, patterns)
             if ie is not None and _shown(ie) == form and not ie.skip_worktree:
                 # the working file already shows it (a sparse file: a left-out tensor changed)
                 index.entries[p] = replace(ie, entry=entry, stats=None, projection=form.projection(entry))
+                plan.writes[p] = Write(entry, form.entry)  # a recovery finds it written
             elif path.is_file():
                 todo[p] = entry
+                plan.writes[p] = Write(entry, form.entry)
             else:
                 index.entries[p] = IndexEntry(entry, skip_worktree=True, projection=form.projection(entry))
-        self._write_files(index, todo, CheckoutResult(commit), forms=forms)
+                plan.writes[p] = Write(entry, form.entry, written=False)
+        result = CheckoutResult(commit)
+        self._write_files(index, todo, result, forms=forms, plan=plan)
+        return result
 
     def _new_commit(self, tree: str, parent: str | None, message: str) -> str:
         """A commit object of ``tree`` on ``parent``, refused when it changes nothing."""

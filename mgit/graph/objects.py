@@ -68,9 +68,17 @@ class Graph:
         self._cache[sha] = obj
         return obj
 
+    def _add(self, obj: Blob | Tree | Commit) -> None:
+        try:
+            self.objects.add_object(obj)
+        except OSError as exc:  # a full disk: name where the object was going
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(self.git_dir / "objects" / obj.id.decode()[:2])) from None
+
     def put_blob(self, data: bytes) -> str:
         blob = Blob.from_string(data)
-        self.objects.add_object(blob)
+        self._add(blob)
         return blob.id.decode()
 
     def blob(self, sha: str) -> bytes:
@@ -83,7 +91,7 @@ class Graph:
         tree = Tree()
         for name, mode, sha in entries:
             tree.add(name.encode("utf-8"), mode, sha.encode())
-        self.objects.add_object(tree)
+        self._add(tree)
         return tree.id.decode()
 
     def tree(self, sha: str) -> list[tuple[str, int, str]]:
@@ -102,7 +110,7 @@ class Graph:
         commit.author_timezone = commit.commit_timezone = tz
         commit.encoding = b"UTF-8"
         commit.message = message.encode("utf-8")
-        self.objects.add_object(commit)
+        self._add(commit)
         return commit.id.decode()
 
     def commit(self, sha: str) -> CommitInfo:

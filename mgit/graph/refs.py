@@ -7,6 +7,7 @@ import re
 import time
 from pathlib import Path
 
+from dulwich.file import GitFile
 from dulwich.graph import can_fast_forward
 from dulwich.objects import Tag
 from dulwich.objectspec import parse_commit
@@ -199,8 +200,10 @@ class Refs:
 
     def detach_head(self, commit: str) -> None:
         old = self.head()
-        self.refs.remove_if_equals(b"HEAD", None)
-        self.refs[b"HEAD"] = commit.encode()
+        # replace the file in one rename: removing HEAD first (setting it follows the symref)
+        # would leave no HEAD, hence no repository, to a command killed in between
+        with GitFile(self.graph.git_dir / "HEAD", "wb") as f:
+            f.write(commit.encode() + b"\n")
         self.log_head(old, commit, f"checkout: moving to {commit}")
 
     def resolve(self, rev: str) -> str:

@@ -8,6 +8,7 @@ and decoded from the store.
 
 from __future__ import annotations
 
+import errno
 import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -84,6 +85,7 @@ def _write_chunks(
     parts: list[tuple[str, int, str]],
     reuse: tuple[Path, LocalChunks] | None,
     bar: Bar,
+    dest: Path | None = None,
 ) -> None:
     """Decode chunks and pwrite them at their offsets from the workers: the page-cache
     writes then run on every core instead of one."""
@@ -104,10 +106,8 @@ def _write_chunks(
     def one(i: int) -> int:
         cid, size, what = parts[i]
         data = fetch(cid, size, what)
-        written = os.pwrite(fd, data, offsets[i])
-        if written != len(data):
-            raise OSError(f"short write at offset {offsets[i]}")
-        return written
+        _pwrite_all(fd, data, offsets[i], dest)
+        return len(data)
 
     try:
         for n in ordered_map(pool, one, range(len(parts))):
@@ -115,6 +115,22 @@ def _write_chunks(
     finally:
         if local_fd is not None:
             os.close(local_fd)
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, offset: int, dest: Path | None) -> None:
+    """pwrite all of ``data``: a short write is retried, so a full disk reports ENOSPC
+    (naming the file) instead of a bare short count."""
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.pwrite(fd, view, offset)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view, offset = view[n:], offset + n
+    except OSError as exc:
+        if dest is not None and exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(dest)) from None
+        raise
 
 
 def _temporary(dest: Path) -> Path:
@@ -143,8 +159,7 @@ class StagedFile:
         self.entry_oid: str | None = None  # set once every tensor is written and the entry is known
 
     def _pwrite(self, data: bytes | memoryview, offset: int) -> None:
-        if os.pwrite(self.fd, data, offset) != len(data):
-            raise OSError(f"short write to {self.tmp}")
+        _pwrite_all(self.fd, data, offset, self.tmp)
 
     def write(self, tensor: str, offset: int, data: bytes | memoryview) -> None:
         """Bytes of ``tensor`` at ``offset`` within it (from any thread)."""
@@ -189,9 +204,14 @@ def write_entry(
                 out.write(lead)
                 out.flush()
                 bar.advance(len(lead))
-                _write_chunks(store, pool, out.fileno(), len(lead), parts, reuse, bar)
+                _write_chunks(store, pool, out.fileno(), len(lead), parts, reuse, bar, dest)
         os.chmod(tmp, 0o755 if entry.mode == MODE_EXEC else 0o644)
         os.replace(tmp, dest)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename is None:  # buffered writes name no file: name the one being written
+            raise OSError(exc.errno, exc.strerror, str(dest)) from None
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

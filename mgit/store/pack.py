@@ -93,7 +93,7 @@ class PackWriter:
         if rec.raw_size >= 2**32:
             raise ValueError("a chunk must be smaller than 4 GiB (the index stores sizes as u32)")
         data = rec.to_bytes()
-        self._f.write(data)
+        self._write(data)
         loc = Location(self.path, self._offset, len(data), rec.raw_size, rec.encoding, rec.group, rec.depth, rec.base)
         self._offset += len(data)
         self.entries[rec.cid] = loc
@@ -101,21 +101,30 @@ class PackWriter:
 
     def append_raw(self, cid: str, data: bytes, loc: Location) -> Location:
         """Copy a record verbatim from another pack (repacking keeps encodings)."""
-        self._f.write(data)
+        self._write(data)
         new = Location(self.path, self._offset, len(data), loc.raw_size, loc.encoding, loc.group, loc.depth, loc.base)
         self._offset += len(data)
         self.entries[cid] = new
         return new
 
+    def _write(self, data: bytes) -> None:
+        try:
+            self._f.write(data)
+        except OSError as exc:  # a full disk or a file-size limit: name the pack
+            raise _named(exc, self.path) from None
+
     def flush(self) -> None:
-        self._f.flush()
+        try:
+            self._f.flush()
+        except OSError as exc:
+            raise _named(exc, self.path) from None
 
     def fileno(self) -> int:
         return self._f.fileno()
 
     def seal(self) -> Path | None:
         """fsync the pack, write its index atomically; an empty pack is deleted instead."""
-        self._f.flush()
+        self.flush()
         if not self.entries:
             self._f.close()
             self.path.unlink(missing_ok=True)
@@ -126,8 +135,21 @@ class PackWriter:
         return self.path
 
     def abort(self) -> None:
-        self._f.close()
-        self.path.unlink(missing_ok=True)
+        """Delete the unsealed pack, even when closing it fails (its buffer cannot be
+        flushed to a full disk): a failed write leaves no orphaned pack behind."""
+        try:
+            self._f.close()
+        except OSError:
+            pass
+        finally:
+            self.path.unlink(missing_ok=True)
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """The same error, naming ``path`` when it names no file."""
+    if exc.filename is not None:
+        return exc
+    return OSError(exc.errno, exc.strerror, str(path))
 
 
 def write_index(path: Path, entries: dict[str, Location]) -> None:
@@ -146,11 +168,18 @@ def write_index(path: Path, entries: dict[str, Location]) -> None:
         )
     body = IDX_MAGIC + struct.pack("<Q", len(arr)) + arr.tobytes()
     tmp = path.with_name(path.name + f".tmp-{uuid.uuid4().hex[:8]}")
-    with open(tmp, "wb") as f:
-        f.write(body + blake3.blake3(body).digest())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(body + blake3.blake3(body).digest())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _named(exc, path) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)
 
 

@@ -115,8 +115,14 @@ class Index:
                 entries[rel]["projection"] = e.projection
         schema = SPARSE_SCHEMA if any(e.projection for e in self.entries.values()) else SCHEMA
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"schema": schema, "entries": entries}, indent=0), "utf-8")
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(json.dumps({"schema": schema, "entries": entries}, indent=0), "utf-8")
+            os.replace(tmp, self.path)
+        except OSError as exc:  # a full disk: leave no half-written temporary behind, name the index
+            tmp.unlink(missing_ok=True)
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
 
     def snapshot(self) -> Snapshot:
         return {rel: e.entry for rel, e in self.entries.items()}

@@ -1,0 +1,373 @@
+"""Crash points: SIGKILL mgit at every crash point of its writing commands, then check that
+the repository needs no manual repair (issue 12, items 16-17; after SQLite's crash tests).
+
+A crash point is every rename (os.replace / os.rename, dulwich's included), every fsync and
+every release of the repository lock (mgit/_crashpoints.py). For each scenario the command
+runs once uninterrupted, counting its points (``MGIT_CRASH_LOG``); then, for each point n, a
+fresh repository is built and the command runs with ``MGIT_CRASH_AT=any:n``, killing itself
+there. A trial is ``ok`` when, with no manual step:
+
+- ``status`` works;
+- the scenario's rerun (the same command, unless its commit already landed) succeeds;
+- the result is what the uninterrupted run gave (branch, every branch tip's message and
+  files, the index, the working files, a push's remote ref);
+- ``fsck`` is clean and every commit the repository held before is still there.
+
+Anything else is ``needs repair`` (with the first reason). The command runs in a forked
+child of this process (the real CLI code; forking saves the interpreter start), the checks
+run here through the Python API.
+
+    python benchmarks/crash_points.py                 # every scenario, every point
+    python benchmarks/crash_points.py checkout merge  # some scenarios
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import io
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from contextlib import redirect_stderr
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from mgit import Repository
+from mgit.graph.snapshot import read_snapshot
+
+CHILD_TIMEOUT_S = 120
+
+
+# -- the repositories ---------------------------------------------------------------------
+
+
+def write_model(directory: Path, seed: int, shards: int = 1, rows: int = 32) -> None:
+    """A tiny float32 model (a few KiB): ``shards`` safetensors files and a config.json."""
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    for k in range(shards):
+        tensors = {f"layer{k}.{n}.weight": rng.standard_normal((rows, 16)).astype(np.float32) for n in ("a", "b")}
+        name = "model.safetensors" if shards == 1 else f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        save_file(tensors, str(directory / name), metadata={"format": "pt"})
+    (directory / "config.json").write_text(json.dumps({"model_type": "tiny", "seed": seed}))
+
+
+def committed(root: Path, seed: int, message: str, shards: int = 1) -> str:
+    write_model(root / "model", seed, shards)
+    with Repository(root) as repo:
+        repo.add(["model"])
+        return repo.commit(message)
+
+
+def init(root: Path) -> None:
+    Repository.init(root).close()
+
+
+def setup_add(root: Path) -> None:
+    init(root)
+    committed(root, 1, "v1")
+    write_model(root / "model", 2)
+
+
+def setup_commit(root: Path) -> None:
+    setup_add(root)
+    with Repository(root) as repo:
+        repo.add(["model"])
+
+
+def setup_checkout(root: Path) -> None:
+    init(root)
+    committed(root, 1, "v1", shards=2)
+    with Repository(root) as repo:
+        repo.checkout(create_branch="b")
+    committed(root, 2, "v2", shards=2)
+    with Repository(root) as repo:
+        repo.checkout("main")
+
+
+def setup_merge(root: Path) -> None:
+    init(root)
+    committed(root, 1, "base")
+    for branch, seed in (("e1", 2), ("e2", 3)):
+        with Repository(root) as repo:
+            repo.checkout(create_branch=branch)
+        committed(root, seed, branch)
+        with Repository(root) as repo:
+            repo.checkout("main")
+
+
+def setup_gc(root: Path) -> None:
+    setup_merge(root)
+    with Repository(root) as repo:
+        repo.delete_branch("e2")
+        repo.reflog_expire(None)
+
+
+def setup_push(root: Path) -> None:
+    init(root)
+    committed(root, 1, "v1")
+    with Repository(root) as repo:
+        repo.remote_add("origin", str(root.parent / "remote"))
+        repo.push("origin")
+    committed(root, 2, "v2")
+
+
+def setup_repair(root: Path) -> None:
+    """A pack with one damaged record, which the working tree can supply again."""
+    init(root)
+    committed(root, 1, "v1")
+    pack = next((root / ".mgit" / "chunks" / "packs").glob("pack-*.pack"))
+    data = bytearray(pack.read_bytes())
+    data[-5] ^= 0xFF  # inside the last record's payload
+    pack.write_bytes(bytes(data))
+
+
+@dataclass
+class Scenario:
+    name: str
+    setup: Callable[[Path], None]
+    args: list[str]
+    landed: str | None = None  # message of the commit the command makes: once HEAD has it, no rerun
+    preload: str | None = None  # a module to import before forking (torch: seconds saved per trial)
+
+
+SCENARIOS = [
+    Scenario("add", setup_add, ["add", "model"]),
+    Scenario("commit", setup_commit, ["commit", "-m", "v2"], landed="v2"),
+    Scenario("checkout", setup_checkout, ["checkout", "b"]),
+    Scenario("checkout (detached)", setup_checkout, ["checkout", "b~0"]),
+    Scenario("checkout (sparse)", setup_checkout, ["checkout", "b", "--include", "layer0.*"]),
+    Scenario("reset --hard", setup_checkout, ["reset", "--hard", "b"]),
+    Scenario(
+        "merge",
+        setup_merge,
+        ["merge", "--method", "linear", "--weights", "0.5", "e1", "e2", "-m", "m"],
+        "m",
+        "mgit.merge.engine",
+    ),
+    Scenario(
+        "merge -b",
+        setup_merge,
+        ["merge", "--method", "linear", "--weights", "0.5", "--base", "main", "e1", "e2", "-b", "mb", "-m", "mb"],
+        "mb",
+        "mgit.merge.engine",
+    ),
+    Scenario("gc", setup_gc, ["gc", "--now"]),
+    Scenario("push", setup_push, ["push", "origin", "main"]),
+    Scenario("fsck --repair", setup_repair, ["fsck", "--repair"]),
+]
+FAST = ("add", "commit", "checkout", "checkout (detached)")  # the subset tests/test_crash_points.py runs
+
+
+# -- running the command ------------------------------------------------------------------
+
+
+def run_cli(args: list[str], cwd: Path, env: dict[str, str], log: Path) -> int:
+    """Run ``mgit ARGS`` in a forked child (stdout and stderr to ``log``); its exit status,
+    or minus the signal that killed it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads: the child runs no pool of ours
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        rc = 70
+        try:
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.chdir(cwd)
+            os.environ.update(env)
+            from mgit import _crashpoints
+            from mgit.cli import main
+
+            _crashpoints.install()
+            rc = main(list(args))
+        except BaseException as exc:  # noqa: BLE001 - report anything, exit anyway
+            print(f"child failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(rc)
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return -signal.SIGKILL
+        time.sleep(0.005)
+
+
+def count_points(scenario: Scenario, work: Path) -> list[str]:
+    """The kinds of crash point the command passes, in order."""
+    root = work / "count" / "repo"
+    root.mkdir(parents=True)
+    scenario.setup(root)
+    points = work / "count" / "points"
+    rc = run_cli(scenario.args, root, {"MGIT_CRASH_LOG": str(points)}, work / "count" / "log")
+    if rc != 0:
+        raise RuntimeError(
+            f"{scenario.name}: the uninterrupted run failed ({rc}): {(work / 'count' / 'log').read_text()}"
+        )
+    return points.read_text().split() if points.exists() else []
+
+
+# -- checking -----------------------------------------------------------------------------
+
+
+def _hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def fingerprint(root: Path) -> dict:
+    """What an uninterrupted run determines: ids of commits vary with time, so a tip is its
+    message, its files and its history's length."""
+    with redirect_stderr(io.StringIO()), Repository(root) as repo:
+        tips = {}
+        for name, commit in sorted(repo.branches().items()):
+            info = repo.graph.commit(commit)
+            files = {p: e.oid for p, e in read_snapshot(repo.graph, info.tree).items()}
+            tips[name] = (info.summary, files, len(repo.log(name)))
+        remote = None
+        if "origin" in repo.remotes():
+            refs = repo._backend("origin").refs()
+            remote = {ref: repo.graph.commit(c).summary for ref, c in refs.items()}
+        index = {p: ie.entry.oid for p, ie in repo._index().entries.items()}
+        work = {
+            p.relative_to(root).as_posix(): _hash(p)
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and ".mgit" not in p.relative_to(root).parts
+        }
+        return {"branch": repo.refs.current_branch(), "tips": tips, "remote": remote, "index": index, "work": work}
+
+
+def commits_of(root: Path) -> set[str]:
+    with Repository(root) as repo:
+        return {
+            e.commit.id.decode() for c in repo.branches().values() for e in repo.graph.repo.get_walker([c.encode()])
+        }
+
+
+def _head_summary(root: Path) -> str | None:
+    with Repository(root) as repo:
+        head = repo.refs.head()
+        return repo.graph.commit(head).summary if head else None
+
+
+def check(scenario: Scenario, root: Path, before: set[str], expected: dict, log: Path) -> str | None:
+    """None when the repository needs no manual repair, else the first reason."""
+    try:
+        with redirect_stderr(io.StringIO()), Repository(root) as repo:
+            repo.status()
+    except Exception as exc:  # noqa: BLE001 - any failure is a finding
+        return f"status fails: {type(exc).__name__}: {exc}"
+    if scenario.landed is None or _head_summary(root) != scenario.landed:
+        rc = run_cli(scenario.args, root, {}, log)
+        if rc != 0:
+            return f"rerun exits {rc}: {log.read_text().strip().splitlines()[-1:]}"
+    with redirect_stderr(io.StringIO()), Repository(root) as repo:
+        problems = repo.fsck()
+    if problems:
+        return f"fsck: {problems[0]}"
+    lost = before - commits_of(root)
+    if lost:
+        return f"lost {len(lost)} commit(s)"
+    got = fingerprint(root)
+    if got != expected:
+        diff = [k for k in got if got[k] != expected[k]]
+        return f"differs from an uninterrupted run in {', '.join(diff)}"
+    return None
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    points: dict[str, int] = field(default_factory=dict)  # kind → how many
+    trials: int = 0
+    ok: int = 0
+    failures: list[str] = field(default_factory=list)  # "point n (kind): reason"
+
+
+def run_scenario(scenario: Scenario, work: Path, limit: int | None = None) -> Outcome:
+    if scenario.preload:
+        importlib.import_module(scenario.preload)
+    kinds = count_points(scenario, work)
+    outcome = Outcome(scenario.name, {k: kinds.count(k) for k in sorted(set(kinds))})
+    ref = work / "reference" / "repo"
+    ref.mkdir(parents=True)
+    scenario.setup(ref)
+    if run_cli(scenario.args, ref, {}, work / "reference" / "log") != 0:
+        raise RuntimeError(f"{scenario.name}: the reference run failed")
+    expected = fingerprint(ref)
+    for n in range(1, (len(kinds) if limit is None else min(limit, len(kinds))) + 1):
+        trial = work / f"trial-{n}"
+        root = trial / "repo"
+        root.mkdir(parents=True)
+        scenario.setup(root)
+        before = commits_of(root)
+        rc = run_cli(scenario.args, root, {"MGIT_CRASH_AT": f"any:{n}"}, trial / "log")
+        outcome.trials += 1
+        if rc != -signal.SIGKILL:
+            reason = f"was not killed (exit {rc})"
+        else:
+            reason = check(scenario, root, before, expected, trial / "log")
+        if reason is None:
+            outcome.ok += 1
+            shutil.rmtree(trial)
+        else:
+            outcome.failures.append(f"point {n} ({kinds[n - 1]}): {reason}")
+    return outcome
+
+
+def table(outcomes: list[Outcome]) -> str:
+    lines = ["| command | crash points (rename/fsync/unlock) | trials | ok | needs repair |", "|---|---|---|---|---|"]
+    for o in outcomes:
+        pts = "/".join(str(o.points.get(k, 0)) for k in ("rename", "fsync", "unlock"))
+        lines.append(f"| {o.scenario} | {pts} | {o.trials} | {o.ok} | {o.trials - o.ok} |")
+    total = sum(o.trials for o in outcomes)
+    ok = sum(o.ok for o in outcomes)
+    lines.append(f"| **all** | | {total} | {ok} | {total - ok} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("scenarios", nargs="*", help=f"some of: {', '.join(s.name for s in SCENARIOS)}")
+    parser.add_argument("--keep", action="store_true", help="keep the failed trials' repositories")
+    args = parser.parse_args(argv)
+    chosen = [s for s in SCENARIOS if not args.scenarios or s.name in args.scenarios]
+    outcomes = []
+    base = Path(tempfile.mkdtemp(prefix="mgit-crash-"))
+    try:
+        for s in chosen:
+            started = time.monotonic()
+            o = run_scenario(s, base / s.name.replace(" ", "-"))
+            outcomes.append(o)
+            print(f"{s.name}: {o.ok}/{o.trials} ok ({time.monotonic() - started:.0f} s)", file=sys.stderr)
+            for f in o.failures:
+                print(f"  {f}", file=sys.stderr)
+    finally:
+        if args.keep:
+            print(f"trials kept in {base}", file=sys.stderr)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+    print(table(outcomes))
+    return 0 if all(o.ok == o.trials for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The journal of a working-tree operation in progress: ``.mgit/journal.json``.
+
+A checkout (or the checkout that ends a merge) writes the journal atomically before its
+first working-tree write and removes it once the index and HEAD are final. A killed or
+interrupted operation leaves it behind, and the next command that takes the repository
+lock finishes the operation from it (roll forward): every file it names is written, or
+found already written, the index records them, and HEAD moves as the journal says. The
+steps are idempotent, so a recovery that is itself killed is simply run again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mgit import _crashpoints
+from mgit.errors import CorruptObjectError
+from mgit.graph.snapshot import Entry
+from mgit.worktree.sparse import SparsePatterns
+
+JOURNAL_FILE = "journal.json"
+SCHEMA = "mgit.journal/1"
+HEAD_MOVES = ("none", "branch", "create", "detach", "advance")
+
+
+@dataclass
+class Write:
+    """A file the operation writes: ``entry`` staged; the working file shows ``form``
+    (a sparse projection) or, when not ``written``, is left out."""
+
+    entry: Entry
+    form: Entry
+    written: bool = True
+
+
+@dataclass
+class Journal:
+    op: str  # "checkout" or "merge", for messages
+    rev: str  # what the user named, for messages
+    target: str  # the commit the working tree moves to
+    writes: dict[str, Write] = field(default_factory=dict)
+    removes: list[str] = field(default_factory=list)
+    head: str = "none"  # how HEAD moves at the end (HEAD_MOVES)
+    branch: str | None = None  # for "branch" and "create"
+    old_head: str | None = None  # HEAD before the operation ("advance": the CAS's old value)
+    message: str = ""  # reflog message of an "advance"
+    patterns: SparsePatterns | None = None
+    set_patterns: bool = False  # whether the operation changes the sparse patterns
+    switch_after: bool = False  # merge -b: once the branch exists, check it out
+
+    def describe(self) -> str:
+        return f"{self.op} of {self.rev}"
+
+
+def _entry(e: Entry) -> list:
+    return [e.kind, e.oid, e.mode]
+
+
+def _to_json(j: Journal) -> dict:
+    pats = j.patterns
+    return {
+        "schema": SCHEMA,
+        "op": j.op,
+        "rev": j.rev,
+        "target": j.target,
+        "writes": {
+            p: {"entry": _entry(w.entry), "form": _entry(w.form), "written": w.written} for p, w in j.writes.items()
+        },
+        "removes": j.removes,
+        "head": j.head,
+        "branch": j.branch,
+        "old_head": j.old_head,
+        "message": j.message,
+        "patterns": None if pats is None else {"include": list(pats.include), "exclude": list(pats.exclude)},
+        "set_patterns": j.set_patterns,
+        "switch_after": j.switch_after,
+    }
+
+
+def _from_json(obj: dict) -> Journal:
+    if obj.get("schema") != SCHEMA or obj["head"] not in HEAD_MOVES:
+        raise ValueError
+    pats = obj["patterns"]
+    return Journal(
+        op=str(obj["op"]),
+        rev=str(obj["rev"]),
+        target=str(obj["target"]),
+        writes={p: Write(Entry(*w["entry"]), Entry(*w["form"]), bool(w["written"])) for p, w in obj["writes"].items()},
+        removes=[str(p) for p in obj["removes"]],
+        head=obj["head"],
+        branch=obj["branch"],
+        old_head=obj["old_head"],
+        message=str(obj["message"]),
+        patterns=None if pats is None else SparsePatterns(tuple(pats["include"]), tuple(pats["exclude"])),
+        set_patterns=bool(obj["set_patterns"]),
+        switch_after=bool(obj["switch_after"]),
+    )
+
+
+def path_of(git_dir: Path) -> Path:
+    return git_dir / JOURNAL_FILE
+
+
+def exists(git_dir: Path) -> bool:
+    return path_of(git_dir).is_file()
+
+
+def load(git_dir: Path) -> Journal | None:
+    path = path_of(git_dir)
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        return _from_json(json.loads(text))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise CorruptObjectError(
+            f"{path} (an interrupted checkout's journal) is damaged; delete it and run `mgit checkout --force HEAD`"
+        ) from None
+
+
+def save(git_dir: Path, journal: Journal) -> None:
+    """Write the journal durably (fsync, rename, fsync of .mgit) before the working tree changes."""
+    path = path_of(git_dir)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(_to_json(journal), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:  # nothing was written to the working tree yet: leave nothing behind
+        tmp.unlink(missing_ok=True)
+        raise exc if exc.filename is not None else OSError(exc.errno, exc.strerror, str(path)) from None
+    _fsync_dir(git_dir)
+
+
+def clear(git_dir: Path) -> None:
+    """The operation is complete: index and HEAD are final."""
+    _crashpoints.point("rename")  # as good as a rename: the commit point of the operation
+    path_of(git_dir).unlink(missing_ok=True)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
