@@ -176,6 +176,29 @@ def llama() -> dict:
     return llama_state_dict()
 
 
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A real S3-protocol endpoint on 127.0.0.1 (moto's ThreadedMotoServer), stopped after the run."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """An initialised repository directory with a committer configured, made by the real CLI."""
+    d = tmp_path / "work"
+    d.mkdir()
+    run_mgit("init", cwd=d, check=True)
+    run_mgit("config", "user.name", "Ada", cwd=d, check=True)
+    run_mgit("config", "user.email", "ada@example.com", cwd=d, check=True)
+    return d
+
+
 def run_mgit(*args: str, cwd: Path, check: bool = False, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess (what a user types)."""
     full_env = {**os.environ, **(env or {})}

@@ -32,16 +32,6 @@ def loaded_by(cwd: Path, *args: str) -> dict:
 
 
 @pytest.fixture
-def work(tmp_path: Path) -> Path:
-    d = tmp_path / "work"
-    d.mkdir()
-    run_mgit("init", cwd=d, check=True)
-    run_mgit("config", "user.name", "Ada", cwd=d, check=True)
-    run_mgit("config", "user.email", "ada@example.com", cwd=d, check=True)
-    return d
-
-
-@pytest.fixture
 def committed(work: Path) -> Path:
     """A repository with one commit of a small bf16 model."""
     from conftest import llama_state_dict, write_model

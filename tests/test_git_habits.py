@@ -334,10 +334,7 @@ def test_fetch_prints_which_refs_moved(cloned):
     origin, clone, a, b = cloned
     quiet = run_mgit("fetch", cwd=clone.root, check=True)
     assert "->" not in quiet.stderr  # nothing moved
-    write_model(origin.root / "model", _sd(11))
-    touch_later(origin.root / "model" / "model.safetensors")
-    origin.add(["model"])
-    c = origin.commit("c")
+    c = commit_model(origin, _sd(11), "c")
     origin.push()
     origin.create_branch("exp", a)
     origin.push("origin", "exp")
@@ -360,10 +357,7 @@ def test_fetch_prints_which_refs_moved(cloned):
 
 def test_pull_prints_the_moves_and_the_fast_forward(cloned):
     origin, clone, a, b = cloned
-    write_model(origin.root / "model", _sd(12))
-    touch_later(origin.root / "model" / "model.safetensors")
-    origin.add(["model"])
-    c = origin.commit("c")
+    c = commit_model(origin, _sd(12), "c")
     origin.push()
     origin.tag("v1", c)
     origin.push("origin", "v1")

@@ -20,6 +20,8 @@ from pathlib import Path
 import blake3
 import numpy as np
 
+from mgit.durable import fsync_dir
+
 PACK_MAGIC = b"MGPK\x00\x00\x00\x01"
 IDX_MAGIC = b"MGIX\x00\x00\x00\x01"
 # record header: id, encoding, byte-group width, delta depth, pad, payload length, raw size
@@ -180,16 +182,7 @@ def write_index(path: Path, entries: dict[str, Location]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename durable: the new name lives in the directory's own data."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(path.parent)
 
 
 class PackIndex:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgit import _crashpoints
+from mgit.durable import fsync_dir
 from mgit.errors import CorruptObjectError
 from mgit.graph.snapshot import Entry
 from mgit.worktree.sparse import SparsePatterns
@@ -134,18 +135,10 @@ def save(git_dir: Path, journal: Journal) -> None:
     except OSError as exc:  # nothing was written to the working tree yet: leave nothing behind
         tmp.unlink(missing_ok=True)
         raise exc if exc.filename is not None else OSError(exc.errno, exc.strerror, str(path)) from None
-    _fsync_dir(git_dir)
+    fsync_dir(git_dir)
 
 
 def clear(git_dir: Path) -> None:
     """The operation is complete: index and HEAD are final."""
     _crashpoints.point("rename")  # as good as a rename: the commit point of the operation
     path_of(git_dir).unlink(missing_ok=True)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

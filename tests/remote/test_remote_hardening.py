@@ -442,17 +442,6 @@ def test_pushing_into_a_working_repository_refuses_only_its_checked_out_branch(u
 # -- item 9: S3 errors are one line naming what to fix ------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 @pytest.fixture
 def s3(s3_endpoint, monkeypatch, tmp_path):
     """A bucket on moto's server, the AWS variables pointing at it and no ~/.aws: (url, env)."""
