@@ -29,7 +29,7 @@ from mgit.merge.importance import TensorBudget
 from mgit.merge.plan import MergePlan
 from mgit.merge.record import plan_record
 from mgit.remote.transfer import Transfer
-from mgit.repo import Repository
+from mgit.repo import Repair, Repository
 from mgit.worktree.sparse import SparseSummary
 from mgit.worktree.status import FileStatus
 
@@ -697,6 +697,8 @@ def fsck(ctx: click.Context, as_json: bool, repair: bool) -> None:
         )
         for cid, who in sorted(r.missing.items()):
             err.print(f"  still missing: chunk {cid[:12]} of {who}", markup=False)
+        for line in _graph_repair_lines(r):
+            err.print(line, markup=False)
     problems = repo.fsck()
     if as_json:
         _dump("mgit.fsck/1", {"ok": not problems, "problems": problems, "partial": repo.is_partial})
@@ -709,6 +711,23 @@ def fsck(ctx: click.Context, as_json: bool, repair: bool) -> None:
         out.print(ok if not problems else f"{len(problems)} problem(s) found")
     if problems:
         raise click.exceptions.Exit(1)
+
+
+def _graph_repair_lines(r: Repair) -> list[str]:
+    """What ``fsck --repair`` did to git objects, refs and packs, one line each."""
+    g = r.graph
+    lines = [f"repair: rewrote damaged pack(s): {', '.join(r.rewritten_packs)}"] if r.rewritten_packs else []
+    if g.objects or g.objects_lost or g.refs or g.refs_lost:
+        counts = {name: list(g.objects.values()).count(name) for name in sorted(set(g.objects.values()))}
+        by_remote = ", ".join(f"{n} from {name}" for name, n in counts.items())
+        lines.append(
+            f"repair: restored {len(g.objects)} git object(s){f' ({by_remote})' if by_remote else ''} and "
+            f"{len(g.refs)} ref(s); {len(g.objects_lost)} object(s) and {len(g.refs_lost)} ref(s) still damaged"
+        )
+    lines += [f"  restored: {ref} from {source}" for ref, source in sorted(g.refs.items())]
+    lines += [f"  still damaged: git object {sha[:12]} needed by {who}" for sha, who in sorted(g.objects_lost.items())]
+    lines += [f"  still damaged: {ref}: {why}" for ref, why in sorted(g.refs_lost.items())]
+    return lines
 
 
 def _num(x: float | None, fmt: str = ".3g") -> str:

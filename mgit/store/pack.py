@@ -215,11 +215,10 @@ DELTA_ENCODING = 2  # mirrors codec.XOR_DELTA; kept here so the index can say wh
 def scan_pack(pack: Path) -> dict[str, Location]:
     """The locations of the records a pack holds, read from the records themselves (each
     carries its id): what rebuilds a damaged index. Stops at the first record that does not
-    fit the file (a damaged header); what follows it is lost to the rebuilt index."""
+    fit the file (a damaged header); what follows it is lost to the rebuilt index. Damaged
+    magic bytes are no reason to stop: the records after them are whole."""
     data = pack.read_bytes()
     out: dict[str, Location] = {}
-    if not data.startswith(PACK_MAGIC):
-        return out
     offset = len(PACK_MAGIC)
     while offset + RECORD.size <= len(data):
         raw_id, encoding, group, depth, pad, length, raw_size = RECORD.unpack_from(data, offset)

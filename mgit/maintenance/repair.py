@@ -1,0 +1,329 @@
+"""``fsck --repair`` for the git side of a repository.
+
+Git objects are content-addressed, so a damaged or missing one is restored exactly by
+fetching it again from any remote that holds it (checked against its id like every fetch).
+A damaged ref has no such id: its value is taken from the last entry of its reflog whose
+commit is intact, else from a remote-tracking ref of the same branch, else from the
+remotes' refs (whose commits are fetched). What no source holds is reported, never guessed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dulwich.objects import Commit, ShaFile, Tag, Tree
+from dulwich.reflog import format_reflog_line
+
+from mgit.errors import CorruptObjectError, MgitError
+from mgit.graph.integrity import RefScan, read_object, scan_refs, valid_ref_value
+from mgit.graph.objects import Graph
+from mgit.maintenance.fsck import damaged_objects
+from mgit.maintenance.reach import damaged_reflogs, reachable, reflog_lines
+from mgit.remote.backend import Backend, object_key, unpack_object
+from mgit.worktree.index import Index
+
+HEADS = "refs/heads/"
+TRACKING = "refs/remotes/"
+
+
+@dataclass
+class GraphRepair:
+    """What the git side of a repair did."""
+
+    objects: dict[str, str] = field(default_factory=dict)  # restored object id → remote it came from
+    objects_lost: dict[str, str] = field(default_factory=dict)  # object id → who needs it (no remote has it)
+    refs: dict[str, str] = field(default_factory=dict)  # restored ref → where its value came from
+    refs_lost: dict[str, str] = field(default_factory=dict)  # ref → why it is still damaged
+    reflog_lines: int = 0  # unreadable reflog lines dropped
+
+
+class Remotes:
+    """The configured remotes, each opened when first needed; one that cannot be reached
+    or answers with damage is skipped (another may hold what is wanted)."""
+
+    def __init__(self, openers: dict[str, Callable[[], Backend]]):
+        self._openers = dict(sorted(openers.items()))
+        self._open: dict[str, Backend | None] = {}
+        self._refs: dict[str, dict[str, str]] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._openers)
+
+    def backend(self, name: str) -> Backend | None:
+        if name not in self._open:
+            try:
+                self._open[name] = self._openers[name]()
+            except (MgitError, OSError):
+                self._open[name] = None
+        return self._open[name]
+
+    def get_object(self, sha: str, prefer: str | None = None) -> tuple[str, ShaFile] | None:
+        """(remote, object) from the first remote holding ``sha`` intact."""
+        for name in sorted(self._openers, key=lambda n: n != prefer):
+            backend = self.backend(name)
+            if backend is None:
+                continue
+            try:
+                return name, unpack_object(sha, backend.get(object_key(sha)))
+            except (MgitError, OSError):
+                continue
+        return None
+
+    def refs(self, name: str) -> dict[str, str]:
+        if name not in self._refs:
+            backend = self.backend(name)
+            try:
+                self._refs[name] = backend.refs() if backend is not None else {}
+            except (MgitError, OSError):
+                self._refs[name] = {}
+        return self._refs[name]
+
+    def close(self) -> None:
+        for backend in self._open.values():
+            if backend is not None:
+                backend.close()
+
+
+def write_loose(graph: Graph, obj: ShaFile) -> None:
+    """Store ``obj`` as a loose object, replacing a damaged file of that id atomically."""
+    sha = obj.id.decode()
+    path = graph.git_dir / "objects" / sha[:2] / sha[2:]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{sha[2:]}-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(obj.as_legacy_object())
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o444)
+    os.replace(tmp, path)
+
+
+def _children(obj: ShaFile) -> list[str]:
+    if isinstance(obj, Commit):
+        return [obj.tree.decode(), *(p.decode() for p in obj.parents)]
+    if isinstance(obj, Tree):
+        return [e.sha.decode() for e in obj.iteritems() if e.mode != 0o160000]
+    if isinstance(obj, Tag):
+        return [obj.object[1].decode()]
+    return []
+
+
+def _intact(graph: Graph, sha: str) -> bool:
+    try:
+        read_object(graph.objects, sha)
+        return True
+    except (KeyError, CorruptObjectError):
+        return False
+
+
+def _fetch_below(
+    graph: Graph,
+    remotes: Remotes,
+    wanted: dict[str, str],
+    report: GraphRepair,
+    prefer: str | None = None,
+    damaged: frozenset[str] | set[str] = frozenset(),
+) -> None:
+    """Fetch every object of ``wanted`` (id → who needs it) that is absent or damaged here
+    (``damaged``: found so by full verification, though it may read), and whatever is
+    absent below the fetched ones (a restored tree's lost children)."""
+    pending = list(wanted.items())
+    while pending:
+        sha, who = pending.pop()
+        if sha in report.objects or sha in report.objects_lost or (sha not in damaged and _intact(graph, sha)):
+            continue
+        got = remotes.get_object(sha, prefer)
+        if got is None:
+            report.objects_lost[sha] = who
+            continue
+        name, obj = got
+        write_loose(graph, obj)
+        report.objects[sha] = name
+        pending += [(c, f"{obj.type_name.decode()} {sha[:12]}") for c in _children(obj) if not graph.has(c)]
+
+
+def restore_objects(graph: Graph, index: Index | None, remotes: Remotes, report: GraphRepair) -> None:
+    """Every damaged git object, and every one the history needs and lacks, from the remotes."""
+    damaged = {sha: "a damaged object" for sha in damaged_objects(graph) if len(sha) == 40}
+    reach = reachable(graph, index)
+    absent = {o: reach.where.get(o, "a file") for o in reach.objects if not graph.has(o)}
+    _fetch_below(graph, remotes, {**absent, **reach.lacking, **damaged}, report, damaged=set(damaged))
+    if report.objects:  # what the restored objects reach was not walked before
+        reach = reachable(graph, index)
+        absent = {o: reach.where.get(o, "a file") for o in reach.objects if not graph.has(o)}
+        _fetch_below(graph, remotes, {**absent, **reach.lacking}, report)
+    for sha in list(report.objects_lost):
+        if sha not in damaged and _intact(graph, sha):
+            del report.objects_lost[sha]
+
+
+# -- refs -----------------------------------------------------------------------------------
+
+
+def _write_ref(git_dir: Path, ref: str, value: str, identity: bytes, source: str) -> None:
+    """Write a ref file atomically (a damaged file cannot go through dulwich's compare-and-swap)
+    and note the restore in its reflog."""
+    path = git_dir / ref
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(value.encode() + b"\n")
+    os.replace(tmp, path)
+    if value.startswith("ref: ") or not (ref == "HEAD" or ref.startswith(HEADS)):
+        return
+    log = git_dir / "logs" / ref
+    log.parent.mkdir(parents=True, exist_ok=True)
+    message = f"fsck: restored from {source}".encode()
+    line = format_reflog_line(None, value.encode(), identity, int(time.time()), 0, message)
+    with open(log, "ab") as f:
+        f.write(line + b"\n")
+
+
+def _from_reflog(graph: Graph, ref: str) -> str | None:
+    path = graph.git_dir / "logs" / ref
+    if not path.is_file():
+        return None
+    for entry in reversed(reflog_lines(path)[0]):
+        sha = entry.new_sha.decode()
+        if set(sha) != {"0"} and _is_commit(graph, sha):
+            return sha
+    return None
+
+
+def _is_commit(graph: Graph, sha: str) -> bool:
+    try:
+        return isinstance(read_object(graph.objects, sha), (Commit, Tag))
+    except (KeyError, CorruptObjectError):
+        return False
+
+
+def _candidate(graph: Graph, scan: RefScan, ref: str, remotes: Remotes, report: GraphRepair) -> tuple[str, str] | None:
+    """(value, where it came from) for a damaged ``ref``: its reflog, then a remote-tracking
+    ref of the same branch, then the remotes (fetching the commit's graph from there)."""
+    sha = _from_reflog(graph, ref)
+    if sha is not None:
+        return sha, "its reflog"
+    if ref.startswith(HEADS):
+        branch = ref.removeprefix(HEADS)
+        for name in remotes.names:
+            tracking = f"{TRACKING}{name}/{branch}"
+            if tracking in scan.values and _is_commit(graph, scan.values[tracking]):
+                return scan.values[tracking], tracking
+    for name in remotes.names:
+        if ref.startswith(f"{TRACKING}{name}/"):
+            theirs = f"{HEADS}{ref.removeprefix(f'{TRACKING}{name}/')}"
+        elif ref.startswith((HEADS, "refs/tags/")):
+            theirs = ref
+        else:
+            continue
+        sha = remotes.refs(name).get(theirs)
+        if sha is None:
+            continue
+        _fetch_below(graph, remotes, {sha: f"{theirs} of remote {name}"}, report, prefer=name)
+        if _is_commit(graph, sha):
+            return sha, f"remote {name}"
+    return None
+
+
+def _head_candidate(graph: Graph, branches: dict[str, str]) -> tuple[str, str]:
+    """What a damaged HEAD held: the branch its reflog last moved to (or the only branch
+    whose tip its last entry names), else a detached HEAD there, else main."""
+    path = graph.git_dir / "logs" / "HEAD"
+    entries = reflog_lines(path)[0] if path.is_file() else []
+    moved_to = None
+    for entry in reversed(entries):
+        m = re.fullmatch(rb"checkout: moving to (.+)", entry.message.strip())
+        if m and f"{HEADS}{m.group(1).decode(errors='replace')}" in branches:
+            moved_to = f"{HEADS}{m.group(1).decode()}"
+            break
+    last = entries[-1].new_sha.decode() if entries else None
+    at_last = [ref for ref, sha in branches.items() if sha == last]
+    if moved_to is not None and (branches[moved_to] == last or not at_last):
+        return f"ref: {moved_to}", "its reflog"
+    if len(at_last) == 1:
+        return f"ref: {at_last[0]}", "its reflog"
+    if last is not None and _is_commit(graph, last):
+        return last, "its reflog (detached)"
+    if len(branches) == 1:
+        return f"ref: {next(iter(branches))}", "the only branch"
+    return f"ref: {HEADS}main", "the default branch"
+
+
+def _rewrite_packed_refs(git_dir: Path) -> None:
+    """``packed-refs`` without its unreadable lines (the refs they held are restored as loose refs)."""
+    path = git_dir / "packed-refs"
+    keep, last_ok = [], False
+    for line in path.read_bytes().splitlines():
+        if line.startswith(b"#"):
+            keep.append(line)
+        elif line.startswith(b"^"):
+            if last_ok and valid_ref_value(line[1:]):
+                keep.append(line)
+        else:
+            sha, _, name = line.partition(b" ")
+            last_ok = valid_ref_value(sha) and name.startswith(b"refs/") and b"\0" not in name
+            if last_ok:
+                keep.append(line)
+    tmp = path.with_name(f"packed-refs.tmp-{os.getpid()}")
+    tmp.write_bytes(b"".join(x + b"\n" for x in keep))
+    os.replace(tmp, path)
+
+
+def _drop_damaged_reflog_lines(git_dir: Path) -> int:
+    dropped = 0
+    for path, bad in damaged_reflogs(git_dir).items():
+        lines = path.read_bytes().splitlines(keepends=True)
+        keep = [line for n, line in enumerate(lines, 1) if n not in set(bad)]
+        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        tmp.write_bytes(b"".join(keep))
+        os.replace(tmp, path)
+        dropped += len(bad)
+    return dropped
+
+
+def restore_refs(graph: Graph, remotes: Remotes, identity: bytes, report: GraphRepair) -> None:
+    """Every damaged ref, or ref naming a missing commit, restored where a source holds it."""
+    git_dir = graph.git_dir
+    report.reflog_lines += _drop_damaged_reflog_lines(git_dir)
+    scan = scan_refs(git_dir)
+    broken = dict(scan.damaged)
+    for ref, sha in scan.values.items():
+        if ref not in scan.symrefs and not _is_commit(graph, sha):
+            broken[ref] = f"points at {sha[:12]}, which is missing or damaged"
+    if scan.packed_damaged:
+        _rewrite_packed_refs(git_dir)
+    for ref in sorted(r for r in broken if r != "HEAD"):
+        if ref.startswith("packed-refs line"):
+            report.refs[ref] = "dropped (no ref name can be read from it)"
+            continue
+        found = _candidate(graph, scan, ref, remotes, report)
+        if found is None:
+            report.refs_lost[ref] = broken[ref]
+            continue
+        _write_ref(git_dir, ref, found[0], identity, found[1])
+        report.refs[ref] = found[1]
+    if "HEAD" in broken:
+        after = scan_refs(git_dir)
+        branches = {r: s for r, s in after.values.items() if r.startswith(HEADS) and _is_commit(graph, s)}
+        if "HEAD" in scan.damaged:
+            value, source = _head_candidate(graph, branches)
+        else:  # a detached HEAD naming a lost commit
+            found = _from_reflog(graph, "HEAD")
+            value, source = (found, "its reflog") if found else _head_candidate(graph, branches)
+        _write_ref(git_dir, "HEAD", value, identity, source)
+        report.refs["HEAD"] = source
+
+
+def settle(graph: Graph, index: Index | None, report: GraphRepair) -> None:
+    """Forget lost objects nothing needs any more (a restored ref moved off them)."""
+    if not report.objects_lost:
+        return
+    reach = reachable(graph, index)
+    damaged = damaged_objects(graph)
+    needed = set(reach.lacking) | set(damaged) | {o for o in reach.objects if not graph.has(o)}
+    report.objects_lost = {sha: who for sha, who in report.objects_lost.items() if sha in needed}
