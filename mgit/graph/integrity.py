@@ -83,6 +83,17 @@ def loose_damage(path: Path, sha: str) -> str | None:
     return None
 
 
+def loose_kind(path: Path) -> str | None:
+    """The type a loose object's header names (commit, tree, blob, tag), when that much of
+    it still decompresses: what a damaged object was, for the line naming it."""
+    try:
+        head = zlib.decompressobj().decompress(path.read_bytes()[:4096], 64)
+    except (OSError, zlib.error):
+        return None
+    kind = head.partition(b" ")[0]
+    return kind.decode() if object_class(kind) is not None else None
+
+
 def valid_ref_value(value: bytes) -> bool:
     """A ref file's content: a 40-hex object id, or ``ref: <valid ref name>``."""
     if value.startswith(SYMREF):

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mgit.errors import CorruptObjectError, MgitError
-from mgit.graph.integrity import loose_damage, read_object
+from mgit.graph.integrity import loose_damage, loose_kind, read_object
 from mgit.graph.objects import Graph
 from mgit.graph.snapshot import read_snapshot
 from mgit.maintenance.reach import reachable
@@ -69,11 +69,15 @@ def damaged_objects(graph: Graph) -> dict[str, str]:
 def check_objects(graph: Graph, where: Mapping[str, str] | None = None) -> list[str]:
     """One line per damaged git object, naming it and where it is used (when known)."""
     where = where or {}
-    return [_damage_line(sha, why, where) for sha, why in damaged_objects(graph).items()]
+    return [_damage_line(graph, sha, why, where) for sha, why in damaged_objects(graph).items()]
 
 
-def _damage_line(sha: str, why: str, where: Mapping[str, str]) -> str:
-    name = f"git object {sha[:12]}" if len(sha) == 40 else sha
+def _damage_line(graph: Graph, sha: str, why: str, where: Mapping[str, str]) -> str:
+    """``git object ID (a tree) is damaged: WHY (needed by WHERE)``; a git pack by its name."""
+    if len(sha) != 40:
+        return f"{sha} is damaged: {why}"
+    kind = loose_kind(graph.git_dir / "objects" / sha[:2] / sha[2:])
+    name = f"git object {sha[:12]}" + (f" (a {kind})" if kind else "")
     return f"{name} is damaged: {why}" + (f" (needed by {where[sha]})" if sha in where else "")
 
 
@@ -146,7 +150,7 @@ def check_repository(
     reach = reachable(graph, index)
     damaged = damaged_objects(graph)
     where = reach.where
-    problems = [_damage_line(sha, why, where) for sha, why in damaged.items()]
+    problems = [_damage_line(graph, sha, why, where) for sha, why in damaged.items()]
     shown = tuple(f"object {sha[:12]} " for sha in damaged)
     problems += [p for p in reach.missing if not p.startswith(shown)]
     problems += [f"object {o[:12]} is missing (needed by {where.get(o, 'a file')})" for o in sorted(reach.objects)

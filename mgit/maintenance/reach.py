@@ -155,6 +155,10 @@ def reachable(
     damaged_refs: dict[str, str] = {}
     pending = list((roots(graph, index, damaged_refs) if starts is None else starts).items())
     reach.missing += [f"ref {ref} is damaged: {why}" for ref, why in sorted(damaged_refs.items())]
+    if starts is None:  # a damaged reflog line may have been all that kept a commit
+        for path, lines in damaged_reflogs(graph.git_dir).items():
+            where = path.relative_to(graph.git_dir).as_posix()
+            reach.missing.append(f"reflog {where} is damaged (line {', '.join(map(str, lines))} cannot be read)")
     seen_commits: set[str] = set(stop)
     while pending:
         sha, where = pending.pop()

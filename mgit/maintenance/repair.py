@@ -303,7 +303,8 @@ def restore_refs(graph: Graph, remotes: Remotes, identity: bytes, report: GraphR
             continue
         found = _candidate(graph, scan, ref, remotes, report)
         if found is None:
-            report.refs_lost[ref] = broken[ref]
+            drop = f"; delete .mgit/{ref} to drop it" if (git_dir / ref).is_file() else ""
+            report.refs_lost[ref] = f"{broken[ref]} (no reflog entry, remote-tracking ref or remote has it{drop})"
             continue
         _write_ref(git_dir, ref, found[0], identity, found[1])
         report.refs[ref] = found[1]
@@ -320,10 +321,17 @@ def restore_refs(graph: Graph, remotes: Remotes, identity: bytes, report: GraphR
 
 
 def settle(graph: Graph, index: Index | None, report: GraphRepair) -> None:
-    """Forget lost objects nothing needs any more (a restored ref moved off them)."""
+    """Forget lost objects nothing needs any more (a restored ref moved off them); a damaged
+    one nothing reaches is garbage that gc removes: say so."""
     if not report.objects_lost:
         return
     reach = reachable(graph, index)
     damaged = damaged_objects(graph)
-    needed = set(reach.lacking) | set(damaged) | {o for o in reach.objects if not graph.has(o)}
-    report.objects_lost = {sha: who for sha, who in report.objects_lost.items() if sha in needed}
+    needed = {**{o: reach.where.get(o, "a file") for o in reach.objects if not graph.has(o)}, **reach.lacking}
+    lost = {}
+    for sha, who in report.objects_lost.items():
+        if sha in needed or (sha in damaged and sha in reach.objects):
+            lost[sha] = reach.where.get(sha, needed.get(sha, who))
+        elif sha in damaged:
+            lost[sha] = "nothing (it is unreachable: `mgit gc --now` removes it)"
+    report.objects_lost = lost
