@@ -289,6 +289,9 @@ class PackReader:
                 problems.append(f"pack {name}: record header of chunk {cid[:12]} disagrees with the index")
                 offset = loc.offset + loc.length  # resynchronise on the index
                 continue
+            if end > size:
+                problems.append(f"pack {name}: truncated (the record of chunk {cid[:12]} runs past its end)")
+                break
             offset = end
         problems += [f"pack {name}: chunk {cid[:12]} of the index is not in the pack" for cid, _ in expected.values()]
         return problems

@@ -106,6 +106,19 @@ def _pack_file(suffix: str, offset: int) -> Callable[[Setup], str]:
     return apply
 
 
+def _pack_magic_and_index(s: Setup) -> str:
+    pack = _pack(s)
+    _flip(pack, 2)
+    _flip(pack.with_suffix(".idx"), 40)
+    return pack.stem
+
+
+def _pack_cut(s: Setup) -> str:
+    pack = _pack(s)
+    _cut(pack, len(pack.read_bytes()) * 3 // 4)
+    return pack.stem
+
+
 def _ref_garbage(s: Setup) -> str:
     (s.repo.git_dir / "refs/heads/main").write_bytes(b"garbage\xff\n")
     return "refs/heads/main"
@@ -150,6 +163,8 @@ DAMAGE = {
     "pack-magic": _pack_file(".pack", 1),
     "pack-record": _pack_file(".pack", 8 + 32),  # the first record's encoding byte
     "pack-index": _pack_file(".idx", 40),
+    "pack-magic-and-index": _pack_magic_and_index,
+    "pack-cut": _pack_cut,
     "ref-garbage": _ref_garbage,
     "ref-missing-commit": _ref_missing,
     "packed-refs": _packed_refs,
@@ -307,3 +322,32 @@ def test_a_repository_packed_by_git_gc_is_whole(setup):
     assert (root / ".mgit" / "packed-refs").exists()
     proc = _fsck(root)
     assert proc.returncode == 0, proc.stdout
+
+
+def test_repair_fetches_git_objects_and_refs_over_http(setup, tmp_path, monkeypatch):
+    """The HTTP backend (``mgit serve``) serves a repair as the directory one does."""
+    import threading
+
+    from mgit.remote.server import MgitServer
+
+    (tmp_path / "served").mkdir()
+    server = MgitServer(tmp_path / "served", port=0, tokens={"token": "rw"})
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("MGIT_TOKEN", "token")
+        repo = setup.repo
+        repo.remote_remove("origin")
+        repo.remote_add("web", f"{server.url}/team/llama")
+        repo.push("web")
+        tree = _root_tree(setup)
+        DAMAGE["tree-flip"](setup)
+        (repo.git_dir / "logs/refs/heads/main").unlink()
+        (repo.git_dir / "refs/remotes/web/main").unlink()  # only the server knows main now
+        (repo.git_dir / "refs/heads/main").write_bytes(b"garbage\n")
+        with Repository(repo.root) as damaged:
+            report = damaged.fsck_repair()
+            assert report.graph.objects == {tree: "web"} and report.graph.refs == {"refs/heads/main": "remote web"}
+            assert damaged.fsck() == []
+    finally:
+        server.shutdown()
+        server.server_close()
