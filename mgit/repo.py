@@ -31,7 +31,14 @@ from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
 from mgit.maintenance.fsck import bad_chunks, check_repository
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
 from mgit.maintenance.reach import reachable
-from mgit.maintenance.repair import GraphRepair, Remotes, restore_objects, restore_refs, settle
+from mgit.maintenance.repair import (
+    GraphRepair,
+    Remotes,
+    drop_lost_index_stats,
+    restore_objects,
+    restore_refs,
+    settle,
+)
 from mgit.merging import Merging
 from mgit.model.dtypes import lookup
 from mgit.model.filetree import load_chunked, load_safetensors
@@ -602,6 +609,7 @@ class Repository(Merging, Sync):
             restore_refs(self.graph, remotes, self.identity(), report)
             if report.refs:  # restored refs may name commits whose objects are elsewhere
                 restore_objects(self.graph, self._index(), remotes, report)
+            drop_lost_index_stats(self._index(), report)
             settle(self.graph, self._index(), report)
         finally:
             remotes.close()

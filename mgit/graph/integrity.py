@@ -163,6 +163,12 @@ def scan_refs(git_dir: Path) -> RefScan:
     for ref, target in scan.symrefs.items():
         if target in scan.values:
             scan.values[ref] = scan.values[target]
+    target = scan.symrefs.get("HEAD")
+    branches = [r for r in scan.values if r.startswith("refs/heads/")]
+    if target and target not in scan.values and target not in scan.damaged and branches:
+        # an unborn branch beside existing ones: mgit makes none (no orphan checkouts), a damaged HEAD does
+        scan.damaged["HEAD"] = f"names {target}, which does not exist (the branches are {', '.join(sorted(branches))})"
+        del scan.symrefs["HEAD"]
     return scan
 
 

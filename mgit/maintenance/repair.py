@@ -13,7 +13,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dulwich.objects import Commit, ShaFile, Tag, Tree
@@ -40,6 +40,8 @@ class GraphRepair:
     refs: dict[str, str] = field(default_factory=dict)  # restored ref → where its value came from
     refs_lost: dict[str, str] = field(default_factory=dict)  # ref → why it is still damaged
     reflog_lines: int = 0  # unreadable reflog lines dropped
+    index_stats: list[str] = field(default_factory=list)  # paths whose lost staged statistics were dropped
+    removed: list[str] = field(default_factory=list)  # damaged objects nothing reaches, deleted
 
 
 class Remotes:
@@ -322,7 +324,7 @@ def restore_refs(graph: Graph, remotes: Remotes, identity: bytes, report: GraphR
 
 def settle(graph: Graph, index: Index | None, report: GraphRepair) -> None:
     """Forget lost objects nothing needs any more (a restored ref moved off them); a damaged
-    one nothing reaches is garbage that gc removes: say so."""
+    one nothing reaches is garbage no command can read: it is removed."""
     if not report.objects_lost:
         return
     reach = reachable(graph, index)
@@ -333,5 +335,20 @@ def settle(graph: Graph, index: Index | None, report: GraphRepair) -> None:
         if sha in needed or (sha in damaged and sha in reach.objects):
             lost[sha] = reach.where.get(sha, needed.get(sha, who))
         elif sha in damaged:
-            lost[sha] = "nothing (it is unreachable: `mgit gc --now` removes it)"
+            (graph.git_dir / "objects" / sha[:2] / sha[2:]).unlink(missing_ok=True)
+            report.removed.append(sha)
     report.objects_lost = lost
+
+
+def drop_lost_index_stats(index: Index, report: GraphRepair) -> None:
+    """A staged file's relative statistics are derived data that never leave this repository:
+    when their blob is lost, the index stops naming it (a commit then records no statistics
+    for that file, which merge planning estimates instead) rather than stay damaged."""
+    lost = set(report.objects_lost)
+    paths = [p for p, ie in index.entries.items() if ie.stats in lost]
+    if not paths:
+        return
+    for path in paths:  # the blob, now unreachable, is removed by settle
+        index.entries[path] = replace(index.entries[path], stats=None)
+    index.save()
+    report.index_stats += sorted(paths)

@@ -351,3 +351,18 @@ def test_repair_fetches_git_objects_and_refs_over_http(setup, tmp_path, monkeypa
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_lost_staged_statistics_are_dropped_from_the_index(setup):
+    """They never leave the repository, so no remote can restore them; they are derived data."""
+    from mgit.worktree.index import Index
+
+    stats = Index.load(setup.repo.git_dir / "mgit-index.json").entries["model/model.safetensors"].stats
+    assert stats is not None
+    _cut(_loose(setup.repo, stats), 20)
+    with Repository(setup.repo.root) as damaged:
+        assert any(stats[:12] in p for p in damaged.fsck())
+        report = damaged.fsck_repair()
+        assert report.graph.index_stats == ["model/model.safetensors"] and report.graph.removed == [stats]
+    with Repository(setup.repo.root) as fresh:
+        assert fresh.fsck() == [] and fresh.status().unstaged == []
