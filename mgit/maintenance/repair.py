@@ -17,13 +17,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dulwich.objects import Commit, ShaFile, Tag, Tree
-from dulwich.reflog import format_reflog_line
+from dulwich.reflog import format_reflog_line, parse_reflog_line
 
 from mgit.errors import CorruptObjectError, MgitError
 from mgit.graph.integrity import RefScan, read_object, scan_refs, valid_ref_value
 from mgit.graph.objects import Graph
 from mgit.maintenance.fsck import damaged_objects
-from mgit.maintenance.reach import damaged_reflogs, reachable, reflog_lines
+from mgit.maintenance.reach import ZERO, reachable, reflog_lines
 from mgit.remote.backend import Backend, object_key, unpack_object
 from mgit.worktree.index import Index
 
@@ -276,22 +276,37 @@ def _rewrite_packed_refs(git_dir: Path) -> None:
     os.replace(tmp, path)
 
 
-def _drop_damaged_reflog_lines(git_dir: Path) -> int:
+def _clean_reflogs(graph: Graph) -> int:
+    """Drop reflog lines that cannot be read or name an object that is not here (the remotes
+    were asked for it before): as ``git reflog expire --stale-fix`` does. Returns how many."""
     dropped = 0
-    for path, bad in damaged_reflogs(git_dir).items():
-        lines = path.read_bytes().splitlines(keepends=True)
-        keep = [line for n, line in enumerate(lines, 1) if n not in set(bad)]
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-        tmp.write_bytes(b"".join(keep))
-        os.replace(tmp, path)
-        dropped += len(bad)
+    for dirpath, _, names in os.walk(graph.git_dir / "logs"):
+        for name in names:
+            path = Path(dirpath) / name
+            lines = path.read_bytes().splitlines(keepends=True)
+            keep = [line for line in lines if _reflog_line_ok(graph, line)]
+            if len(keep) == len(lines):
+                continue
+            tmp = path.with_name(f"{name}.tmp-{os.getpid()}")
+            tmp.write_bytes(b"".join(keep))
+            os.replace(tmp, path)
+            dropped += len(lines) - len(keep)
     return dropped
+
+
+def _reflog_line_ok(graph: Graph, line: bytes) -> bool:
+    try:
+        entry = parse_reflog_line(line.rstrip(b"\n"))
+    except Exception:
+        return False
+    shas = [s.decode(errors="replace") for s in (entry.old_sha, entry.new_sha)]
+    return all(s == ZERO or (re.fullmatch(r"[0-9a-f]{40}", s) and graph.has(s)) for s in shas)
 
 
 def restore_refs(graph: Graph, remotes: Remotes, identity: bytes, report: GraphRepair) -> None:
     """Every damaged ref, or ref naming a missing commit, restored where a source holds it."""
     git_dir = graph.git_dir
-    report.reflog_lines += _drop_damaged_reflog_lines(git_dir)
+    report.reflog_lines += _clean_reflogs(graph)
     scan = scan_refs(git_dir)
     broken = dict(scan.damaged)
     for ref, sha in scan.values.items():

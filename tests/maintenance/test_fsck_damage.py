@@ -152,6 +152,15 @@ def _reflog_line(s: Setup) -> str:
     return "logs/HEAD"
 
 
+def _reflog_names_a_lost_commit(s: Setup) -> str:
+    """HEAD's first move, its new id one digit off (still hex: it parses, naming nothing here)."""
+    path = s.repo.git_dir / "logs/HEAD"
+    data = bytearray(path.read_bytes())
+    data[41] = ord("0") if data[41] != ord("0") else ord("1")
+    path.write_bytes(bytes(data))
+    return data[41:53].decode()
+
+
 DAMAGE = {
     "commit-flip": _object(lambda s: s.second, lambda p: _flip(p, len(p.read_bytes()) // 2)),
     "commit-cut": _object(lambda s: s.second, lambda p: _cut(p, len(p.read_bytes()) // 2)),
@@ -170,6 +179,7 @@ DAMAGE = {
     "packed-refs": _packed_refs,
     "head-garbage": _head_garbage,
     "reflog-line": _reflog_line,
+    "reflog-lost-commit": _reflog_names_a_lost_commit,
 }
 
 
