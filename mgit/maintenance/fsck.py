@@ -66,12 +66,6 @@ def damaged_objects(graph: Graph) -> dict[str, str]:
     return out
 
 
-def check_objects(graph: Graph, where: Mapping[str, str] | None = None) -> list[str]:
-    """One line per damaged git object, naming it and where it is used (when known)."""
-    where = where or {}
-    return [_damage_line(graph, sha, why, where) for sha, why in damaged_objects(graph).items()]
-
-
 def _damage_line(graph: Graph, sha: str, why: str, where: Mapping[str, str]) -> str:
     """``git object ID (a tree) is damaged: WHY (needed by WHERE)``; a git pack by its name."""
     if len(sha) != 40:

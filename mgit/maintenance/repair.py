@@ -152,10 +152,10 @@ def _fetch_below(
 
 def restore_objects(graph: Graph, index: Index | None, remotes: Remotes, report: GraphRepair) -> None:
     """Every damaged git object, and every one the history needs and lacks, from the remotes."""
-    damaged = {sha: "a damaged object" for sha in damaged_objects(graph) if len(sha) == 40}
     reach = reachable(graph, index)
+    damaged = {sha: reach.where.get(sha, "nothing known") for sha in damaged_objects(graph) if len(sha) == 40}
     absent = {o: reach.where.get(o, "a file") for o in reach.objects if not graph.has(o)}
-    _fetch_below(graph, remotes, {**absent, **reach.lacking, **damaged}, report, damaged=set(damaged))
+    _fetch_below(graph, remotes, {**damaged, **absent, **reach.lacking}, report, damaged=set(damaged))
     if report.objects:  # what the restored objects reach was not walked before
         reach = reachable(graph, index)
         absent = {o: reach.where.get(o, "a file") for o in reach.objects if not graph.has(o)}
