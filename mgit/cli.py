@@ -719,6 +719,8 @@ def _graph_repair_lines(r: Repair) -> list[str]:
     lines = [f"repair: rewrote damaged pack(s): {', '.join(r.rewritten_packs)}"] if r.rewritten_packs else []
     lines += [f"repair: dropped the lost staged statistics of {path}" for path in g.index_stats]
     lines += [f"repair: removed damaged git object {sha[:12]}, which nothing reaches" for sha in g.removed]
+    if g.packed_lines:
+        lines.append(f"repair: rewrote packed-refs without what names no readable ref ({', '.join(g.packed_lines)})")
     if g.reflog_lines:
         lines.append(f"repair: dropped {g.reflog_lines} reflog line(s) that could not be read or name a lost object")
     if g.objects or g.objects_lost or g.refs or g.refs_lost:

@@ -163,13 +163,26 @@ def scan_refs(git_dir: Path) -> RefScan:
     for ref, target in scan.symrefs.items():
         if target in scan.values:
             scan.values[ref] = scan.values[target]
-    target = scan.symrefs.get("HEAD")
-    branches = [r for r in scan.values if r.startswith("refs/heads/")]
-    if target and target not in scan.values and target not in scan.damaged and branches:
-        # an unborn branch beside existing ones: mgit makes none (no orphan checkouts), a damaged HEAD does
-        scan.damaged["HEAD"] = f"names {target}, which does not exist (the branches are {', '.join(sorted(branches))})"
-        del scan.symrefs["HEAD"]
+    _check_head_target(scan, git_dir)
     return scan
+
+
+def _check_head_target(scan: RefScan, git_dir: Path) -> None:
+    """HEAD naming a branch that does not exist is an unborn branch only in a repository with
+    no branches and no history of that one: mgit makes no orphan branches, and deleting a
+    branch deletes its reflog. Otherwise the branch's ref (or HEAD) was damaged."""
+    target = scan.symrefs.get("HEAD")
+    if not target or target in scan.values or target in scan.damaged:
+        return
+    branches = sorted(r for r in scan.values if r.startswith("refs/heads/"))
+    log = git_dir / "logs" / target
+    if log.is_file() and log.stat().st_size > 0:
+        scan.damaged["HEAD"] = f"names {target}, which does not exist though its reflog does"
+    elif branches:
+        scan.damaged["HEAD"] = f"names {target}, which does not exist (the branches are {', '.join(branches)})"
+    else:
+        return
+    del scan.symrefs["HEAD"]
 
 
 def _take(scan: RefScan, ref: str, value: bytes | None) -> None:
@@ -188,6 +201,9 @@ def _scan_packed(scan: RefScan, path: Path) -> None:
         lines = path.read_bytes().splitlines()
     except OSError:
         return
+    if not any(line.strip() for line in lines):  # dulwich cannot read an empty one
+        scan.damaged["packed-refs"] = "is empty"
+        scan.packed_damaged = True
     last: str | None = None
     for n, line in enumerate(lines, 1):
         if line.startswith(b"#") or not line.strip():

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dulwich.objects import Commit, ShaFile, Tag, Tree
 from dulwich.reflog import format_reflog_line, parse_reflog_line
+from dulwich.refs import check_ref_format
 
 from mgit.errors import CorruptObjectError, MgitError
 from mgit.graph.integrity import RefScan, read_object, scan_refs, valid_ref_value
@@ -29,6 +30,7 @@ from mgit.worktree.index import Index
 
 HEADS = "refs/heads/"
 TRACKING = "refs/remotes/"
+PACKED_HEADER = b"# pack-refs with: peeled fully-peeled sorted "  # as git writes it
 
 
 @dataclass
@@ -42,6 +44,7 @@ class GraphRepair:
     reflog_lines: int = 0  # unreadable reflog lines dropped
     index_stats: list[str] = field(default_factory=list)  # paths whose lost staged statistics were dropped
     removed: list[str] = field(default_factory=list)  # damaged objects nothing reaches, deleted
+    packed_lines: list[str] = field(default_factory=list)  # packed-refs lines naming no readable ref, dropped
 
 
 class Remotes:
@@ -259,16 +262,14 @@ def _head_candidate(graph: Graph, branches: dict[str, str]) -> tuple[str, str]:
 def _rewrite_packed_refs(git_dir: Path) -> None:
     """``packed-refs`` without its unreadable lines (the refs they held are restored as loose refs)."""
     path = git_dir / "packed-refs"
-    keep, last_ok = [], False
+    keep, last_ok = [PACKED_HEADER], False
     for line in path.read_bytes().splitlines():
-        if line.startswith(b"#"):
-            keep.append(line)
-        elif line.startswith(b"^"):
+        if line.startswith(b"^"):
             if last_ok and valid_ref_value(line[1:]):
                 keep.append(line)
-        else:
+        elif not line.startswith(b"#"):
             sha, _, name = line.partition(b" ")
-            last_ok = valid_ref_value(sha) and name.startswith(b"refs/") and b"\0" not in name
+            last_ok = valid_ref_value(sha) and name.startswith(b"refs/") and check_ref_format(name)
             if last_ok:
                 keep.append(line)
     tmp = path.with_name(f"packed-refs.tmp-{os.getpid()}")
@@ -303,6 +304,15 @@ def _reflog_line_ok(graph: Graph, line: bytes) -> bool:
     return all(s == ZERO or (re.fullmatch(r"[0-9a-f]{40}", s) and graph.has(s)) for s in shas)
 
 
+def _read_head(git_dir: Path) -> str | None:
+    """The branch a readable symbolic HEAD names (None: detached or unreadable)."""
+    try:
+        value = (git_dir / "HEAD").read_bytes().split(b"\n", 1)[0]
+    except OSError:
+        return None
+    return value[5:].decode() if value.startswith(b"ref: ") and check_ref_format(value[5:]) else None
+
+
 def restore_refs(graph: Graph, remotes: Remotes, identity: bytes, report: GraphRepair) -> None:
     """Every damaged ref, or ref naming a missing commit, restored where a source holds it."""
     git_dir = graph.git_dir
@@ -315,8 +325,8 @@ def restore_refs(graph: Graph, remotes: Remotes, identity: bytes, report: GraphR
     if scan.packed_damaged:
         _rewrite_packed_refs(git_dir)
     for ref in sorted(r for r in broken if r != "HEAD"):
-        if ref.startswith("packed-refs line"):
-            report.refs[ref] = "dropped (no ref name can be read from it)"
+        if ref.startswith("packed-refs"):  # no ref name can be read from it: rewritten without it
+            report.packed_lines.append(ref)
             continue
         found = _candidate(graph, scan, ref, remotes, report)
         if found is None:
@@ -325,6 +335,13 @@ def restore_refs(graph: Graph, remotes: Remotes, identity: bytes, report: GraphR
             continue
         _write_ref(git_dir, ref, found[0], identity, found[1])
         report.refs[ref] = found[1]
+    head = _read_head(git_dir)
+    if "HEAD" in broken and head and head.startswith(HEADS):  # HEAD names a lost branch: restore the branch
+        found = _candidate(graph, scan, head, remotes, report)
+        if found is not None:
+            _write_ref(git_dir, head, found[0], identity, found[1])
+            report.refs[head] = found[1]
+            broken.pop("HEAD")
     if "HEAD" in broken:
         after = scan_refs(git_dir)
         branches = {r: s for r, s in after.values.items() if r.startswith(HEADS) and _is_commit(graph, s)}

@@ -376,3 +376,22 @@ def test_lost_staged_statistics_are_dropped_from_the_index(setup):
         assert report.graph.index_stats == ["model/model.safetensors"] and report.graph.removed == [stats]
     with Repository(setup.repo.root) as fresh:
         assert fresh.fsck() == [] and fresh.status().unstaged == []
+
+
+def test_an_emptied_packed_refs_gets_the_checked_out_branch_back_from_its_reflog(setup):
+    """Every ref was packed, then the file lost its content: dulwich cannot read an empty one,
+    and HEAD names a branch that no longer exists though its reflog does."""
+    DAMAGE["packed-refs"](setup)
+    (setup.repo.git_dir / "packed-refs").write_bytes(b"")
+    root = setup.repo.root
+    setup.repo.close()
+    found = _fsck(root)
+    assert found.returncode == 1 and "packed-refs is damaged: is empty" in found.stdout
+    assert "ref HEAD is damaged: names refs/heads/main, which does not exist though its reflog does" in found.stdout
+    repaired = run_mgit("fsck", "--repair", cwd=root)
+    assert repaired.returncode == 0 and "restored: refs/heads/main from its reflog" in repaired.stderr, repaired.stderr
+    with Repository(root) as fresh:
+        assert fresh.refs.resolve("HEAD") == setup.second and fresh.refs.current_branch() == "main"
+        fresh.checkout(setup.first)
+        fresh.checkout("main")
+    assert tree_hashes(root) == setup.files
