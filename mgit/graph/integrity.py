@@ -16,6 +16,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dulwich.errors import ChecksumMismatch, ObjectFormatException
 from dulwich.object_store import BaseObjectStore
 from dulwich.objects import ShaFile, object_class
 from dulwich.refs import SYMREF, DiskRefsContainer, check_ref_format
@@ -28,8 +29,13 @@ _HEX40_STR = re.compile(r"[0-9a-f]{40}")
 
 
 def _why(exc: BaseException) -> str:
+    """A short reason for a decode failure, in the words of what went wrong, not whose code."""
     if isinstance(exc, zlib.error):
         return f"does not decompress: {str(exc).removeprefix('Error -3 while decompressing data: ')}"
+    if isinstance(exc, ChecksumMismatch):
+        return "its content hashes to another id"
+    if isinstance(exc, ObjectFormatException):
+        return f"not a valid git object: {str(exc)[:120]}"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}"[:160] if text else type(exc).__name__
 
