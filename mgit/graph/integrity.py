@@ -19,6 +19,7 @@ from pathlib import Path
 from dulwich.errors import ChecksumMismatch, ObjectFormatException
 from dulwich.object_store import BaseObjectStore
 from dulwich.objects import ShaFile, object_class
+from dulwich.reflog import Entry, parse_reflog_line
 from dulwich.refs import SYMREF, DiskRefsContainer, check_ref_format
 
 from mgit.errors import CorruptObjectError
@@ -98,6 +99,19 @@ def loose_kind(path: Path) -> str | None:
         return None
     kind = head.partition(b" ")[0]
     return kind.decode() if object_class(kind) is not None else None
+
+
+def read_reflog_checked(path: Path, name: str) -> list[Entry]:
+    """A reflog's entries, oldest first; a line that does not parse raises CorruptObjectError
+    naming the reflog ``name`` (dulwich's reader fails with a bare ValueError)."""
+    entries = []
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            try:
+                entries.append(parse_reflog_line(line.rstrip(b"\n")))
+            except Exception:
+                raise CorruptObjectError(f"reflog {name} is damaged (line {n} cannot be read){REPAIR_HINT}") from None
+    return entries
 
 
 def valid_ref_value(value: bytes) -> bool:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from dulwich.objects import Commit, Tag
 from dulwich.objectspec import parse_commit
-from dulwich.reflog import Entry, format_reflog_line, read_reflog
+from dulwich.reflog import Entry, format_reflog_line
 from dulwich.refs import SYMREF, check_ref_format
 
 from mgit.errors import BadInputError, CorruptObjectError, RefUpdateError, RevisionError
-from mgit.graph.integrity import REPAIR_HINT
+from mgit.graph.integrity import REPAIR_HINT, read_reflog_checked
 from mgit.graph.objects import Graph
 
 HEADS = "refs/heads/"
@@ -203,8 +203,7 @@ def reflog_entries(git_dir: Path, ref: str = "HEAD") -> list[Entry]:
     path = Path(git_dir) / "logs" / ref
     if not path.is_file():
         return []
-    with open(path, "rb") as f:
-        return list(read_reflog(f))
+    return read_reflog_checked(path, f"logs/{ref}")
 
 
 def expire_reflogs(git_dir: Path, before: float | None) -> int:
@@ -219,8 +218,7 @@ def expire_reflogs(git_dir: Path, before: float | None) -> int:
             path = Path(dirpath) / name
             if ".tmp-" in name:
                 continue
-            with open(path, "rb") as f:
-                entries = list(read_reflog(f))
+            entries = read_reflog_checked(path, path.relative_to(git_dir).as_posix())
             keep = [e for e in entries if before is not None and e.timestamp >= before]
             if len(keep) == len(entries):
                 continue

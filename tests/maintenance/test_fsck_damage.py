@@ -395,3 +395,16 @@ def test_an_emptied_packed_refs_gets_the_checked_out_branch_back_from_its_reflog
         fresh.checkout(setup.first)
         fresh.checkout("main")
     assert tree_hashes(root) == setup.files
+
+
+def test_reflog_commands_name_a_damaged_reflog_and_repair_mends_it(setup):
+    DAMAGE["reflog-line"](setup)
+    root = setup.repo.root
+    setup.repo.close()
+    for command in (["reflog"], ["reflog", "expire", "--all"]):
+        proc = run_mgit(*command, cwd=root)
+        assert proc.returncode == 1 and proc.stderr.strip() == (
+            "error: reflog logs/HEAD is damaged (line 3 cannot be read); run `mgit fsck --repair`"
+        ), proc.stderr
+    run_mgit("fsck", "--repair", cwd=root, check=True)
+    assert len(run_mgit("reflog", cwd=root, check=True).stdout.strip().splitlines()) == 2
