@@ -292,7 +292,7 @@ def run_mgit(s: Setup, run: Run) -> Measured:
         nonlocal made
         s.runner.run([*s.mgit, "-q", "checkout", "main"], s.repo)  # every merge starts from the base's tree
         if made:  # the previous repetition's branch
-            s.runner.run([*s.mgit, "-q", "branch", "-d", run.branch], s.repo)
+            s.runner.run([*s.mgit, "-q", "branch", "-D", run.branch], s.repo)
         made = True
 
     best, times = best_of(s.reps, prepare, lambda: s.runner.run(mgit_merge_cmd(s.mgit, run), s.repo, timed=True))

@@ -1,6 +1,8 @@
-"""Byte budgets as users write them: ``2GB`` (10^9), ``500MiB`` (2^20), ``123`` bytes, or
-``10%`` of what the unbudgeted operation would read. One parser for merge and checkout,
-so both read ``--budget`` the same way."""
+"""Byte budgets as users write them: ``2GB`` (10^9), ``500MiB`` (2^20), ``123B`` bytes, or
+``10%`` of what the unbudgeted operation would read. One parser for merge, checkout and
+clone, so all read ``--budget`` the same way. A bare number is refused: ``--budget 10``
+could mean 10 bytes or 10%, and read as bytes it silently reads nothing (a Python ``int``
+is unambiguous and means bytes)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,14 @@ from dataclasses import dataclass
 from mgit.errors import BadInputError
 
 _UNITS = {
-    "": 1, "b": 1,
+    "b": 1,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }  # fmt: skip
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+FORMS = "a size like 500MB / 2GiB (or 4096B) or a share like 10%"
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class Budget:
 
 
 def parse_budget(text: str | int | Budget) -> Budget:
-    """``"2GB"``, ``"1.5GiB"``, ``"10%"``, ``4096`` → Budget; a clear error otherwise."""
+    """``"2GB"``, ``"1.5GiB"``, ``"10%"``, ``"4096B"``, ``4096`` → Budget; a clear error otherwise."""
     if isinstance(text, Budget):
         return text
     if isinstance(text, int) and not isinstance(text, bool):
@@ -53,6 +58,8 @@ def parse_budget(text: str | int | Budget) -> Budget:
             raise BadInputError(f"budget {raw!r} must be between 0% and 100%")
         return Budget(share=pct / 100)
     m = _SIZE.fullmatch(raw)
+    if m is not None and not m.group(2):
+        raise BadInputError(f"budget {raw!r} needs a unit or %: {FORMS}")
     if m is None or m.group(2).lower() not in _UNITS:
-        raise BadInputError(f"budget {raw!r} is not a size like 2GB, 500MiB, 4096 or a share like 10%")
+        raise BadInputError(f"budget {raw!r} is not {FORMS}")
     return Budget(nbytes=int(float(m.group(1)) * _UNITS[m.group(2).lower()]))

@@ -4,10 +4,14 @@ scripts need it. Errors print one line and exit non-zero; --debug shows tracebac
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -17,26 +21,46 @@ from rich.table import Table
 from rich.tree import Tree as RichTree
 
 from mgit import __version__, progress
-from mgit.diff.layers import layer_of
-from mgit.diff.model import ModelDiff, TensorDiff
-from mgit.diff.plot import heatmap
-from mgit.diff.summary import by_layer as by_layer_groups
-from mgit.errors import MgitError
-from mgit.graph.objects import CommitInfo
-from mgit.maintenance.du import Usage
+from mgit.errors import BadInputError, MgitError
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
-from mgit.merge.importance import TensorBudget
-from mgit.merge.plan import MergePlan
-from mgit.merge.record import plan_record
-from mgit.remote.transfer import Transfer
-from mgit.repo import Repair, Repository
-from mgit.worktree.sparse import SparseSummary
-from mgit.worktree.status import FileStatus
+from mgit.pager import pager_command, paging
+from mgit.remote.transfer import is_ancestor
+from mgit.repo import GIT_DIR, Repository
 
-# Piped output is not cut at 80 columns: tables keep whole tensor names on one line.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 240)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-_state = {"debug": False, "paths": None}
+if TYPE_CHECKING:  # diff and merge machinery is imported where used: light commands skip it
+    from mgit.diff.model import ModelDiff, TensorDiff
+    from mgit.graph.objects import CommitInfo
+    from mgit.maintenance.du import Usage
+    from mgit.merge.plan import MergePlan
+    from mgit.remote.transfer import Transfer
+    from mgit.repo import Repair
+    from mgit.worktree.sparse import SparseSummary
+    from mgit.worktree.status import FileStatus
+
+QUIET_HELP = "No progress bars or notes on stderr (warnings and errors still print)."
+NO_PAGER_HELP = "Do not page long output (diff, log, show, reflog, lineage)."
+ALERTS = ("error:", "warning:", "[yellow]warning:", "interrupted", "aborted", "still missing:", "still damaged:")
+
+
+class _Stderr(Console):
+    """stderr: notes (summaries, "Switched to branch ...") are dropped under -q; warnings and
+    errors (lines starting with one of ALERTS) always print."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        first = objects[0] if objects else ""
+        if progress.QUIET and not (isinstance(first, str) and first.lstrip().startswith(ALERTS)):
+            return
+        super().print(*objects, **kwargs)
+
+
+# Piped output is not cut at 80 columns: tables keep whole tensor names on one line. A terminal
+# keeps its colours when the output goes through the pager (less -R shows them).
+out = Console(
+    highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 240,
+    force_terminal=True if sys.stdout.isatty() else None,
+)  # fmt: skip
+err = _Stderr(stderr=True, highlight=False, soft_wrap=True)
+_state = {"debug": False, "paths": None, "pager": True}
 
 
 def _repo(ctx: click.Context) -> Repository:
@@ -55,25 +79,125 @@ def _paths_after_dashdash() -> list[str] | None:
     return _state["paths"]
 
 
+def _set_global(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """A global flag (-q, --debug, --no-pager) takes effect wherever it is given."""
+    if not value:
+        return
+    if param.name == "debug":
+        _state["debug"] = True
+    elif param.name == "quiet":
+        progress.QUIET = True
+    elif param.name == "no_pager":
+        _state["pager"] = False
+
+
+def _global_options() -> list[click.Option]:
+    """The flags every command accepts, before or after its name (`mgit checkout main -q`)."""
+    flag = functools.partial(click.Option, is_flag=True, expose_value=False, callback=_set_global)
+    return [
+        flag(["-q", "--quiet"], help=QUIET_HELP),
+        flag(["--debug"], help="Show tracebacks for errors."),
+        flag(["--no-pager"], help=NO_PAGER_HELP),
+    ]
+
+
+def _add_global_options(group: click.Group) -> None:
+    """Give every subcommand, at any depth, the global flags it does not define itself.
+    Idempotent, and run by main(), so that commands added anywhere get them too."""
+    for command in group.commands.values():
+        taken = {opt for p in command.params for opt in getattr(p, "opts", ())}
+        command.params.extend(o for o in _global_options() if not taken & set(o.opts))
+        if isinstance(command, click.Group):
+            _add_global_options(command)
+
+
+def _paged(fn: Callable[..., None]) -> Callable[..., None]:
+    """Run a command's output through the pager (as git pages log, show and diff)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        with paging(_pager()):
+            fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _pager() -> str | None:
+    return pager_command(os.environ, sys.stdout.isatty(), _state["pager"])
+
+
+# -- shell completion (click's: `_MGIT_COMPLETE=bash_source mgit`, or `mgit completion bash`) ----------
+
+
+def _names_for_completion(ctx: click.Context, kinds: tuple[str, ...]) -> list[str]:
+    """Branch, tag, remote-tracking branch or remote names of the repository ``-C`` names; none
+    outside a repository (completion never fails)."""
+    directory = ctx.find_root().params.get("directory") or "."
+    try:
+        with Repository(directory) as repo:
+            found = {
+                "branch": lambda: list(repo.branches()),
+                "tag": lambda: list(repo.tags()),
+                "remote_branch": lambda: list(repo.remote_branches()),
+                "remote": lambda: list(repo.remotes()),
+                "head": lambda: ["HEAD"],
+            }
+            return [name for kind in kinds for name in sorted(found[kind]())]
+    except (MgitError, OSError):
+        return []
+
+
+def _completer(*kinds: str):
+    """A click ``shell_complete`` callback offering the names of ``kinds`` that start as typed."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+        return [n for n in _names_for_completion(ctx, kinds) if n.startswith(incomplete)]
+
+    return complete
+
+
+complete_rev = _completer("branch", "tag", "remote_branch", "head")
+complete_branch = _completer("branch")
+complete_tag = _completer("tag")
+complete_remote = _completer("remote")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+@click.option("-q", "--quiet", is_flag=True, help=QUIET_HELP)
+@click.option("--no-pager", is_flag=True, help=NO_PAGER_HELP)
 @click.option("-C", "directory", default=".", metavar="DIR", help="Run as if started in DIR.")
 @click.version_option(__version__, prog_name="mgit")
 @click.pass_context
-def cli(ctx: click.Context, debug: bool, quiet: bool, directory: str) -> None:
-    """mgit: version control for model weights."""
+def cli(ctx: click.Context, debug: bool, quiet: bool, no_pager: bool, directory: str) -> None:
+    """mgit: version control for model weights. -q, --debug and --no-pager also work after
+    the command's name."""
     _state["debug"] = debug
+    _state["pager"] = not no_pager
     progress.QUIET = quiet
     if directory != ".":
         os.chdir(directory)
     ctx.obj = {"dir": "."}
 
 
+def _enclosing_repository(path: Path) -> Path | None:
+    """The repository whose working tree holds ``path`` (not ``path`` itself), if any."""
+    return next((p for p in path.parents if (p / GIT_DIR / "HEAD").is_file()), None)
+
+
 @cli.command()
 @click.argument("path", default=".")
-def init(path: str) -> None:
+@click.option("--force", is_flag=True, help="Create it even inside another repository's working tree.")
+def init(path: str, force: bool) -> None:
     """Create an empty repository in PATH."""
+    outer = _enclosing_repository(Path(path).resolve())
+    if outer is not None and not force:
+        raise BadInputError(
+            f"{os.path.abspath(path)} is inside the mgit repository {outer}, which would see the new repository's "
+            f"files as its own; use `mgit init --force {path}` to nest one anyway"
+        )
+    if outer is not None:
+        err.print(f"warning: creating a repository nested inside the mgit repository {outer}", markup=False)
     repo = Repository.init(path)
     click.echo(f"Initialized empty mgit repository in {repo.git_dir}")
 
@@ -96,11 +220,20 @@ def config(ctx: click.Context, key: str, value: str | None) -> None:
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--base", metavar="REV", help="Delta-encode changed tensors against REV (default HEAD).")
+@click.option(
+    "--base",
+    metavar="REV",
+    shell_complete=complete_rev,
+    help="Delta-encode changed tensors against REV (default HEAD).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.add/1).")
 @click.pass_context
-def add(ctx: click.Context, paths: tuple[str, ...], base: str | None) -> None:
+def add(ctx: click.Context, paths: tuple[str, ...], base: str | None, as_json: bool) -> None:
     """Stage PATHS: new, changed and deleted files under them."""
     res = _repo(ctx).add(_abs(paths), base=base)
+    if as_json:
+        _dump("mgit.add/1", vars(res))
+        return
     if res.added or res.removed:
         err.print(
             f"staged {len(res.added)} file(s), unstaged {len(res.removed)} deleted; "
@@ -209,11 +342,16 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @cli.command()
 @click.option("-m", "--message", required=True, help="Commit message.")
 @click.option("--allow-empty", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.commit/1).")
 @click.pass_context
-def commit(ctx: click.Context, message: str, allow_empty: bool) -> None:
+def commit(ctx: click.Context, message: str, allow_empty: bool, as_json: bool) -> None:
     """Record the staged files as a new commit."""
     repo = _repo(ctx)
     sha = repo.commit(message, allow_empty=allow_empty)
+    if as_json:
+        info = repo.graph.commit(sha)
+        _dump("mgit.commit/1", {"commit": sha, "branch": repo.refs.current_branch(), "parents": list(info.parents)})
+        return
     where = repo.refs.current_branch() or "detached HEAD"
     click.echo(f"[{where} {sha[:12]}] {message.strip().splitlines()[0]}")
 
@@ -223,10 +361,11 @@ def _when(t: int, tz: int) -> str:
 
 
 @cli.command()
-@click.argument("rev", default="HEAD")
+@click.argument("rev", default="HEAD", shell_complete=complete_rev)
 @click.option("--depth", type=int, default=50, show_default=True, help="How many generations to follow.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.lineage/1).")
 @click.pass_context
+@_paged
 def lineage(ctx: click.Context, rev: str, depth: int, as_json: bool) -> None:
     """The derivation tree of REV: fine-tunes and merges down to the roots, with methods and weights."""
     tree_doc = _repo(ctx).lineage(rev, depth)
@@ -259,7 +398,8 @@ def _graph_lines(repo: Repository, c: CommitInfo) -> list[str]:
     if plan is None:
         return []
     weights = plan["parameters"].get("weight")
-    lines = [f"|\\  merge ({plan['method']}) of base {plan['base'][:12]}"]
+    base = f"base {plan['base'][:12]}" if plan["base"] else f"reference {plan.get('reference', '?')[:12]}"
+    lines = [f"|\\  merge ({plan['method']}) of {base}"]
     for k, e in enumerate(plan["experts"]):
         w = f" × {weights[k]}" if weights is not None else ""
         lines.append(f"| + {e['name']} {e['commit'][:12]}{w}")
@@ -267,12 +407,13 @@ def _graph_lines(repo: Repository, c: CommitInfo) -> list[str]:
 
 
 @cli.command()
-@click.argument("rev", default="HEAD")
+@click.argument("rev", default="HEAD", shell_complete=complete_rev)
 @click.option("--oneline", is_flag=True, help="One line per commit.")
 @click.option("--graph", is_flag=True, help="Draw merges with their experts.")
 @click.option("-n", "--max-count", type=int, default=None)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.log/1).")
 @click.pass_context
+@_paged
 def log(ctx: click.Context, rev: str, oneline: bool, graph: bool, max_count: int | None, as_json: bool) -> None:
     """Show commits, newest first (`mgit log -- PATH` limits to a path)."""
     repo = _repo(ctx)
@@ -330,14 +471,17 @@ def log(ctx: click.Context, rev: str, oneline: bool, graph: bool, max_count: int
 
 
 @cli.command()
-@click.argument("name", required=False)
-@click.argument("rev", default="HEAD")
+@click.argument("name", required=False, shell_complete=complete_tag)
+@click.argument("rev", default="HEAD", shell_complete=complete_rev)
 @click.option("-d", "--delete", is_flag=True, help="Delete the tag NAME.")
+@click.option("--json", "as_json", is_flag=True, help="List as JSON (schema mgit.tag/1).")
 @click.pass_context
-def tag(ctx: click.Context, name: str | None, rev: str, delete: bool) -> None:
+def tag(ctx: click.Context, name: str | None, rev: str, delete: bool, as_json: bool) -> None:
     """List tags, create tag NAME at REV, or delete it with -d."""
     repo = _repo(ctx)
-    if name is None:
+    if as_json and name is None:
+        _dump("mgit.tag/1", {"tags": [{"name": t, "commit": c} for t, c in sorted(repo.tags().items())]})
+    elif name is None:
         for t in sorted(repo.tags()):
             click.echo(t)
     elif delete:
@@ -347,32 +491,108 @@ def tag(ctx: click.Context, name: str | None, rev: str, delete: bool) -> None:
 
 
 @cli.command()
-@click.argument("name", required=False)
-@click.argument("rev", default="HEAD")
-@click.option("-d", "--delete", is_flag=True, help="Delete the branch NAME.")
+@click.argument("name", required=False, shell_complete=complete_branch)
+@click.argument("rev", required=False, shell_complete=complete_rev)
+@click.option("-d", "--delete", is_flag=True, help="Delete the branch NAME (refused if not merged).")
+@click.option("-D", "force_delete", is_flag=True, help="Delete the branch NAME, merged or not.")
+@click.option("-f", "--force", is_flag=True, help="Move branch NAME to REV even if it exists.")
+@click.option("-m", "--move", "rename", is_flag=True, help="Rename: `-m OLD NEW` (or `-m NEW`: the current branch).")
+@click.option("-r", "--remotes", "remotes_only", is_flag=True, help="List the remote-tracking branches.")
+@click.option("-a", "--all", "list_all", is_flag=True, help="List local and remote-tracking branches.")
+@click.option("--json", "as_json", is_flag=True, help="List as JSON (schema mgit.branch/1).")
 @click.pass_context
-def branch(ctx: click.Context, name: str | None, rev: str, delete: bool) -> None:
-    """List branches, create branch NAME at REV, or delete it with -d."""
+def branch(
+    ctx: click.Context,
+    name: str | None,
+    rev: str | None,
+    delete: bool,
+    force_delete: bool,
+    force: bool,
+    rename: bool,
+    remotes_only: bool,
+    list_all: bool,
+    as_json: bool,
+) -> None:
+    """List branches, create branch NAME at REV (-f: move it there), rename (-m OLD NEW) or
+    delete one (-d; -D even if not merged)."""
     repo = _repo(ctx)
     if name is None:
-        current = repo.refs.current_branch()
-        for b in sorted(repo.branches()):
-            out.print(f"* [green]{b}[/green]" if b == current else f"  {b}", markup=True)
-    elif delete:
-        repo.delete_branch(name)
+        if delete or force_delete or force or rename:
+            raise click.UsageError("-d, -D, -f and -m need a branch NAME")
+        _list_branches(repo, remotes_only, list_all, as_json)
+    elif delete or force_delete:
+        if rev is not None:
+            raise click.UsageError("-d/-D take one branch NAME")
+        repo.delete_branch(name, force=force_delete)
         click.echo(f"Deleted branch {name}")
+    elif rename:
+        old = name if rev is not None else repo.refs.current_branch()
+        if old is None:
+            raise click.UsageError("HEAD is detached: name the branch to rename, mgit branch -m OLD NEW")
+        repo.rename_branch(old, rev or name)
     else:
-        repo.create_branch(name, rev)
+        repo.create_branch(name, rev or "HEAD", force=force)
+
+
+def _list_branches(repo: Repository, remotes_only: bool, list_all: bool, as_json: bool) -> None:
+    """`mgit branch` listings: local (default), remote-tracking (-r) or both (-a); JSON holds both."""
+    current = repo.refs.current_branch()
+    local, tracking = repo.branches(), repo.remote_branches()
+    if as_json:
+        _dump(
+            "mgit.branch/1",
+            {
+                "current": current,
+                "head": repo.refs.head(),
+                "branches": [{"name": b, "commit": c, "current": b == current} for b, c in sorted(local.items())],
+                "remote_branches": [{"name": b, "commit": c} for b, c in sorted(tracking.items())],
+            },
+        )
+        return
+    if not remotes_only:
+        for b in sorted(local):
+            out.print(f"* [green]{b}[/green]" if b == current else f"  {b}", markup=True)
+    if remotes_only or list_all:
+        prefix = "remotes/" if list_all else ""
+        for b in sorted(tracking):
+            out.print(f"  [red]{prefix}{b}[/red]", markup=True)
 
 
 @cli.command()
-@click.argument("rev", required=False)
+@click.argument("rev", default="HEAD", shell_complete=complete_rev)
+@click.option("--soft", "mode", flag_value="soft", help="Move the branch only; keep the index and working tree.")
+@click.option(
+    "--mixed", "mode", flag_value="mixed", default=True, help="Also reset the index; keep the working files (default)."
+)
+@click.option("--hard", "mode", flag_value="hard", help="Also overwrite the index and working tree with REV's.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.reset/1).")
+@click.pass_context
+def reset(ctx: click.Context, rev: str, mode: str, as_json: bool) -> None:
+    """Move the current branch (or detached HEAD) to REV; `mgit reset --hard HEAD^1` undoes a merge."""
+    repo = _repo(ctx)
+    res = repo.reset(rev, mode=mode)
+    if as_json:
+        _dump("mgit.reset/1", vars(res))
+        return
+    if mode == "hard":
+        click.echo(f"HEAD is now at {res.commit[:12]} {repo.graph.commit(res.commit).summary}")
+    elif mode == "mixed" and res.unstaged:
+        unstaged = repo.status().unstaged
+        if unstaged:
+            click.echo("Unstaged changes after reset:")
+            for f in unstaged:
+                click.echo(f"{f.change[0].upper()}\t{f.path}")
+
+
+@cli.command()
+@click.argument("rev", required=False, shell_complete=complete_rev)
 @click.option("-b", "new_branch", metavar="NAME", help="Create branch NAME at REV (default HEAD) and switch to it.")
 @click.option("-f", "--force", is_flag=True, help="Discard local changes in the way.")
 @click.option("--include", multiple=True, metavar="GLOB", help="Sparse: only tensors matching (fnmatch, repeatable).")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Sparse: leave out tensors matching (repeatable).")
 @click.option("--full", is_flag=True, help="Back to a full checkout (every tensor).")
 @click.option("--budget", metavar="SIZE", help="Refuse to read and fetch more than SIZE (e.g. 500MB, 2GiB).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.checkout/1).")
 @click.pass_context
 def checkout(
     ctx: click.Context,
@@ -383,6 +603,7 @@ def checkout(
     exclude: tuple[str, ...],
     full: bool,
     budget: str | None,
+    as_json: bool,
 ) -> None:
     """Switch to REV, or restore paths from it: `mgit checkout REV -- PATH...`.
     --include/--exclude make the checkout sparse (kept for later checkouts until --full)."""
@@ -392,6 +613,12 @@ def checkout(
         rev, _abs(paths) if paths else None, create_branch=new_branch, force=force,
         include=include, exclude=exclude, full=full, budget=budget,
     )  # fmt: skip
+    if as_json:
+        doc = {k: v for k, v in vars(res).items() if k != "cost"}
+        doc["branch"] = repo.refs.current_branch()
+        doc["cost"] = None if res.cost is None else {**vars(res.cost), "total": res.cost.total}
+        _dump("mgit.checkout/1", doc)
+        return
     if paths:
         err.print(f"restored {len(res.written)} file(s)")
         return
@@ -442,10 +669,11 @@ def _usage_line(u: Usage) -> str:
 
 
 @cli.command()
-@click.argument("rev", default="HEAD")
+@click.argument("rev", default="HEAD", shell_complete=complete_rev)
 @click.option("--stats", is_flag=True, help="Add storage statistics (as `mgit du REV`).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.show/1).")
 @click.pass_context
+@_paged
 def show(ctx: click.Context, rev: str, stats: bool, as_json: bool) -> None:
     """Show a commit: files, tensor counts, logical vs stored bytes."""
     repo = _repo(ctx)
@@ -507,7 +735,10 @@ def _print_plan(plan: dict) -> None:
     b = plan["bytes"]
     params = ", ".join(f"{k}={v}" for k, v in plan["parameters"].items())
     out.print(f"\nmerge: {plan['method']} ({params}), seed {plan['seed']}, mgit {plan['mgit_version']}")
-    out.print(f"  base    {plan['base'][:12]}")
+    if plan["base"] is None:  # a method without a base: the first expert is the reference
+        out.print(f"  base    none (reference: the first expert, {plan.get('reference', '?')[:12]})")
+    else:
+        out.print(f"  base    {plan['base'][:12]}")
     for e in plan["experts"]:
         out.print(f"  expert  {e['commit'][:12]}  {e['name']}")
     measured = f", measured {decimal(b['experts_measured'])}" if "experts_measured" in b else ""
@@ -546,6 +777,12 @@ def _budget_line(b: dict) -> str:
         if analyzed["pairs"]
         else ""
     )
+    estimated = analyzed.get("pairs_by_source", {}).get("estimated", 0)  # older records lack it
+    if estimated:
+        extra += (
+            f"; ‖Δ‖ of {estimated} chunk pair(s) estimated from chunk norms (analysis capped at "
+            f"{decimal(analyzed['cap_bytes'])}; reading them all: {decimal(analyzed['priced_bytes'])})"
+        )
     return (
         f"{limit} ({b['select']}): {b['chunks_chosen']} of {b['chunks_candidate']} expert chunk(s), "
         f"{decimal(b['expert_bytes_planned'])} of {decimal(b['expert_bytes_full'])}; "
@@ -555,6 +792,9 @@ def _budget_line(b: dict) -> str:
 
 def _print_explain(plan: MergePlan) -> None:
     """Per layer: candidate and chosen chunks, bytes, captured share and error bound."""
+    from mgit.diff.layers import layer_of
+    from mgit.merge.importance import TensorBudget
+
     report = plan.budget
     assert report is not None
     rows: dict[str, TensorBudget] = {}
@@ -580,7 +820,7 @@ def _print_explain(plan: MergePlan) -> None:
 
 
 @cli.command()
-@click.argument("rev", required=False)
+@click.argument("rev", required=False, shell_complete=complete_rev)
 @click.option("-n", "--max-count", type=int, default=20, help="Commits to list when no REV is given.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.du/1).")
 @click.pass_context
@@ -654,20 +894,29 @@ def _print_reflog(repo: Repository, ref: str) -> None:
         out.print(f"{new[:12]} {ref}@{{{i}}} {stamp} {escape(message)}")
 
 
+def _reflog_json(repo: Repository, ref: str) -> None:
+    entries = [{"old": old or None, "new": new, "time": when, "message": m} for old, new, when, m in repo.reflog(ref)]
+    _dump("mgit.reflog/1", {"ref": ref, "entries": entries})
+
+
 @cli.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.reflog/1).")
 @click.pass_context
-def reflog(ctx: click.Context) -> None:
+def reflog(ctx: click.Context, as_json: bool) -> None:
     """Where HEAD has been; `reflog show REF`, `reflog expire` (forget old entries)."""
     if ctx.invoked_subcommand is None:
-        _print_reflog(_repo(ctx), "HEAD")
+        with paging(_pager()):
+            (_reflog_json if as_json else _print_reflog)(_repo(ctx), "HEAD")
 
 
 @reflog.command("show")
-@click.argument("ref", default="HEAD")
+@click.argument("ref", default="HEAD", shell_complete=complete_rev)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.reflog/1).")
 @click.pass_context
-def reflog_show(ctx: click.Context, ref: str) -> None:
-    """The moves of REF (HEAD, refs/heads/NAME, ...), newest first."""
-    _print_reflog(_repo(ctx), ref)
+@_paged
+def reflog_show(ctx: click.Context, ref: str, as_json: bool) -> None:
+    """The moves of REF (HEAD, a branch, a tag, origin/main, refs/heads/NAME), newest first."""
+    (_reflog_json if as_json else _print_reflog)(_repo(ctx), ref)
 
 
 @reflog.command("expire")
@@ -755,7 +1004,7 @@ def _tensor_json(t: TensorDiff) -> dict:
 
 
 @cli.command()
-@click.argument("revs", nargs=-1)
+@click.argument("revs", nargs=-1, shell_complete=complete_rev)
 @click.option("--staged", is_flag=True, help="Compare the index (not the working tree) with REV/HEAD.")
 @click.option("--stat", is_flag=True, help="One line per file, from chunk ids only (no tensor data read).")
 @click.option("--by-layer", is_flag=True, help="Group by layer index and module (attn, mlp, norm, embed, experts.N).")
@@ -763,8 +1012,10 @@ def _tensor_json(t: TensorDiff) -> dict:
 @click.option("--model", metavar="DIR", help="Only the model in directory DIR.")
 @click.option("--top", type=int, default=40, show_default=True, help="Rows to show, largest relative change first.")
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="PNG", help="Write a layers × modules heatmap.")
+@click.option("--full", is_flag=True, help="Whole text-file diffs (longer ones are cut to their first hunks).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.diff/1).")
 @click.pass_context
+@_paged
 def diff(
     ctx: click.Context,
     revs: tuple[str, ...],
@@ -775,6 +1026,7 @@ def diff(
     model: str | None,
     top: int,
     plot: str | None,
+    full: bool,
     as_json: bool,
 ) -> None:
     """Tensor-level diff: `mgit diff A B`, `mgit diff A` (vs working tree), `mgit diff` (HEAD vs working tree)."""
@@ -782,6 +1034,10 @@ def diff(
         raise click.UsageError("give at most two revisions")
     a = revs[0] if revs else None
     b = revs[1] if len(revs) > 1 else None
+    from mgit.diff.plot import heatmap
+    from mgit.diff.summary import by_layer as by_layer_groups
+    from mgit.diff.text import shorten
+
     result = _repo(ctx).diff(
         a, b, staged=staged, numeric=not stat, patterns=patterns, model=os.path.abspath(model) if model else None
     )
@@ -818,9 +1074,9 @@ def diff(
         _print_groups(groups)
     else:
         _print_tensors(changed, top)
-    for f in result.files:
+    for f in result.files if not stat else ():
         if f.text:
-            out.print(f.text, markup=False, highlight=False, end="")
+            out.print(f.text if full else shorten(f.text, f.path), markup=False, highlight=False, end="")
     if not changed and not any(f.text for f in result.files):
         err.print(f"no differences between {result.a} and {result.b}")
 
@@ -848,18 +1104,49 @@ def _print_tensors(changed: list[TensorDiff], top: int) -> None:
         out.print(f"… and {len(ranked) - top} more changed tensor(s) (--top N shows more)")
 
 
+def _tensor_counts(changed: int, added: int, removed: int, moved: int) -> str:
+    """'2 tensor(s) moved', '5 tensor(s): 3 changed, 2 moved' or 'no tensor changed'."""
+    kinds = ("changed", "added", "removed", "moved")
+    parts = [(n, what) for n, what in zip((changed, added, removed, moved), kinds, strict=True) if n]
+    if len(parts) == 1:
+        return f"{parts[0][0]} tensor(s) {parts[0][1]}"
+    listed = ", ".join(f"{n} {what}" for n, what in parts)
+    return f"{sum(n for n, _ in parts)} tensor(s): {listed}" if parts else "no tensor changed"
+
+
+def _line_counts(text: str | None) -> str:
+    """'+3 -1' of a unified diff (after any mode-change line), or the one-line summary of a
+    binary or large file."""
+    if not text:
+        return ""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("--- ")), None)
+    if start is None:
+        return "; ".join(lines)
+    body = lines[start + 2 :]
+    counts = f"+{sum(1 for x in body if x.startswith('+'))} -{sum(1 for x in body if x.startswith('-'))}"
+    return "; ".join([*lines[:start], counts])
+
+
 def _print_stat(result: ModelDiff) -> None:
+    """One line per file (tensor counts by kind, or +/- lines), then the totals. A tensor that
+    moved between shards unchanged counts as moved, never as changed."""
     for f in result.files:
         if f.kind == "safetensors":
-            out.print(
-                f" {f.path} | {f.status}: {f.tensors_changed} tensor(s), {f.chunks_changed} chunk(s), "
-                f"{decimal(f.bytes_changed)}"
-            )
+            counts = _tensor_counts(f.tensors_changed, f.tensors_added, f.tensors_removed, f.tensors_moved)
+            chunks = f", {f.chunks_changed} chunk(s), {decimal(f.bytes_changed)}" if f.chunks_changed else ""
+            out.print(f" {f.path} | {f.status}: {counts}{chunks}", markup=False)
         else:
-            out.print(f" {f.path} | {f.status}")
+            lines = _line_counts(f.text)
+            out.print(f" {f.path} | {f.status}" + (f": {lines}" if lines else ""), markup=False)
+    by_status: dict[str, int] = {}
+    for t in result.changed:
+        kind = t.status if t.status in ("added", "removed", "moved") else "changed"
+        by_status[kind] = by_status.get(kind, 0) + 1
     changed = result.changed
+    counts = _tensor_counts(*(by_status.get(k, 0) for k in ("changed", "added", "removed", "moved")))
     out.print(
-        f" {len(result.files)} file(s) changed, {len(changed)} tensor(s) changed, "
+        f" {len(result.files)} file(s) changed; {counts}; "
         f"{sum(t.chunks_changed for t in changed)} chunk(s), {decimal(sum(t.bytes_changed for t in changed))}"
     )
 
@@ -903,7 +1190,7 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 
 
 @cli.command()
-@click.argument("experts", nargs=-1)
+@click.argument("experts", nargs=-1, shell_complete=complete_rev)
 @click.option("--method", help="linear, task_arithmetic, ties, dare_linear, dare_ties, ... (see docs/merging.md)")
 @click.option("--config", "config", type=click.Path(dir_okay=False), help="a mergekit YAML config instead")
 @click.option("--weights", "weight", metavar="W[,W...]", help="weight per expert (or one for all)")
@@ -915,7 +1202,7 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--normalize/--no-normalize", default=None, help="divide by the sum of weights")
 @click.option("--rescale/--no-rescale", default=None, help="restore the L1 norm of sparsified deltas")
 @click.option("--param", "extra", multiple=True, metavar="NAME=VALUE", help="any other mergekit parameter")
-@click.option("--base", metavar="REV", help="base revision (default HEAD)")
+@click.option("--base", metavar="REV", shell_complete=complete_rev, help="base revision (default HEAD)")
 @click.option("-b", "branch", metavar="NAME", help="put the merge on a new branch NAME")
 @click.option("-m", "--message", help="commit message")
 @click.option("--seed", type=int, help="seed of random methods (recorded; default random)")
@@ -937,7 +1224,12 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 )
 @click.option("--explain", is_flag=True, help="print the budgeted plan per layer (bytes, captured share, bound)")
 @click.option("--dry-run", is_flag=True, help="print the plan (what would be read); read no tensor data")
-@click.option("--json", "as_json", is_flag=True, help="with --dry-run/--explain: the plan as JSON (mgit.plan/1)")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="the merge result as JSON (mgit.merge/1); with --dry-run/--explain the plan (mgit.plan/1)",
+)
 @click.pass_context
 def merge(
     ctx: click.Context,
@@ -991,6 +1283,7 @@ def merge(
             out_dtype=out_dtype, **params,
         )  # fmt: skip
         from mgit.merge.engine import MergeSpec  # torch: only for merges
+        from mgit.merge.record import plan_record
 
         spec = MergeSpec(setup.method, setup.params, seed or 0, dtype, out_dtype)
         record = plan_record(plan, spec, setup, None, __version__)
@@ -1017,6 +1310,9 @@ def merge(
         budget_select=budget_select, **params,
     )  # fmt: skip
     record = repo.merge_record(sha)
+    if as_json:
+        _dump("mgit.merge/1", _merge_json(repo, sha, record))
+        return
     b = record["bytes"]
     err.print(
         f"merged {len(record['experts'])} expert(s) with {record['method']} → {sha[:12]} "
@@ -1026,6 +1322,29 @@ def merge(
     )
     if "budget" in record:
         err.print("  " + _budget_line(record["budget"]))
+
+
+def _merge_json(repo: Repository, sha: str, record: dict) -> dict:
+    """A merge's result for scripts: the commit, the bytes read and the plan in summary."""
+    decisions: dict[str, int] = {}
+    for t in record["tensors"]:
+        decisions[t.get("decision") or "planned"] = decisions.get(t.get("decision") or "planned", 0) + 1
+    return {
+        "commit": sha,
+        "branch": repo.refs.current_branch(),
+        "method": record["method"],
+        "parameters": record["parameters"],
+        "seed": record["seed"],
+        "base": record["base"],
+        "experts": record["experts"],
+        "bytes": record["bytes"],
+        "plan": {
+            "tensors": len(record["tensors"]),
+            "decisions": decisions,
+            "untouched": sum(1 for t in record["tensors"] if not any(t["expert_chunks_read"])),
+            "budget": record.get("budget"),
+        },
+    }
 
 
 # -- remotes ----------------------------------------------------------------------------------
@@ -1052,10 +1371,13 @@ def _transfer_line(verb: str, t: Transfer) -> str:
 
 
 @cli.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="List as JSON (schema mgit.remote/1).")
 @click.pass_context
-def remote(ctx: click.Context) -> None:
+def remote(ctx: click.Context, as_json: bool) -> None:
     """List remotes; `remote add NAME URL`, `remote remove NAME`."""
-    if ctx.invoked_subcommand is None:
+    if ctx.invoked_subcommand is None and as_json:
+        _dump("mgit.remote/1", {"remotes": [{"name": n, "url": u} for n, u in sorted(_repo(ctx).remotes().items())]})
+    elif ctx.invoked_subcommand is None:
         for name, url in sorted(_repo(ctx).remotes().items()):
             out.print(f"{name}\t{url}")
 
@@ -1071,7 +1393,7 @@ def remote_add(ctx: click.Context, name: str, url: str, token_file: str | None) 
 
 
 @remote.command("remove")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_remote)
 @click.pass_context
 def remote_remove(ctx: click.Context, name: str) -> None:
     """Forget a remote (and its remote-tracking branches)."""
@@ -1079,8 +1401,8 @@ def remote_remove(ctx: click.Context, name: str) -> None:
 
 
 @cli.command()
-@click.argument("remote_name", metavar="[REMOTE]", default="origin")
-@click.argument("branch", required=False)
+@click.argument("remote_name", metavar="[REMOTE]", default="origin", shell_complete=complete_remote)
+@click.argument("branch", required=False, shell_complete=complete_branch)
 @click.option("-f", "--force", is_flag=True, help="Move the remote branch even if that discards its commits.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.transfer/1).")
 @click.pass_context
@@ -1097,27 +1419,76 @@ def push(ctx: click.Context, remote_name: str, branch: str | None, force: bool, 
 
 
 @cli.command()
-@click.argument("remote_name", metavar="[REMOTE]", default="origin")
-@click.option("--chunks", "chunks_rev", metavar="REV", help="Fill in every chunk of REV (a partial clone's).")
+@click.argument("remote_name", metavar="[REMOTE]", default="origin", shell_complete=complete_remote)
+@click.option(
+    "--chunks",
+    "chunks_rev",
+    metavar="REV",
+    shell_complete=complete_rev,
+    help="Fill in every chunk of REV (a partial clone's).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.transfer/1).")
 @click.pass_context
 def fetch(ctx: click.Context, remote_name: str, chunks_rev: str | None, as_json: bool) -> None:
     """Receive the remote's branches and tags (and their chunks, unless a partial clone)."""
-    t = _repo(ctx).fetch(remote_name, chunks=chunks_rev)
+    repo = _repo(ctx)
+    t = repo.fetch(remote_name, chunks=chunks_rev)
     if as_json:
         _dump("mgit.transfer/1", _transfer_json("fetch", remote_name, t))
     else:
         err.print(_transfer_line("received", t))
+        _print_ref_moves(repo, remote_name, t)
+
+
+def _ref_move_line(repo: Repository, remote_name: str, ref: str, old: str | None, new: str) -> str | None:
+    """git fetch's line for one of the remote's refs: how its local copy moved (None: it did not)."""
+    local = Repository.tracking_ref(remote_name, ref)
+    if local is None or old == new:
+        return None
+    src = ref.removeprefix("refs/heads/").removeprefix("refs/tags/")
+    dst = local.removeprefix("refs/remotes/").removeprefix("refs/tags/")
+    if ref.startswith("refs/tags/"):
+        if old is None:
+            return f" * {'[new tag]':<17} {src} -> {dst}"
+        return f" ! {'[rejected]':<17} {src} -> {dst}  (would clobber existing tag)"
+    if old is None:
+        return f" * {'[new branch]':<17} {src} -> {dst}"
+    if is_ancestor(repo.graph, old, new):
+        return f"   {f'{old[:7]}..{new[:7]}':<17} {src} -> {dst}"
+    return f" + {f'{old[:7]}...{new[:7]}':<17} {src} -> {dst}  (forced update)"
+
+
+def _print_ref_moves(repo: Repository, remote_name: str, t: Transfer) -> None:
+    """Which local refs a fetch moved, as git prints them (nothing when none did)."""
+    lines = [_ref_move_line(repo, remote_name, ref, old, new) for ref, (old, new) in sorted(t.refs.items())]
+    lines = [line for line in lines if line is not None]
+    if lines:
+        err.print(f"From {repo.remotes().get(remote_name, remote_name)}", markup=False)
+        for line in lines:
+            err.print(line, markup=False)
 
 
 @cli.command()
-@click.argument("remote_name", metavar="[REMOTE]", default="origin")
-@click.argument("branch", required=False)
+@click.argument("remote_name", metavar="[REMOTE]", default="origin", shell_complete=complete_remote)
+@click.argument("branch", required=False, shell_complete=complete_branch)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.transfer/1).")
 @click.pass_context
-def pull(ctx: click.Context, remote_name: str, branch: str | None) -> None:
+def pull(ctx: click.Context, remote_name: str, branch: str | None, as_json: bool) -> None:
     """Fetch, then fast-forward the current branch (diverged history: use `mgit merge`)."""
-    t = _repo(ctx).pull(remote_name, branch)
+    repo = _repo(ctx)
+    before = repo.refs.head()
+    t = repo.pull(remote_name, branch)
+    after = repo.refs.head()
+    if as_json:
+        head = {"branch": repo.refs.current_branch(), "old": before, "new": after}
+        _dump("mgit.transfer/1", {**_transfer_json("pull", remote_name, t), "head": head})
+        return
     err.print(_transfer_line("received", t))
+    _print_ref_moves(repo, remote_name, t)
+    if before == after:
+        click.echo("Already up to date.")
+    else:
+        click.echo(f"Updating {(before or '0' * 7)[:7]}..{(after or '')[:7]}\nFast-forward")
 
 
 @cli.command()
@@ -1159,17 +1530,36 @@ def clone(
 
 
 @cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for SHELL: `eval "$(mgit completion bash)"` (see the guide)."""
+    from click.shell_completion import get_completion_class
+
+    complete = get_completion_class(shell)
+    assert complete is not None  # click ships all three
+    click.echo(complete(cli, {}, "mgit", "_MGIT_COMPLETE").source())
+
+
+@cli.command()
 @click.argument("root", type=click.Path(file_okay=False, exists=True))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8790, show_default=True, type=int, help="Port to listen on.")
 @click.option("--token-file", type=click.Path(dir_okay=False, exists=True), help="Lines `ro TOKEN` / `rw TOKEN`.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")
-def serve(root: str, host: str, port: int, token_file: str | None, verbose: bool) -> None:
+@click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a connection may stay idle or stalled before it is closed.")  # fmt: skip
+@click.option("--max-connections", default=64, show_default=True, type=click.IntRange(min=1),
+              help="Connections served at once; more get 503 (clients retry).")  # fmt: skip
+def serve(
+    root: str, host: str, port: int, token_file: str | None, verbose: bool, timeout: float, max_connections: int
+) -> None:
     """Serve every remote directory under ROOT over HTTP (push creates new ones)."""
     from mgit.remote.server import MgitServer, read_tokens
 
     tokens = read_tokens(token_file) if token_file else None
-    server = MgitServer(root, host, port, tokens, verbose=verbose)
+    server = MgitServer(
+        root, host, port, tokens, verbose=verbose, idle_timeout=timeout, max_connections=max_connections
+    )
     access = "token required" if tokens else "no authentication: anyone who can connect may push"
     err.print(f"serving {os.path.abspath(root)} at {server.url} ({access}); Ctrl-C stops")
     try:
@@ -1188,6 +1578,7 @@ def _os_error_message(exc: OSError) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _add_global_options(cli)
     args = list(sys.argv[1:] if argv is None else argv)
     if "--" in args:
         cut = args.index("--")

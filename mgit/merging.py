@@ -19,25 +19,53 @@ from mgit.errors import BadInputError, RevisionError
 from mgit.graph.objects import MODE_FILE, canonical_json
 from mgit.graph.refs import check_ref_name
 from mgit.graph.snapshot import Snapshot, validate_path, write_snapshot
-from mgit.merge import importance
-from mgit.merge.analyze import pair_norms
-from mgit.merge.config import load_config, num_layers, tensor_parameters
-from mgit.merge.importance import BudgetReport
-from mgit.merge.plan import MergePlan, TensorPlan, model_tensors, plan_merge
-from mgit.merge.record import PLAN_ENTRY, MergeSetup, plan_record
 from mgit.model.ingest import Ingestor
 from mgit.model.materialize import StagedFile
 from mgit.progress import byte_progress
 from mgit.remote.transfer import FetchLimit, LimitReached, Transfer, fetch_chunks, fetch_costs
 from mgit.store.pack import BASE_LEN as DELTA_BASE_BYTES
-from mgit.store.paircache import PairCache
 from mgit.sync import on_demand
 from mgit.version import __version__
+from mgit.worktree.index import Index
 from mgit.worktree.scan import walk
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
+    from mgit.merge.config import MergeConfig
     from mgit.merge.engine import Execution, MergeSpec
+    from mgit.merge.importance import BudgetReport
+    from mgit.merge.plan import MergePlan, TensorPlan
+    from mgit.merge.record import MergeSetup
     from mgit.repo import Repository
+
+
+def _check_request(
+    method: str | None, config: str | os.PathLike[str] | None, budget: str | int | None, params: dict[str, Any]
+) -> MergeConfig | None:
+    """What can be refused from the request alone (torch-free, nothing read): the config and
+    its parameter ranges, the given parameters' ranges, the budget's form."""
+    from mgit.merge.config import load_config
+    from mgit.merge.params import check_method, check_params
+
+    cfg = load_config(config) if config is not None else None
+    if cfg is None:
+        check_method(method, params)
+        check_params(params, str(method), method)
+    else:
+        check_method(cfg.method, set(cfg.parameters).union(*(m.parameters for m in cfg.models)), str(config))
+    if budget is not None:
+        parse_budget(budget)
+    return cfg
+
+
+def _with_model(head: Snapshot, reference: Snapshot, model_dir: str) -> Snapshot:
+    """HEAD's files with its model directory replaced by the reference's: what a merge without
+    a base starts from (its model, config and tokenizer are the first expert's; the files
+    beside the model stay the branch's)."""
+
+    def in_model(path: str) -> bool:
+        return not model_dir or path.startswith(model_dir + "/")
+
+    return {p: e for p, e in head.items() if not in_model(p)} | {p: e for p, e in reference.items() if in_model(p)}
 
 
 class Merging:
@@ -69,19 +97,21 @@ class Merging:
         mergekit's (weight, density, lambda, normalize, rescale, epsilon, gamma, t, ...).
         With ``config`` (a mergekit YAML file) method, base, experts and parameters come
         from it instead, with per-tensor filters and per-layer gradients. With ``budget``
-        (``"2GB"``, ``"10%"``, bytes) expert chunk reads stay within it, the most important
+        (``"2GB"``, ``"10%"``, an int of bytes) expert chunk reads stay within it, the most important
         chunks chosen first (``budget_select="uniform"``: at random, for comparisons).
         """
-        from mgit.merge.engine import MergeSpec, execute  # torch: only when merging
-        from mgit.merge.methods import get_method
+        cfg = _check_request(method, config, budget, params)  # bad input refused before torch loads
+        from mgit.merge.methods import get_method  # torch: the methods are torch functions
 
         if seed is None:  # deterministic methods need none: keep their commits reproducible
-            named = load_config(config).method if config is not None else method
+            named = cfg.method if cfg is not None else method
             seed = secrets.randbits(31) if get_method(named).random else 0
         plan, setup = self.merge_plan(
             experts, method, base, model=model, allow_missing=allow_missing, config=config,
             budget=budget, budget_select=budget_select, seed=seed, dtype=dtype, out_dtype=out_dtype, **params,
         )  # fmt: skip
+        from mgit.merge.engine import MergeSpec, execute  # torch: only once the inputs are valid
+
         spec = MergeSpec(
             setup.method, setup.params, seed, dtype or setup.dtype, out_dtype or setup.out_dtype, setup.params_for
         )
@@ -129,6 +159,8 @@ class Merging:
     ) -> str:
         """Record an executed merge: seal chunks, write tree and commit, then update the
         working tree (from the staged files) and the refs."""
+        from mgit.merge.record import PLAN_ENTRY, plan_record
+
         base_snap = setup.base_snap
         merged = dict(base_snap) | run.files
         record = plan_record(plan, spec, setup, run, __version__)
@@ -143,15 +175,27 @@ class Merging:
             from mgit.repo import CheckoutResult  # the porcelain's record (repo imports this module)
 
             index = self._index()
+            head_snap = base_snap if setup.reference is None else self.snapshot(setup.base_commit)
             self._write_files(
-                index, {p: e for p, e in merged.items() if base_snap.get(p) != e}, CheckoutResult(None), run.staged
+                index, {p: e for p, e in merged.items() if head_snap.get(p) != e}, CheckoutResult(None), run.staged
             )
+            self._remove_files(index, set(head_snap) - set(merged))
             index.save()
             self.refs.advance_head(setup.base_commit, commit, f"merge: {text.splitlines()[0]}")
         else:
             self.refs.create_branch(branch, commit)
             self._switch(branch, None, force=False, staged=run.staged)
         return commit
+
+    def _remove_files(self: Repository, index: Index, paths: set[str]) -> None:
+        """Files of HEAD a no-base merge's tree lacks (it is the first expert's): gone from the
+        working tree and index, as a checkout of the merge would leave them."""
+        from mgit.repo import _prune_dirs  # repo imports this module
+
+        for p in sorted(paths):
+            index.entries.pop(p, None)
+            (self.root / p).unlink(missing_ok=True)
+            _prune_dirs(self.root, p)
 
     def _clear_staging(self: Repository) -> Path:
         """The staging directory of merged files, emptied of what a killed merge left (we hold the lock)."""
@@ -180,17 +224,30 @@ class Merging:
         """What a merge would read, from manifests alone (``mgit merge --dry-run``); with a
         ``budget`` (or ``explain``) also which expert chunks are worth reading (``plan.budget``),
         which may analyze chunk pairs no commit recorded (counted apart)."""
-        from mgit.merge.methods import get_method
+        from mgit.merge.config import num_layers, tensor_parameters
+        from mgit.merge.params import check_params
+        from mgit.merge.plan import model_tensors, plan_merge
+        from mgit.merge.record import MergeSetup
 
-        cfg = load_config(config) if config is not None else None
+        cfg = _check_request(method, config, budget, params)  # bad input refused before torch loads
+        from mgit.merge.methods import get_method  # torch: the methods are torch functions
+
         if cfg is not None:
             if experts or params:
                 raise BadInputError("with a merge config, name experts and parameters in the config only")
             method, base = cfg.method, cfg.base
         chosen = get_method(method)
-        base_commit = self._merge_input(base or "HEAD", None)
-        base_snap = self.snapshot(base_commit)
+        base_commit = self._merge_input(base or "HEAD", None)  # the first parent
+        reference = None
+        if not chosen.needs_base and base is None:  # nothing of HEAD is used: the first expert is the reference
+            first = cfg.models[0].ref if cfg is not None else next(iter(experts), None)
+            if first is None:
+                raise BadInputError("name at least one expert revision to merge")
+            reference = self._merge_input(first, None)
+        base_snap = self.snapshot(reference or base_commit)
         model_dir, _ = self._pick_model(base_snap, model)
+        if reference is not None:
+            base_snap = _with_model(self.snapshot(base_commit), base_snap, model_dir)
         params_for = None
         if cfg is not None:
             entries = [m for m in cfg.models if not (chosen.needs_base and m.ref == cfg.base)]
@@ -203,7 +260,10 @@ class Merging:
         if not experts:
             raise BadInputError("name at least one expert revision to merge")
         resolved = chosen.resolve(params, len(experts)) if params_for is None else params
-        expert_commits = [self._merge_input(e, model_dir) for e in experts]
+        check_params(resolved, chosen.name, chosen.name)  # with the defaults filled in (DELLA's epsilon)
+        expert_commits = [
+            reference if k == 0 and reference else self._merge_input(e, model_dir) for k, e in enumerate(experts)
+        ]
         snaps = [self.snapshot(c) for c in expert_commits]
         passes = 2 if chosen.decides_per_expert else 1
         plan = plan_merge(self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes)
@@ -216,11 +276,11 @@ class Merging:
             plan.fetch_sizes = sizes
         if params_for is not None:  # every tensor's parameters must resolve before anything is written
             for tp in plan.tensors:
-                chosen.resolve(params_for(tp.name), len(experts))
+                check_params(chosen.resolve(params_for(tp.name), len(experts)), f"{config}: tensor {tp.name}", method)
         setup = MergeSetup(
             chosen, resolved, base_commit, expert_commits, list(experts), base_snap,
             base_ref=base, params_for=params_for, config=cfg.source if cfg else None,
-            dtype=cfg.dtype if cfg else None, out_dtype=cfg.out_dtype if cfg else None,
+            dtype=cfg.dtype if cfg else None, out_dtype=cfg.out_dtype if cfg else None, reference=reference,
         )  # fmt: skip
         if budget is not None or explain:
             plan.budget = self._plan_budget(
@@ -286,6 +346,10 @@ class Merging:
         out_dtype: str | None,
     ) -> BudgetReport:
         """Restrict ``plan`` to the expert chunks a budget affords (see mgit.merge.importance)."""
+        from mgit.merge import importance
+        from mgit.merge.analyze import pair_norms
+        from mgit.store.paircache import PairCache
+
         if select not in importance.SELECTIONS:
             raise BadInputError(f"unknown budget selection {select!r} (known: {', '.join(importance.SELECTIONS)})")
         given = parse_budget(budget) if budget is not None else None
@@ -298,15 +362,19 @@ class Merging:
         def roundoff_for(tp: TensorPlan) -> float:
             return importance.unit_roundoff(tp.base.dtype, dtype, out_dtype)
 
-        analysis = pair_norms(
-            self.graph, self.store, self.pool, PairCache(self.git_dir / "cache" / "pair-norms.sqlite"),
-            plan, setup.base_commit, setup.expert_commits, self.commit_stats,
-        )  # fmt: skip
         full = plan.expert_bytes
         limit = given.resolve(full) if given is not None else None
+        # analysis never reads more than the merge it plans: at most the budget, at most a full merge
+        price = self._fetch_pricing(plan.fetch_sizes) if self.is_partial else self.store.read_cost
+        analysis = pair_norms(
+            self.graph, self.store, self.pool, PairCache(self.git_dir / "cache" / "pair-norms.sqlite"),
+            plan, setup.reference or setup.base_commit, setup.expert_commits, self.commit_stats,
+            full if limit is None else min(limit, full), price,
+        )  # fmt: skip
         report = importance.BudgetReport(str(budget) if budget is not None else None, limit, select, full)
         report.analyze_pairs, report.analyze_bytes = analysis.pairs_analyzed, analysis.bytes_read
-        cands = importance.candidates(plan, weights_for, analysis.norms)
+        report.analyze = analysis.to_json()
+        cands = importance.candidates(plan, weights_for, analysis.norms, analysis.upper)
         taken = importance.choose(cands, limit, select, seed)
         report.best_share = importance.best_share(cands, limit)
         importance.apply(plan, cands, taken, weights_for, setup.method.name in importance.AFFINE_METHODS,
@@ -364,7 +432,10 @@ class Merging:
             if plan is not None:
                 weights = plan["parameters"].get("weight")
                 out |= {"method": plan["method"], "parameters": plan["parameters"], "seed": plan["seed"]}
-                out["inputs"].append(node(plan["base"], "base", left - 1))
+                if plan["base"] is not None:
+                    out["inputs"].append(node(plan["base"], "base", left - 1))
+                else:  # a method without a base: the commit it was made on is history, not an input
+                    out["inputs"].append(node(info.parents[0], "parent", left - 1))
                 for k, expert in enumerate(plan["experts"]):
                     role = f"expert {expert['name']}"
                     if weights is not None:
@@ -378,6 +449,8 @@ class Merging:
 
     def merge_record(self: Repository, rev: str = "HEAD") -> dict | None:
         """The plan recorded in a merge commit (None for other commits)."""
+        from mgit.merge.record import PLAN_ENTRY
+
         for name, _, oid in self.graph.tree(self.graph.commit(self.refs.resolve(rev)).tree):
             if name == PLAN_ENTRY:
                 return json.loads(self.graph.blob(oid))

@@ -13,18 +13,16 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dulwich.repo import get_user_identity
 
 from mgit.budget import Budget
-from mgit.diff.model import ModelDiff, compare_models
-from mgit.diff.sources import Side, file_diffs, snapshot_side, worktree_side
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NotARepositoryError, RevisionError
 from mgit.graph.objects import MODE_FILE, CommitInfo, Graph, canonical_json
-from mgit.graph.refs import Refs, check_ref_name, expire_reflogs, reflog_entries
+from mgit.graph.refs import Refs, check_ref_name, expire_reflogs, reflog_entries, reflog_ref
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
 from mgit.lock import RepoLock
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
@@ -52,13 +50,16 @@ from mgit.store.chunkstore import ChunkStore
 from mgit.store.gc import consolidate, repack
 from mgit.sync import Sync, on_demand
 from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, fetch_within, over_budget
-from mgit.worktree.index import Index, IndexEntry
+from mgit.worktree.index import Index, IndexEntry, StatKey
 from mgit.worktree.scan import Ignorer, walk
 from mgit.worktree.sparse import SparsePatterns, load_patterns, make_patterns, save_patterns, summarize
 from mgit.worktree.status import Status, compare_snapshots, working_matches, worktree_changes
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # diff machinery is imported where used: light commands (status, log) skip it
     import torch
+
+    from mgit.diff.model import ModelDiff
+    from mgit.diff.sources import Side
 
 
 GIT_DIR = ".mgit"
@@ -104,6 +105,23 @@ class CheckoutResult:
     bytes_fetched: int = 0  # bytes received from the remote (a partial clone)
     cost: CheckoutCost | None = None  # the price checked against a budget (read, fetch)
     detached: bool = False
+
+
+RESET_MODES = ("soft", "mixed", "hard")
+
+
+@dataclass
+class ResetResult:
+    """What ``reset`` did: the ref moved from ``old`` to ``commit``; with ``hard``, the files
+    written and removed; with ``mixed``, the paths whose staged entry changed."""
+
+    commit: str
+    old: str | None
+    mode: str
+    branch: str | None  # the branch moved (None: a detached HEAD)
+    written: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unstaged: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -282,6 +300,7 @@ class Repository(Merging, Sync):
             index = self._index()
             ignorer = Ignorer(self.root)
             todo: dict[str, os.stat_result] = {}
+            special: list[str] = []  # FIFOs, sockets, devices: never read
             for p in paths:
                 rel = self.relpath(p)
                 full = self.root / rel
@@ -293,7 +312,8 @@ class Repository(Merging, Sync):
                 elif full.is_file() and ignorer.is_ignored(rel):
                     raise BadInputError(f"{rel} is ignored by .mgitignore; remove the pattern to track it")
                 else:
-                    found = walk(self.root, rel, ignorer)
+                    found = walk(self.root, rel, ignorer, special)
+                _refuse_special([r for r in special if r == rel or r in index.entries])
                 for r in under:
                     # A sparse file missing from disk is taken as not checked out (a checkout may
                     # have been interrupted): only `mgit rm` drops tensors a sparse checkout holds.
@@ -312,13 +332,13 @@ class Repository(Merging, Sync):
                     # Unchanged chunks dedup inside the store, so re-ingesting a touched but
                     # unchanged file writes nothing new and yields the same entry.
                     got = ingestor.file(self.root / rel, rel)
-                    after = os.stat(self.root / rel)
+                    after = _unchanged_since(self.root / rel, rel, st)
                     old = index.entries.get(rel)
                     entry, stats = got, self._file_stats_blob(ingestor.file_stats)
                     if old is not None and old.projection and got.kind == "safetensors":
                         entry, stats = self._unproject(rel, old, got, stats)
                     projection = got.oid if entry != got else None
-                    index.set(rel, entry, after if after.st_mtime_ns == st.st_mtime_ns else None, stats, projection)
+                    index.set(rel, entry, after, stats, projection)
                     if old is None or old.entry != entry:
                         result.added.append(rel)
             self.store.seal()  # chunks become visible before anything refers to them
@@ -362,6 +382,10 @@ class Repository(Merging, Sync):
             index = self._index()
             head = self.refs.head()
             head_snap = self._head_snapshot()
+            if head and not allow_empty and index.snapshot() == head_snap:
+                # compared as files, not trees: HEAD's tree also holds its own stats record,
+                # which a commit of the same files would drop (a commit of nothing)
+                raise MgitError("nothing to commit: the index matches HEAD (stage changes with `mgit add`)")
             stats = {
                 p: json.loads(self.graph.blob(ie.stats))["chunks"]
                 for p, ie in index.entries.items()
@@ -505,6 +529,9 @@ class Repository(Merging, Sync):
         """Compare two revisions; ``b`` None means the working tree (the index if ``staged``),
         ``a`` None means HEAD. Unchanged tensors cost no data read; with ``numeric`` the
         change statistics stream over changed chunks only."""
+        from mgit.diff.model import ModelDiff, compare_models
+        from mgit.diff.sources import file_diffs, snapshot_side
+
         model_key = self.relpath(model) if model is not None else None
         patterns = list(patterns)
         snap_a = self.snapshot(a) if a else self._head_snapshot()
@@ -527,6 +554,8 @@ class Repository(Merging, Sync):
         (their manifests), so only modified files are hashed. A file not checked out (a
         sparse checkout left it out) is as the index has it; a sparse file, as checked out,
         is the whole file, and once changed, it still holds the tensors it left out."""
+        from mgit.diff.sources import Side, snapshot_side, worktree_side
+
         index = self._index()
         files = walk(self.root)
         clean = {p: ie.entry for p, ie in index.entries.items() if ie.skip_worktree and p not in files}
@@ -543,7 +572,8 @@ class Repository(Merging, Sync):
                 shown = load_safetensors(self.graph, ie.projection, p).manifests
                 whole = snapshot_side(self.graph, self.store, {p: ie.entry}, "working tree", model).tensors
                 tensors |= {k: t for k, t in whole.items() if k[1] not in shown and k not in tensors}
-        return Side("working tree", tensors, vouched.files | hashed.files, vouched.read_file | hashed.read_file)
+        contents, readers = vouched.files | hashed.files, vouched.read_file | hashed.read_file
+        return Side("working tree", tensors, contents, readers, vouched.modes | hashed.modes)
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -556,7 +586,7 @@ class Repository(Merging, Sync):
     def reflog(self, ref: str = "HEAD") -> list[tuple[str, str, int, str]]:
         """(old id or "", new id, time, message) of each move of ``ref``, newest first."""
         out = []
-        for e in reversed(reflog_entries(self.git_dir, ref)):
+        for e in reversed(reflog_entries(self.git_dir, reflog_ref(self.git_dir, self.refs, ref))):
             old = e.old_sha.decode()
             message = e.message.decode(errors="replace")
             out.append(("" if set(old) == {"0"} else old, e.new_sha.decode(), e.timestamp, message))
@@ -633,13 +663,29 @@ class Repository(Merging, Sync):
     def branches(self) -> dict[str, str]:
         return self.refs.branches()
 
-    def create_branch(self, name: str, rev: str = "HEAD") -> None:
+    def create_branch(self, name: str, rev: str = "HEAD", force: bool = False) -> None:
+        """Create branch ``name`` at ``rev``; ``force`` moves an existing one there (not the
+        checked-out branch, unless it already is at ``rev``: that is what ``reset`` is for)."""
         with self.lock:
-            self.refs.create_branch(name, self.refs.resolve(rev))
+            if force:
+                self.refs.force_branch(name, self.refs.resolve(rev), rev)
+            else:
+                self.refs.create_branch(name, self.refs.resolve(rev))
 
-    def delete_branch(self, name: str) -> None:
+    def delete_branch(self, name: str, force: bool = True) -> None:
+        """Delete a branch; ``force=False`` refuses one not merged into HEAD or its upstream
+        (``mgit branch -d``; ``-D`` forces)."""
         with self.lock:
-            self.refs.delete_branch(name)
+            self.refs.delete_branch(name, force=force)
+
+    def rename_branch(self, old: str, new: str) -> None:
+        """Rename a branch with its reflog; HEAD follows when it is the current one."""
+        with self.lock:
+            self.refs.rename_branch(old, new)
+
+    def remote_branches(self) -> dict[str, str]:
+        """Remote-tracking branches (``origin/main`` → commit), as fetch and push left them."""
+        return self.refs.remote_branches()
 
     def tags(self) -> dict[str, str]:
         return self.refs.tags()
@@ -651,6 +697,86 @@ class Repository(Merging, Sync):
     def delete_tag(self, name: str) -> None:
         with self.lock:
             self.refs.delete_tag(name)
+
+    # -- reset --------------------------------------------------------------------------
+
+    @on_demand
+    def reset(self, rev: str = "HEAD", mode: str = "mixed") -> ResetResult:
+        """Move the current branch (or a detached HEAD) to ``rev``, as git's reset: ``soft``
+        keeps the index and the working tree, ``mixed`` makes the index ``rev``'s and keeps the
+        working files (they show as modified), ``hard`` makes both ``rev``'s (written by the
+        checkout machinery). Without ``hard``, staged changes held by no commit and no working
+        file are never dropped."""
+        if mode not in RESET_MODES:
+            raise BadInputError(f"unknown reset mode {mode!r}; use one of {', '.join(RESET_MODES)}")
+        with self.lock:
+            target = self.refs.resolve(rev)
+            old = self.refs.head()
+            result = ResetResult(target, old, mode, self.refs.current_branch())
+            if mode != "soft":
+                index = self._index()
+                target_snap = self.snapshot(target)
+                if mode == "mixed":
+                    self._reset_index(index, target_snap, result)
+                else:
+                    self._reset_worktree(index, target_snap, result)
+                index.save()
+            self.refs.advance_head(old, target, f"reset: moving to {rev}")
+            return result
+
+    def _reset_index(self, index: Index, target_snap: Snapshot, result: ResetResult) -> None:
+        """``reset --mixed``: stage ``target_snap``, leaving every working file as it is."""
+        head_snap = self._head_snapshot()
+        lost = [
+            p
+            for p, ie in sorted(index.entries.items())
+            if ie.entry != head_snap.get(p) and ie.entry != target_snap.get(p) and not self._kept(p, ie, index)
+        ]
+        if lost:
+            shown = ", ".join(lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
+            raise DirtyWorktreeError(
+                f"reset would drop staged changes in {shown} that no commit or working file holds; "
+                "commit them, or use --hard to discard them"
+            )
+        patterns = load_patterns(self.git_dir)
+        for p in sorted(set(index.entries) | set(target_snap)):
+            ie, entry = index.entries.get(p), target_snap.get(p)
+            if ie is not None and ie.entry == entry:
+                continue
+            result.unstaged.append(p)
+            if entry is None:
+                del index.entries[p]  # the working file, if any, becomes untracked
+                continue
+            absent = not (self.root / p).exists()
+            skip = absent and ie is not None and ie.skip_worktree  # not checked out stays so; else: deleted
+            projection = self._form(entry, p, patterns).projection(entry) if not absent else None
+            index.entries[p] = IndexEntry(entry, skip_worktree=skip, projection=projection)
+
+    def _kept(self, rel: str, ie: IndexEntry, index: Index) -> bool:
+        """Does the working tree still hold what ``ie`` stages (so a mixed reset loses nothing)?"""
+        if ie.skip_worktree and not (self.root / rel).exists():
+            return False
+        return self._clean(rel, ie.worktree, index)
+
+    def _reset_worktree(self, index: Index, target_snap: Snapshot, result: ResetResult) -> None:
+        """``reset --hard``: every tracked file as ``target_snap`` has it (sparse patterns kept);
+        files tracked but not in it are deleted, untracked ones are left alone."""
+        patterns = load_patterns(self.git_dir)
+        forms = {p: self._form(e, p, patterns) for p, e in target_snap.items()}
+        todo = {}
+        for p, entry in target_snap.items():
+            ie = index.entries.get(p)
+            if ie is None or ie.entry != entry or _shown(ie) != forms[p] or not self._holds(p, forms[p], index):
+                todo[p] = entry
+        written = CheckoutResult(result.commit)
+        self._write_files(index, todo, written, forms=forms)
+        result.written = written.written
+        for p in sorted(set(index.entries) - set(target_snap)):
+            del index.entries[p]
+            if (self.root / p).is_file():
+                (self.root / p).unlink()
+                _prune_dirs(self.root, p)
+            result.removed.append(p)
 
     # -- checkout -----------------------------------------------------------------------
 
@@ -998,77 +1124,148 @@ class Repository(Merging, Sync):
         message: str = "",
         metadata: dict[str, str] | None = None,
         base: str | None = None,
+        branch: str | None = None,
     ) -> str:
-        """Commit tensors straight from memory as the model in directory ``model``.
+        """Commit tensors straight from memory as the model in directory ``model``, on
+        ``branch`` (default: HEAD, the checked-out branch or a detached HEAD).
 
-        Tensors keep the shard file they had in HEAD (new ones go to the single file, or
-        the last shard); the working tree is not written — paths whose file is absent are
-        marked not-checked-out, present ones show as modified until checked out. Changed
-        tensors are delta-encoded against ``base`` (default HEAD).
+        Tensors keep the shard file they had before (new ones go to the single file, or the
+        last shard). On the checked-out branch, the model files that are in the working tree
+        are rewritten to match (atomically, as a checkout writes them) and the index follows,
+        so status is clean and a later plain ``add`` + ``commit`` keeps the checkpoint; files
+        absent from disk stay not checked out. Uncommitted changes in those files are refused
+        first. On another branch, the working tree and index are left as they are. Changed
+        tensors are delta-encoded against ``base`` (default: the branch's tip).
         """
-        from mgit.model.torch_io import dtype_name, tensor_bytes
-
         if not message.strip():
             raise BadInputError("empty commit message")
         for name in state_dict:
             if not isinstance(name, str):
                 raise BadInputError(f"tensor names must be strings, got {name!r}")
         with self._writing():
-            head = self.refs.head()
-            snap = self._head_snapshot()
-            parents = self._parent_lookup(self.snapshot(base) if base else snap)
-            model_dir = self.relpath(model)
-            old_files = _models(snap).get(model_dir, [])
-            assignment: dict[str, list[str]] = {p: [] for p in old_files}
-            old_home = {}
-            for path in old_files:
-                for name in load_safetensors(self.graph, snap[path].oid, path).manifests:
-                    old_home[name] = path
-            default = old_files[-1] if old_files else posixpath.join(model_dir, "model.safetensors")
-            for name in sorted(state_dict):
-                assignment.setdefault(old_home.get(name, default), []).append(name)
-            index = self._index()
-            total = sum(t.numel() * t.element_size() for t in state_dict.values())
-            with byte_progress("commit", total) as bar:
-                ingestor = Ingestor(self.graph, self.store, self.pool, bar, parents)
-                new_files, stats = {}, {}
-                for path, names in assignment.items():
-                    if not names:
-                        snap.pop(path, None)
-                        continue
-                    ingestor.begin_file(path)
-                    meta = metadata
-                    if meta is None and path in old_files:
-                        meta = load_safetensors(self.graph, snap[path].oid, path).layout.metadata
-                    specs, ids = [], {}
-                    for name in names:
-                        t = state_dict[name]
-                        dtype = lookup(dtype_name(t.dtype))
-                        raw = tensor_bytes(t)
-                        specs.append((name, dtype, tuple(t.shape)))
-                        read = lambda o, n, r=raw: r[o : o + n]  # noqa: E731
-                        ids[name] = ingestor.tensor(name, dtype, tuple(t.shape), len(raw), read)
-                    tree = ingestor.safetensors_tree(build_header(specs, meta), ids)
-                    snap[path] = new_files[path] = Entry("safetensors", tree)
-                    stats[path] = ingestor.file_stats
-            self._update_shard_index(snap, model_dir, assignment, total)
+            checked_out = branch is None or branch == self.refs.current_branch()
+            if checked_out:
+                tip = self.refs.head()
+            elif branch in self.refs.branches():
+                tip = self.refs.branches()[branch]
+            else:
+                raise BadInputError(f"branch {branch!r} not found; create it first with `mgit branch {branch}`")
+            before = read_snapshot(self.graph, self.graph.commit(tip).tree) if tip else {}
+            snap, stats = self._ingest_state_dict(state_dict, dict(before), self.relpath(model), metadata, base)
+            touched = {p for p in set(before) | set(snap) if before.get(p) != snap.get(p)}
+            index = self._index() if checked_out else None
+            if index is not None:
+                self._refuse_state_dict_overwrites(index, before, touched)
             self.store.seal()
-            commit = self._commit_tree(write_snapshot(self.graph, snap, self._stats_root(stats)), head, message)
-            for path in set(old_files) - set(new_files):
-                index.entries.pop(path, None)
-            patterns = load_patterns(self.git_dir)
-            for path, entry in new_files.items():
-                absent = not (self.root / path).exists()
-                # sparse: a file in place counts as (stale) projection, so `add` keeps the tensors left out
-                projection = self._form(entry, path, patterns).projection(entry)
-                index.entries[path] = IndexEntry(entry, skip_worktree=absent, projection=projection)
-            shard_index = posixpath.join(model_dir, "model.safetensors.index.json")
-            staged = index.entries.get(shard_index)
-            if shard_index in snap and staged is not None and staged.entry != snap[shard_index]:
-                # stage the rewritten weight map too, or the next commit would bring the old one back
-                index.entries[shard_index] = IndexEntry(snap[shard_index])
+            commit = self._new_commit(write_snapshot(self.graph, snap, self._stats_root(stats)), tip, message)
+            summary = f"{'commit' if tip else 'commit (initial)'}: {message.strip().splitlines()[0]}"
+            if index is None:
+                assert branch is not None
+                self.refs.advance_branch(branch, tip, commit, summary)
+                return commit
+            # working files and index first, the branch last: a failure in between leaves the
+            # checkpoint staged (never a stale file that a later commit would take back)
+            self._follow_state_dict(index, commit, snap, touched)
             index.save()
+            self.refs.advance_head(tip, commit, summary)
             return commit
+
+    def _ingest_state_dict(
+        self,
+        state_dict: Mapping[str, torch.Tensor],
+        snap: Snapshot,
+        model_dir: str,
+        metadata: dict[str, str] | None,
+        base: str | None,
+    ) -> tuple[Snapshot, dict[str, list]]:
+        """Store the tensors as the safetensors files of ``model_dir`` in ``snap`` (changed in
+        place and returned, with each file's relative statistics)."""
+        from mgit.model.torch_io import dtype_name, tensor_bytes
+
+        parents = self._parent_lookup(self.snapshot(base) if base else snap)
+        old_files = _models(snap).get(model_dir, [])
+        assignment: dict[str, list[str]] = {p: [] for p in old_files}
+        old_home = {}
+        for path in old_files:
+            for name in load_safetensors(self.graph, snap[path].oid, path).manifests:
+                old_home[name] = path
+        default = old_files[-1] if old_files else posixpath.join(model_dir, "model.safetensors")
+        for name in sorted(state_dict):
+            assignment.setdefault(old_home.get(name, default), []).append(name)
+        total = sum(t.numel() * t.element_size() for t in state_dict.values())
+        stats = {}
+        with byte_progress("commit", total) as bar:
+            ingestor = Ingestor(self.graph, self.store, self.pool, bar, parents)
+            for path, names in assignment.items():
+                if not names:
+                    snap.pop(path, None)
+                    continue
+                ingestor.begin_file(path)
+                meta = metadata
+                if meta is None and path in old_files:
+                    meta = load_safetensors(self.graph, snap[path].oid, path).layout.metadata
+                specs, ids = [], {}
+                for name in names:
+                    t = state_dict[name]
+                    dtype = lookup(dtype_name(t.dtype))
+                    raw = tensor_bytes(t)
+                    specs.append((name, dtype, tuple(t.shape)))
+                    read = lambda o, n, r=raw: r[o : o + n]  # noqa: E731
+                    ids[name] = ingestor.tensor(name, dtype, tuple(t.shape), len(raw), read)
+                tree = ingestor.safetensors_tree(build_header(specs, meta), ids)
+                snap[path] = Entry("safetensors", tree)
+                stats[path] = ingestor.file_stats
+        self._update_shard_index(snap, model_dir, assignment, total)
+        return snap, stats
+
+    def _refuse_state_dict_overwrites(self, index: Index, before: Snapshot, touched: set[str]) -> None:
+        """Uncommitted changes in the files a commit from memory rewrites would be lost: refuse."""
+        dirty = []
+        for p in sorted(touched):
+            ie, path = index.entries.get(p), self.root / p
+            if ie is None:
+                if path.exists():
+                    dirty.append(p)  # an untracked file where the commit puts one
+            elif ie.entry != before.get(p) or (path.is_file() and not self._clean(p, ie.worktree, index)):
+                dirty.append(p)
+        if dirty:
+            shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+            raise DirtyWorktreeError(
+                f"committing tensors from memory would overwrite uncommitted changes in {shown}; "
+                "commit or discard them first (nothing was committed)"
+            )
+
+    def _follow_state_dict(self, index: Index, commit: str, snap: Snapshot, touched: set[str]) -> None:
+        """Bring the working files and index of ``touched`` paths to ``snap`` (known clean):
+        files on disk are written as a checkout writes them, absent ones stay not checked out."""
+        patterns = load_patterns(self.git_dir)
+        todo: dict[str, Entry] = {}
+        forms: dict[str, WorkForm] = {}
+        for p in sorted(touched):
+            ie, path = index.entries.get(p), self.root / p
+            if p not in snap:  # a shard left without tensors
+                index.entries.pop(p, None)
+                if path.is_file():
+                    path.unlink()
+                    _prune_dirs(self.root, p)
+                continue
+            entry = snap[p]
+            form = forms[p] = self._form(entry, p, patterns)
+            if ie is not None and _shown(ie) == form and not ie.skip_worktree:
+                # the working file already shows it (a sparse file: a left-out tensor changed)
+                index.entries[p] = replace(ie, entry=entry, stats=None, projection=form.projection(entry))
+            elif path.is_file():
+                todo[p] = entry
+            else:
+                index.entries[p] = IndexEntry(entry, skip_worktree=True, projection=form.projection(entry))
+        self._write_files(index, todo, CheckoutResult(commit), forms=forms)
+
+    def _new_commit(self, tree: str, parent: str | None, message: str) -> str:
+        """A commit object of ``tree`` on ``parent``, refused when it changes nothing."""
+        if parent and self.graph.commit(parent).tree == tree:
+            raise MgitError("nothing to commit: these tensors are what the branch holds already")
+        who = self.identity()
+        return self.graph.put_commit(tree, [parent] if parent else [], message, who, who)
 
     def _update_shard_index(
         self, snap: Snapshot, model_dir: str, assignment: dict[str, list[str]], total_size: int
@@ -1079,7 +1276,9 @@ class Repository(Merging, Sync):
             return
         try:
             doc = json.loads(self.graph.blob(snap[path].oid))
-        except ValueError:
+        except (ValueError, RecursionError):
+            return
+        if not isinstance(doc, dict):
             return
         doc["weight_map"] = {
             name: posixpath.relpath(file, model_dir or ".") for file, names in assignment.items() for name in names
@@ -1088,6 +1287,29 @@ class Repository(Merging, Sync):
             doc["metadata"]["total_size"] = total_size
         blob = json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"
         snap[path] = Entry("blob", self.graph.put_blob(blob), snap[path].mode)
+
+
+def _refuse_special(paths: list[str]) -> None:
+    """A path named or tracked that is no regular file is refused (reading a FIFO blocks)."""
+    if paths:
+        raise BadInputError(
+            f"cannot add {paths[0]}: not a regular file (a FIFO, socket or device); "
+            "mgit tracks regular files and symlinks to them"
+        )
+
+
+def _unchanged_since(path: Path, rel: str, seen: os.stat_result) -> os.stat_result:
+    """The file's stat after ``add`` read it; a file rewritten, replaced or touched since
+    ``seen`` (its stat before the read) may have been read as a mix of two versions: refused."""
+    try:
+        after = os.stat(path)
+    except OSError:
+        after = None
+    if after is None or StatKey.of(after) != StatKey.of(seen):
+        raise BadInputError(
+            f"{rel} changed while mgit was reading it; nothing was staged. Run `mgit add` again once it is written"
+        )
+    return after
 
 
 def _shown(ie: IndexEntry) -> WorkForm:

@@ -120,11 +120,14 @@ class Sync:
         ref = f"refs/tags/{branch}" if branch in tags and branch not in self.refs.branches() else f"refs/heads/{branch}"
         commit = self.refs.resolve(branch)
         backend = self._backend(remote, create=True)
-        with self.lock:
-            plan = plan_push(self.graph, self.store, backend, commit, ref, force)
-            with byte_progress("push", plan.chunk_bytes) as bar:
-                report = push(self.graph, self.store, backend, plan, bar)
-            self._track(remote, {ref: commit})
+        try:
+            with self.lock:
+                plan = plan_push(self.graph, self.store, backend, commit, ref, force)
+                with byte_progress("push", plan.chunk_bytes) as bar:
+                    report = push(self.graph, self.store, backend, plan, bar)
+                self._track(remote, {ref: commit})
+        finally:
+            backend.close()  # a working repository as the remote: release its lock, even after a failure
         return report
 
     def fetch(self: Repository, remote: str = "origin", chunks: str | None = None) -> Transfer:
@@ -150,8 +153,10 @@ class Sync:
                     needed = chunks_of(self.graph, set(refs.values()), stop=complete)
                     fetch_chunks(self.store, backend, needed, report, bar)
             self.store.seal()  # chunks are visible before any ref names them
+            held = {k.decode(): v.decode() for k, v in self.graph.repo.refs.as_dict().items()}
+            before = {r: held.get(self.tracking_ref(remote, r) or "") for r in refs}  # old values: what moved
             self._track(remote, refs)
-            report.refs = {r: (None, c) for r, c in refs.items()}
+            report.refs = {r: (before[r], c) for r, c in refs.items()}
         return report
 
     def _track(self: Repository, remote: str, refs: dict[str, str]) -> None:
@@ -161,6 +166,14 @@ class Sync:
                 self.graph.repo.refs[f"{TRACKING}{remote}/{ref.removeprefix('refs/heads/')}".encode()] = commit.encode()
             elif ref.startswith("refs/tags/") and ref.encode() not in self.graph.repo.refs:
                 self.graph.repo.refs[ref.encode()] = commit.encode()
+
+    @staticmethod
+    def tracking_ref(remote: str, ref: str) -> str | None:
+        """The local ref a remote's ref is kept as: its branches under refs/remotes/REMOTE/,
+        its tags as local tags."""
+        if ref.startswith("refs/heads/"):
+            return f"{TRACKING}{remote}/{ref.removeprefix('refs/heads/')}"
+        return ref if ref.startswith("refs/tags/") else None
 
     def remote_branch_for(self: Repository, name: str) -> str | None:
         """``refs/remotes/R/name`` when ``name`` is no local revision and exactly one remote R has it."""

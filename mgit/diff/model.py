@@ -70,7 +70,10 @@ class FileDiff:
     path: str
     status: str  # added | removed | modified
     kind: str  # safetensors | file
-    tensors_changed: int = 0
+    tensors_changed: int = 0  # content, shape or dtype changed (moved or not)
+    tensors_added: int = 0
+    tensors_removed: int = 0
+    tensors_moved: int = 0  # moved in or out of this file, content unchanged
     chunks_changed: int = 0
     bytes_changed: int = 0
     text: str | None = None  # unified diff of a small text file

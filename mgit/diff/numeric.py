@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgit.model.dtypes import DType, dot, to_float64
+from mgit.model.dtypes import DType, data_math, dot, to_float64
 
 
 @dataclass
@@ -30,6 +30,7 @@ class Accumulator:
         self.a_sq += sq
         self.b_sq += sq
 
+    @data_math
     def add_pair(self, a: bytes | memoryview, b: bytes | memoryview, dtype: DType) -> None:
         x = to_float64(a, dtype)
         y = to_float64(b, dtype)

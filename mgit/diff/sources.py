@@ -12,13 +12,13 @@ import os
 import posixpath
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import blake3
 
 from mgit.diff.model import FileDiff, TensorDiff, TensorSide
-from mgit.graph.objects import Graph, blob_id
+from mgit.graph.objects import MODE_EXEC, MODE_FILE, Graph, blob_id
 from mgit.graph.snapshot import Snapshot
 from mgit.model.chunking import chunk_ranges, chunk_size_for
 from mgit.model.filetree import load_chunked, load_safetensors
@@ -27,6 +27,9 @@ from mgit.model.safetensors_file import read_layout
 from mgit.store.chunkstore import ChunkStore
 
 TEXT_DIFF_LIMIT = 1_000_000  # bytes: larger files are summarised, not diffed line by line
+
+# a tensor's status → the FileDiff count it adds to (others: tensors_changed)
+TENSOR_COUNTERS = {"added": "tensors_added", "removed": "tensors_removed", "moved": "tensors_moved"}
 
 Tensors = dict[tuple[str, str], TensorSide]
 Known = Callable[[str], bytes | memoryview | None]  # a delta base's id → its raw bytes, if held
@@ -40,6 +43,7 @@ class Side:
     tensors: Tensors
     files: dict[str, str]  # path → content id (git blob id, or file-tree id)
     read_file: dict[str, object]  # path → callable returning bytes (non-tensor files)
+    modes: dict[str, int] = field(default_factory=dict)  # path → git mode of a small file (status compares it)
 
 
 def _in_model(path: str, model: str | None) -> bool:
@@ -53,7 +57,7 @@ def _content_key(header: bytes, ids: list[tuple[str, ...]]) -> str:
 
 def snapshot_side(graph: Graph, store: ChunkStore, snap: Snapshot, label: str, model: str | None) -> Side:
     tensors: Tensors = {}
-    files, readers = {}, {}
+    files, readers, modes = {}, {}, {}
     for path, entry in sorted(snap.items()):
         if not _in_model(path, model):
             continue
@@ -78,9 +82,10 @@ def snapshot_side(graph: Graph, store: ChunkStore, snap: Snapshot, label: str, m
             files[path] = _content_key(stored.layout.header, order)
         elif entry.kind == "blob":
             readers[path] = lambda oid=entry.oid: graph.blob(oid)
+            modes[path] = entry.mode
         else:
             files[path] = _content_key(b"", [tuple(c.id for c in load_chunked(graph, entry.oid).chunks)])
-    return Side(label, tensors, files, readers)
+    return Side(label, tensors, files, readers, modes)
 
 
 def worktree_side(
@@ -88,7 +93,7 @@ def worktree_side(
 ) -> Side:
     """The working tree's files; tensors chunked as their counterparts in ``like`` were."""
     tensors: Tensors = {}
-    files, readers = {}, {}
+    files, readers, modes = {}, {}, {}
     for path in sorted(paths):
         if not _in_model(path, model):
             continue
@@ -101,6 +106,7 @@ def worktree_side(
             data = full.read_bytes()
             files[path] = blob_id(data)
             readers[path] = lambda data=data: data
+            modes[path] = MODE_EXEC if paths[path].st_mode & 0o111 else MODE_FILE
             continue
         model_dir = posixpath.dirname(path)
         sizes = {}
@@ -122,7 +128,7 @@ def worktree_side(
                 path, t.dtype.name, t.shape, ids[t.name], sizes_t, (None,) * len(ranges), read
             )
         files[path] = _content_key(layout.header, [ids[t.name] for t in layout.tensors])
-    return Side("working tree", tensors, files, readers)
+    return Side("working tree", tensors, files, readers, modes)
 
 
 def file_diffs(a: Side, b: Side, tensors: list[TensorDiff], text: bool = True) -> list[FileDiff]:
@@ -133,14 +139,16 @@ def file_diffs(a: Side, b: Side, tensors: list[TensorDiff], text: bool = True) -
             continue
         for path in {t.file_a, t.file_b} - {None}:
             fd = per_file.setdefault(path, FileDiff(path, "modified", "safetensors"))
-            fd.tensors_changed += 1
+            counter = TENSOR_COUNTERS.get(t.status, "tensors_changed")
+            setattr(fd, counter, getattr(fd, counter) + 1)
             if path == (t.file_b or t.file_a):
                 fd.chunks_changed += t.chunks_changed
                 fd.bytes_changed += t.bytes_changed
     out = []
     for path in sorted(set(a.files) | set(b.files)):
         in_a, in_b = path in a.files, path in b.files
-        if in_a and in_b and a.files[path] == b.files[path]:
+        same_bytes = in_a and in_b and a.files[path] == b.files[path]
+        if same_bytes and a.modes.get(path) == b.modes.get(path):
             continue
         status = "added" if not in_a else "removed" if not in_b else "modified"
         if path.endswith(".safetensors"):
@@ -150,9 +158,25 @@ def file_diffs(a: Side, b: Side, tensors: list[TensorDiff], text: bool = True) -
             continue
         fd = FileDiff(path, status, "file")
         if text:
-            fd.text = _text_diff(path, a.read_file.get(path), b.read_file.get(path), a.label, b.label)
+            fd.text = _mode_change(path, a.modes.get(path), b.modes.get(path)) if in_a and in_b else ""
+            if not same_bytes and (_unread(a, path) or _unread(b, path)):  # a large (chunked) file
+                fd.text += f"Binary files {a.label}:{path} and {b.label}:{path} differ\n"
+            elif not same_bytes:
+                fd.text += _text_diff(path, a.read_file.get(path), b.read_file.get(path), a.label, b.label)
         out.append(fd)
     return out
+
+
+def _unread(side: Side, path: str) -> bool:
+    """The side holds ``path`` as a large chunked file: its bytes are not read for a diff."""
+    return path in side.files and path not in side.read_file
+
+
+def _mode_change(path: str, old: int | None, new: int | None) -> str:
+    """git's "old mode / new mode" lines, when the executable bit is all that differs or also."""
+    if old is None or new is None or old == new:
+        return ""
+    return f"{path}: old mode {old:o}, new mode {new:o}\n"
 
 
 def _text_diff(path: str, read_a, read_b, label_a: str, label_b: str) -> str:

@@ -7,6 +7,7 @@ import re
 import time
 from pathlib import Path
 
+from dulwich.graph import can_fast_forward
 from dulwich.objects import Commit, Tag
 from dulwich.objectspec import parse_commit
 from dulwich.reflog import Entry, format_reflog_line
@@ -18,6 +19,7 @@ from mgit.graph.objects import Graph
 
 HEADS = "refs/heads/"
 TAGS = "refs/tags/"
+REMOTES = "refs/remotes/"
 
 
 def check_ref_name(name: str, what: str) -> str:
@@ -77,6 +79,10 @@ class Refs:
         if branch:
             self.log_head(old, new, message)
 
+    def advance_branch(self, name: str, old: str, new: str, message: str) -> None:
+        """Move a branch that is not checked out from old to new, atomically (HEAD stays)."""
+        self._cas(f"{HEADS}{name}", old, new, message)
+
     def log_head(self, old: str | None, new: str, message: str) -> None:
         """Append to HEAD's reflog, as git does for every move of HEAD (dulwich only logs
         the branch a symbolic HEAD points to); it keeps deleted branches' commits reachable."""
@@ -100,15 +106,78 @@ class Refs:
             raise BadInputError(f"branch {name!r} already exists")
         self._cas(ref, None, commit, f"branch: created from {commit[:12]}")
 
-    def delete_branch(self, name: str) -> None:
+    def delete_branch(self, name: str, force: bool = True) -> None:
+        """Delete a branch; ``force=False`` (``branch -d``) refuses one whose commits neither HEAD
+        nor its upstream reaches, as git does."""
         if name == self.current_branch():
             raise BadInputError(f"cannot delete branch {name!r}: it is checked out; switch to another branch first")
         ref = f"{HEADS}{name}".encode()
         if ref not in self.refs:
             raise BadInputError(f"branch {name!r} not found")
+        if not force and not self._merged(name, self.refs[ref].decode()):
+            raise BadInputError(
+                f"the branch {name!r} is not fully merged; if you are sure you want to delete it, "
+                f"run `mgit branch -D {name}`"
+            )
         self.refs.remove_if_equals(ref, None)
         # as git does: a deleted branch's reflog goes with it (HEAD's reflog keeps its history)
         (self.graph.git_dir / "logs" / HEADS / name).unlink(missing_ok=True)
+
+    def _merged(self, name: str, commit: str) -> bool:
+        """Whether HEAD or the branch's upstream (``refs/remotes/R/name``, which push and
+        fetch record) reaches ``commit``."""
+        tips = [self.head()] + [
+            sha for tracked, sha in self.remote_branches().items() if tracked.partition("/")[2] == name
+        ]
+        repo = self.graph.repo
+        return any(tip is not None and can_fast_forward(repo, commit.encode(), tip.encode()) for tip in tips)
+
+    def force_branch(self, name: str, commit: str, what: str) -> None:
+        """``branch -f``: create ``name`` at ``commit`` or move it there, whatever it held; the
+        checked-out branch only to the commit it already holds (as git: use reset to move it)."""
+        check_ref_name(name, "branch")
+        ref = f"{HEADS}{name}"
+        old = self.refs.as_dict(HEADS.encode()).get(name.encode())
+        if old is None:
+            self._cas(ref, None, commit, f"branch: Created from {what}")
+            return
+        if name == self.current_branch() and old.decode() != commit:
+            raise BadInputError(
+                f"cannot force-update the checked-out branch {name!r}; use `mgit reset {what}` to move it"
+            )
+        self._cas(ref, old.decode(), commit, f"branch: Reset to {what}")
+
+    def rename_branch(self, old: str, new: str) -> None:
+        """``branch -m``: the ref and its reflog move to the new name; HEAD follows when it
+        pointed to the old one."""
+        check_ref_name(new, "branch")
+        old_ref, new_ref = f"{HEADS}{old}", f"{HEADS}{new}"
+        commit = self.refs.as_dict(HEADS.encode()).get(old.encode())
+        if commit is None:
+            raise BadInputError(f"branch {old!r} not found")
+        if new_ref.encode() in self.refs or any(b.startswith(f"{new}/") for b in self.branches()):
+            raise BadInputError(f"branch {new!r} already exists")
+        logs = self.graph.git_dir / "logs"
+        old_log, new_log = logs / old_ref, logs / new_ref
+        if old_log.is_file():
+            new_log.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(old_log, new_log)  # before the new ref exists: its first entry lands after the history
+        message = f"Branch: renamed {old_ref} to {new_ref}"
+        self._cas(new_ref, None, commit.decode(), message)
+        current = self.current_branch() == old
+        if current:
+            self.refs.set_symbolic_ref(b"HEAD", new_ref.encode())
+            self.log_head(commit.decode(), commit.decode(), message)
+        self.refs.remove_if_equals(old_ref.encode(), commit)
+        old_log.unlink(missing_ok=True)
+
+    def remote_branches(self) -> dict[str, str]:
+        """Remote-tracking branches: ``origin/main`` → commit (refs/remotes/<remote>/<branch>)."""
+        return {
+            k.decode(): v.decode()
+            for k, v in self.refs.as_dict(REMOTES.encode()).items()
+            if not k.endswith(b"/HEAD") and b"/" in k
+        }
 
     def create_tag(self, name: str, commit: str) -> None:
         check_ref_name(name, "tag")
@@ -204,6 +273,26 @@ def reflog_entries(git_dir: Path, ref: str = "HEAD") -> list[Entry]:
     if not path.is_file():
         return []
     return read_reflog_checked(path, f"logs/{ref}")
+
+
+def reflog_ref(git_dir: Path, refs: Refs, name: str) -> str:
+    """The full ref a reflog name means, as git spells it out: ``HEAD``, then
+    ``refs/NAME``, ``refs/tags/NAME``, ``refs/heads/NAME``, ``refs/remotes/NAME`` and
+    ``refs/remotes/NAME/HEAD`` (so ``main``, ``v1`` and ``origin/main`` work); the first that
+    is a ref or has a reflog (a deleted branch keeps its reflog). Unknown names are refused."""
+    from dulwich.refs import check_ref_format
+
+    if name == "HEAD":
+        return name
+    candidates = [name, f"refs/{name}", f"{TAGS}{name}", f"{HEADS}{name}", f"refs/remotes/{name}"]
+    candidates.append(f"refs/remotes/{name}/HEAD")
+    present = refs.refs.allkeys()
+    for full in candidates:
+        if not full.startswith("refs/") or not check_ref_format(full.encode()):
+            continue
+        if full.encode() in present or (Path(git_dir) / "logs" / full).is_file():
+            return full
+    raise RevisionError(f"unknown ref {name!r} (a branch, tag, remote-tracking branch such as origin/main, or HEAD)")
 
 
 def expire_reflogs(git_dir: Path, before: float | None) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dulwich.objects import Commit, ShaFile, Tag, Tree
+from dulwich.objects import Commit, ShaFile, Tag
 from dulwich.reflog import format_reflog_line, parse_reflog_line
 from dulwich.refs import check_ref_format
 
@@ -25,7 +25,7 @@ from mgit.graph.integrity import RefScan, read_object, scan_refs, valid_ref_valu
 from mgit.graph.objects import Graph
 from mgit.maintenance.fsck import damaged_objects
 from mgit.maintenance.reach import ZERO, reachable, reflog_lines
-from mgit.remote.backend import Backend, object_key, unpack_object
+from mgit.remote.backend import Backend, children, object_key, unpack_object
 from mgit.worktree.index import Index
 
 HEADS = "refs/heads/"
@@ -109,16 +109,6 @@ def write_loose(graph: Graph, obj: ShaFile) -> None:
     os.replace(tmp, path)
 
 
-def _children(obj: ShaFile) -> list[str]:
-    if isinstance(obj, Commit):
-        return [obj.tree.decode(), *(p.decode() for p in obj.parents)]
-    if isinstance(obj, Tree):
-        return [e.sha.decode() for e in obj.iteritems() if e.mode != 0o160000]
-    if isinstance(obj, Tag):
-        return [obj.object[1].decode()]
-    return []
-
-
 def _intact(graph: Graph, sha: str) -> bool:
     try:
         read_object(graph.objects, sha)
@@ -150,7 +140,7 @@ def _fetch_below(
         name, obj = got
         write_loose(graph, obj)
         report.objects[sha] = name
-        pending += [(c, f"{obj.type_name.decode()} {sha[:12]}") for c in _children(obj) if not graph.has(c)]
+        pending += [(c, f"{obj.type_name.decode()} {sha[:12]}") for c in children(obj) if not graph.has(c)]
 
 
 def restore_objects(graph: Graph, index: Index | None, remotes: Remotes, report: GraphRepair) -> None:

@@ -19,6 +19,7 @@ import yaml
 
 from mgit.diff.layers import layer_of
 from mgit.errors import BadInputError
+from mgit.merge.params import check_della, check_value
 
 if TYPE_CHECKING:
     from mgit.merge.methods import MergeMethod
@@ -99,10 +100,36 @@ def load_config(path: str | Path) -> MergeConfig:
     base = doc.get("base_model")
     if base is not None and not isinstance(base, str):
         raise BadInputError(f"{where}: base_model must be a revision or a path")
-    return MergeConfig(
+    cfg = MergeConfig(
         method, base, models, params, _dtype(doc.get("dtype"), "dtype", where),
         _dtype(doc.get("out_dtype"), "out_dtype", where), doc,
     )  # fmt: skip
+    check_ranges(cfg, where)
+    return cfg
+
+
+def setting_values(setting: Setting) -> list[Any]:
+    """Every value a setting can take: interpolation stays between a gradient's endpoints,
+    so checking these checks every tensor's value against an interval."""
+    if isinstance(setting, dict):
+        return setting_values(setting.get("value"))
+    if isinstance(setting, list):
+        return [v for item in setting for v in setting_values(item)]
+    return [] if setting is None else [setting]
+
+
+def check_ranges(cfg: MergeConfig, where: str) -> None:
+    """Every parameter value of the config within its accepted range (mgit.merge.params),
+    before any model is resolved or read."""
+    scopes = [("parameters", cfg.parameters)] + [
+        (f"models[{i}] ({m.ref})", m.parameters) for i, m in enumerate(cfg.models)
+    ]
+    for label, params in scopes:
+        for name, setting in params.items():
+            check_value(name, setting_values(setting), f"{where}: {label}")
+        density, epsilon = params.get("density"), params.get("epsilon")
+        if cfg.method.startswith("della") and isinstance(density, int | float) and isinstance(epsilon, int | float):
+            check_della(density, epsilon, f"{where}: {label}")  # other pairs: per tensor, when resolved
 
 
 def layer_position(name: str, num_layers: int) -> float:

@@ -5,8 +5,10 @@ Every expert chunk that differs from the base chunk at the same place is a candi
 * cost: the stored bytes its read touches (delta chain included), times the method's passes
   over the experts, or, in a partial clone, the bytes its fetch costs;
 * importance: |a_k| · ‖Δ_k,c‖, where ‖Δ_k,c‖ = ‖expert chunk − base chunk‖₂ comes from the
-  commits' statistics (or the pair cache, filled by the separate analyze step) and a_k is
-  expert k's effective weight in the merged tensor (λ·w_k, divided by Σw when normalizing).
+  commits' statistics (or the pair cache, filled by the separate analyze step, or, past what
+  analysis may read, an estimate from the manifests' norms, :mod:`mgit.merge.analyze`) and a_k
+  is expert k's effective weight in the merged tensor (λ·w_k, divided by Σw when normalizing).
+  An estimated ‖Δ‖ ranks the chunk; its upper bound ‖e‖ + ‖b‖ enters the error bound.
 
 Under a budget the candidates are chosen by :mod:`mgit.merge.knapsack`, valued at their
 importance squared: the result's chunks are disjoint, so the errors of skipping chunks at
@@ -43,6 +45,7 @@ _UNIT_ROUNDOFF = {"F64": 2.0**-53, "F32": 2.0**-24, "F16": 2.0**-11, "BF16": 2.0
 _COARSEST = 2.0**-3  # F8_E5M2 and anything unknown
 
 PairNorms = Mapping[tuple[str, str], float | None]
+Upper = Mapping[tuple[str, str], float | None]  # estimated pairs: an upper bound of ‖Δ‖ (None: none)
 
 
 @dataclass(frozen=True)
@@ -94,12 +97,20 @@ class Candidate:
     expert: int
     chunk: int
     cost: int  # bytes, every pass included
-    norm: float | None  # ‖Δ_k,c‖; None: unknown or not finite (always read)
+    norm: float | None  # ‖Δ_k,c‖ (or its estimate); None: unknown or not finite (always read)
     weight: float  # |a_k|
+    upper: float | None = None  # an estimated norm's upper bound (None: the norm is exact)
 
     @property
     def importance(self) -> float:
         return math.inf if self.norm is None else self.weight * self.norm
+
+    @property
+    def bound(self) -> float:
+        """|a_k| · (an upper bound of ‖Δ_k,c‖): what skipping this candidate may change."""
+        if self.norm is None:
+            return 0.0  # always read
+        return self.weight * (self.norm if self.upper is None else self.upper)
 
 
 @dataclass
@@ -132,6 +143,7 @@ class BudgetReport:
     rounding_allowance: float | None = None
     analyze_pairs: int = 0
     analyze_bytes: int = 0
+    analyze: dict[str, Any] = field(default_factory=dict)  # mgit.merge.analyze.Analysis.to_json()
     tensors: dict[str, TensorBudget] = field(default_factory=dict)
 
     @property
@@ -151,20 +163,24 @@ class BudgetReport:
             "captured_share_max": self.best_share,
             "error_bound": _finite(self.error_bound),
             "rounding_allowance": _finite(self.rounding_allowance),
-            "analyze": {"pairs": self.analyze_pairs, "bytes_read": self.analyze_bytes},
+            "analyze": {"pairs": self.analyze_pairs, "bytes_read": self.analyze_bytes} | self.analyze,
         }
 
 
-def candidates(plan: MergePlan, weights_for: Callable[[TensorPlan], Weights], norms: PairNorms) -> list[Candidate]:
+def candidates(
+    plan: MergePlan, weights_for: Callable[[TensorPlan], Weights], norms: PairNorms, upper: Upper | None = None
+) -> list[Candidate]:
     """Every expert chunk a full merge reads, with its cost and importance."""
+    upper = upper or {}
     out = []
     for t, tp in enumerate(plan.tensors):
         weights = weights_for(tp)
         for k, reads in enumerate(tp.reads):
             for i, cost in zip(reads, tp.costs[k], strict=True):
                 same_place = i < len(tp.base.chunks) and tp.base.chunks[i].size == tp.experts[k].chunks[i].size
-                norm = norms.get((tp.experts[k].chunks[i].id, tp.base.chunks[i].id)) if same_place else None
-                out.append(Candidate(t, k, i, plan.expert_passes * cost, norm, abs(weights.experts[k])))
+                pair = (tp.experts[k].chunks[i].id, tp.base.chunks[i].id) if same_place else None
+                norm, bound = (norms.get(pair), upper.get(pair)) if pair else (None, None)
+                out.append(Candidate(t, k, i, plan.expert_passes * cost, norm, abs(weights.experts[k]), bound))
     return out
 
 
@@ -225,7 +241,7 @@ def apply(
             tb.planned_bytes += c.cost
             tb.captured += value * value
         else:
-            tb.bound += value
+            tb.bound += c.bound
         per_chunk.setdefault((c.tensor, c.chunk), []).append((c, take))
     for (t, i), members in per_chunk.items():
         if all(take for _, take in members):
@@ -234,7 +250,7 @@ def apply(
         u = roundoff_for(tp)
         gamma = _gamma(len(tp.experts) + 4, u)
         base_norm = tp.base.chunks[i].l2
-        moved = sum(c.weight * c.norm for c, _ in members if c.norm is not None)
+        moved = sum(c.bound for c, _ in members)
         size = math.inf if base_norm is None else weights_for(tp).base * base_norm
         # two results (budgeted and full), each: the base rounds only in the final add and cast
         # (plus float32 accumulation for linear), the deltas through every step

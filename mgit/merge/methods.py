@@ -44,8 +44,6 @@ change the last bits of tensors above that size.
 
 from __future__ import annotations
 
-import enum
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +51,7 @@ from typing import Any
 import torch
 
 from mgit.errors import BadInputError
+from mgit.merge.params import METHOD_PARAMS, REQUIRED, Param, Scope
 from mgit.merge.sparsify import (
     Sampling,
     Sparsity,
@@ -97,65 +96,6 @@ __all__ = [
     "trim_magnitude",
     "trim_outliers",
 ]
-
-
-# --------------------------------------------------------------------------------------------
-# Parameters
-
-
-class _Required:
-    """Sentinel default of a parameter that must be given."""
-
-    def __repr__(self) -> str:
-        return "REQUIRED"
-
-
-REQUIRED: Any = _Required()
-
-
-class Scope(enum.Enum):
-    """Along which axis a parameter takes values."""
-
-    GLOBAL = "global"  # one value for the output tensor
-    EXPERT = "expert"  # one value per expert (a scalar is broadcast)
-
-
-@dataclass(frozen=True)
-class Param:
-    """One parameter a method accepts: its mergekit name, type, scope and default."""
-
-    name: str
-    kind: type  # float or bool
-    scope: Scope
-    default: Any = REQUIRED
-    nullable: bool = False  # None is a valid value (mergekit's Optional[float])
-    doc: str = ""
-
-    @property
-    def required(self) -> bool:
-        return self.default is REQUIRED
-
-    def coerce(self, value: Any, method: str) -> Any:
-        """Validate one value (numbers for floats, bools or 0/1 for bools), as mergekit's pydantic would."""
-        if value is None and self.nullable:
-            return None
-        if self.kind is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, numbers.Integral) and value in (0, 1):
-                return bool(value)
-            raise BadInputError(f"{method}: parameter {self.name} must be true or false, got {value!r}")
-        if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            return float(value)
-        raise BadInputError(f"{method}: parameter {self.name} must be a number, got {value!r}")
-
-
-def _global(name: str, kind: type, default: Any = REQUIRED, doc: str = "") -> Param:
-    return Param(name, kind, Scope.GLOBAL, default, doc=doc)
-
-
-def _expert(name: str, default: Any = REQUIRED, nullable: bool = False, doc: str = "") -> Param:
-    return Param(name, float, Scope.EXPERT, default, nullable=nullable, doc=doc)
 
 
 def sign_consensus(weighted: torch.Tensor) -> torch.Tensor:
@@ -725,35 +665,11 @@ def _promoted(tensors: list[torch.Tensor]) -> torch.dtype:
     return dtype
 
 
-def _gta_params(normalize: bool, rescale: bool, extra: tuple[Param, ...] = ()) -> tuple[Param, ...]:
-    return (
-        _global("int8_mask", bool, False, "mergekit: dtype of the sign mask only; no effect on the result"),
-        _global("normalize", bool, normalize, "divide by the sum of (agreeing) weights"),
-        _global("rescale", bool, rescale, "rescale sparsified deltas to their L1 norm"),
-        _global("lambda", float, 1.0, "scale of the combined delta"),
-        _expert("weight", doc="weight of each expert's delta"),
-        _expert("density", 1.0, doc="fraction of each delta kept"),
-        *extra,
-    )
-
-
-_GAMMA = _expert("gamma", 0.01, doc="fraction of largest-magnitude outliers dropped (breadcrumbs)")
-_EPSILON = _expert("epsilon", 0.15, doc="spread of DELLA's keep probabilities around density")
-
-
-def _gta(
-    name: str,
-    sparsify: Sparsifier | None,
-    consensus: bool,
-    normalize: bool,
-    rescale: bool,
-    summary: str,
-    extra: tuple[Param, ...] = (),
-) -> MergeMethod:
+def _gta(name: str, sparsify: Sparsifier | None, consensus: bool, summary: str) -> MergeMethod:
     return MergeMethod(
         name=name,
         fn=TaskArithmetic(name, sparsify, consensus),
-        params=_gta_params(normalize, rescale, extra),
+        params=METHOD_PARAMS[name],
         needs_base=True,
         min_experts=0,
         max_experts=None,
@@ -769,7 +685,7 @@ METHODS: dict[str, MergeMethod] = {
         MergeMethod(
             name="linear",
             fn=_linear,
-            params=(_expert("weight", doc="weight of each input"), _global("normalize", bool, True)),
+            params=METHOD_PARAMS["linear"],
             needs_base=False,
             min_experts=1,
             max_experts=None,
@@ -777,28 +693,18 @@ METHODS: dict[str, MergeMethod] = {
             summary="weighted average of the inputs",
             elementwise=True,
         ),
-        _gta("task_arithmetic", None, False, False, False, "base + lambda * sum of weighted deltas"),
-        _gta(
-            "ties", _sparsify_magnitude, True, True, False, "trim to top-density magnitudes, elect sign, disjoint mean"
-        ),
-        _gta("dare_linear", _sparsify_random, False, False, True, "random drop (keep density) + rescale, weighted sum"),
-        _gta("dare_ties", _sparsify_random, True, False, True, "random drop + rescale, then TIES sign election"),
-        _gta("breadcrumbs", _sparsify_outliers, False, False, False, "drop outliers and small deltas", (_GAMMA,)),
-        _gta(
-            "breadcrumbs_ties",
-            _sparsify_outliers,
-            True,
-            False,
-            False,
-            "breadcrumbs, then TIES sign election",
-            (_GAMMA,),
-        ),
-        _gta("della", _sparsify_della, True, True, True, "magnitude-ranked random drop, TIES election", (_EPSILON,)),
-        _gta("della_linear", _sparsify_della, False, False, True, "magnitude-ranked random drop", (_EPSILON,)),
+        _gta("task_arithmetic", None, False, "base + lambda * sum of weighted deltas"),
+        _gta("ties", _sparsify_magnitude, True, "trim to top-density magnitudes, elect sign, disjoint mean"),
+        _gta("dare_linear", _sparsify_random, False, "random drop (keep density) + rescale, weighted sum"),
+        _gta("dare_ties", _sparsify_random, True, "random drop + rescale, then TIES sign election"),
+        _gta("breadcrumbs", _sparsify_outliers, False, "drop outliers and small deltas"),
+        _gta("breadcrumbs_ties", _sparsify_outliers, True, "breadcrumbs, then TIES sign election"),
+        _gta("della", _sparsify_della, True, "magnitude-ranked random drop, TIES election"),
+        _gta("della_linear", _sparsify_della, False, "magnitude-ranked random drop"),
         MergeMethod(
             name="slerp",
             fn=_slerp,
-            params=(_global("t", float, doc="0 = base, 1 = the expert"),),
+            params=METHOD_PARAMS["slerp"],
             needs_base=True,
             min_experts=1,
             max_experts=1,
@@ -808,7 +714,7 @@ METHODS: dict[str, MergeMethod] = {
         MergeMethod(
             name="model_stock",
             fn=_model_stock,
-            params=(_global("filter_wise", bool, False, "one ratio per row instead of per tensor"),),
+            params=METHOD_PARAMS["model_stock"],
             needs_base=True,
             min_experts=2,
             max_experts=None,
@@ -818,7 +724,7 @@ METHODS: dict[str, MergeMethod] = {
         MergeMethod(
             name="passthrough",
             fn=_passthrough,
-            params=(_expert("scale", None, nullable=True, doc="optional factor"),),
+            params=METHOD_PARAMS["passthrough"],
             needs_base=False,
             min_experts=1,
             max_experts=1,

@@ -34,6 +34,10 @@ class MergeSetup:
     config: dict[str, Any] | None = None  # the mergekit config as read
     dtype: str | None = None
     out_dtype: str | None = None
+    # A method without a base (linear, passthrough) given none: the first expert's commit, whose
+    # model is the reference for dtypes, chunking and non-tensor files (base_commit is then only
+    # the first parent, HEAD, and nothing of it is used). None: the base is the reference.
+    reference: str | None = None
 
 
 def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execution | None, version: str) -> dict:
@@ -73,7 +77,7 @@ def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execut
         "dtype": spec.dtype,
         "out_dtype": spec.out_dtype,
         "model": plan.model,
-        "base": setup.base_commit,
+        "base": setup.base_commit if setup.reference is None else None,
         "experts": [{"name": n, "commit": c} for n, c in zip(setup.expert_names, setup.expert_commits, strict=True)],
         "bytes": {
             "base_estimated": plan.base_bytes,
@@ -84,6 +88,8 @@ def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execut
         },
         "tensors": tensors,
     }
+    if setup.reference is not None:
+        record["reference"] = setup.reference
     if plan.budget is not None:
         record["budget"] = plan.budget.to_json()
     if setup.config is not None:

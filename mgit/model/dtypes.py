@@ -9,10 +9,10 @@ no reader relies on two machines producing the same last bit.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 
@@ -22,7 +22,11 @@ class DType:
 
     name: str
     bits: int
-    numpy: np.dtype | None
+    spec: str | None  # numpy dtype string, or "ml_dtypes.NAME" (resolved on first use)
+
+    @property
+    def numpy(self) -> np.dtype | None:
+        return None if self.spec is None else _numpy_dtype(self.spec)
 
     @property
     def group(self) -> int:
@@ -30,36 +34,43 @@ class DType:
         return max(1, self.bits // 8)
 
 
-def _dt(name: str, bits: int, np_dtype: object | None) -> DType:
-    return DType(name, bits, None if np_dtype is None else np.dtype(np_dtype))
+@functools.cache
+def _numpy_dtype(spec: str) -> np.dtype:
+    """The numpy dtype of a spec. ml_dtypes is imported here, not at module load: it costs
+    ~0.5 s, which commands that only parse headers (status, log) should not pay."""
+    if spec.startswith("ml_dtypes."):
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, spec.removeprefix("ml_dtypes.")))
+    return np.dtype(spec)
 
 
 DTYPES: dict[str, DType] = {
     d.name: d
     for d in (
-        _dt("F64", 64, "<f8"),
-        _dt("F32", 32, "<f4"),
-        _dt("F16", 16, "<f2"),
-        _dt("BF16", 16, ml_dtypes.bfloat16),
-        _dt("I64", 64, "<i8"),
-        _dt("I32", 32, "<i4"),
-        _dt("I16", 16, "<i2"),
-        _dt("I8", 8, "i1"),
-        _dt("U64", 64, "<u8"),
-        _dt("U32", 32, "<u4"),
-        _dt("U16", 16, "<u2"),
-        _dt("U8", 8, "u1"),
-        _dt("BOOL", 8, "u1"),
-        _dt("F8_E4M3", 8, ml_dtypes.float8_e4m3fn),
-        _dt("F8_E4M3FNUZ", 8, ml_dtypes.float8_e4m3fnuz),
-        _dt("F8_E5M2", 8, ml_dtypes.float8_e5m2),
-        _dt("F8_E5M2FNUZ", 8, ml_dtypes.float8_e5m2fnuz),
-        _dt("F8_E8M0", 8, ml_dtypes.float8_e8m0fnu),
-        _dt("C64", 64, "<c8"),
+        DType("F64", 64, "<f8"),
+        DType("F32", 32, "<f4"),
+        DType("F16", 16, "<f2"),
+        DType("BF16", 16, "ml_dtypes.bfloat16"),
+        DType("I64", 64, "<i8"),
+        DType("I32", 32, "<i4"),
+        DType("I16", 16, "<i2"),
+        DType("I8", 8, "i1"),
+        DType("U64", 64, "<u8"),
+        DType("U32", 32, "<u4"),
+        DType("U16", 16, "<u2"),
+        DType("U8", 8, "u1"),
+        DType("BOOL", 8, "u1"),
+        DType("F8_E4M3", 8, "ml_dtypes.float8_e4m3fn"),
+        DType("F8_E4M3FNUZ", 8, "ml_dtypes.float8_e4m3fnuz"),
+        DType("F8_E5M2", 8, "ml_dtypes.float8_e5m2"),
+        DType("F8_E5M2FNUZ", 8, "ml_dtypes.float8_e5m2fnuz"),
+        DType("F8_E8M0", 8, "ml_dtypes.float8_e8m0fnu"),
+        DType("C64", 64, "<c8"),
         # Sub-byte types are packed; we chunk and store them but keep no statistics.
-        _dt("F4", 4, None),
-        _dt("F6_E2M3", 6, None),
-        _dt("F6_E3M2", 6, None),
+        DType("F4", 4, None),
+        DType("F6_E2M3", 6, None),
+        DType("F6_E3M2", 6, None),
     )
 }
 
@@ -68,10 +79,16 @@ def lookup(name: str) -> DType | None:
     return DTYPES.get(name)
 
 
+# NaN/Inf (signalling NaN payloads included) are data in a checkpoint, not errors: numpy's
+# "invalid value"/"overflow" warnings about them are silenced wherever the numbers are data.
+data_math = np.errstate(invalid="ignore", over="ignore")
+
+
 def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+@data_math
 def to_float64(raw: bytes | memoryview, dtype: DType) -> np.ndarray:
     """The chunk's numbers as float64 (exact for every dtype; complex numbers become
     (real, imaginary) pairs). bf16 is widened by a bit shift: plain numpy loops that
@@ -102,6 +119,7 @@ def _blocks(raw: bytes | memoryview, dtype: DType) -> list[memoryview]:
     return [view[i : i + step] for i in range(0, len(view), step)]
 
 
+@data_math
 def chunk_stats(raw: memoryview | bytes, dtype: DType) -> tuple[float | None, float | None]:
     """(L2 norm, max |x|) of one chunk in float64; None where undefined or non-finite.
     Summed block by block (fixed blocks, fixed order: still deterministic)."""
@@ -117,6 +135,7 @@ def chunk_stats(raw: memoryview | bytes, dtype: DType) -> tuple[float | None, fl
     return _finite_or_none(math.sqrt(squares)), _finite_or_none(float(np.max(peaks)))  # np.max keeps a NaN
 
 
+@data_math
 def delta_l2(raw: bytes | memoryview, base: bytes | memoryview, dtype: DType | None) -> float | None:
     """‖raw − base‖₂ as numbers of ``dtype``, in float64 (None where undefined)."""
     if dtype is None or dtype.numpy is None:

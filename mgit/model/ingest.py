@@ -7,12 +7,13 @@ encoded and written; chunks are processed on every core, in bounded windows.
 from __future__ import annotations
 
 import os
+import stat as stat_mode
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgit.errors import MgitError
+from mgit.errors import BadInputError, MgitError
 from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, encode_tensor_name
 from mgit.graph.objects import MODE_EXEC, MODE_FILE, Graph
 from mgit.graph.snapshot import Entry
@@ -183,7 +184,10 @@ class Ingestor:
         return Entry("blob", self.graph.put_blob(data), mode)
 
     def file(self, path: Path, rel: str) -> Entry:
-        kind = classify(rel, os.stat(path).st_size)
+        st = os.stat(path)
+        if not stat_mode.S_ISREG(st.st_mode):  # opening a FIFO would wait for a writer forever
+            raise BadInputError(f"cannot read {rel}: not a regular file (a FIFO, socket or device)")
+        kind = classify(rel, st.st_size)
         self.stats.files.append(rel)
         self.begin_file(rel)
         if kind == "safetensors":

@@ -10,15 +10,24 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from mgit.errors import BadInputError
 from mgit.model.dtypes import DType, lookup
 
 MAX_HEADER_BYTES = 100_000_000  # the limit safetensors itself enforces
 METADATA_KEY = "__metadata__"
+# A valid header nests 3 deep ({name: {"shape": [...]}}); anything far deeper is damage or an
+# attack, refused before json.loads (whose recursion would raise RecursionError).
+MAX_HEADER_DEPTH = 32
+_ESCAPE = re.compile(r"\\.", re.DOTALL)  # a backslash and the character it escapes
+_STRING = re.compile(r'"[^"]*"')  # once escapes are gone, a string ends at the next quote
+_OPEN, _CLOSE = np.frombuffer(b"{[", np.uint8), np.frombuffer(b"}]", np.uint8)
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,15 @@ def _offsets(value: object, name: str, source: str) -> tuple[int, int]:
     return value[0], value[1]
 
 
+def json_depth(text: str) -> int:
+    """How deep ``text``'s brackets nest outside strings, in linear time (two regex passes
+    in C, then a cumulative sum), so a header never reaches the recursive JSON parser deep."""
+    bare = _STRING.sub("", _ESCAPE.sub("", text)).encode("utf-8", "surrogatepass")
+    codes = np.frombuffer(bare, np.uint8)
+    steps = np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE)
+    return int(np.cumsum(steps).max()) if steps.size else 0
+
+
 def parse_header(header: bytes, file_size: int, source: str) -> SafetensorsLayout:
     """Parse the verbatim header bytes (prefix included) of a file of ``file_size`` bytes."""
     n = header_length(header, file_size, source)
@@ -115,6 +133,12 @@ def parse_header(header: bytes, file_size: int, source: str) -> SafetensorsLayou
         text = header[8:].decode("utf-8")
     except UnicodeDecodeError:
         raise BadInputError(f"{source}: safetensors header is not valid UTF-8") from None
+    depth = json_depth(text)
+    if depth > MAX_HEADER_DEPTH:
+        raise BadInputError(
+            f"{source}: safetensors header nests JSON {depth} levels deep (a header has 3; at most "
+            f"{MAX_HEADER_DEPTH} are read): the file is damaged or not safetensors"
+        )
     try:
         obj = json.loads(text, object_pairs_hook=_no_duplicates)
     except ValueError as exc:

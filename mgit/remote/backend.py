@@ -21,10 +21,11 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
-from dulwich.objects import ShaFile, object_class
+from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree, object_class
 
 from mgit.errors import CorruptObjectError, RemoteError
 from mgit.graph.refs import check_ref_name
+from mgit.store import codec
 from mgit.store.pack import Record
 
 OBJECT_KEY = re.compile(r"objects/[0-9a-f]{40}")
@@ -38,6 +39,11 @@ _CHUNK_HEADER = struct.Struct("<4sBBBxQ32s")  # magic, version, encoding, group,
 
 class MissingObjectError(RemoteError):
     """The remote does not hold the object asked for."""
+
+
+class BadRefError(RemoteError):
+    """A ref update a remote refuses: a malformed value, a commit it does not hold with its
+    whole graph, or a name that clashes with an existing ref (as git's receive-pack refuses)."""
 
 
 class Backend(ABC):
@@ -70,6 +76,10 @@ class Backend(ABC):
     def swap_ref(self, name: str, old: str | None, new: str | None) -> bool:
         """Set ref ``name`` to ``new`` (None: delete) if it is ``old`` now (None: absent);
         False when it was not: someone else moved it first."""
+
+    def check_push(self, ref: str) -> None:  # noqa: B027 - optional hook
+        """Refuse (RemoteError) a push to ``ref`` before anything is sent; the default allows it
+        (a working repository refuses its checked-out branch)."""
 
     def head(self) -> str | None:
         """The branch a clone should check out (from HEAD), if any."""
@@ -118,6 +128,56 @@ def checked_refs(url: str, refs: object) -> dict[str, str]:
         check_key(name)
         out[name] = value
     return out
+
+
+def check_ref_form(name: str, new: str | None, existing: Iterable[str]) -> None:
+    """Refuse (BadRefError) a ref value that is not a 40-hex id, or a name under an existing
+    ref (or with refs under it): what every backend can check without reading objects."""
+    for other in existing:
+        if other != name and (other.startswith(name + "/") or name.startswith(other + "/")):
+            raise BadRefError(f"cannot create {name}: it clashes with the existing ref {other} (one under the other)")
+    if new is not None and (not isinstance(new, str) or not re.fullmatch(r"[0-9a-f]{40}", new)):
+        raise BadRefError(f"refusing {name} = {str(new)[:80]!r}: not a 40-hex commit id")
+
+
+def check_ref_update(backend: Backend, name: str, new: str | None, existing: dict[str, str]) -> None:
+    """Refuse (BadRefError) setting ref ``name`` to ``new`` unless ``new`` names a commit (a tag
+    object too, for a tag) that ``backend`` holds with every object it reaches, and ``name``
+    neither lies under an existing ref nor has refs under it. ``existing`` (ref → id, checked
+    when set) bounds the walk: what an existing ref reaches is known to be complete."""
+    check_ref_form(name, new, existing)
+    if new is None:
+        return
+    allowed = (b"commit", b"tag") if name.startswith("refs/tags/") else (b"commit",)
+    seen, pending = set(existing.values()), [new]
+    while pending:
+        oid = pending.pop()
+        if oid in seen:
+            continue
+        seen.add(oid)
+        try:
+            obj = unpack_object(oid, backend.get(object_key(oid)))
+        except MissingObjectError:
+            what = "that commit" if oid == new else f"object {oid[:12]}, which it reaches"
+            raise BadRefError(f"refusing {name} = {new[:12]}: the remote lacks {what}; push it first") from None
+        except CorruptObjectError:
+            raise BadRefError(f"refusing {name} = {new[:12]}: the remote's object {oid[:12]} is damaged") from None
+        if oid == new and obj.type_name not in allowed:
+            raise BadRefError(f"refusing {name} = {new[:12]}: it names a {obj.type_name.decode()}, not a commit")
+        pending.extend(children(obj))
+
+
+def children(obj: ShaFile) -> list[str]:
+    """The ids a git object names (commit: tree and parents; tree: entries but submodules;
+    tag: its target)."""
+    if isinstance(obj, Commit):
+        return [obj.tree.decode(), *(p.decode() for p in obj.parents)]
+    if isinstance(obj, Tree):
+        return [e.sha.decode() for e in obj.iteritems() if e.mode != 0o160000]
+    if isinstance(obj, Tag):
+        return [obj.object[1].decode()]
+    assert isinstance(obj, Blob)
+    return []
 
 
 def checked_sizes(url: str, keys: list[str], sizes: object) -> dict[str, int]:
@@ -178,5 +238,9 @@ def unpack_chunk(cid: str, data: bytes) -> Record:
         magic = None
     if magic != _CHUNK_MAGIC or version != 1:
         raise CorruptObjectError(f"chunk {cid[:12]} from the remote is not a chunk record")
+    try:  # refused before any decoding (a few KiB of zstd can claim a GiB)
+        codec.check_raw_size(raw_size)
+    except codec.ChunkTooLargeError as exc:
+        raise CorruptObjectError(f"chunk {cid[:12]} from the remote {exc}; refusing it") from None
     base_id = base.hex() if any(base) else None
     return Record(cid, encoding, group, 0, raw_size, data[_CHUNK_HEADER.size :], base_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
@@ -21,6 +22,7 @@ from mgit.remote.backend import (
 from mgit.remote.server import NO_REPOSITORY
 
 TIMEOUT_S = 60
+BUSY_RETRIES = (0.2, 0.5, 1.0, 2.0)  # waits before asking a busy server (503) again
 MAX_REPLY_BYTES = MAX_OBJECT_BYTES + 2**20  # objects, or the JSON of a long ref list
 
 
@@ -44,6 +46,17 @@ class HttpBackend(Backend):
         return conn
 
     def _request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        """(status, body); a busy server (503: all its connections taken) is asked again a few
+        times before giving up with one line."""
+        for wait in (*BUSY_RETRIES, None):
+            status, data = self._request_once(method, path, body)
+            if status != 503:
+                return status, data
+            if wait is not None:
+                time.sleep(wait)
+        raise RemoteError(f"{self.url} is busy: {self._message(data)}")
+
+    def _request_once(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         headers = dict(self._headers)
         if body is not None:
             headers["Content-Length"] = str(len(body))

@@ -17,7 +17,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mgit.errors import RemoteError
-from mgit.remote.backend import HEAD_KEY, Backend, MissingObjectError, check_key, checked_refs
+from mgit.remote.backend import (
+    HEAD_KEY,
+    Backend,
+    MissingObjectError,
+    check_key,
+    check_ref_update,
+    checked_refs,
+)
 
 MARKER = "mgit-remote"  # a file naming the directory an mgit remote
 
@@ -45,7 +52,7 @@ class DirectoryBackend(Backend):
     def get(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):  # absent, or a ref path clash
             raise MissingObjectError(f"{self.url} has no {key}") from None
 
     def put(self, key: str, data: bytes) -> None:
@@ -67,7 +74,9 @@ class DirectoryBackend(Backend):
                 out[k] = st.st_size
         return out
 
-    def refs(self) -> dict[str, str]:
+    def raw_refs(self) -> dict[str, str]:
+        """Every ref as stored, unchecked (``mgit serve`` sends them so that the client names
+        a damaged one)."""
         out = {}
         for kind in ("heads", "tags"):
             top = self.root / "refs" / kind
@@ -75,10 +84,17 @@ class DirectoryBackend(Backend):
                 if ".tmp-" in path.name:
                     continue
                 out[path.relative_to(self.root).as_posix()] = path.read_text(errors="replace").strip()
-        return checked_refs(self.url, out)
+        return out
+
+    def refs(self) -> dict[str, str]:
+        return checked_refs(self.url, self.raw_refs())
 
     def swap_ref(self, name: str, old: str | None, new: str | None) -> bool:
+        """As :meth:`Backend.swap_ref`; a value that is no commit held here with its whole graph,
+        or a name clashing with another ref, is refused (BadRefError) before the lock."""
         path = self._path(name)
+        existing = {k: v for k, v in self.raw_refs().items() if k != name}
+        check_ref_update(self, name, new, existing)
         with self._locked():
             current = path.read_text(errors="replace").strip() if path.is_file() else None
             if current != old:

@@ -1,4 +1,5 @@
-"""A remote's URL → its backend: a directory path, http(s)://host:port/repo, or s3://bucket/prefix."""
+"""A remote's URL → its backend: a directory path (a remote directory or a working repository),
+http(s)://host:port/repo, or s3://bucket/prefix."""
 
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ def open_backend(url: str, token_file: str | None = None, create: bool = False) 
         return S3Backend(url)
     if "://" in url:
         raise BadInputError(f"unsupported remote URL {url!r}: use a directory, http(s)://… or s3://…")
+    from mgit.remote.working import WorkingRepositoryBackend, is_working_repository
+
+    if is_working_repository(url):  # another repository on this machine, as `git clone /path` takes
+        return WorkingRepositoryBackend(url)
     from mgit.remote.local import DirectoryBackend
 
     return DirectoryBackend(url, create=create)

@@ -10,20 +10,83 @@ Which objects exist is answered from one listing per prefix, kept for the backen
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from mgit.errors import AuthError, BadInputError, RemoteError
-from mgit.remote.backend import HEAD_KEY, Backend, MissingObjectError, check_key, checked_refs
+from mgit.errors import AuthError, BadInputError, MgitError, RemoteError
+from mgit.remote.backend import HEAD_KEY, Backend, MissingObjectError, check_key, check_ref_form, checked_refs
 
-_AUTH_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
+# ClientError codes the callers handle themselves (a missing key, a lost conditional write).
+_EXPECTED_CODES = {"NoSuchKey", "404", "PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
+_REGION_CODES = {"AuthorizationHeaderMalformed", "PermanentRedirect", "IllegalLocationConstraintException", "301"}
+_RETRY_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "500", "503"}
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
+def s3_error(url: str, bucket: str, endpoint: str | None, exc: BaseException) -> MgitError | None:
+    """The one-line error, naming the variable or setting to fix, for a boto3/botocore error
+    (None: a ClientError the caller expects, e.g. a missing key)."""
+    from botocore import exceptions as boto
+
+    where = f"the S3 endpoint {endpoint}" if endpoint else "S3"
+    if isinstance(exc, boto.PartialCredentialsError):
+        var = exc.kwargs.get("cred_var", "the secret key")
+        return AuthError(f"{url}: incomplete AWS credentials: {var} is missing or empty "
+                         f"(from {exc.kwargs.get('provider', 'the environment')}); set it")  # fmt: skip
+    if isinstance(exc, boto.NoCredentialsError):
+        return AuthError(f"{url}: no AWS credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)")
+    if isinstance(exc, boto.ProfileNotFound):
+        return AuthError(
+            f"{url}: AWS_PROFILE names the profile {exc.kwargs.get('profile')!r}, which ~/.aws/config lacks"
+        )
+    if isinstance(exc, boto.NoRegionError):
+        return RemoteError(f"{url}: no AWS region: set AWS_DEFAULT_REGION (e.g. us-east-1)")
+    if isinstance(exc, boto.ParamValidationError):
+        return BadInputError(f"{url}: {bucket!r} is not a valid S3 bucket name (or the URL is malformed)")
+    if isinstance(exc, (boto.EndpointConnectionError, boto.ConnectionError, boto.HTTPClientError)):
+        return RemoteError(f"{url}: cannot reach {where} ({_first_line(exc)}); check AWS_ENDPOINT_URL and the network")
+    if isinstance(exc, boto.ClientError):
+        error = getattr(exc, "response", {}).get("Error", {})
+        code, message = str(error.get("Code", "")), str(error.get("Message", "")).strip().splitlines()
+        detail = f"{code}: {message[0][:120]}" if message else code
+        if code in _EXPECTED_CODES:
+            return None
+        if code == "InvalidAccessKeyId":
+            return AuthError(f"{url}: {where} does not know the access key: check AWS_ACCESS_KEY_ID (or AWS_PROFILE)")
+        if code == "SignatureDoesNotMatch":
+            return AuthError(f"{url}: the secret key does not match the access key: check AWS_SECRET_ACCESS_KEY")
+        if code in ("ExpiredToken", "InvalidToken", "TokenRefreshRequired", "InvalidSecurity"):
+            return AuthError(f"{url}: the session token is expired or invalid ({code}): renew AWS_SESSION_TOKEN")
+        if code in ("AccessDenied", "AllAccessDisabled", "403"):
+            return AuthError(f"{url}: access denied ({detail}): the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) "
+                             f"lack permission to list, read or write s3://{bucket}")  # fmt: skip
+        if code == "NoSuchBucket":
+            return RemoteError(f"{url}: bucket {bucket!r} does not exist; create it first (or fix the URL)")
+        if code == "InvalidBucketName":
+            return BadInputError(f"{url}: {bucket!r} is not a valid S3 bucket name")
+        if code in _REGION_CODES:
+            return RemoteError(f"{url}: the bucket is in another region ({code}): set AWS_DEFAULT_REGION to its region")
+        if code == "RequestTimeTooSkewed":
+            return RemoteError(f"{url}: this machine's clock is too far off for S3 ({code}): fix the system time")
+        if code in _RETRY_CODES:
+            return RemoteError(f"{url}: {where} failed ({detail}); try again later")
+        return RemoteError(f"{url}: {where} refused the request ({detail})")
+    if isinstance(exc, boto.BotoCoreError):
+        return RemoteError(f"{url}: S3 error: {_first_line(exc)}")
+    return None
 
 
 class S3Backend(Backend):
     def __init__(self, url: str):
         import boto3
         from botocore.config import Config
+        from botocore.exceptions import BotoCoreError
 
         parts = urlsplit(url)
         if parts.scheme != "s3" or not parts.netloc:
@@ -31,33 +94,33 @@ class S3Backend(Backend):
         self.url = url.rstrip("/")
         self.bucket = parts.netloc
         self.prefix = parts.path.strip("/") + "/" if parts.path.strip("/") else ""
-        self.client = boto3.client("s3", config=Config(retries={"max_attempts": 3}, max_pool_connections=16))
+        config = Config(retries={"max_attempts": 3}, max_pool_connections=16)
+        try:  # a session of its own: credentials and settings read now, not cached from an earlier backend
+            self.client = boto3.session.Session().client("s3", config=config)
+        except ValueError as exc:  # botocore: "Invalid endpoint: …"
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "the endpoint"
+            raise BadInputError(f"{self.url}: AWS_ENDPOINT_URL {endpoint!r} is not a valid URL "
+                                f"(expected e.g. http://host:9000): {_first_line(exc)}") from None  # fmt: skip
+        except BotoCoreError as exc:
+            raise self._translate(exc) from None
         self._listed: dict[str, dict[str, int]] = {}  # top-level prefix → key → size
         self._lock = threading.Lock()
 
     # -- errors -------------------------------------------------------------------------------
 
     def _translate(self, exc: Exception) -> Exception:
-        """A boto error as the one-line MgitError a user sees; other errors unchanged (the
-        caller handles those it expects, e.g. a missing key)."""
-        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-        if isinstance(exc, NoCredentialsError):
-            return AuthError(f"{self.url}: no AWS credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
-        if isinstance(exc, ClientError):
-            code = self._code(exc)
-            if code in _AUTH_CODES:
-                return AuthError(f"{self.url}: access denied ({code}); check the credentials")
-            if code == "NoSuchBucket":
-                return RemoteError(f"{self.url}: bucket {self.bucket!r} does not exist; create it first")
-            return exc
-        if isinstance(exc, BotoCoreError):
-            return RemoteError(f"cannot reach {self.url}: {exc}")
-        return exc
+        """A boto error as the one-line MgitError a user sees; a ClientError the caller
+        expects (a missing key, a lost conditional write) and other errors unchanged."""
+        client = getattr(self, "client", None)
+        translated = s3_error(self.url, self.bucket, client.meta.endpoint_url if client else None, exc)
+        return exc if translated is None else translated
 
     def _call(self, fn, **kwargs):  # noqa: ANN001, ANN202 - a thin wrapper over boto3 calls
         try:
-            return fn(Bucket=self.bucket, **kwargs)
+            reply = fn(Bucket=self.bucket, **kwargs)
+            if "Body" in reply:  # read here: a connection lost mid-body is translated too
+                reply["Body"] = _Read(reply["Body"].read())
+            return reply
         except Exception as exc:
             translated = self._translate(exc)
             if translated is exc:
@@ -78,7 +141,7 @@ class S3Backend(Backend):
         except ClientError as exc:
             if self._code(exc) in ("NoSuchKey", "404"):
                 raise MissingObjectError(f"{self.url} has no {key}") from None
-            raise RemoteError(f"{self.url}: reading {key} failed: {exc}") from None
+            raise RemoteError(f"{self.url}: reading {key} failed: {_first_line(exc)}") from None
         return reply["Body"].read()
 
     def put(self, key: str, data: bytes) -> None:
@@ -87,7 +150,7 @@ class S3Backend(Backend):
         try:
             self._call(self.client.put_object, Key=self.prefix + check_key(key), Body=data)
         except ClientError as exc:
-            raise RemoteError(f"{self.url}: writing {key} failed: {exc}") from None
+            raise RemoteError(f"{self.url}: writing {key} failed: {_first_line(exc)}") from None
         top = key.split("/", 1)[0]
         with self._lock:
             if top in self._listed:
@@ -98,6 +161,8 @@ class S3Backend(Backend):
         with self._lock:
             if top in self._listed:
                 return self._listed[top]
+        from botocore.exceptions import ClientError
+
         found = {}
         pages = self.client.get_paginator("list_objects_v2")
         try:  # paginate defers its calls: errors come from the loop
@@ -105,7 +170,11 @@ class S3Backend(Backend):
                 found.update((item["Key"].removeprefix(self.prefix), item["Size"]) for item in page.get("Contents", []))
         except Exception as exc:
             translated = self._translate(exc)
-            raise (RemoteError(f"{self.url}: listing failed: {exc}") if translated is exc else translated) from None
+            if translated is exc and not isinstance(exc, ClientError):
+                raise
+            raise (
+                RemoteError(f"{self.url}: listing failed: {_first_line(exc)}") if translated is exc else translated
+            ) from None
         with self._lock:
             self._listed[top] = found
         return found
@@ -143,12 +212,15 @@ class S3Backend(Backend):
         from botocore.exceptions import ClientError
 
         key = self.prefix + check_key(name)
+        with self._lock:
+            self._listed.pop("refs", None)  # refs change: list them afresh
+        check_ref_form(name, new, self._keys("refs"))  # reading every object a commit reaches would cost a GET each
         try:
             current = self._call(self.client.get_object, Key=key)
             value, etag = current["Body"].read().decode(errors="replace").strip(), current["ETag"]
         except ClientError as exc:
             if self._code(exc) not in ("NoSuchKey", "404"):
-                raise RemoteError(f"{self.url}: reading {name} failed: {exc}") from None
+                raise RemoteError(f"{self.url}: reading {name} failed: {_first_line(exc)}") from None
             value, etag = None, None
         if value != old:
             return False
@@ -161,7 +233,7 @@ class S3Backend(Backend):
         except ClientError as exc:
             if self._code(exc) in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
                 return False  # someone else moved it first
-            raise RemoteError(f"{self.url}: updating {name} failed: {exc}") from None
+            raise RemoteError(f"{self.url}: updating {name} failed: {_first_line(exc)}") from None
         if new is not None and name.startswith("refs/heads/"):
             try:
                 self._call(self.client.put_object, Key=self.prefix + HEAD_KEY,
@@ -169,3 +241,13 @@ class S3Backend(Backend):
             except ClientError:
                 pass  # HEAD already names a branch
         return True
+
+
+@dataclass
+class _Read:
+    """An object's body, already read (stands in for boto3's stream)."""
+
+    data: bytes
+
+    def read(self) -> bytes:
+        return self.data

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree
+from dulwich.objects import ShaFile
 
 from mgit.errors import CorruptObjectError, MgitError, NonFastForwardError, RemoteError
 from mgit.graph.objects import Graph
@@ -28,6 +28,7 @@ from mgit.progress import Bar
 from mgit.remote.backend import (
     Backend,
     MissingObjectError,
+    children,
     chunk_key,
     object_key,
     pack_chunk,
@@ -105,6 +106,7 @@ class PushPlan:
 
 def plan_push(graph: Graph, store: ChunkStore, backend: Backend, commit: str, ref: str, force: bool) -> PushPlan:
     """What pushing ``commit`` to ``ref`` sends (asks the remote, sends nothing)."""
+    backend.check_push(ref)
     refs = backend.refs()
     old = refs.get(ref)
     if old is not None and old != commit and not force and not (graph.has(old) and is_ancestor(graph, old, commit)):
@@ -221,18 +223,10 @@ def fetch_graph(graph: Graph, backend: Backend, commits: Iterable[str], report: 
                 graph.objects.add_object(obj)
             report.present_objects += len(local)
             for obj in fetched + [graph.read(o) for o in local]:
-                pending.extend(_children(obj))
+                pending.extend(children(obj))
 
 
-def _children(obj: ShaFile) -> list[str]:
-    if isinstance(obj, Commit):
-        return [obj.tree.decode(), *(p.decode() for p in obj.parents)]
-    if isinstance(obj, Tree):
-        return [e.sha.decode() for e in obj.iteritems() if e.mode != 0o160000]
-    if isinstance(obj, Tag):
-        return [obj.object[1].decode()]
-    assert isinstance(obj, Blob)
-    return []
+_children = children  # its former name here
 
 
 def chunks_of(graph: Graph, commits: Iterable[str], stop: Set[str] = frozenset()) -> set[str]:

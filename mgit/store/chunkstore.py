@@ -213,6 +213,10 @@ class ChunkStore:
         if self.locate(cid, refresh=False) is not None or self.loose_path(cid).exists():
             return PutResult(cid, 0)
         where = f" of {what}" if what else ""
+        try:  # before anything is decoded (its delta base included): a small record can claim a GiB
+            codec.check_raw_size(record.raw_size)
+        except codec.ChunkTooLargeError as exc:
+            raise CorruptObjectError(f"chunk {cid[:12]}{where} {exc}; refusing it (damaged or hostile)") from None
         if record.encoding not in codec.ENCODINGS:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} uses encoding {record.encoding}, unknown to this mgit")
         base = None
@@ -223,6 +227,8 @@ class ChunkStore:
             base = self.get(record.base, what)
         try:
             raw = codec.decode(record.encoding, record.payload, record.group, record.raw_size, base)
+        except codec.ChunkTooLargeError as exc:
+            raise CorruptObjectError(f"chunk {cid[:12]}{where}: {exc}; refusing it (damaged or hostile)") from None
         except Exception:
             raw = None
         if raw is None or len(raw) != record.raw_size or chunk_id(raw) != cid:

@@ -20,6 +20,9 @@ XOR_DELTA = 2  # raw XOR base chunk, then byte-grouped zstd
 ZSTD_LEVEL = 1  # measured: faster than 3 and no larger on bf16 weights
 ENCODINGS = (RAW, GROUPED_ZSTD, XOR_DELTA)
 MIN_SAVING = 0.02  # store raw unless compression saves at least 2%
+# The largest raw chunk the format allows (docs/format.md §5: chunks are cut at 4 MiB). A record
+# declaring more is refused before anything is decoded: a few KiB of zstd can claim a GiB.
+MAX_CHUNK_BYTES = 4 * 2**20
 
 _local = threading.local()
 
@@ -95,14 +98,46 @@ def encode_delta(raw: bytes | memoryview, base: bytes | memoryview, group: int) 
     return _compressor().compress(group_bytes(_xor_prefix(raw, base), group))
 
 
+class ChunkTooLargeError(ValueError):
+    """A record whose raw bytes would be larger than any chunk the format allows."""
+
+
+def check_raw_size(raw_size: int) -> None:
+    """Refuse a declared raw size outside 0 … MAX_CHUNK_BYTES before any decoding."""
+    if not 0 <= raw_size <= MAX_CHUNK_BYTES:
+        raise ChunkTooLargeError(f"declares {raw_size} raw bytes, more than the {MAX_CHUNK_BYTES} a chunk may hold")
+
+
+def inflate(payload: bytes | memoryview, raw_size: int) -> bytes:
+    """The zstd frame's bytes, never more than ``raw_size`` of them in memory: a frame that
+    announces more is refused from its header, one that does not is read in bounded pieces
+    and refused as soon as it goes past (a decompression bomb costs nothing)."""
+    check_raw_size(raw_size)
+    declared = zstandard.frame_content_size(payload)
+    if declared > raw_size:
+        raise ChunkTooLargeError(f"its zstd frame announces {declared} bytes, more than the {raw_size} declared")
+    if declared >= 0:  # the allocation is the announced size, which is within bounds
+        return _decompressor().decompress(payload, max_output_size=raw_size)
+    reader = _decompressor().stream_reader(payload, read_across_frames=True)
+    pieces, got = [], 0
+    while piece := reader.read(min(raw_size + 1 - got, 2**20) or 1):
+        pieces.append(piece)
+        got += len(piece)
+        if got > raw_size:
+            raise ChunkTooLargeError(f"its zstd data holds more than the {raw_size} bytes declared")
+    return b"".join(pieces)
+
+
 def decode(
     encoding: int, payload: bytes, group: int, raw_size: int, base: bytes | memoryview | None = None
 ) -> bytearray | memoryview:
-    """The raw bytes, always in a new writable buffer (callers may wrap it in a tensor)."""
+    """The raw bytes, always in a new writable buffer (callers may wrap it in a tensor).
+    ``raw_size`` bounds the output: ChunkTooLargeError beyond it or beyond MAX_CHUNK_BYTES."""
+    check_raw_size(raw_size)
     if encoding == RAW:
         return bytearray(payload)
     if encoding in (GROUPED_ZSTD, XOR_DELTA):
-        plain = ungroup_bytes(_decompressor().decompress(payload, max_output_size=raw_size), group)
+        plain = ungroup_bytes(inflate(payload, raw_size), group)
         if encoding == GROUPED_ZSTD:
             return plain if isinstance(plain, memoryview) else bytearray(plain)
         if base is None:

@@ -8,11 +8,13 @@ with cycles cut by remembering real directory paths.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dulwich.ignore import IgnoreFilter, read_ignore_patterns
 
+from mgit.errors import BadInputError
 from mgit.graph.names import is_reserved
 from mgit.model.materialize import TMP_MARK
 
@@ -54,8 +56,27 @@ def _skip_name(name: str) -> bool:
     return name in (".mgit", ".git") or is_reserved(name) or TMP_MARK in name
 
 
-def walk(root: Path, start: str = "", ignorer: Ignorer | None = None) -> dict[str, os.stat_result]:
-    """Every non-ignored file under ``start`` (a relative dir or ''), with its stat."""
+def is_regular(st: os.stat_result) -> bool:
+    """A regular file (a followed symlink's target): the only kind mgit reads. A FIFO, socket
+    or device would block a read or never end."""
+    return stat.S_ISREG(st.st_mode)
+
+
+def _unreadable(rel: str, exc: OSError) -> BadInputError:
+    what = exc.strerror or type(exc).__name__
+    return BadInputError(
+        f"cannot read {rel or '.'}: {what}; nothing was changed (fix its permissions, or list it in .mgitignore)"
+    )
+
+
+def walk(
+    root: Path, start: str = "", ignorer: Ignorer | None = None, special: list[str] | None = None
+) -> dict[str, os.stat_result]:
+    """Every non-ignored regular file under ``start`` (a relative dir or ''), with its stat.
+
+    A directory or file that cannot be listed or stat'ed is an error naming it, never taken
+    as empty or gone (that would unstage its files). Other kinds of file (FIFOs, sockets,
+    devices) are left out, their paths appended to ``special`` when given."""
     ignorer = ignorer or Ignorer(root)
     out: dict[str, os.stat_result] = {}
     seen_dirs: set[str] = set()
@@ -68,28 +89,38 @@ def walk(root: Path, start: str = "", ignorer: Ignorer | None = None) -> dict[st
         seen_dirs.add(real)
         try:
             names = sorted(os.listdir(full))
-        except OSError:
-            return
+        except OSError as exc:
+            raise _unreadable(rel_dir, exc) from None
         for name in names:
             if _skip_name(name):
                 continue
             rel = f"{rel_dir}/{name}" if rel_dir else name
             try:
                 st = os.stat(root / rel)  # follows symlinks
-            except OSError:
-                continue  # dangling symlink
-            is_dir = os.path.isdir(root / rel)
+            except FileNotFoundError:
+                continue  # a dangling symlink, or a file deleted since the listing
+            except OSError as exc:
+                raise _unreadable(rel, exc) from None
+            is_dir = stat.S_ISDIR(st.st_mode)
             if ignorer.is_ignored(rel, is_dir):
                 continue
             if is_dir:
                 visit(rel)
-            elif os.path.isfile(root / rel):
+            elif is_regular(st):
                 out[rel] = st
+            elif special is not None:
+                special.append(rel)
 
     if start and not (root / start).is_dir():
-        st = os.stat(root / start)
+        try:
+            st = os.stat(root / start)
+        except OSError as exc:
+            raise _unreadable(start, exc) from None
         if not ignorer.is_ignored(start):
-            out[start] = st
+            if is_regular(st):
+                out[start] = st
+            elif special is not None:
+                special.append(start)
         return out
     visit(start)
     return out

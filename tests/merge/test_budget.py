@@ -221,6 +221,8 @@ def test_budget_below_the_unrankable_chunks_is_refused(uneven, monkeypatch):
 
     monkeypatch.setattr(analyze, "delta_l2", lambda a, b, dtype: None)  # as if every change were NaN
     monkeypatch.setattr(analyze, "recorded_norms", lambda commits, stats_of, wanted: {})
+    monkeypatch.setattr(analyze, "norm_bounds", lambda expert_l2, base_l2: None)  # NaN chunks have no norms
+    monkeypatch.setattr(analyze, "history_bounds", lambda expert, base, steps: None)  # nor recorded changes
     with pytest.raises(BadInputError, match="raise --budget"):
         uneven.merge_plan(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="10%")
 

@@ -1,0 +1,217 @@
+"""The accepted range of every merge parameter, checked before anything is read (and before
+torch is imported: this module and its callers stay torch-free).
+
+The ranges are what the parameters mean in mergekit (0.1.5, ``mergekit/sparsify.py`` and
+``merge_methods/``): ``density`` is the fraction of each delta kept (mergekit's sparsifiers
+return the delta untouched at ≥ 1 and zeros at ≤ 0, so only (0, 1] means what it says);
+``gamma`` the fraction of largest magnitudes that breadcrumbs drops; ``epsilon`` the spread of
+DELLA's keep probabilities, which mergekit requires to keep density ± epsilon inside (0, 1);
+``t`` SLERP's position between the base (0) and the expert (1); ``weight``, ``lambda`` and
+``scale`` are any finite numbers (negative weights subtract a task vector). The method
+functions themselves (:mod:`mgit.merge.methods`) still take any value, as mergekit's do.
+
+The parameters each method accepts (names, scopes, defaults: mergekit's) are declared here
+too, so a request naming an unknown method or parameter is also refused without torch.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mgit.errors import BadInputError
+
+
+class _Required:
+    """Sentinel default of a parameter that must be given."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
+class Scope(enum.Enum):
+    """Along which axis a parameter takes values."""
+
+    GLOBAL = "global"  # one value for the output tensor
+    EXPERT = "expert"  # one value per expert (a scalar is broadcast)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter a method accepts: its mergekit name, type, scope and default."""
+
+    name: str
+    kind: type  # float or bool
+    scope: Scope
+    default: Any = REQUIRED
+    nullable: bool = False  # None is a valid value (mergekit's Optional[float])
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def coerce(self, value: Any, method: str) -> Any:
+        """Validate one value (numbers for floats, bools or 0/1 for bools), as mergekit's pydantic would."""
+        if value is None and self.nullable:
+            return None
+        if self.kind is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, numbers.Integral) and value in (0, 1):
+                return bool(value)
+            raise BadInputError(f"{method}: parameter {self.name} must be true or false, got {value!r}")
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return float(value)
+        raise BadInputError(f"{method}: parameter {self.name} must be a number, got {value!r}")
+
+
+def _global(name: str, kind: type, default: Any = REQUIRED, doc: str = "") -> Param:
+    return Param(name, kind, Scope.GLOBAL, default, doc=doc)
+
+
+def _expert(name: str, default: Any = REQUIRED, nullable: bool = False, doc: str = "") -> Param:
+    return Param(name, float, Scope.EXPERT, default, nullable=nullable, doc=doc)
+
+
+def _gta_params(normalize: bool, rescale: bool, extra: tuple[Param, ...] = ()) -> tuple[Param, ...]:
+    return (
+        _global("int8_mask", bool, False, "mergekit: dtype of the sign mask only; no effect on the result"),
+        _global("normalize", bool, normalize, "divide by the sum of (agreeing) weights"),
+        _global("rescale", bool, rescale, "rescale sparsified deltas to their L1 norm"),
+        _global("lambda", float, 1.0, "scale of the combined delta"),
+        _expert("weight", doc="weight of each expert's delta"),
+        _expert("density", 1.0, doc="fraction of each delta kept"),
+        *extra,
+    )
+
+
+_GAMMA = _expert("gamma", 0.01, doc="fraction of largest-magnitude outliers dropped (breadcrumbs)")
+_EPSILON = _expert("epsilon", 0.15, doc="spread of DELLA's keep probabilities around density")
+
+
+METHOD_PARAMS: dict[str, tuple[Param, ...]] = {
+    "linear": (_expert("weight", doc="weight of each input"), _global("normalize", bool, True)),
+    "task_arithmetic": _gta_params(False, False),
+    "ties": _gta_params(True, False),
+    "dare_linear": _gta_params(False, True),
+    "dare_ties": _gta_params(False, True),
+    "breadcrumbs": _gta_params(False, False, (_GAMMA,)),
+    "breadcrumbs_ties": _gta_params(False, False, (_GAMMA,)),
+    "della": _gta_params(True, True, (_EPSILON,)),
+    "della_linear": _gta_params(False, True, (_EPSILON,)),
+    "slerp": (_global("t", float, doc="0 = base, 1 = the expert"),),
+    "model_stock": (_global("filter_wise", bool, False, "one ratio per row instead of per tensor"),),
+    "passthrough": (_expert("scale", None, nullable=True, doc="optional factor"),),
+}  # mgit.merge.methods.METHODS: one method per name, with these parameters
+
+
+@dataclass(frozen=True)
+class Range:
+    """A closed or half-open interval of finite numbers (None: unbounded on that side)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    meaning: str = ""
+
+    def holds(self, x: float) -> bool:
+        if not math.isfinite(x):
+            return False
+        if self.low is not None and (x <= self.low if self.low_open else x < self.low):
+            return False
+        return self.high is None or (x < self.high if self.high_open else x <= self.high)
+
+    def __str__(self) -> str:
+        if self.low is None and self.high is None:
+            return "any finite number"
+        low = "-inf" if self.low is None else f"{self.low:g}"
+        high = "inf" if self.high is None else f"{self.high:g}"
+        return f"{'(' if self.low_open or self.low is None else '['}{low}, {high}{')' if self.high_open else ']'}"
+
+
+FINITE = Range()
+RANGES: dict[str, Range] = {
+    "weight": FINITE,
+    "lambda": FINITE,
+    "scale": FINITE,
+    "density": Range(0.0, 1.0, low_open=True, meaning="fraction of each delta kept"),
+    "gamma": Range(0.0, 1.0, high_open=True, meaning="fraction of largest magnitudes dropped"),
+    "epsilon": Range(0.0, 1.0, high_open=True, meaning="spread of keep probabilities; density ± epsilon in (0, 1)"),
+    "t": Range(0.0, 1.0, meaning="0 = the base, 1 = the expert"),
+}
+FLAGS = frozenset({"normalize", "rescale", "int8_mask", "filter_wise"})
+NULLABLE = frozenset({"scale"})
+
+
+def _values(value: Any) -> Iterable[Any]:
+    """The scalars in a parameter value: one, or one per expert."""
+    if isinstance(value, list | tuple):
+        return value
+    return (value,)
+
+
+def check_value(name: str, value: Any, where: str) -> None:
+    """One parameter's value (a scalar or one per expert): its type and range, or one line
+    naming the parameter, the value and what is accepted. Unknown names pass (the method
+    refuses them with its list of accepted ones)."""
+    for v in _values(value):
+        if name in FLAGS:
+            if not (isinstance(v, bool) or (isinstance(v, numbers.Integral) and v in (0, 1))):
+                raise BadInputError(f"{where}: {name} = {v!r} must be true or false")
+            continue
+        rng = RANGES.get(name)
+        if rng is None or (v is None and name in NULLABLE):
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise BadInputError(f"{where}: {name} = {v!r} must be a number; accepted: {rng}")
+        if not rng.holds(float(v)):
+            meaning = f" ({rng.meaning})" if rng.meaning else ""
+            raise BadInputError(f"{where}: {name} = {v!r} is out of range; accepted: {rng}{meaning}")
+
+
+def check_della(density: Any, epsilon: Any, where: str) -> None:
+    """mergekit's DELLA condition: where density < 1, density ± epsilon lies inside (0, 1)."""
+    densities, epsilons = list(_values(density)), list(_values(epsilon))
+    if len(densities) == 1:
+        densities *= len(epsilons)
+    if len(epsilons) == 1:
+        epsilons *= len(densities)
+    for d, e in zip(densities, epsilons, strict=False):
+        if not all(isinstance(x, numbers.Real) and not isinstance(x, bool) for x in (d, e)):
+            continue  # type errors are check_value's
+        if d < 1 and not (0 < d - e and d + e < 1):
+            raise BadInputError(
+                f"{where}: epsilon = {e!r} with density = {d!r} is out of range; "
+                "accepted: density - epsilon > 0 and density + epsilon < 1"
+            )
+
+
+def check_params(params: Mapping[str, Any], where: str, method: str | None = None) -> None:
+    """Every given parameter in range (and DELLA's density/epsilon pair, for ``della*``)."""
+    for name, value in params.items():
+        check_value(name, value, where)
+    if method is not None and method.startswith("della") and "epsilon" in params:
+        check_della(params.get("density", 1.0), params["epsilon"], where)
+
+
+def check_method(method: Any, names: Iterable[str], where: str = "") -> None:
+    """The method exists and takes every named parameter (the messages the method gives;
+    ``where`` leads them, e.g. the config file)."""
+    lead = f"{where}: " if where else ""
+    if not isinstance(method, str) or method not in METHOD_PARAMS:
+        raise BadInputError(f"{lead}unknown merge method {method!r} (known: {', '.join(sorted(METHOD_PARAMS))})")
+    accepted = [p.name for p in METHOD_PARAMS[method]]
+    unknown = sorted(set(names) - set(accepted))
+    if unknown:
+        raise BadInputError(
+            f"{lead}{method}: unknown parameter(s) {', '.join(unknown)} (accepted: {', '.join(accepted)})"
+        )
