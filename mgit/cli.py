@@ -33,12 +33,13 @@ if TYPE_CHECKING:  # diff and merge machinery is imported where used: light comm
     from mgit.maintenance.du import Usage
     from mgit.merge.plan import MergePlan
     from mgit.remote.transfer import Transfer
+    from mgit.repo import Repair
     from mgit.worktree.sparse import SparseSummary
     from mgit.worktree.status import FileStatus
 
 QUIET_HELP = "No progress bars or notes on stderr (warnings and errors still print)."
 NO_PAGER_HELP = "Do not page long output (diff, log, show, reflog, lineage)."
-ALERTS = ("error:", "warning:", "[yellow]warning:", "interrupted", "aborted", "still missing:")
+ALERTS = ("error:", "warning:", "[yellow]warning:", "interrupted", "aborted", "still missing:", "still damaged:")
 
 
 class _Stderr(Console):
@@ -945,6 +946,8 @@ def fsck(ctx: click.Context, as_json: bool, repair: bool) -> None:
         )
         for cid, who in sorted(r.missing.items()):
             err.print(f"  still missing: chunk {cid[:12]} of {who}", markup=False)
+        for line in _graph_repair_lines(r):
+            err.print(line, markup=False)
     problems = repo.fsck()
     if as_json:
         _dump("mgit.fsck/1", {"ok": not problems, "problems": problems, "partial": repo.is_partial})
@@ -957,6 +960,29 @@ def fsck(ctx: click.Context, as_json: bool, repair: bool) -> None:
         out.print(ok if not problems else f"{len(problems)} problem(s) found")
     if problems:
         raise click.exceptions.Exit(1)
+
+
+def _graph_repair_lines(r: Repair) -> list[str]:
+    """What ``fsck --repair`` did to git objects, refs and packs, one line each."""
+    g = r.graph
+    lines = [f"repair: rewrote damaged pack(s): {', '.join(r.rewritten_packs)}"] if r.rewritten_packs else []
+    lines += [f"repair: dropped the lost staged statistics of {path}" for path in g.index_stats]
+    lines += [f"repair: removed damaged git object {sha[:12]}, which nothing reaches" for sha in g.removed]
+    if g.packed_lines:
+        lines.append(f"repair: rewrote packed-refs without what names no readable ref ({', '.join(g.packed_lines)})")
+    if g.reflog_lines:
+        lines.append(f"repair: dropped {g.reflog_lines} reflog line(s) that could not be read or name a lost object")
+    if g.objects or g.objects_lost or g.refs or g.refs_lost:
+        counts = {name: list(g.objects.values()).count(name) for name in sorted(set(g.objects.values()))}
+        by_remote = ", ".join(f"{n} from {name}" for name, n in counts.items())
+        lines.append(
+            f"repair: restored {len(g.objects)} git object(s){f' ({by_remote})' if by_remote else ''} and "
+            f"{len(g.refs)} ref(s); {len(g.objects_lost)} object(s) and {len(g.refs_lost)} ref(s) still damaged"
+        )
+    lines += [f"  restored: {ref} from {source}" for ref, source in sorted(g.refs.items())]
+    lines += [f"  still damaged: git object {sha[:12]} needed by {who}" for sha, who in sorted(g.objects_lost.items())]
+    lines += [f"  still damaged: {ref}: {why}" for ref, why in sorted(g.refs_lost.items())]
+    return lines
 
 
 def _num(x: float | None, fmt: str = ".3g") -> str:

@@ -5,6 +5,7 @@ repository root.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import posixpath
@@ -36,6 +37,14 @@ from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
 from mgit.maintenance.fsck import bad_chunks, check_repository, stale_lock_problems
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
 from mgit.maintenance.reach import reachable
+from mgit.maintenance.repair import (
+    GraphRepair,
+    Remotes,
+    drop_lost_index_stats,
+    restore_objects,
+    restore_refs,
+    settle,
+)
 from mgit.merging import Merging
 from mgit.model.dtypes import lookup
 from mgit.model.filetree import load_chunked, load_safetensors
@@ -91,6 +100,8 @@ class Repair:
     from_worktree: int = 0  # chunks stored again from working files
     from_remotes: dict[str, int] = field(default_factory=dict)  # remote → chunks fetched
     missing: dict[str, str] = field(default_factory=dict)  # still missing chunk → who needs it
+    rewritten_packs: list[str] = field(default_factory=list)  # damaged packs rewritten from their good records
+    graph: GraphRepair = field(default_factory=GraphRepair)  # git objects and refs restored or still lost
 
 
 @dataclass
@@ -617,15 +628,19 @@ class Repository(Merging, Sync):
             return expire_reflogs(self.git_dir, None if days is None else time.time() - days * 86400)
 
     def fsck_repair(self) -> Repair:
-        """Drop chunks that fail verification (a repack without them), then store again every
+        """Restore damaged or missing git objects from the remotes and damaged refs from their
+        reflogs or the remotes (:mod:`mgit.maintenance.repair`); rewrite damaged packs from
+        their readable records, dropping chunks that fail verification; then store again every
         chunk the history needs and lacks from the working tree's files and from the remotes
         (verified like any fetch). What no source holds is reported, with who needs it.
         In a partial clone only dropped chunks are sought: the others come when needed."""
         with self._writing():
+            graph_repair = self._repair_graph()
             rebuilt = self.store.rebuild_damaged_indexes()
             bad = bad_chunks(self.store, self.pool)
-            if bad:
-                repack(self.store, self.store.ids() - set(bad), grace_seconds=0)
+            damaged_packs = self.store.damaged_packs()
+            if bad or damaged_packs:
+                repack(self.store, self.store.ids() - set(bad), grace_seconds=0, force=True)
             reach = reachable(self.graph, self._index())
             missing = {c: who for c, who in reach.chunks.items() if not self.store.has(c, refresh=False)}
             if self.is_partial:
@@ -640,7 +655,25 @@ class Repository(Merging, Sync):
                 from_worktree=len(from_tree),
                 from_remotes={name: len(got) for name, got in from_remotes.items()},
                 missing={c: who for c, who in missing.items() if c not in recovered},
+                rewritten_packs=damaged_packs,
+                graph=graph_repair,
             )
+
+    def _repair_graph(self) -> GraphRepair:
+        """Git objects from the remotes, then refs (their reflog, tracking refs, the remotes)."""
+        report = GraphRepair()
+        remotes = Remotes({name: functools.partial(self._backend, name) for name in self.remotes()})
+        try:
+            restore_objects(self.graph, self._index(), remotes, report)
+            restore_refs(self.graph, remotes, self.identity(), report)
+            if report.refs:  # restored refs may name commits whose objects are elsewhere
+                restore_objects(self.graph, self._index(), remotes, report)
+            drop_lost_index_stats(self._index(), report)
+            settle(self.graph, self._index(), report)
+        finally:
+            remotes.close()
+        self.graph._cache.clear()
+        return report
 
     def fsck(self) -> list[str]:
         """Every problem found, one line each (empty: the repository is whole). In a partial

@@ -145,7 +145,7 @@ class Sync:
             refs = backend.refs()
             fetch_graph(self.graph, backend, set(refs.values()), report)
             for ref, sha in refs.items():
-                kind = self.graph.objects[sha.encode()].type_name
+                kind = self.graph.read(sha).type_name
                 if kind != b"commit" and not (kind == b"tag" and ref.startswith("refs/tags/")):
                     raise RemoteError(f"the remote's {ref} names a {kind.decode()}, not a commit (a damaged remote)")
             if self._remote_setting(remote, "partial") != "true":

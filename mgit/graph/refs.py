@@ -9,11 +9,13 @@ from pathlib import Path
 
 from dulwich.file import GitFile
 from dulwich.graph import can_fast_forward
-from dulwich.objects import Tag
+from dulwich.objects import Commit, Tag
 from dulwich.objectspec import parse_commit
-from dulwich.reflog import Entry, format_reflog_line, read_reflog
+from dulwich.reflog import Entry, format_reflog_line
+from dulwich.refs import SYMREF, check_ref_format
 
-from mgit.errors import BadInputError, RefUpdateError, RevisionError
+from mgit.errors import BadInputError, CorruptObjectError, RefUpdateError, RevisionError
+from mgit.graph.integrity import REPAIR_HINT, read_reflog_checked
 from mgit.graph.objects import Graph
 
 HEADS = "refs/heads/"
@@ -37,7 +39,8 @@ class Refs:
 
     def current_branch(self) -> str | None:
         """The branch HEAD points to (it may be unborn), or None when detached."""
-        target = self.refs.get_symrefs().get(b"HEAD")
+        head = self.refs.read_loose_ref(b"HEAD")  # HEAD alone: another damaged ref is not in the way
+        target = head[len(SYMREF) :] if head and head.startswith(SYMREF) else None
         if target and target.startswith(HEADS.encode()):
             return target[len(HEADS) :].decode()
         return None
@@ -55,7 +58,7 @@ class Refs:
     def tags(self) -> dict[str, str]:
         out = {}
         for k, v in self.refs.as_dict(TAGS.encode()).items():
-            obj = self.graph.objects[v]
+            obj = self.graph.read(v.decode())
             out[k.decode()] = (obj.object[1] if isinstance(obj, Tag) else v).decode()
         return out
 
@@ -219,6 +222,7 @@ class Refs:
         try:
             commit = parse_commit(self.graph.repo, base.encode())
         except Exception:
+            self._check_named(base)  # a ref or id naming a damaged or missing object says so
             if base == "HEAD" and self.head() is None:
                 raise RevisionError("HEAD has no commits yet; make a first commit with `mgit commit`") from None
             raise RevisionError(f"unknown revision {rev!r}: not a branch, tag or commit of this repository") from None
@@ -229,13 +233,38 @@ class Refs:
                     continue
                 if n > len(commit.parents):
                     raise RevisionError(f"revision {rev!r}: commit {commit.id.decode()[:12]} has no parent {n}")
-                commit = self.graph.objects[commit.parents[n - 1]]
+                commit = self._parent(commit.parents[n - 1])
             else:
                 for _ in range(n):
                     if not commit.parents:
                         raise RevisionError(f"revision {rev!r} goes back beyond the first commit")
-                    commit = self.graph.objects[commit.parents[0]]
+                    commit = self._parent(commit.parents[0])
         return commit.id.decode()
+
+    def _parent(self, sha: bytes) -> Commit:
+        try:
+            return self.graph.read(sha.decode())
+        except KeyError:
+            missing = f"commit {sha[:12].decode()} is missing from the repository"
+            raise CorruptObjectError(missing + REPAIR_HINT) from None
+
+    def _check_named(self, base: str) -> None:
+        """CorruptObjectError when ``base`` is a ref (or full id) whose object is damaged or
+        missing: that is no unknown revision, and the fix is a repair, not another name."""
+        for ref in (base, f"refs/{base}", f"{HEADS}{base}", f"{TAGS}{base}", f"refs/remotes/{base}"):
+            if not check_ref_format(ref.encode()) and ref != "HEAD":
+                continue
+            try:
+                sha = self.refs[ref.encode()].decode()
+            except KeyError:
+                continue
+            try:
+                self.graph.read(sha)
+            except KeyError:
+                raise CorruptObjectError(f"{ref} points at {sha[:12]}, which is missing{REPAIR_HINT}") from None
+            return
+        if re.fullmatch(r"[0-9a-f]{40}", base) and self.graph.has(base):
+            self.graph.read(base)
 
 
 _SUFFIXES = re.compile(r"^(.*?)((?:[~^]\d*)*)$")
@@ -246,8 +275,7 @@ def reflog_entries(git_dir: Path, ref: str = "HEAD") -> list[Entry]:
     path = Path(git_dir) / "logs" / ref
     if not path.is_file():
         return []
-    with open(path, "rb") as f:
-        return list(read_reflog(f))
+    return read_reflog_checked(path, f"logs/{ref}")
 
 
 def reflog_ref(git_dir: Path, refs: Refs, name: str) -> str:
@@ -282,8 +310,7 @@ def expire_reflogs(git_dir: Path, before: float | None) -> int:
             path = Path(dirpath) / name
             if ".tmp-" in name:
                 continue
-            with open(path, "rb") as f:
-                entries = list(read_reflog(f))
+            entries = read_reflog_checked(path, path.relative_to(git_dir).as_posix())
             keep = [e for e in entries if before is not None and e.timestamp >= before]
             if len(keep) == len(entries):
                 continue

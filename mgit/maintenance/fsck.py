@@ -6,10 +6,12 @@ tensor that use it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mgit.errors import CorruptObjectError, MgitError
+from mgit.graph.integrity import loose_damage, loose_kind, read_object
 from mgit.graph.objects import Graph
 from mgit.graph.snapshot import read_snapshot
 from mgit.lock import remove_stale_git_locks
@@ -21,23 +23,64 @@ from mgit.store.chunkstore import ChunkStore
 from mgit.worktree.index import Index
 
 _HINT = "; run `mgit fsck`"
+_HINTS = ("; run `mgit fsck --repair`", _HINT)
 
 
 def _reason(exc: Exception) -> str:
-    return str(exc).removesuffix(_HINT)
+    text = str(exc)
+    for hint in _HINTS:
+        text = text.removesuffix(hint)
+    return text
 
 
-def check_objects(graph: Graph) -> list[str]:
-    problems = []
-    for sha in graph.objects:
+def loose_objects(graph: Graph) -> dict[str, Path]:
+    """Every loose git object file, by id (listed from the directory, so a file that no
+    longer parses is still found)."""
+    out = {}
+    root = graph.git_dir / "objects"
+    for sub in sorted(root.iterdir()) if root.is_dir() else []:
+        if len(sub.name) == 2 and sub.is_dir():
+            for f in sorted(sub.iterdir()):
+                sha = sub.name + f.name
+                if len(sha) == 40 and all(c in "0123456789abcdef" for c in sha):
+                    out[sha] = f
+    return out
+
+
+def damaged_objects(graph: Graph) -> dict[str, str]:
+    """Every stored git object that fails full verification → why: loose files are
+    decompressed to their end and checked (header type and size, SHA-1, parse); objects in
+    git packs (a ``git gc`` by hand) through the pack's own checksums and a checked read."""
+    out = {sha: why for sha, path in loose_objects(graph).items() if (why := loose_damage(path, sha))}
+    for pack in list(graph.objects.packs):
         try:
-            obj = graph.objects[sha]
-            obj.check()
-            if obj.id != sha:
-                problems.append(f"git object {sha.decode()[:12]}: content hashes to {obj.id.decode()[:12]}")
+            pack.check()
+            shas = [sha.decode() for sha in pack]
         except Exception as exc:
-            problems.append(f"git object {sha.decode()[:12]}: {exc}")
-    return problems
+            out[f"git pack {Path(pack._basename).name}"] = f"{type(exc).__name__}"
+            continue
+        for sha in shas:
+            try:
+                read_object(graph.objects, sha).check()
+            except Exception as exc:
+                out.setdefault(sha, _reason(exc))
+    return out
+
+
+def _damage_line(graph: Graph, sha: str, why: str, where: Mapping[str, str]) -> str:
+    """``git object ID (a tree) is damaged: WHY (needed by WHERE)``; a git pack by its name."""
+    if len(sha) != 40:
+        return f"{sha} is damaged: {why}"
+    kind = loose_kind(graph.git_dir / "objects" / sha[:2] / sha[2:])
+    name = f"git object {sha[:12]}" + (f" (a {kind})" if kind else "")
+    return f"{name} is damaged: {why}" + (f" (needed by {where[sha]})" if sha in where else "")
+
+
+def _is_commit(graph: Graph, sha: str) -> bool:
+    try:
+        return read_object(graph.objects, sha).type_name == b"commit"
+    except (KeyError, CorruptObjectError):
+        return False
 
 
 def check_files(graph: Graph, commits: list[str]) -> list[str]:
@@ -99,11 +142,16 @@ def bad_chunks(store: ChunkStore, pool: ThreadPoolExecutor, owners: dict[str, st
 def check_repository(
     graph: Graph, store: ChunkStore, index: Index | None, pool: ThreadPoolExecutor, partial: bool = False
 ) -> list[str]:
-    problems = check_objects(graph)
     reach = reachable(graph, index)
-    problems += reach.missing
-    commits = [sha for sha in reach.objects if graph.has(sha) and graph.objects[sha.encode()].type_name == b"commit"]
-    problems += check_files(graph, commits)
+    damaged = damaged_objects(graph)
+    where = reach.where
+    problems = [_damage_line(graph, sha, why, where) for sha, why in damaged.items()]
+    shown = tuple(f"object {sha[:12]} " for sha in damaged)
+    problems += [p for p in reach.missing if not p.startswith(shown)]
+    problems += [f"object {o[:12]} is missing (needed by {where.get(o, 'a file')})" for o in sorted(reach.objects)
+                 if o not in reach.lacking and o not in damaged and not graph.has(o)]  # fmt: skip
+    commits = [sha for sha in reach.objects if sha not in damaged and _is_commit(graph, sha)]
+    problems += [p for p in check_files(graph, commits) if not any(s[:12] in p for s in damaged | reach.lacking)]
     problems += store.check_packs()
     try:
         problems += check_chunks(store, reach.chunks, pool, partial)

@@ -4,14 +4,16 @@ reflog entry or the index, each chunk with the first path/tensor found using it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dulwich.objects import Blob, Commit, Tag, Tree
-from dulwich.reflog import read_reflog
+from dulwich.reflog import Entry, parse_reflog_line
 
-from mgit.errors import MgitError
+from mgit.errors import CorruptObjectError, MgitError
+from mgit.graph.integrity import read_object, scan_refs
 from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, decode_tensor_name, is_reserved
 from mgit.graph.objects import Graph
 from mgit.model.manifest import FileManifest, TensorManifest
@@ -26,6 +28,24 @@ class Reach:
     chunks: dict[str, str] = field(default_factory=dict)  # chunk id → who uses it
     manifests: dict[str, str] = field(default_factory=dict)  # manifest blob id → who uses it
     missing: list[str] = field(default_factory=list)  # problems met on the way
+    lacking: dict[str, str] = field(default_factory=dict)  # missing or damaged object id → who needs it
+    where: dict[str, str] = field(default_factory=dict)  # object id → where it was first met
+
+
+def reflog_lines(path: Path) -> tuple[list[Entry], list[int]]:
+    """A reflog's entries, oldest first, and the numbers of its lines that do not parse."""
+    entries, bad = [], []
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            try:
+                entry = parse_reflog_line(line.rstrip(b"\n"))
+                if not all(re.fullmatch(rb"[0-9a-f]{40}", s) for s in (entry.old_sha, entry.new_sha)):
+                    raise ValueError
+            except Exception:
+                bad.append(n)
+                continue
+            entries.append(entry)
+    return entries, bad
 
 
 def _reflog_ids(git_dir: Path) -> set[str]:
@@ -33,22 +53,32 @@ def _reflog_ids(git_dir: Path) -> set[str]:
     logs = git_dir / "logs"
     for dirpath, _, files in os.walk(logs):
         for name in files:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                for entry in read_reflog(f):
-                    out.update({entry.old_sha.decode(), entry.new_sha.decode()})
+            for entry in reflog_lines(Path(dirpath) / name)[0]:
+                out.update({entry.old_sha.decode(), entry.new_sha.decode()})
     out.discard(ZERO)
     return out
 
 
-def roots(graph: Graph, index: Index | None) -> dict[str, str]:
-    """Object id → where it is referenced from (refs, reflogs, index)."""
+def damaged_reflogs(git_dir: Path) -> dict[Path, list[int]]:
+    """Each reflog with lines that do not parse → their numbers."""
+    out = {}
+    for dirpath, _, files in os.walk(git_dir / "logs"):
+        for name in files:
+            bad = reflog_lines(Path(dirpath) / name)[1]
+            if bad:
+                out[Path(dirpath) / name] = bad
+    return out
+
+
+def roots(graph: Graph, index: Index | None, damaged: dict[str, str] | None = None) -> dict[str, str]:
+    """Object id → where it is referenced from (refs, reflogs, index); refs that cannot be
+    read go into ``damaged`` (ref → why) instead."""
     out: dict[str, str] = {}
-    refs = graph.repo.refs
-    for ref in refs.allkeys():
-        try:
-            out.setdefault(refs[ref].decode(), ref.decode())
-        except KeyError:
-            continue
+    scan = scan_refs(graph.git_dir)
+    if damaged is not None:
+        damaged.update(scan.damaged)
+    for ref, sha in sorted(scan.values.items(), key=lambda kv: (kv[0] == "HEAD", kv[0])):  # a branch's name first
+        out.setdefault(sha, ref)
     for sha in _reflog_ids(graph.git_dir):
         out.setdefault(sha, "a reflog entry")
     if index is not None:
@@ -70,17 +100,21 @@ def reachable(
     store = graph.objects
 
     def get(sha: str, where: str):
+        reach.where.setdefault(sha, where)
         try:
-            return store[sha.encode()]
+            return read_object(store, sha)
         except KeyError:
             reach.missing.append(f"object {sha[:12]} is missing (needed by {where})")
-            return None
+        except CorruptObjectError:
+            reach.missing.append(f"object {sha[:12]} is damaged (needed by {where})")
+        reach.lacking.setdefault(sha, where)
+        return None
 
     def walk_tree(sha: str, path: str, label: str) -> None:
         if sha in reach.objects:
             return
         reach.objects.add(sha)
-        tree = get(sha, f"{path or 'the root'} in {label}")
+        tree = get(sha, f"{path or 'the root tree'} in {label}")
         if not isinstance(tree, Tree):
             return
         entries = [(e.path.decode("utf-8", "replace"), e.sha.decode(), e.mode) for e in tree.iteritems()]
@@ -93,12 +127,14 @@ def reachable(
                 walk_tree(oid, child, label)
             else:
                 reach.objects.add(oid)
+                reach.where.setdefault(oid, f"{child} in {label}")
 
     def _walk_file_member(name: str, oid: str, path: str, label: str) -> None:
         if oid in reach.objects:
             return
         reach.objects.add(oid)
         if name == HEADER_ENTRY:
+            reach.where.setdefault(oid, f"the header of {path} in {label}")
             return
         who = f"{path} ({label})"
         if not is_reserved(name):
@@ -116,7 +152,13 @@ def reachable(
         for c in chunks:
             reach.chunks.setdefault(c.id, who)
 
-    pending = list((roots(graph, index) if starts is None else starts).items())
+    damaged_refs: dict[str, str] = {}
+    pending = list((roots(graph, index, damaged_refs) if starts is None else starts).items())
+    reach.missing += [f"ref {ref} is damaged: {why}" for ref, why in sorted(damaged_refs.items())]
+    if starts is None:  # a damaged reflog line may have been all that kept a commit
+        for path, lines in damaged_reflogs(graph.git_dir).items():
+            where = path.relative_to(graph.git_dir).as_posix()
+            reach.missing.append(f"reflog {where} is damaged (line {', '.join(map(str, lines))} cannot be read)")
     seen_commits: set[str] = set(stop)
     while pending:
         sha, where = pending.pop()

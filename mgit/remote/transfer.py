@@ -152,7 +152,7 @@ def push(graph: Graph, store: ChunkStore, backend: Backend, plan: PushPlan, bar:
         bar.advance(store.stored_size(cid))
 
     def send_object(oid: str) -> None:
-        data = pack_object(graph.objects[oid.encode()])
+        data = pack_object(graph.read(oid))
         backend.put(object_key(oid), data)
         report.add(1, 0, len(data))
 
@@ -222,7 +222,7 @@ def fetch_graph(graph: Graph, backend: Backend, commits: Iterable[str], report: 
             for obj in fetched:
                 graph.objects.add_object(obj)
             report.present_objects += len(local)
-            for obj in fetched + [graph.objects[o.encode()] for o in local]:
+            for obj in fetched + [graph.read(o) for o in local]:
                 pending.extend(children(obj))
 
 

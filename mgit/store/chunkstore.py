@@ -405,6 +405,19 @@ class ChunkStore:
                 problems.append(str(exc))
         return problems
 
+    def damaged_packs(self) -> list[str]:
+        """Names of the sealed packs whose own bytes are damaged (magic, record headers) though
+        their index reads: what a repair rewrites from the records that still verify."""
+        out = []
+        for idx_file in sorted(self.pack_dir.glob("pack-*.idx")) if self.pack_dir.is_dir() else []:
+            try:
+                index = PackIndex(idx_file)
+                if self._reader(index.pack).check_layout(index):
+                    out.append(index.pack.name)
+            except (OSError, ValueError):
+                continue
+        return out
+
     def rebuild_damaged_indexes(self) -> list[str]:
         """Rewrite every pack index that fails its checksum from its pack's records (repair);
         returns the packs' names. The chunks are not vouched for: verify them afterwards."""

@@ -51,7 +51,10 @@ def _disk_bytes(store: ChunkStore) -> int:
     return sum(p.stat().st_size for p in store.root.rglob("*") if p.is_file())
 
 
-def repack(store: ChunkStore, live: set[str], grace_seconds: float) -> RepackReport:
+def repack(store: ChunkStore, live: set[str], grace_seconds: float, force: bool = False) -> RepackReport:
+    """Rewrite the packs older than the grace period into one holding only ``live`` (and the
+    bases it needs); ``force``: even a single pack with nothing to drop (a repair rewriting a
+    pack whose own bytes are damaged)."""
     report = RepackReport(bytes_before=_disk_bytes(store))
     now = time.time()
     indexes = store.indexes()
@@ -62,7 +65,7 @@ def repack(store: ChunkStore, live: set[str], grace_seconds: float) -> RepackRep
     keep = _with_bases(store, set(live) | young_bases)
     loose = [cid for cid in store.loose_ids() if _age(store.loose_path(cid), now) >= grace_seconds]
     needed = {cid for i in old_indexes for cid in i.ids()} | set(loose)
-    if len(old_indexes) <= 1 and not loose and needed <= keep:
+    if not force and len(old_indexes) <= 1 and not loose and needed <= keep and not store.check_packs():
         report.kept_chunks = len(store.ids())
         _remove_leftovers(store, now, grace_seconds, report)
         report.bytes_after = _disk_bytes(store)

@@ -237,11 +237,10 @@ DELTA_ENCODING = 2  # mirrors codec.XOR_DELTA; kept here so the index can say wh
 def scan_pack(pack: Path) -> dict[str, Location]:
     """The locations of the records a pack holds, read from the records themselves (each
     carries its id): what rebuilds a damaged index. Stops at the first record that does not
-    fit the file (a damaged header); what follows it is lost to the rebuilt index."""
+    fit the file (a damaged header); what follows it is lost to the rebuilt index. Damaged
+    magic bytes are no reason to stop: the records after them are whole."""
     data = pack.read_bytes()
     out: dict[str, Location] = {}
-    if not data.startswith(PACK_MAGIC):
-        return out
     offset = len(PACK_MAGIC)
     while offset + RECORD.size <= len(data):
         raw_id, encoding, group, depth, pad, length, raw_size = RECORD.unpack_from(data, offset)
@@ -312,6 +311,9 @@ class PackReader:
                 problems.append(f"pack {name}: record header of chunk {cid[:12]} disagrees with the index")
                 offset = loc.offset + loc.length  # resynchronise on the index
                 continue
+            if end > size:
+                problems.append(f"pack {name}: truncated (the record of chunk {cid[:12]} runs past its end)")
+                break
             offset = end
         problems += [f"pack {name}: chunk {cid[:12]} of the index is not in the pack" for cid, _ in expected.values()]
         return problems
