@@ -1314,14 +1314,14 @@ def merge(
         _dump("mgit.merge/1", _merge_json(repo, sha, record))
         return
     b = record["bytes"]
-    err.print(
+    out.print(  # the merge's result: stdout, as every result (progress and warnings go to stderr)
         f"merged {len(record['experts'])} expert(s) with {record['method']} → {sha[:12]} "
         f"on {repo.refs.current_branch() or 'HEAD'}; "
         f"read {decimal(b['experts_measured'])} of expert chunks ({b['expert_chunks_measured']}), "
         f"{decimal(b['base_measured'])} of base chunks"
     )
     if "budget" in record:
-        err.print("  " + _budget_line(record["budget"]))
+        out.print("  " + _budget_line(record["budget"]))
 
 
 def _merge_json(repo: Repository, sha: str, record: dict) -> dict:

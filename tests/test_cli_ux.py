@@ -124,7 +124,7 @@ def test_every_command_takes_the_global_flags() -> None:
             assert opts.count(flag) == 1, (name, flag)
 
 
-def test_merge_summary_silenced_by_quiet(committed: Path) -> None:
+def test_merge_summary_is_a_result_on_stdout_and_quiet_keeps_stderr_empty(committed: Path) -> None:
     from conftest import frozen_finetune, llama_state_dict, write_model
 
     run_mgit("checkout", "-b", "tuned", cwd=committed, check=True)
@@ -134,7 +134,7 @@ def test_merge_summary_silenced_by_quiet(committed: Path) -> None:
     run_mgit("checkout", "main", cwd=committed, check=True)
     done = run_mgit("merge", "tuned", "--method", "task_arithmetic", "--weights", "0.5", "-q", cwd=committed)
     assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
+    assert done.stderr == "" and done.stdout.startswith("merged 1 expert(s) with task_arithmetic")
     assert "merge tuned" in run_mgit("log", "--oneline", "-n", "1", cwd=committed, check=True).stdout
 
 

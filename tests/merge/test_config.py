@@ -141,4 +141,4 @@ def test_cli_config_dry_run(setup, tmp_path):
     proc = run_mgit("merge", "--config", str(path), "--dry-run", "--json", cwd=repo.root, check=True)
     assert '"config"' in proc.stdout and '"merge_method": "ties"' in proc.stdout
     done = run_mgit("merge", "--config", str(path), "-b", "cfg", cwd=repo.root, check=True)
-    assert "merged 2 expert(s) with ties" in done.stderr
+    assert "merged 2 expert(s) with ties" in done.stdout

@@ -234,7 +234,7 @@ def test_cli_merge_dry_run_and_show(experts):
     assert plan["schema"] == "mgit.plan/1" and plan["method"] == "ties" and "experts_measured" not in plan["bytes"]
     done = run_mgit("merge", "math", "code", "--method", "ties", "--density", "0.5", "--weights", "0.5,0.5",
                     "-m", "merge v1", "--seed", "3", cwd=repo.root, check=True)  # fmt: skip
-    assert "merged 2 expert(s) with ties" in done.stderr
+    assert "merged 2 expert(s) with ties" in done.stdout
     shown = run_mgit("show", cwd=repo.root, check=True).stdout
     assert "merge: ties" in shown and "seed 3" in shown and "math" in shown
     doc = json.loads(run_mgit("show", "--json", cwd=repo.root, check=True).stdout)
