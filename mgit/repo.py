@@ -1001,10 +1001,10 @@ class Repository(Merging, Sync):
         try:
             self._finish(plan)
         except (MgitError, OSError) as exc:
-            undo = f" or `mgit checkout --force {plan.old_head[:12]}` to undo it" if plan.old_head else ""
+            undo = f" or `{_undo_command(plan)}` to undo it" if plan.old_head else ""
             warn(
                 f"could not finish the interrupted {plan.describe()} ({exc}); "
-                f"run `mgit checkout --force {plan.target[:12]}` to finish it{undo}"
+                f"run `{_finish_command(plan)}` to finish it{undo}"
             )
 
     def _finish(self, plan: Journal) -> None:
@@ -1060,7 +1060,7 @@ class Repository(Merging, Sync):
             if left is not None:  # the finishing failed (a warning said why)
                 raise DirtyWorktreeError(
                     f"the interrupted {left.describe()} left {shown} half switched; run "
-                    f"`mgit checkout --force {left.target[:12]}` to finish it"
+                    f"`{_finish_command(left)}` to finish it"
                 )
             raise DirtyWorktreeError(
                 f"checkout would overwrite uncommitted changes in {shown}; commit them, or use --force to discard them"
@@ -1419,6 +1419,26 @@ def _unchanged_since(path: Path, rel: str, seen: os.stat_result) -> os.stat_resu
 def _shown(ie: IndexEntry) -> WorkForm:
     """How the index says the working tree shows an entry now."""
     return WorkForm(ie.worktree, not ie.skip_worktree)
+
+
+def _finish_command(plan: Journal) -> str:
+    """The command that finishes a journaled operation by hand, leaving HEAD where the
+    operation would: on its branch, on the advanced branch, or detached."""
+    if plan.head in ("branch", "create"):
+        return f"mgit checkout --force {plan.branch}"
+    if plan.head == "advance":
+        return f"mgit reset --hard {plan.target[:12]}"
+    if plan.head == "detach":
+        return f"mgit checkout --force {plan.target[:12]}"
+    return "mgit checkout --force HEAD"
+
+
+def _undo_command(plan: Journal) -> str:
+    """The command that undoes a journaled operation by hand (``plan.old_head`` is set)."""
+    assert plan.old_head is not None
+    if plan.head == "advance":
+        return f"mgit reset --hard {plan.old_head[:12]}"
+    return f"mgit checkout --force {plan.old_head[:12]}"
 
 
 def _refuse_empty_selection(forms: Mapping[str, WorkForm], snap: Snapshot, patterns: SparsePatterns, rev: str) -> None:

@@ -1,0 +1,58 @@
+"""Review findings on issue 12's fixes: recovery hints, gc roots, unreadable directories,
+the pager, commit_state_dict, merge -b recovery, push checks, branch clashes, durable writes."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import LlamaSpec, commit_model, llama_state_dict, run_mgit
+
+from mgit import Repository
+from mgit.errors import DirtyWorktreeError, MgitError
+from mgit.repo import _finish_command, _undo_command
+from mgit.worktree.journal import Journal
+
+TINY = LlamaSpec(layers=1, hidden=16, intermediate=32, vocab=32)
+
+
+def _two_branches(repo: Repository) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1", shards=2)
+    repo.checkout(create_branch="b")
+    commit_model(repo, llama_state_dict(TINY, seed=2), "v2", shards=2)
+    repo.checkout("main")
+
+
+# -- item 1: recovery hints leave HEAD where the operation would --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("head", "finish", "undo"),
+    [
+        ("branch", "mgit checkout --force b", "mgit checkout --force 222222222222"),
+        ("create", "mgit checkout --force b", "mgit checkout --force 222222222222"),
+        ("advance", "mgit reset --hard 111111111111", "mgit reset --hard 222222222222"),
+        ("detach", "mgit checkout --force 111111111111", "mgit checkout --force 222222222222"),
+    ],
+)
+def test_the_recovery_hint_follows_how_head_moves(head: str, finish: str, undo: str) -> None:
+    plan = Journal("checkout", "b", "1" * 40, head=head, branch="b", old_head="2" * 40)
+    assert _finish_command(plan) == finish
+    assert _undo_command(plan) == undo
+
+
+def test_a_half_switched_checkout_of_a_branch_names_the_branch(repo: Repository, monkeypatch, capsys) -> None:
+    _two_branches(repo)
+    repo.close()
+    assert run_mgit("checkout", "b", cwd=repo.root, env={"MGIT_CRASH_AT": "rename:3"}).returncode == -9
+
+    def broken(self, plan):
+        raise MgitError("chunk abc is missing from the store")
+
+    monkeypatch.setattr(Repository, "_finish", broken)
+    with Repository(repo.root) as again, pytest.raises(DirtyWorktreeError) as caught:
+        again.checkout("b")
+    assert "run `mgit checkout --force b` to finish it" in str(caught.value)
+    assert "run `mgit checkout --force b` to finish it" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert run_mgit("checkout", "--force", "b", cwd=repo.root).returncode == 0
+    with Repository(repo.root) as again:
+        assert again.refs.current_branch() == "b"
