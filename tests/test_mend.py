@@ -9,6 +9,7 @@ from conftest import LlamaSpec, commit_model, llama_state_dict, run_mgit
 from mgit import Repository
 from mgit.errors import DirtyWorktreeError, MgitError
 from mgit.repo import _finish_command, _undo_command
+from mgit.worktree import journal
 from mgit.worktree.journal import Journal
 
 TINY = LlamaSpec(layers=1, hidden=16, intermediate=32, vocab=32)
@@ -56,3 +57,28 @@ def test_a_half_switched_checkout_of_a_branch_names_the_branch(repo: Repository,
     assert run_mgit("checkout", "--force", "b", cwd=repo.root).returncode == 0
     with Repository(repo.root) as again:
         assert again.refs.current_branch() == "b"
+
+
+# -- item 2: gc keeps the commit an interrupted operation's journal names -----------------------
+
+
+def test_gc_keeps_a_checkpoint_whose_recovery_failed(repo: Repository, monkeypatch) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+
+    def killed(self, plan, index, result):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Repository, "_complete", killed)
+    with pytest.raises(OSError):
+        repo.commit_state_dict(llama_state_dict(TINY, seed=2), message="checkpoint")
+    plan = journal.load(repo.git_dir)
+    assert plan is not None and plan.head == "advance"
+    monkeypatch.undo()
+
+    def broken(self, plan):
+        raise MgitError("disk still full")
+
+    monkeypatch.setattr(Repository, "_finish", broken)
+    repo.gc(grace_seconds=0)
+    assert repo.graph.has(plan.target)
+    assert repo.graph.has(repo.graph.read(plan.target).tree.decode())
