@@ -323,7 +323,7 @@ class Repository(Merging, Sync):
                 elif full.is_file() and ignorer.is_ignored(rel):
                     raise BadInputError(f"{rel} is ignored by .mgitignore; remove the pattern to track it")
                 else:
-                    found = walk(self.root, rel, ignorer, special)
+                    found = walk(self.root, rel, ignorer, special, tracked=index.entries)
                 _refuse_special([r for r in special if r == rel or r in index.entries])
                 for r in under:
                     # A sparse file missing from disk is taken as not checked out (a checkout may
@@ -470,7 +470,7 @@ class Repository(Merging, Sync):
         head_snap = self._head_snapshot()
         status = Status(self.refs.current_branch(), self.refs.head())
         status.staged = compare_snapshots(self.graph, head_snap, index.snapshot())
-        files = walk(self.root)
+        files = walk(self.root, tracked=index.entries)
         status.unstaged, status.untracked, status.not_checked_out, refreshed = worktree_changes(
             self.graph, self.pool, self.root, index, files
         )
@@ -585,7 +585,7 @@ class Repository(Merging, Sync):
         from mgit.diff.sources import Side, snapshot_side, worktree_side
 
         index = self._index()
-        files = walk(self.root)
+        files = walk(self.root, tracked=index.entries)
         clean = {p: ie.entry for p, ie in index.entries.items() if ie.skip_worktree and p not in files}
         for p, st in files.items():
             ie = index.entries.get(p)

@@ -3,13 +3,16 @@ the pager, commit_state_dict, merge -b recovery, push checks, branch clashes, du
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from conftest import LlamaSpec, commit_model, llama_state_dict, run_mgit
 
 from mgit import Repository
-from mgit.errors import DirtyWorktreeError, MgitError
+from mgit.errors import BadInputError, DirtyWorktreeError, MgitError
 from mgit.repo import _finish_command, _undo_command
-from mgit.worktree import journal
+from mgit.worktree import journal, scan
 from mgit.worktree.journal import Journal
 
 TINY = LlamaSpec(layers=1, hidden=16, intermediate=32, vocab=32)
@@ -82,3 +85,49 @@ def test_gc_keeps_a_checkpoint_whose_recovery_failed(repo: Repository, monkeypat
     repo.gc(grace_seconds=0)
     assert repo.graph.has(plan.target)
     assert repo.graph.has(repo.graph.read(plan.target).tree.decode())
+
+
+# -- item 3: an unreadable untracked directory is skipped with a warning ------------------------
+
+
+def _unlistable(monkeypatch, directory: Path) -> None:
+    real = os.listdir
+
+    def listdir(path):
+        if Path(path) == directory:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(scan.os, "listdir", listdir)
+
+
+def test_an_unreadable_untracked_directory_is_skipped_with_a_warning(repo: Repository, monkeypatch, capsys) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    (repo.root / "lost+found").mkdir()
+    (repo.root / "lost+found" / "x").write_text("x")
+    _unlistable(monkeypatch, repo.root / "lost+found")
+    st = repo.status()
+    assert not st.unstaged and not st.untracked
+    repo.diff()
+    repo.add(["."])
+    assert not any(p.startswith("lost+found") for p in repo._index().entries)
+    err = capsys.readouterr().err
+    assert "warning: cannot read lost+found: Permission denied; skipped" in err
+    assert all(line.startswith("warning: ") for line in err.splitlines())
+
+
+def test_an_unreadable_tracked_directory_is_still_an_error(repo: Repository, monkeypatch) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    _unlistable(monkeypatch, repo.root / "model")
+    with pytest.raises(BadInputError, match="cannot read model: Permission denied"):
+        repo.status()
+    with pytest.raises(BadInputError, match="cannot read model"):
+        repo.add(["."])
+
+
+def test_an_unreadable_directory_named_to_add_is_an_error(repo: Repository, monkeypatch) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    (repo.root / "cache").mkdir()
+    _unlistable(monkeypatch, repo.root / "cache")
+    with pytest.raises(BadInputError, match="cannot read cache"):
+        repo.add(["cache"])
