@@ -131,3 +131,23 @@ def test_an_unreadable_directory_named_to_add_is_an_error(repo: Repository, monk
     _unlistable(monkeypatch, repo.root / "cache")
     with pytest.raises(BadInputError, match="cannot read cache"):
         repo.add(["cache"])
+
+
+# -- item 4: a pager that does not exist prints directly ----------------------------------------
+
+
+def test_a_missing_pager_prints_directly(repo: Repository) -> None:
+    from test_cli_ux import run_on_tty
+
+    commit_model(repo, llama_state_dict(TINY, seed=1), "base")
+    repo.close()
+    for env in ({"PAGER": "nonexistent-pager-xyz"}, {"MGIT_PAGER": "LESS=R nonexistent-pager-xyz -R"}):
+        rc, screen = run_on_tty(repo.root, "log", env=env)
+        assert rc == 0 and "base" in screen, env
+
+
+def test_pager_program_lookup() -> None:
+    from mgit.pager import _runnable
+
+    assert _runnable("cat > out.txt") and _runnable("LESS=R cat")
+    assert not _runnable("nonexistent-pager-xyz -R") and not _runnable("A=1 nonexistent-pager-xyz")
