@@ -1251,6 +1251,8 @@ class Repository(Merging, Sync):
             before = read_snapshot(self.graph, self.graph.commit(tip).tree) if tip else {}
             snap, stats = self._ingest_state_dict(state_dict, dict(before), self.relpath(model), metadata, base)
             touched = {p for p in set(before) | set(snap) if before.get(p) != snap.get(p)}
+            if tip and not touched:  # compared as files, not trees: the tree also holds its stats record
+                raise MgitError("nothing to commit: these tensors are what the branch holds already")
             index = self._index() if checked_out else None
             if index is not None:
                 self._refuse_state_dict_overwrites(index, before, touched)
@@ -1365,9 +1367,7 @@ class Repository(Merging, Sync):
         return result
 
     def _new_commit(self, tree: str, parent: str | None, message: str) -> str:
-        """A commit object of ``tree`` on ``parent``, refused when it changes nothing."""
-        if parent and self.graph.commit(parent).tree == tree:
-            raise MgitError("nothing to commit: these tensors are what the branch holds already")
+        """A commit object of ``tree`` on ``parent`` (the caller refused a commit of nothing)."""
         who = self.identity()
         return self.graph.put_commit(tree, [parent] if parent else [], message, who, who)
 

@@ -151,3 +151,19 @@ def test_pager_program_lookup() -> None:
 
     assert _runnable("cat > out.txt") and _runnable("LESS=R cat")
     assert not _runnable("nonexistent-pager-xyz -R") and not _runnable("A=1 nonexistent-pager-xyz")
+
+
+# -- item 5: commit_state_dict of what the branch holds is refused ------------------------------
+
+
+def test_the_same_state_dict_twice_is_nothing_to_commit(repo: Repository) -> None:
+    sd = llama_state_dict(TINY, seed=1)
+    commit_model(repo, sd, "v1")
+    first = repo.commit_state_dict(llama_state_dict(TINY, seed=2), message="checkpoint 1")
+    with pytest.raises(MgitError, match="nothing to commit"):
+        repo.commit_state_dict(llama_state_dict(TINY, seed=2), message="checkpoint 2")
+    assert repo.refs.head() == first
+    repo.checkout(create_branch="side")
+    repo.checkout("main")
+    with pytest.raises(MgitError, match="nothing to commit"):
+        repo.commit_state_dict(llama_state_dict(TINY, seed=2), message="again", branch="side")
