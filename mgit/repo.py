@@ -959,9 +959,9 @@ class Repository(Merging, Sync):
         result.detached = self.refs.current_branch() is None
         return result
 
-    def _complete(self, plan: Journal, index: Index, result: CheckoutResult) -> None:
+    def _complete(self, plan: Journal, index: Index, result: CheckoutResult, clear: bool = True) -> None:
         """The steps after the working files of a journaled operation are written: removals,
-        the index, the sparse patterns, HEAD; then the journal goes (each step idempotent)."""
+        the index, the sparse patterns, HEAD; then (``clear``) the journal goes (each step idempotent)."""
         for p in plan.removes:
             if index.entries.pop(p, None) is not None or (self.root / p).exists():
                 result.removed.append(p)
@@ -971,7 +971,8 @@ class Repository(Merging, Sync):
         if plan.set_patterns:
             save_patterns(self.git_dir, plan.patterns)
         self._move_head(plan)
-        journal.clear(self.git_dir)
+        if clear:
+            journal.clear(self.git_dir)
 
     def _move_head(self, plan: Journal) -> None:
         """HEAD as a journaled operation leaves it, whether or not a killed run got that far."""
@@ -1017,10 +1018,16 @@ class Repository(Merging, Sync):
             index.set(p, todo[p], os.stat(self.root / p), projection=forms[p].projection(todo[p]))
         result = CheckoutResult(plan.target)
         self._write_files(index, {p: e for p, e in todo.items() if p not in done}, result, forms=forms)
-        self._complete(plan, index, result)
-        if plan.switch_after:
+        self._complete(plan, index, result, clear=not plan.switch_after)
+        if plan.switch_after:  # the journal stays until the switch's own journal replaces it
             assert plan.branch is not None
-            self._switch(plan.branch, None, force=False)
+            try:
+                self._switch(plan.branch, None, force=False)
+            except MgitError:
+                left = journal.load(self.git_dir)
+                if left is not None and left.op == plan.op:  # refused before writing anything
+                    journal.clear(self.git_dir)
+                raise
 
     def _clean(self, rel: str, want: Entry, index: Index) -> bool:
         """Does the working file hold ``want`` (stat cache first, content if needed)? The

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import LlamaSpec, commit_model, llama_state_dict, run_mgit
+from conftest import LlamaSpec, commit_model, llama_state_dict, run_mgit, tree_hashes
 
 from mgit import Repository
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError
@@ -167,3 +167,30 @@ def test_the_same_state_dict_twice_is_nothing_to_commit(repo: Repository) -> Non
     repo.checkout("main")
     with pytest.raises(MgitError, match="nothing to commit"):
         repo.commit_state_dict(llama_state_dict(TINY, seed=2), message="again", branch="side")
+
+
+# -- item 6: a merge -b recovery keeps its journal until the branch is checked out --------------
+
+
+def test_a_merge_b_recovery_killed_before_its_switch_is_finished_later(repo: Repository, monkeypatch) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1", shards=2)
+    repo.checkout(create_branch="side")
+    merged = commit_model(repo, llama_state_dict(TINY, seed=2), "v2", shards=2)
+    want = tree_hashes(repo.root)
+    repo.checkout("main")
+    journal.save(repo.git_dir, Journal("merge", "m", merged, head="create", branch="m", switch_after=True))
+    repo.close()
+
+    def killed(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Repository, "_switch", killed)
+    with Repository(repo.root) as again, pytest.raises(KeyboardInterrupt):
+        again.status()
+    assert journal.exists(repo.git_dir)
+    monkeypatch.undo()
+    with Repository(repo.root) as again:
+        again.status()
+        assert again.refs.current_branch() == "m"
+    assert tree_hashes(repo.root) == want
+    assert not journal.exists(repo.git_dir)
