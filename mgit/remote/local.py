@@ -93,8 +93,7 @@ class DirectoryBackend(Backend):
         """As :meth:`Backend.swap_ref`; a value that is no commit held here with its whole graph,
         or a name clashing with another ref, is refused (BadRefError) before the lock."""
         path = self._path(name)
-        existing = {k: v for k, v in self.raw_refs().items() if k != name}
-        check_ref_update(self, name, new, existing)
+        check_ref_update(self, name, new, self.raw_refs())
         with self._locked():
             current = path.read_text(errors="replace").strip() if path.is_file() else None
             if current != old:

@@ -145,7 +145,7 @@ class WorkingRepositoryBackend(Backend):
         self._writing()
         try:
             self.store.seal()  # chunks are visible before any ref names them
-            check_ref_update(self, name, new, {k: v for k, v in self.refs().items() if k != name})
+            check_ref_update(self, name, new, self.refs())
             ok = self._cas(name.encode(), old.encode() if old else None, new.encode() if new else None)
             return bool(ok)
         finally:
