@@ -280,6 +280,11 @@ def unpack_object(oid: str, data: bytes) -> ShaFile:
 # -- chunks on the wire ---------------------------------------------------------------------
 
 
+def chunk_wire_size(payload_size: int) -> int:
+    """How many bytes ``pack_chunk`` sends for a chunk whose stored payload has this length."""
+    return _CHUNK_HEADER.size + payload_size
+
+
 def pack_chunk(record: Record) -> bytes:
     base = bytes.fromhex(record.base) if record.base else bytes(32)
     header = _CHUNK_HEADER.pack(_CHUNK_MAGIC, 1, record.encoding, record.group, record.raw_size, base)
