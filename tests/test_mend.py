@@ -296,3 +296,14 @@ def test_a_working_repository_answers_has_for_a_damaged_loose_object(repo: Repos
     loose.write_bytes(b"not zlib at all")
     backend = WorkingRepositoryBackend(repo.root)
     assert backend.has([object_key(head)]) == {object_key(head)}
+
+
+# -- item 9: one constant for the chunk size ---------------------------------------------------
+
+
+def test_chunks_are_cut_at_the_size_the_codec_allows() -> None:
+    from mgit.model import chunking
+    from mgit.store import codec
+
+    assert chunking.DEFAULT_CHUNK_BYTES is codec.MAX_CHUNK_BYTES
+    assert "MAX_CHUNK_BYTES" in vars(chunking)
