@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree as RichTree
 
-from mgit import __version__, progress
+from mgit import __version__, _crashpoints, progress
 from mgit.errors import BadInputError, MgitError
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
 from mgit.pager import pager_command, paging
@@ -1580,6 +1580,7 @@ def _os_error_message(exc: OSError) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _crashpoints.install()  # crash tests only (MGIT_CRASH_AT); nothing happens when unset
     _add_global_options(cli)
     args = list(sys.argv[1:] if argv is None else argv)
     if "--" in args:

@@ -4,6 +4,8 @@ the pager, commit_state_dict, merge -b recovery, push checks, branch clashes, du
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -307,3 +309,18 @@ def test_chunks_are_cut_at_the_size_the_codec_allows() -> None:
 
     assert chunking.DEFAULT_CHUNK_BYTES is codec.MAX_CHUNK_BYTES
     assert "MAX_CHUNK_BYTES" in vars(chunking)
+
+
+# -- item 10: the console script honours MGIT_CRASH_AT -----------------------------------------
+
+
+def test_the_console_entry_point_installs_crash_points(repo: Repository) -> None:
+    _two_branches(repo)
+    repo.close()
+    script = "import sys; from mgit.cli import main; sys.exit(main())"  # what the `mgit` script runs
+    env = {**os.environ, "MGIT_CRASH_AT": "rename:1"}
+    killed = subprocess.run(
+        [sys.executable, "-c", script, "checkout", "b"], cwd=repo.root, env=env, capture_output=True, timeout=120
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert run_mgit("status", cwd=repo.root).returncode == 0  # the next command finishes it
