@@ -324,3 +324,27 @@ def test_the_console_entry_point_installs_crash_points(repo: Repository) -> None
     )
     assert killed.returncode == -9, killed.stderr
     assert run_mgit("status", cwd=repo.root).returncode == 0  # the next command finishes it
+
+
+# -- item 11: a new np.errstate per call (one shared instance is thread-safe only on numpy >= 2) --
+
+
+def test_data_math_enters_a_fresh_errstate_per_call(monkeypatch) -> None:
+    import numpy as np
+
+    from mgit.model import dtypes
+
+    made = []
+    real = np.errstate
+
+    def counting(**kwargs):
+        made.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(dtypes.np, "errstate", counting)
+    raw = np.array([np.inf, -np.inf, 1.0], dtype=np.float32).tobytes()
+    fp32 = dtypes.lookup("F32")
+    with real(all="raise"):
+        for _ in range(2):
+            assert dtypes.to_float64(raw, fp32)[2] == 1.0
+    assert len(made) == 2 and made[0] == {"invalid": "ignore", "over": "ignore"}
