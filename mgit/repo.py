@@ -920,6 +920,7 @@ class Repository(Merging, Sync):
             check_ref_name(create_branch, "branch")
             if create_branch in self.refs.branches():
                 raise BadInputError(f"branch {create_branch!r} already exists")
+            self.refs.refuse_clash(f"refs/heads/{create_branch}")  # before the first file is written
         index = self._index()
         head_snap = self._head_snapshot()
         target_snap = self.snapshot(target)

@@ -348,3 +348,56 @@ def test_data_math_enters_a_fresh_errstate_per_call(monkeypatch) -> None:
         for _ in range(2):
             assert dtypes.to_float64(raw, fp32)[2] == 1.0
     assert len(made) == 2 and made[0] == {"invalid": "ignore", "over": "ignore"}
+
+
+# -- item 12: branch and tag names that clash with an existing ref ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "message"),
+    [
+        (
+            ["branch", "a"],
+            ["branch", "a/b"],
+            "cannot create refs/heads/a/b: it clashes with the existing ref refs/heads/a",
+        ),
+        (
+            ["branch", "a/b"],
+            ["branch", "a"],
+            "cannot create refs/heads/a: it clashes with the existing ref refs/heads/a/b",
+        ),
+        (
+            ["branch", "a"],
+            ["branch", "-f", "a/b"],
+            "cannot create refs/heads/a/b: it clashes with the existing ref refs/heads/a",
+        ),
+        (
+            ["branch", "a"],
+            ["branch", "-m", "a", "a/b"],
+            "cannot create refs/heads/a/b: it clashes with the existing ref refs/heads/a",
+        ),
+        (
+            ["branch", "x"],
+            ["branch", "-m", "x", "main/y"],
+            "cannot create refs/heads/main/y: it clashes with the existing ref refs/heads/main",
+        ),
+        (
+            ["branch", "a"],
+            ["checkout", "-b", "a/b"],
+            "cannot create refs/heads/a/b: it clashes with the existing ref refs/heads/a",
+        ),
+        (
+            ["tag", "v1"],
+            ["tag", "v1/rc"],
+            "cannot create refs/tags/v1/rc: it clashes with the existing ref refs/tags/v1",
+        ),
+    ],
+)
+def test_a_ref_name_clash_is_one_line(repo: Repository, setup: list[str], args: list[str], message: str) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    repo.close()
+    assert run_mgit(*setup, cwd=repo.root).returncode == 0
+    refs_before = sorted(p.relative_to(repo.git_dir).as_posix() for p in (repo.git_dir / "refs").rglob("*"))
+    proc = run_mgit(*args, cwd=repo.root)
+    assert proc.returncode == 1 and proc.stderr == f"error: {message}\n", proc.stderr
+    assert sorted(p.relative_to(repo.git_dir).as_posix() for p in (repo.git_dir / "refs").rglob("*")) == refs_before

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree, object_class
 
 from mgit.errors import CorruptObjectError, RemoteError
-from mgit.graph.refs import check_ref_name
+from mgit.graph.refs import check_ref_name, clash_message, ref_clash
 from mgit.store import codec
 from mgit.store.pack import Record
 
@@ -134,9 +134,9 @@ def checked_refs(url: str, refs: object) -> dict[str, str]:
 def check_ref_form(name: str, new: str | None, existing: Iterable[str]) -> None:
     """Refuse (BadRefError) a ref value that is not a 40-hex id, or a name under an existing
     ref (or with refs under it): what every backend can check without reading objects."""
-    for other in existing:
-        if other != name and (other.startswith(name + "/") or name.startswith(other + "/")):
-            raise BadRefError(f"cannot create {name}: it clashes with the existing ref {other} (one under the other)")
+    other = ref_clash(name, existing)
+    if other is not None:
+        raise BadRefError(clash_message(name, other))
     if new is not None and (not isinstance(new, str) or not re.fullmatch(r"[0-9a-f]{40}", new)):
         raise BadRefError(f"refusing {name} = {str(new)[:80]!r}: not a 40-hex commit id")
 
