@@ -401,3 +401,53 @@ def test_a_ref_name_clash_is_one_line(repo: Repository, setup: list[str], args: 
     proc = run_mgit(*args, cwd=repo.root)
     assert proc.returncode == 1 and proc.stderr == f"error: {message}\n", proc.stderr
     assert sorted(p.relative_to(repo.git_dir).as_posix() for p in (repo.git_dir / "refs").rglob("*")) == refs_before
+
+
+# -- item 15: repair's writes are durable and leave no temporary file on error ------------------
+
+
+def test_atomic_write_fsyncs_and_leaves_nothing_on_error(tmp_path: Path, monkeypatch) -> None:
+    from mgit import durable
+
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(durable.os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    durable.atomic_write(tmp_path / "d" / "f", b"one")
+    assert (tmp_path / "d" / "f").read_bytes() == b"one" and len(synced) == 2  # the file, then its directory
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(durable.os, "replace", full)
+    with pytest.raises(OSError):
+        durable.atomic_write(tmp_path / "d" / "f", b"two")
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["f"]
+    assert (tmp_path / "d" / "f").read_bytes() == b"one"
+
+
+@pytest.mark.parametrize("writer", ["ref", "packed-refs", "reflog", "loose"])
+def test_repair_writes_leave_no_temporary_file_on_error(repo: Repository, monkeypatch, writer: str) -> None:
+    from mgit import durable
+    from mgit.maintenance import repair
+
+    head = commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    (repo.git_dir / "packed-refs").write_bytes(b"# pack-refs with: peeled\nnot a line\n")
+    log = repo.git_dir / "logs" / "refs" / "heads" / "main"
+    log.write_bytes(log.read_bytes() + b"garbage line\n")
+    before = {p: p.read_bytes() for p in repo.git_dir.rglob("*") if p.is_file() and "chunks" not in p.parts}
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(durable.os, "fsync", full)
+    with pytest.raises(OSError):
+        if writer == "ref":
+            repair._write_ref(repo.git_dir, "refs/heads/x", head, b"A <a@b>", "test")
+        elif writer == "packed-refs":
+            repair._rewrite_packed_refs(repo.git_dir)
+        elif writer == "reflog":
+            repair._clean_reflogs(repo.graph)
+        else:
+            repair.write_loose(repo.graph, repo.graph.read(head))
+    after = {p for p in repo.git_dir.rglob("*") if p.is_file() and "chunks" not in p.parts}
+    assert after == set(before), sorted(str(p) for p in after ^ set(before))
