@@ -239,7 +239,8 @@ SCENARIOS = [
     Scenario("push (serve killed)", setup_push_serve, ["push", "origin", "main"], serve="server"),
     Scenario("fsck --repair", setup_repair, ["fsck", "--repair"]),
 ]
-FAST = ("add", "commit", "checkout", "checkout (detached)")  # the subset tests/test_crash_points.py runs
+# the subset tests/test_crash_points.py runs
+FAST = ("add", "commit", "checkout", "checkout (detached)", "reset --hard")
 
 
 # -- running the command ------------------------------------------------------------------
