@@ -35,7 +35,7 @@ from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, w
 from mgit.lock import RepoLock, remove_stale_git_locks, warn
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
 from mgit.maintenance.fsck import bad_chunks, check_repository, stale_lock_problems
-from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
+from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect, leftover_files
 from mgit.maintenance.reach import reachable
 from mgit.maintenance.repair import (
     GraphRepair,
@@ -681,6 +681,11 @@ class Repository(Merging, Sync):
         with self.lock:
             stale = stale_lock_problems(self.git_dir, self.lock.cleaned)
             return stale + check_repository(self.graph, self.store, self._index(), self.pool, self.is_partial)
+
+    def leftovers(self) -> list[str]:
+        """Temporary files a killed command left in ``.mgit`` (a killed ``fsck --repair``'s
+        objects, say): not damage, nothing reads them; gc removes them after its grace period."""
+        return [p.relative_to(self.root).as_posix() for p in leftover_files(self.git_dir)]
 
     def du(self, rev: str = "HEAD") -> Usage:
         return commit_usage(self.graph, self.store, self.refs.resolve(rev))

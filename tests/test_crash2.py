@@ -5,8 +5,11 @@ object files as leftovers."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,3 +91,44 @@ def test_killed_reset_hard_is_finished_by_the_next_command(tmp_path: Path) -> No
         assert state in (before, after), f"point {n} ({kinds[n - 1]}) left a mix of both"
         assert status.clean, f"point {n}: {status}"
     assert journaled >= 2  # kills between the first working-tree write and the end left a journal
+
+
+def _leftover(root: Path, age_s: float) -> Path:
+    """What a killed ``fsck --repair`` leaves: a loose object's temporary file."""
+    sub = next(p for p in (root / ".mgit" / "objects").iterdir() if len(p.name) == 2)
+    tmp = sub / f".tmp-{'a' * 38}-{int(age_s)}"
+    tmp.write_bytes(b"x\x9c partial")
+    then = time.time() - age_s
+    os.utime(tmp, (then, then))
+    return tmp
+
+
+def test_gc_removes_a_killed_repairs_temporary_objects_after_the_grace_period(tmp_path: Path) -> None:
+    cp = _driver()
+    root = tmp_path / "r"
+    cp.init(root)
+    cp.committed(root, 1, "v1")
+    old, young = _leftover(root, 7200), _leftover(root, 10)
+    ref_tmp = root / ".mgit" / "refs" / "heads" / "main.tmp-4242"
+    ref_tmp.write_text("0" * 40 + "\n")
+    os.utime(ref_tmp, (time.time() - 7200,) * 2)
+    proc = run_mgit("gc", cwd=root, check=True)
+    assert not old.exists() and not ref_tmp.exists() and young.exists()
+    assert "removed 2 leftover temporary file(s)" in proc.stderr
+    with Repository(root) as repo:
+        assert repo.gc(grace_seconds=0).leftovers_removed == 1
+    assert not young.exists()
+
+
+def test_fsck_reports_temporary_objects_as_leftovers_not_damage(tmp_path: Path) -> None:
+    cp = _driver()
+    root = tmp_path / "r"
+    cp.init(root)
+    cp.committed(root, 1, "v1")
+    tmp = _leftover(root, 10)
+    rel = tmp.relative_to(root).as_posix()
+    proc = run_mgit("fsck", cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"note: leftover temporary file {rel}" in proc.stderr and "`mgit gc` removes it" in proc.stderr
+    report = json.loads(run_mgit("fsck", "--json", cwd=root, check=True).stdout)
+    assert report["ok"] and report["problems"] == [] and report["leftovers"] == [rel]
