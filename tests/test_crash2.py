@@ -132,3 +132,38 @@ def test_fsck_reports_temporary_objects_as_leftovers_not_damage(tmp_path: Path) 
     assert f"note: leftover temporary file {rel}" in proc.stderr and "`mgit gc` removes it" in proc.stderr
     report = json.loads(run_mgit("fsck", "--json", cwd=root, check=True).stdout)
     assert report["ok"] and report["problems"] == [] and report["leftovers"] == [rel]
+
+
+def test_status_and_diff_in_a_sparse_checkout_write_no_git_object(tmp_path: Path, monkeypatch) -> None:
+    """Read-only commands compute projections in memory: no object is written (without the
+    lock, a write could race a lock holder's stale-lock cleanup), clean, touched or modified."""
+    from safetensors.numpy import load_file, save_file
+
+    from mgit.graph.objects import Graph
+
+    cp = _driver()
+    root = tmp_path / "r"
+    cp.setup_checkout(root)
+    with Repository(root) as repo:
+        repo.checkout("b", include=["layer0.a*"])
+
+    def refuse(self: Graph, obj: object) -> None:
+        raise AssertionError(f"a read-only command wrote a git object ({type(obj).__name__})")
+
+    monkeypatch.setattr(Graph, "_add", refuse)
+    shard = sorted((root / "model").glob("*.safetensors"))[0]
+
+    def read_everything() -> None:
+        with Repository(root) as repo:
+            repo.status()
+            repo.diff()
+            repo.diff(staged=True)
+            repo.diff("HEAD~1")
+
+    read_everything()
+    st = shard.stat()
+    os.utime(shard, (st.st_atime, st.st_mtime + 5))
+    read_everything()
+    tensors = load_file(str(shard))
+    save_file({k: v + 1 for k, v in tensors.items()}, str(shard), metadata={"format": "pt"})
+    read_everything()
