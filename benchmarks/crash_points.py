@@ -202,6 +202,16 @@ def setup_repair(root: Path) -> None:
     pack.write_bytes(bytes(data))
 
 
+def setup_repair_object(root: Path) -> None:
+    """A damaged loose git object (config.json's blob), which the remote holds again."""
+    setup_push(root)
+    with Repository(root) as repo:
+        oid = repo.snapshot("HEAD~1")["model/config.json"].oid  # v1's: pushed
+    path = root / ".mgit" / "objects" / oid[:2] / oid[2:]
+    path.chmod(0o644)
+    path.write_bytes(b"not a git object")
+
+
 @dataclass
 class Scenario:
     name: str
@@ -238,6 +248,7 @@ SCENARIOS = [
     Scenario("push (serve)", setup_push_serve, ["push", "origin", "main"], serve="client"),
     Scenario("push (serve killed)", setup_push_serve, ["push", "origin", "main"], serve="server"),
     Scenario("fsck --repair", setup_repair, ["fsck", "--repair"]),
+    Scenario("fsck --repair (object)", setup_repair_object, ["fsck", "--repair"]),
 ]
 # the subset tests/test_crash_points.py runs
 FAST = ("add", "commit", "checkout", "checkout (detached)", "reset --hard")
