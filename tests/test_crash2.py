@@ -167,3 +167,14 @@ def test_status_and_diff_in_a_sparse_checkout_write_no_git_object(tmp_path: Path
     tensors = load_file(str(shard))
     save_file({k: v + 1 for k, v in tensors.items()}, str(shard), metadata={"format": "pt"})
     read_everything()
+
+
+@pytest.mark.parametrize(("name", "limit"), [("push (serve)", None), ("push (serve killed)", 4)])
+def test_push_to_mgit_serve_killed_needs_no_repair(name: str, limit: int | None, tmp_path: Path) -> None:
+    """The harness's push to a separate `mgit serve` process: the client killed at each of
+    its points, the server at its first ones; the rerun pushes, the remote clones and fscks."""
+    cp = _driver()
+    scenario = next(s for s in cp.SCENARIOS if s.name == name)
+    outcome = cp.run_scenario(scenario, tmp_path, limit)
+    assert outcome.trials >= 3, outcome.points
+    assert outcome.failures == [], "\n".join(outcome.failures)
