@@ -885,6 +885,7 @@ def gc(ctx: click.Context, grace: float, now: bool) -> None:
     err.print(
         f"removed {c.removed_chunks} chunk(s) and {report.objects_removed} object(s); kept {c.kept_chunks} chunk(s); "
         f"chunk store {decimal(c.bytes_before)} → {decimal(c.bytes_after)}"
+        + (f"; removed {report.leftovers_removed} leftover temporary file(s)" if report.leftovers_removed else "")
     )
 
 
@@ -949,11 +950,18 @@ def fsck(ctx: click.Context, as_json: bool, repair: bool) -> None:
         for line in _graph_repair_lines(r):
             err.print(line, markup=False)
     problems = repo.fsck()
+    leftovers = repo.leftovers()
     if as_json:
-        _dump("mgit.fsck/1", {"ok": not problems, "problems": problems, "partial": repo.is_partial})
+        _dump(
+            "mgit.fsck/1",
+            {"ok": not problems, "problems": problems, "partial": repo.is_partial, "leftovers": leftovers},
+        )
     else:
         for p in problems:
             out.print(f"[red]problem:[/red] {p}", markup=True, highlight=False)
+        for p in leftovers:
+            err.print(f"note: leftover temporary file {p} (left by a killed mgit; not damage): `mgit gc` removes it",
+                      markup=False, highlight=False)  # fmt: skip
         ok = "ok: every object and chunk verified"
         if repo.is_partial:
             ok += " (a partial clone: chunks not fetched yet are not checked)"

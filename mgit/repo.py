@@ -35,7 +35,7 @@ from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, w
 from mgit.lock import RepoLock, remove_stale_git_locks, warn
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
 from mgit.maintenance.fsck import bad_chunks, check_repository, stale_lock_problems
-from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
+from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect, leftover_files
 from mgit.maintenance.reach import reachable
 from mgit.maintenance.repair import (
     GraphRepair,
@@ -682,6 +682,11 @@ class Repository(Merging, Sync):
             stale = stale_lock_problems(self.git_dir, self.lock.cleaned)
             return stale + check_repository(self.graph, self.store, self._index(), self.pool, self.is_partial)
 
+    def leftovers(self) -> list[str]:
+        """Temporary files a killed command left in ``.mgit`` (a killed ``fsck --repair``'s
+        objects, say): not damage, nothing reads them; gc removes them after its grace period."""
+        return [p.relative_to(self.root).as_posix() for p in leftover_files(self.git_dir)]
+
     def du(self, rev: str = "HEAD") -> Usage:
         return commit_usage(self.graph, self.store, self.refs.resolve(rev))
 
@@ -743,15 +748,18 @@ class Repository(Merging, Sync):
             target = self.refs.resolve(rev)
             old = self.refs.head()
             result = ResetResult(target, old, mode, self.refs.current_branch())
-            if mode != "soft":
+            message = f"reset: moving to {rev}"
+            if mode == "hard":
+                plan = Journal("reset", rev, target, head="advance", old_head=old, message=message)
+                self._reset_worktree(self._index(), self.snapshot(target), result, plan)
+                if old == target:  # the journal moved nothing; the reflog still records the reset, as git's
+                    self.refs.advance_head(old, target, message)
+                return result
+            if mode == "mixed":
                 index = self._index()
-                target_snap = self.snapshot(target)
-                if mode == "mixed":
-                    self._reset_index(index, target_snap, result)
-                else:
-                    self._reset_worktree(index, target_snap, result)
+                self._reset_index(index, self.snapshot(target), result)
                 index.save()
-            self.refs.advance_head(old, target, f"reset: moving to {rev}")
+            self.refs.advance_head(old, target, message)
             return result
 
     def _reset_index(self, index: Index, target_snap: Snapshot, result: ResetResult) -> None:
@@ -788,9 +796,10 @@ class Repository(Merging, Sync):
             return False
         return self._clean(rel, ie.worktree, index)
 
-    def _reset_worktree(self, index: Index, target_snap: Snapshot, result: ResetResult) -> None:
+    def _reset_worktree(self, index: Index, target_snap: Snapshot, result: ResetResult, plan: Journal) -> None:
         """``reset --hard``: every tracked file as ``target_snap`` has it (sparse patterns kept);
-        files tracked but not in it are deleted, untracked ones are left alone."""
+        files tracked but not in it are deleted, untracked ones are left alone. Journaled as a
+        checkout is (``plan``: how HEAD moves), so a killed reset is finished by the next command."""
         patterns = load_patterns(self.git_dir)
         forms = {p: self._form(e, p, patterns) for p, e in target_snap.items()}
         todo = {}
@@ -798,15 +807,13 @@ class Repository(Merging, Sync):
             ie = index.entries.get(p)
             if ie is None or ie.entry != entry or _shown(ie) != forms[p] or not self._holds(p, forms[p], index):
                 todo[p] = entry
+        plan.writes = {p: Write(e, forms[p].entry, forms[p].written) for p, e in todo.items()}
+        plan.removes = sorted(set(index.entries) - set(target_snap))
+        plan.patterns = patterns
         written = CheckoutResult(result.commit)
-        self._write_files(index, todo, written, forms=forms)
-        result.written = written.written
-        for p in sorted(set(index.entries) - set(target_snap)):
-            del index.entries[p]
-            if (self.root / p).is_file():
-                (self.root / p).unlink()
-                _prune_dirs(self.root, p)
-            result.removed.append(p)
+        self._write_files(index, todo, written, forms=forms, plan=plan)
+        self._complete(plan, index, written)
+        result.written, result.removed = written.written, written.removed
 
     # -- checkout -----------------------------------------------------------------------
 

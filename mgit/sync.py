@@ -76,25 +76,31 @@ class Sync:
         return out
 
     def remote_add(self: Repository, name: str, url: str, token_file: str | None = None) -> None:
+        """Record a remote, under the lock: a lock holder removes any git lock file it finds
+        (mgit.lock), which would be this write's own ``config.lock`` if it ran without it."""
         check_ref_name(name, "remote")
-        if name in self.remotes():
-            raise BadInputError(f"remote {name!r} already exists")
-        if not is_url(url):
-            url = str(Path(url).expanduser().resolve())
-        config = self.graph.repo.get_config()
-        config.set((b"remote", name.encode()), b"url", url.encode())
-        if token_file:
-            config.set((b"remote", name.encode()), b"tokenfile", str(Path(token_file).expanduser().resolve()).encode())
-        config.write_to_path()
+        with self.lock:
+            if name in self.remotes():
+                raise BadInputError(f"remote {name!r} already exists")
+            if not is_url(url):
+                url = str(Path(url).expanduser().resolve())
+            config = self.graph.repo.get_config()
+            config.set((b"remote", name.encode()), b"url", url.encode())
+            if token_file:
+                tokens = str(Path(token_file).expanduser().resolve()).encode()
+                config.set((b"remote", name.encode()), b"tokenfile", tokens)
+            config.write_to_path()
 
     def remote_remove(self: Repository, name: str) -> None:
-        if name not in self.remotes():
-            raise BadInputError(f"no remote named {name!r}")
-        config = self.graph.repo.get_config()
-        del config[(b"remote", name.encode())]
-        config.write_to_path()
-        for ref in [r for r in self.graph.repo.refs.allkeys() if r.startswith(f"{TRACKING}{name}/".encode())]:
-            del self.graph.repo.refs[ref]
+        """Forget a remote and its tracking refs, under the lock (as remote_add)."""
+        with self.lock:
+            if name not in self.remotes():
+                raise BadInputError(f"no remote named {name!r}")
+            config = self.graph.repo.get_config()
+            del config[(b"remote", name.encode())]
+            config.write_to_path()
+            for ref in [r for r in self.graph.repo.refs.allkeys() if r.startswith(f"{TRACKING}{name}/".encode())]:
+                del self.graph.repo.refs[ref]
 
     def _remote_setting(self: Repository, name: str, key: str) -> str | None:
         try:
