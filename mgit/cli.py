@@ -889,9 +889,19 @@ def gc(ctx: click.Context, grace: float, now: bool) -> None:
 
 
 def _print_reflog(repo: Repository, ref: str) -> None:
-    for i, (_, new, when, message) in enumerate(repo.reflog(ref)):
+    entries = repo.reflog(ref)
+    for i, (_, new, when, message) in enumerate(entries):
         stamp = datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M")
         out.print(f"{new[:12]} {ref}@{{{i}}} {stamp} {escape(message)}")
+    if not entries:
+        err.print(_no_reflog(repo.reflog_ref(ref), ref), markup=False)
+
+
+def _no_reflog(full: str, name: str) -> str:
+    """Why a reflog is empty: a tag keeps none (as in git); other refs, no move recorded yet."""
+    if full.startswith("refs/tags/"):
+        return f"{full} has no reflog: tags keep none (as in git); `mgit show {name}` shows it"
+    return f"{full} has no reflog entries yet"
 
 
 def _reflog_json(repo: Repository, ref: str) -> None:

@@ -612,10 +612,15 @@ class Repository(Merging, Sync):
             remove_stale_git_locks(self.git_dir, warn)  # the object directories too
             return collect(self.graph, self.store, self._index(), grace_seconds)
 
+    def reflog_ref(self, ref: str = "HEAD") -> str:
+        """The full ref whose reflog ``reflog(ref)`` reads (``origin/main`` → refs/remotes/origin/main)."""
+        return reflog_ref(self.git_dir, self.refs, ref)
+
     def reflog(self, ref: str = "HEAD") -> list[tuple[str, str, int, str]]:
-        """(old id or "", new id, time, message) of each move of ``ref``, newest first."""
+        """(old id or "", new id, time, message) of each move of ``ref``, newest first; empty
+        for a tag (tags keep no reflog, as in git)."""
         out = []
-        for e in reversed(reflog_entries(self.git_dir, reflog_ref(self.git_dir, self.refs, ref))):
+        for e in reversed(reflog_entries(self.git_dir, self.reflog_ref(ref))):
             old = e.old_sha.decode()
             message = e.message.decode(errors="replace")
             out.append(("" if set(old) == {"0"} else old, e.new_sha.decode(), e.timestamp, message))

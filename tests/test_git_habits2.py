@@ -1,0 +1,72 @@
+"""More git habits: reflogs of remote-tracking branches (fetch, push, pull, clone), `branch -M`,
+`REF@{N}` reflog revisions, and `reset [REV] -- PATH...` (unstage)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from mgit import Repository
+from tests.conftest import LlamaSpec, commit_model, llama_state_dict, run_mgit
+
+SPEC = LlamaSpec(layers=2, hidden=32, intermediate=64, vocab=64)
+
+
+def _sd(seed: int) -> dict[str, torch.Tensor]:
+    return llama_state_dict(SPEC, seed=seed)
+
+
+def _messages(repo: Repository, ref: str) -> list[str]:
+    return [message for _, _, _, message in repo.reflog(ref)]
+
+
+@pytest.fixture
+def origin(repo: Repository, tmp_path: Path) -> tuple[Repository, str]:
+    """A repository with one commit on main and a directory remote ``origin`` (empty yet)."""
+    commit_model(repo, _sd(0), "a")
+    url = str(tmp_path / "remote.mgit")
+    repo.remote_add("origin", url)
+    return repo, url
+
+
+# -- 1. reflogs of remote-tracking branches ------------------------------------------------
+
+
+def test_push_fetch_pull_and_clone_log_the_tracking_branch(origin, tmp_path):
+    repo, url = origin
+    repo.push()
+    assert _messages(repo, "origin/main") == ["update by push"]
+    with Repository.clone(url, tmp_path / "clone") as clone:
+        assert _messages(clone, "origin/main") == [f"clone: from {url}"]
+        b = commit_model(repo, _sd(1), "b")
+        repo.push()
+        clone.fetch()
+        assert _messages(clone, "origin/main") == ["fetch: fast-forward", f"clone: from {url}"]
+        clone.fetch()  # nothing moved: no entry, as in git
+        assert len(clone.reflog("origin/main")) == 2
+        c = commit_model(repo, _sd(2), "c")
+        repo.push()
+        clone.pull()
+        assert _messages(clone, "origin/main")[0] == "pull: fast-forward"
+        assert [new for _, new, _, _ in clone.reflog("origin/main")][:2] == [c, b]
+        repo.checkout(create_branch="exp")
+        repo.push("origin", "exp")
+        clone.fetch()
+        assert _messages(clone, "origin/exp") == ["fetch: storing head"]
+        repo.reset("HEAD~1")
+        repo.push("origin", "exp", force=True)
+        clone.fetch()
+        assert _messages(clone, "origin/exp")[0] == "fetch: forced-update"
+        shown = run_mgit("reflog", "show", "origin/main", cwd=clone.root, check=True).stdout.splitlines()
+        assert len(shown) == 3 and shown[0].startswith(f"{c[:12]} origin/main@{{0}} ")
+        assert shown[0].endswith(" pull: fast-forward") and shown[-1].endswith(f" clone: from {url}")
+
+
+def test_reflog_of_a_tag_says_tags_keep_none(origin):
+    repo, _ = origin
+    repo.tag("v1")
+    proc = run_mgit("reflog", "show", "v1", cwd=repo.root)
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert proc.stderr.strip() == "refs/tags/v1 has no reflog: tags keep none (as in git); `mgit show v1` shows it"
