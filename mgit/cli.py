@@ -497,6 +497,7 @@ def tag(ctx: click.Context, name: str | None, rev: str, delete: bool, as_json: b
 @click.option("-D", "force_delete", is_flag=True, help="Delete the branch NAME, merged or not.")
 @click.option("-f", "--force", is_flag=True, help="Move branch NAME to REV even if it exists.")
 @click.option("-m", "--move", "rename", is_flag=True, help="Rename: `-m OLD NEW` (or `-m NEW`: the current branch).")
+@click.option("-M", "force_rename", is_flag=True, help="Rename, replacing a branch NEW that exists (`-M OLD NEW`).")
 @click.option("-r", "--remotes", "remotes_only", is_flag=True, help="List the remote-tracking branches.")
 @click.option("-a", "--all", "list_all", is_flag=True, help="List local and remote-tracking branches.")
 @click.option("--json", "as_json", is_flag=True, help="List as JSON (schema mgit.branch/1).")
@@ -509,16 +510,18 @@ def branch(
     force_delete: bool,
     force: bool,
     rename: bool,
+    force_rename: bool,
     remotes_only: bool,
     list_all: bool,
     as_json: bool,
 ) -> None:
-    """List branches, create branch NAME at REV (-f: move it there), rename (-m OLD NEW) or
-    delete one (-d; -D even if not merged)."""
+    """List branches, create branch NAME at REV (-f: move it there), rename (-m OLD NEW; -M
+    replaces an existing NEW) or delete one (-d; -D even if not merged)."""
     repo = _repo(ctx)
+    rename = rename or force_rename
     if name is None:
         if delete or force_delete or force or rename:
-            raise click.UsageError("-d, -D, -f and -m need a branch NAME")
+            raise click.UsageError("-d, -D, -f, -m and -M need a branch NAME")
         _list_branches(repo, remotes_only, list_all, as_json)
     elif delete or force_delete:
         if rev is not None:
@@ -529,7 +532,7 @@ def branch(
         old = name if rev is not None else repo.refs.current_branch()
         if old is None:
             raise click.UsageError("HEAD is detached: name the branch to rename, mgit branch -m OLD NEW")
-        repo.rename_branch(old, rev or name)
+        repo.rename_branch(old, rev or name, force=force_rename)
     else:
         repo.create_branch(name, rev or "HEAD", force=force)
 

@@ -713,10 +713,11 @@ class Repository(Merging, Sync):
         with self.lock:
             self.refs.delete_branch(name, force=force)
 
-    def rename_branch(self, old: str, new: str) -> None:
-        """Rename a branch with its reflog; HEAD follows when it is the current one."""
+    def rename_branch(self, old: str, new: str, force: bool = False) -> None:
+        """Rename a branch with its reflog; HEAD follows when it is the current one. ``force``
+        (``branch -M``) replaces a branch ``new`` that exists, as git does."""
         with self.lock:
-            self.refs.rename_branch(old, new)
+            self.refs.rename_branch(old, new, force=force)
 
     def remote_branches(self) -> dict[str, str]:
         """Remote-tracking branches (``origin/main`` → commit), as fetch and push left them."""

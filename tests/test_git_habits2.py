@@ -70,3 +70,30 @@ def test_reflog_of_a_tag_says_tags_keep_none(origin):
     proc = run_mgit("reflog", "show", "v1", cwd=repo.root)
     assert proc.returncode == 0 and proc.stdout == ""
     assert proc.stderr.strip() == "refs/tags/v1 has no reflog: tags keep none (as in git); `mgit show v1` shows it"
+
+
+# -- 2. branch -M -------------------------------------------------------------------------
+
+
+def test_branch_force_rename_replaces_an_existing_branch(origin):
+    repo, _ = origin
+    a = repo.resolve("HEAD")
+    repo.create_branch("old")
+    b = commit_model(repo, _sd(1), "b")
+    repo.create_branch("new", b)
+    refused = run_mgit("branch", "-m", "old", "new", cwd=repo.root)
+    assert refused.returncode != 0 and refused.stderr.strip() == "error: branch 'new' already exists"
+    run_mgit("branch", "-M", "old", "new", cwd=repo.root, check=True)
+    assert repo.branches() == {"main": b, "new": a}
+    renamed = "Branch: renamed refs/heads/old to refs/heads/new"
+    assert _messages(repo, "new") == [renamed, f"branch: created from {a[:12]}"]  # old's history, not new's
+    current = run_mgit("branch", "-M", "new", "main", cwd=repo.root)
+    assert current.returncode != 0
+    assert current.stderr.strip() == (
+        "error: cannot force-rename onto the checked-out branch 'main'; switch to another branch first"
+    )
+    assert repo.branches() == {"main": b, "new": a}
+    run_mgit("branch", "-M", "main", "trunk", cwd=repo.root, check=True)  # the current one: HEAD follows
+    assert repo.refs.current_branch() == "trunk" and repo.branches() == {"trunk": b, "new": a}
+    run_mgit("branch", "-M", "trunk", cwd=repo.root, check=True)  # itself: nothing to do
+    assert repo.branches() == {"trunk": b, "new": a}

@@ -148,23 +148,34 @@ class Refs:
             )
         self._cas(ref, old.decode(), commit, f"branch: Reset to {what}")
 
-    def rename_branch(self, old: str, new: str) -> None:
+    def rename_branch(self, old: str, new: str, force: bool = False) -> None:
         """``branch -m``: the ref and its reflog move to the new name; HEAD follows when it
-        pointed to the old one."""
+        pointed to the old one. ``force`` (``-M``): an existing ``new`` is replaced, ref and
+        reflog (not the checked-out branch); renaming a branch onto itself does nothing."""
         check_ref_name(new, "branch")
         old_ref, new_ref = f"{HEADS}{old}", f"{HEADS}{new}"
-        commit = self.refs.as_dict(HEADS.encode()).get(old.encode())
+        branches = self.refs.as_dict(HEADS.encode())
+        commit = branches.get(old.encode())
         if commit is None:
             raise BadInputError(f"branch {old!r} not found")
-        if new_ref.encode() in self.refs or any(b.startswith(f"{new}/") for b in self.branches()):
+        replaced = branches.get(new.encode())
+        if force and old == new:
+            return
+        if (replaced is not None and not force) or any(b.startswith(f"{new}/") for b in self.branches()):
             raise BadInputError(f"branch {new!r} already exists")
+        if replaced is not None and new == self.current_branch():
+            raise BadInputError(
+                f"cannot force-rename onto the checked-out branch {new!r}; switch to another branch first"
+            )
         logs = self.graph.git_dir / "logs"
         old_log, new_log = logs / old_ref, logs / new_ref
         if old_log.is_file():
             new_log.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(old_log, new_log)  # before the new ref exists: its first entry lands after the history
+            os.replace(old_log, new_log)  # before the new ref moves: its first entry lands after the history
+        else:
+            new_log.unlink(missing_ok=True)  # a replaced branch's history is not the renamed one's
         message = f"Branch: renamed {old_ref} to {new_ref}"
-        self._cas(new_ref, None, commit.decode(), message)
+        self._cas(new_ref, replaced.decode() if replaced else None, commit.decode(), message)
         current = self.current_branch() == old
         if current:
             self.refs.set_symbolic_ref(b"HEAD", new_ref.encode())
