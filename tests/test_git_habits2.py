@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from mgit import Repository
+from mgit.errors import RevisionError
 from tests.conftest import LlamaSpec, commit_model, llama_state_dict, run_mgit
 
 SPEC = LlamaSpec(layers=2, hidden=32, intermediate=64, vocab=64)
@@ -97,3 +98,50 @@ def test_branch_force_rename_replaces_an_existing_branch(origin):
     assert repo.refs.current_branch() == "trunk" and repo.branches() == {"trunk": b, "new": a}
     run_mgit("branch", "-M", "trunk", cwd=repo.root, check=True)  # itself: nothing to do
     assert repo.branches() == {"trunk": b, "new": a}
+
+
+# -- 3. REF@{N}: reflog positions as revisions ----------------------------------------------
+
+
+def test_reflog_positions_resolve_as_revisions(origin):
+    repo, _ = origin
+    a = repo.resolve("HEAD")
+    b = commit_model(repo, _sd(1), "b")
+    c = commit_model(repo, _sd(2), "c")
+    repo.reset("HEAD~2")  # main: a, b, c, then back to a
+    assert [repo.resolve(f"main@{{{n}}}") for n in range(4)] == [a, c, b, a]
+    assert repo.resolve("@{1}") == c and repo.resolve("HEAD@{1}") == c and repo.resolve("@{0}") == a
+    assert repo.resolve("main@{1}~1") == b and repo.resolve("main@{1}^1") == b
+    assert repo.resolve("refs/heads/main@{2}") == b
+    assert [x.id for x in repo.log("main@{1}")] == [c, b, a]
+    assert repo.show("HEAD@{2}").commit.id == b
+    repo.checkout(create_branch="exp")  # HEAD's reflog has the checkout; exp's has its creation only
+    assert repo.resolve("HEAD@{0}") == a and repo.resolve("HEAD@{1}") == a and repo.resolve("HEAD@{2}") == c
+    assert repo.resolve("@{0}") == a
+    with pytest.raises(RevisionError) as short:
+        repo.resolve("@{1}")  # the current branch's reflog (exp's), not HEAD's
+    assert str(short.value) == "revision '@{1}': the reflog of refs/heads/exp has only 1 entry (@{0} is the newest)"
+    repo.checkout("main@{1}", force=True)  # a detached HEAD: @{N} then reads HEAD's reflog
+    assert repo.refs.current_branch() is None and repo.resolve("HEAD") == c
+    assert repo.resolve("@{1}") == a
+
+
+def test_reflog_positions_in_the_cli_and_their_errors(origin):
+    repo, _ = origin
+    a = repo.resolve("HEAD")
+    b = commit_model(repo, _sd(1), "b")
+    shown = run_mgit("log", "--oneline", "main@{1}", cwd=repo.root, check=True).stdout
+    assert shown.splitlines()[0].startswith(a[:12]) and len(shown.splitlines()) == 1
+    assert run_mgit("diff", "--stat", "HEAD@{1}", "HEAD@{0}", cwd=repo.root).returncode == 0
+    run_mgit("branch", "old", "main@{1}", cwd=repo.root, check=True)
+    assert repo.branches()["old"] == a and repo.branches()["main"] == b
+    repo.tag("v1")
+    for rev, message in [
+        ("main@{5}", "revision 'main@{5}': the reflog of refs/heads/main has only 2 entries (main@{0} is the newest)"),
+        ("v1@{0}", "revision 'v1@{0}': refs/tags/v1 has no reflog (tags keep none, as in git)"),
+        ("main@{yesterday}", "invalid revision 'main@{yesterday}': mgit reads reflog positions, REF@{N} (N = 0, 1, …)"),
+        ("nope@{1}", "unknown ref 'nope' (a branch, tag, remote-tracking branch such as origin/main, or HEAD)"),
+    ]:
+        proc = run_mgit("show", rev, cwd=repo.root)
+        assert proc.returncode != 0 and proc.stdout == ""
+        assert proc.stderr.strip() == f"error: {message}", rev
