@@ -571,9 +571,11 @@ def _list_branches(repo: Repository, remotes_only: bool, list_all: bool, as_json
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.reset/1).")
 @click.pass_context
 def reset(ctx: click.Context, rev: str, mode: str, as_json: bool) -> None:
-    """Move the current branch (or detached HEAD) to REV; `mgit reset --hard HEAD^1` undoes a merge."""
+    """Move the current branch (or detached HEAD) to REV; `mgit reset --hard HEAD^1` undoes a merge.
+    `mgit reset [REV] -- PATH...` unstages paths (their index entries become REV's, default HEAD)."""
     repo = _repo(ctx)
-    res = repo.reset(rev, mode=mode)
+    paths = _paths_after_dashdash()
+    res = repo.reset(rev, mode=mode, paths=None if paths is None else _abs(paths))
     if as_json:
         _dump("mgit.reset/1", vars(res))
         return
