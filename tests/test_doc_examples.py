@@ -85,3 +85,21 @@ def test_readme_commands_run_as_written(tmp_path: Path) -> None:
             _fine_tune(root, seed=1)
     assert skipped == ["mgit clone --partial http://host:8790/llama work2"]
     assert len(ran) == len(commands) - 1
+
+
+def test_readme_python_example_runs(tmp_path: Path, monkeypatch) -> None:
+    """The README's "From Python" block, with ``new_state_dict`` (its placeholder) a fine-tune."""
+    block = re.search(r"From Python:\n\n```python\n(.*?)```", README.read_text(), re.S)
+    assert block, "README.md has no python block after 'From Python:'"
+    monkeypatch.chdir(tmp_path)
+    write_model(tmp_path / "work" / "model", llama_state_dict(SPEC))
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Ada")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "ada@example.com")
+    names: dict = {"new_state_dict": frozen_finetune(llama_state_dict(SPEC), {0}, seed=5)}
+    exec(compile(block.group(1), "README.md", "exec"), names)
+    repo = names["repo"]
+    try:
+        assert list(names["sd"]) == ["lm_head.weight"]
+        assert [c.summary for c in repo.log()] == ["step 1000", "base"]
+    finally:
+        repo.close()
