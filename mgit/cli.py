@@ -574,8 +574,8 @@ def reset(ctx: click.Context, rev: str, mode: str, as_json: bool) -> None:
     """Move the current branch (or detached HEAD) to REV; `mgit reset --hard HEAD^1` undoes a merge.
     `mgit reset [REV] -- PATH...` unstages paths (their index entries become REV's, default HEAD)."""
     repo = _repo(ctx)
-    paths = _paths_after_dashdash()
-    res = repo.reset(rev, mode=mode, paths=None if paths is None else _abs(paths))
+    paths = _paths_after_dashdash()  # `mgit reset --` alone is a whole reset, as in git
+    res = repo.reset(rev, mode=mode, paths=_abs(paths) if paths else None)
     if as_json:
         _dump("mgit.reset/1", vars(res))
         return

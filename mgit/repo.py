@@ -778,7 +778,7 @@ class Repository(Merging, Sync):
                 else "reset --soft does not take paths; `mgit reset -- PATH` unstages them"
             )
         if not paths:
-            raise BadInputError("reset -- needs at least one path")
+            raise BadInputError("reset was given an empty list of paths; pass paths=None for a whole reset")
         with self.lock:
             head = self.refs.head()
             unborn = rev == "HEAD" and head is None

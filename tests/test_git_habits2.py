@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mgit import Repository
-from mgit.errors import RevisionError
+from mgit.errors import BadInputError, RevisionError
 from tests.conftest import LlamaSpec, commit_model, llama_state_dict, run_mgit
 
 SPEC = LlamaSpec(layers=2, hidden=32, intermediate=64, vocab=64)
@@ -221,3 +221,14 @@ def test_reset_paths_refuses_modes_and_unmatched_paths(origin):
         proc = run_mgit("reset", *args, "--", "notes.txt", "nope.txt", cwd=repo.root)
         assert proc.returncode != 0 and proc.stderr.strip() == f"error: {message}", args
         assert _status(repo)[0] == {"notes.txt": "added"}  # nothing was changed
+
+
+def test_reset_with_no_path_after_dashdash_is_a_whole_reset(origin):
+    repo, _ = origin
+    (repo.root / "notes.txt").write_text("new\n")
+    repo.add(["notes.txt"])
+    run_mgit("reset", "--", cwd=repo.root, check=True)  # as git: `reset --` alone resets the whole index
+    assert _status(repo) == ({}, {}, ["notes.txt"])
+    with pytest.raises(BadInputError) as empty:
+        repo.reset("HEAD", paths=[])
+    assert str(empty.value) == "reset was given an empty list of paths; pass paths=None for a whole reset"
