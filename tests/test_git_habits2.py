@@ -53,6 +53,7 @@ def test_push_fetch_pull_and_clone_log_the_tracking_branch(origin, tmp_path):
         clone.pull()
         assert _messages(clone, "origin/main")[0] == "pull: fast-forward"
         assert [new for _, new, _, _ in clone.reflog("origin/main")][:2] == [c, b]
+        assert clone.resolve("origin/main@{1}") == b and clone.resolve("origin/main@{0}~1") == b
         repo.checkout(create_branch="exp")
         repo.push("origin", "exp")
         clone.fetch()
