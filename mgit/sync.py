@@ -101,6 +101,7 @@ class Sync:
             config.write_to_path()
             for ref in [r for r in self.graph.repo.refs.allkeys() if r.startswith(f"{TRACKING}{name}/".encode())]:
                 del self.graph.repo.refs[ref]
+            shutil.rmtree(self.git_dir / "logs" / f"{TRACKING}{name}", ignore_errors=True)  # their reflogs too, as git
 
     def _remote_setting(self: Repository, name: str, key: str) -> str | None:
         try:

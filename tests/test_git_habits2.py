@@ -233,3 +233,13 @@ def test_reset_with_no_path_after_dashdash_is_a_whole_reset(origin):
     with pytest.raises(BadInputError) as empty:
         repo.reset("HEAD", paths=[])
     assert str(empty.value) == "reset was given an empty list of paths; pass paths=None for a whole reset"
+
+
+def test_removing_a_remote_forgets_its_tracking_reflogs(origin, tmp_path):
+    repo, url = origin
+    repo.push()
+    assert (repo.git_dir / "logs" / "refs" / "remotes" / "origin" / "main").exists()
+    repo.remote_remove("origin")
+    assert not (repo.git_dir / "logs" / "refs" / "remotes" / "origin").exists()
+    shown = run_mgit("reflog", "show", "origin/main", cwd=repo.root)
+    assert shown.returncode != 0 and shown.stdout == ""
