@@ -11,7 +11,13 @@ there. A trial is ``ok`` when, with no manual step:
 - the scenario's rerun (the same command, unless its commit already landed) succeeds;
 - the result is what the uninterrupted run gave (branch, every branch tip's message and
   files, the index, the working files, a push's remote ref);
-- ``fsck`` is clean and every commit the repository held before is still there.
+- ``fsck`` is clean and every commit the repository held before is still there;
+- a pushed-to remote is consistent: a clone of it works and its ``fsck`` is clean.
+
+The push scenarios on ``mgit serve`` run the server as its own ``python -m mgit serve``
+process on 127.0.0.1 (a free port, kept across restarts): "push (serve)" kills the pushing
+client at each of its points, "push (serve killed)" kills the server at each of its points
+(the server restarts before the checks).
 
 Anything else is ``needs repair`` (with the first reason). The command runs in a forked
 child of this process (the real CLI code; forking saves the interpreter start), the checks
@@ -31,12 +37,14 @@ import json
 import os
 import shutil
 import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
-from contextlib import redirect_stderr
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,6 +131,67 @@ def setup_push(root: Path) -> None:
     committed(root, 2, "v2")
 
 
+class Served:
+    """``mgit serve`` in its own process, on a port chosen once per trial so that a restart
+    (after the server was killed) keeps the URL the repository's remote names."""
+
+    current: Served | None = None
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.root = directory / "served"
+        self.root.mkdir(parents=True, exist_ok=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/remote"
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self, env: dict[str, str] | None = None) -> None:
+        """Start it (``env``: the crash variables) and wait until it answers."""
+        self.starts += 1
+        log = open(self.directory / f"server-{self.starts}.log", "w")  # noqa: SIM115 - the child holds it
+        cmd = [sys.executable, "-m", "mgit", "serve", str(self.root), "--port", str(self.port), "--timeout", "5"]
+        self.proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=log, stderr=log)
+        log.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                Served.current = self
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"mgit serve did not start: {(self.directory / f'server-{self.starts}.log').read_text()}")
+
+    def stop(self) -> int | None:
+        """Stop it; its exit status (minus the signal) when it had already ended by itself."""
+        if self.proc is None:
+            return None
+        ended = self.proc.poll()
+        if ended is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        return ended
+
+
+def setup_push_serve(root: Path) -> None:
+    """As setup_push, with the remote on ``mgit serve`` (Served.current)."""
+    assert Served.current is not None
+    init(root)
+    committed(root, 1, "v1")
+    with Repository(root) as repo:
+        repo.remote_add("origin", Served.current.url)
+        repo.push("origin")
+    committed(root, 2, "v2")
+
+
 def setup_repair(root: Path) -> None:
     """A pack with one damaged record, which the working tree can supply again."""
     init(root)
@@ -133,6 +202,16 @@ def setup_repair(root: Path) -> None:
     pack.write_bytes(bytes(data))
 
 
+def setup_repair_object(root: Path) -> None:
+    """A damaged loose git object (config.json's blob), which the remote holds again."""
+    setup_push(root)
+    with Repository(root) as repo:
+        oid = repo.snapshot("HEAD~1")["model/config.json"].oid  # v1's: pushed
+    path = root / ".mgit" / "objects" / oid[:2] / oid[2:]
+    path.chmod(0o644)
+    path.write_bytes(b"not a git object")
+
+
 @dataclass
 class Scenario:
     name: str
@@ -140,6 +219,7 @@ class Scenario:
     args: list[str]
     landed: str | None = None  # message of the commit the command makes: once HEAD has it, no rerun
     preload: str | None = None  # a module to import before forking (torch: seconds saved per trial)
+    serve: str | None = None  # the remote is `mgit serve`: "client" (the push is killed) or "server" (it is)
 
 
 SCENARIOS = [
@@ -165,9 +245,13 @@ SCENARIOS = [
     ),
     Scenario("gc", setup_gc, ["gc", "--now"]),
     Scenario("push", setup_push, ["push", "origin", "main"]),
+    Scenario("push (serve)", setup_push_serve, ["push", "origin", "main"], serve="client"),
+    Scenario("push (serve killed)", setup_push_serve, ["push", "origin", "main"], serve="server"),
     Scenario("fsck --repair", setup_repair, ["fsck", "--repair"]),
+    Scenario("fsck --repair (object)", setup_repair_object, ["fsck", "--repair"]),
 ]
-FAST = ("add", "commit", "checkout", "checkout (detached)")  # the subset tests/test_crash_points.py runs
+# the subset tests/test_crash_points.py runs
+FAST = ("add", "commit", "checkout", "checkout (detached)", "reset --hard")
 
 
 # -- running the command ------------------------------------------------------------------
@@ -212,13 +296,44 @@ def run_cli(args: list[str], cwd: Path, env: dict[str, str], log: Path) -> int:
         time.sleep(0.005)
 
 
+@contextmanager
+def served(scenario: Scenario, directory: Path) -> Iterator[Served | None]:
+    """The scenario's `mgit serve` (None: it has none), running; stopped at the end."""
+    if scenario.serve is None:
+        yield None
+        return
+    server = Served(directory)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def run_command(
+    scenario: Scenario, root: Path, server: Served | None, env: dict[str, str], log: Path
+) -> tuple[int, int | None]:
+    """Run the scenario's command with the crash variables ``env`` in the client or, for a
+    "server" scenario, in a server restarted for it (then restarted plain). The client's exit
+    status, and the server's when it ended by itself (minus the signal that killed it)."""
+    if server is None or scenario.serve == "client":
+        return run_cli(scenario.args, root, env, log), None
+    server.stop()
+    server.start(env)
+    rc = run_cli(scenario.args, root, {}, log)
+    ended = server.stop()
+    server.start()
+    return rc, ended
+
+
 def count_points(scenario: Scenario, work: Path) -> list[str]:
-    """The kinds of crash point the command passes, in order."""
+    """The kinds of crash point the command (or the server) passes, in order."""
     root = work / "count" / "repo"
     root.mkdir(parents=True)
-    scenario.setup(root)
     points = work / "count" / "points"
-    rc = run_cli(scenario.args, root, {"MGIT_CRASH_LOG": str(points)}, work / "count" / "log")
+    with served(scenario, work / "count") as server:
+        scenario.setup(root)
+        rc, _ = run_command(scenario, root, server, {"MGIT_CRASH_LOG": str(points)}, work / "count" / "log")
     if rc != 0:
         raise RuntimeError(
             f"{scenario.name}: the uninterrupted run failed ({rc}): {(work / 'count' / 'log').read_text()}"
@@ -283,6 +398,9 @@ def check(scenario: Scenario, root: Path, before: set[str], expected: dict, log:
         problems = repo.fsck()
     if problems:
         return f"fsck: {problems[0]}"
+    broken = check_remote(root, log.parent / "clone")
+    if broken:
+        return broken
     lost = before - commits_of(root)
     if lost:
         return f"lost {len(lost)} commit(s)"
@@ -291,6 +409,21 @@ def check(scenario: Scenario, root: Path, before: set[str], expected: dict, log:
         diff = [k for k in got if got[k] != expected[k]]
         return f"differs from an uninterrupted run in {', '.join(diff)}"
     return None
+
+
+def check_remote(root: Path, dest: Path) -> str | None:
+    """A pushed-to remote is consistent: a clone of it works and its fsck is clean."""
+    with Repository(root) as repo:
+        url = repo.remotes().get("origin")
+    if url is None:
+        return None
+    try:
+        with redirect_stderr(io.StringIO()), Repository.clone(url, dest) as clone:
+            problems = clone.fsck()
+    except Exception as exc:  # noqa: BLE001 - any failure is a finding
+        return f"cloning the remote fails: {type(exc).__name__}: {exc}"
+    shutil.rmtree(dest, ignore_errors=True)
+    return f"the remote's clone: fsck: {problems[0]}" if problems else None
 
 
 @dataclass
@@ -309,22 +442,25 @@ def run_scenario(scenario: Scenario, work: Path, limit: int | None = None) -> Ou
     outcome = Outcome(scenario.name, {k: kinds.count(k) for k in sorted(set(kinds))})
     ref = work / "reference" / "repo"
     ref.mkdir(parents=True)
-    scenario.setup(ref)
-    if run_cli(scenario.args, ref, {}, work / "reference" / "log") != 0:
-        raise RuntimeError(f"{scenario.name}: the reference run failed")
-    expected = fingerprint(ref)
+    with served(scenario, work / "reference") as server:
+        scenario.setup(ref)
+        if run_command(scenario, ref, server, {}, work / "reference" / "log")[0] != 0:
+            raise RuntimeError(f"{scenario.name}: the reference run failed")
+        expected = fingerprint(ref)
     for n in range(1, (len(kinds) if limit is None else min(limit, len(kinds))) + 1):
         trial = work / f"trial-{n}"
         root = trial / "repo"
         root.mkdir(parents=True)
-        scenario.setup(root)
-        before = commits_of(root)
-        rc = run_cli(scenario.args, root, {"MGIT_CRASH_AT": f"any:{n}"}, trial / "log")
-        outcome.trials += 1
-        if rc != -signal.SIGKILL:
-            reason = f"was not killed (exit {rc})"
-        else:
-            reason = check(scenario, root, before, expected, trial / "log")
+        with served(scenario, trial) as server:
+            scenario.setup(root)
+            before = commits_of(root)
+            rc, ended = run_command(scenario, root, server, {"MGIT_CRASH_AT": f"any:{n}"}, trial / "log")
+            outcome.trials += 1
+            killed = ended if scenario.serve == "server" else rc
+            if killed != -signal.SIGKILL:
+                reason = f"was not killed (exit {killed})"
+            else:
+                reason = check(scenario, root, before, expected, trial / "log")
         if reason is None:
             outcome.ok += 1
             shutil.rmtree(trial)

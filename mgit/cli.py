@@ -502,6 +502,7 @@ def tag(ctx: click.Context, name: str | None, rev: str, delete: bool, as_json: b
 @click.option("-D", "force_delete", is_flag=True, help="Delete the branch NAME, merged or not.")
 @click.option("-f", "--force", is_flag=True, help="Move branch NAME to REV even if it exists.")
 @click.option("-m", "--move", "rename", is_flag=True, help="Rename: `-m OLD NEW` (or `-m NEW`: the current branch).")
+@click.option("-M", "force_rename", is_flag=True, help="Rename, replacing a branch NEW that exists (`-M OLD NEW`).")
 @click.option("-r", "--remotes", "remotes_only", is_flag=True, help="List the remote-tracking branches.")
 @click.option("-a", "--all", "list_all", is_flag=True, help="List local and remote-tracking branches.")
 @click.option("--json", "as_json", is_flag=True, help="List as JSON (schema mgit.branch/1).")
@@ -514,16 +515,18 @@ def branch(
     force_delete: bool,
     force: bool,
     rename: bool,
+    force_rename: bool,
     remotes_only: bool,
     list_all: bool,
     as_json: bool,
 ) -> None:
-    """List branches, create branch NAME at REV (-f: move it there), rename (-m OLD NEW) or
-    delete one (-d; -D even if not merged)."""
+    """List branches, create branch NAME at REV (-f: move it there), rename (-m OLD NEW; -M
+    replaces an existing NEW) or delete one (-d; -D even if not merged)."""
     repo = _repo(ctx)
+    rename = rename or force_rename
     if name is None:
         if delete or force_delete or force or rename:
-            raise click.UsageError("-d, -D, -f and -m need a branch NAME")
+            raise click.UsageError("-d, -D, -f, -m and -M need a branch NAME")
         _list_branches(repo, remotes_only, list_all, as_json)
     elif delete or force_delete:
         if rev is not None:
@@ -534,7 +537,7 @@ def branch(
         old = name if rev is not None else repo.refs.current_branch()
         if old is None:
             raise click.UsageError("HEAD is detached: name the branch to rename, mgit branch -m OLD NEW")
-        repo.rename_branch(old, rev or name)
+        repo.rename_branch(old, rev or name, force=force_rename)
     else:
         repo.create_branch(name, rev or "HEAD", force=force)
 
@@ -573,9 +576,11 @@ def _list_branches(repo: Repository, remotes_only: bool, list_all: bool, as_json
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.reset/1).")
 @click.pass_context
 def reset(ctx: click.Context, rev: str, mode: str, as_json: bool) -> None:
-    """Move the current branch (or detached HEAD) to REV; `mgit reset --hard HEAD^1` undoes a merge."""
+    """Move the current branch (or detached HEAD) to REV; `mgit reset --hard HEAD^1` undoes a merge.
+    `mgit reset [REV] -- PATH...` unstages paths (their index entries become REV's, default HEAD)."""
     repo = _repo(ctx)
-    res = repo.reset(rev, mode=mode)
+    paths = _paths_after_dashdash()  # `mgit reset --` alone is a whole reset, as in git
+    res = repo.reset(rev, mode=mode, paths=_abs(paths) if paths else None)
     if as_json:
         _dump("mgit.reset/1", vars(res))
         return
@@ -890,13 +895,24 @@ def gc(ctx: click.Context, grace: float, now: bool) -> None:
     err.print(
         f"removed {c.removed_chunks} chunk(s) and {report.objects_removed} object(s); kept {c.kept_chunks} chunk(s); "
         f"chunk store {decimal(c.bytes_before)} → {decimal(c.bytes_after)}"
+        + (f"; removed {report.leftovers_removed} leftover temporary file(s)" if report.leftovers_removed else "")
     )
 
 
 def _print_reflog(repo: Repository, ref: str) -> None:
-    for i, (_, new, when, message) in enumerate(repo.reflog(ref)):
+    entries = repo.reflog(ref)
+    for i, (_, new, when, message) in enumerate(entries):
         stamp = datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M")
         out.print(f"{new[:12]} {ref}@{{{i}}} {stamp} {escape(message)}")
+    if not entries:
+        err.print(_no_reflog(repo.reflog_ref(ref), ref), markup=False)
+
+
+def _no_reflog(full: str, name: str) -> str:
+    """Why a reflog is empty: a tag keeps none (as in git); other refs, no move recorded yet."""
+    if full.startswith("refs/tags/"):
+        return f"{full} has no reflog: tags keep none (as in git); `mgit show {name}` shows it"
+    return f"{full} has no reflog entries yet"
 
 
 def _reflog_json(repo: Repository, ref: str) -> None:
@@ -954,11 +970,18 @@ def fsck(ctx: click.Context, as_json: bool, repair: bool) -> None:
         for line in _graph_repair_lines(r):
             err.print(line, markup=False)
     problems = repo.fsck()
+    leftovers = repo.leftovers()
     if as_json:
-        _dump("mgit.fsck/1", {"ok": not problems, "problems": problems, "partial": repo.is_partial})
+        _dump(
+            "mgit.fsck/1",
+            {"ok": not problems, "problems": problems, "partial": repo.is_partial, "leftovers": leftovers},
+        )
     else:
         for p in problems:
             out.print(f"[red]problem:[/red] {p}", markup=True, highlight=False)
+        for p in leftovers:
+            err.print(f"note: leftover temporary file {p} (left by a killed mgit; not damage): `mgit gc` removes it",
+                      markup=False, highlight=False)  # fmt: skip
         ok = "ok: every object and chunk verified"
         if repo.is_partial:
             ok += " (a partial clone: chunks not fetched yet are not checked)"

@@ -35,7 +35,7 @@ from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, w
 from mgit.lock import RepoLock, remove_stale_git_locks, warn
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
 from mgit.maintenance.fsck import bad_chunks, check_repository, stale_lock_problems
-from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect
+from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect, leftover_files
 from mgit.maintenance.reach import reachable
 from mgit.maintenance.repair import (
     GraphRepair,
@@ -123,15 +123,17 @@ RESET_MODES = ("soft", "mixed", "hard")
 @dataclass
 class ResetResult:
     """What ``reset`` did: the ref moved from ``old`` to ``commit``; with ``hard``, the files
-    written and removed; with ``mixed``, the paths whose staged entry changed."""
+    written and removed; with ``mixed``, the paths whose staged entry changed; with ``paths``,
+    HEAD stayed (``commit`` = ``old``)."""
 
-    commit: str
+    commit: str | None  # None only for ``reset -- PATH`` on an unborn branch
     old: str | None
     mode: str
     branch: str | None  # the branch moved (None: a detached HEAD)
     written: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     unstaged: list[str] = field(default_factory=list)
+    paths: list[str] | None = None  # ``reset REV -- PATH``: the paths reset (HEAD did not move)
 
 
 @dataclass(frozen=True)
@@ -612,10 +614,15 @@ class Repository(Merging, Sync):
             remove_stale_git_locks(self.git_dir, warn)  # the object directories too
             return collect(self.graph, self.store, self._index(), grace_seconds)
 
+    def reflog_ref(self, ref: str = "HEAD") -> str:
+        """The full ref whose reflog ``reflog(ref)`` reads (``origin/main`` → refs/remotes/origin/main)."""
+        return reflog_ref(self.git_dir, self.refs, ref)
+
     def reflog(self, ref: str = "HEAD") -> list[tuple[str, str, int, str]]:
-        """(old id or "", new id, time, message) of each move of ``ref``, newest first."""
+        """(old id or "", new id, time, message) of each move of ``ref``, newest first; empty
+        for a tag (tags keep no reflog, as in git)."""
         out = []
-        for e in reversed(reflog_entries(self.git_dir, reflog_ref(self.git_dir, self.refs, ref))):
+        for e in reversed(reflog_entries(self.git_dir, self.reflog_ref(ref))):
             old = e.old_sha.decode()
             message = e.message.decode(errors="replace")
             out.append(("" if set(old) == {"0"} else old, e.new_sha.decode(), e.timestamp, message))
@@ -682,6 +689,11 @@ class Repository(Merging, Sync):
             stale = stale_lock_problems(self.git_dir, self.lock.cleaned)
             return stale + check_repository(self.graph, self.store, self._index(), self.pool, self.is_partial)
 
+    def leftovers(self) -> list[str]:
+        """Temporary files a killed command left in ``.mgit`` (a killed ``fsck --repair``'s
+        objects, say): not damage, nothing reads them; gc removes them after its grace period."""
+        return [p.relative_to(self.root).as_posix() for p in leftover_files(self.git_dir)]
+
     def du(self, rev: str = "HEAD") -> Usage:
         return commit_usage(self.graph, self.store, self.refs.resolve(rev))
 
@@ -708,10 +720,11 @@ class Repository(Merging, Sync):
         with self.lock:
             self.refs.delete_branch(name, force=force)
 
-    def rename_branch(self, old: str, new: str) -> None:
-        """Rename a branch with its reflog; HEAD follows when it is the current one."""
+    def rename_branch(self, old: str, new: str, force: bool = False) -> None:
+        """Rename a branch with its reflog; HEAD follows when it is the current one. ``force``
+        (``branch -M``) replaces a branch ``new`` that exists, as git does."""
         with self.lock:
-            self.refs.rename_branch(old, new)
+            self.refs.rename_branch(old, new, force=force)
 
     def remote_branches(self) -> dict[str, str]:
         """Remote-tracking branches (``origin/main`` → commit), as fetch and push left them."""
@@ -731,45 +744,90 @@ class Repository(Merging, Sync):
     # -- reset --------------------------------------------------------------------------
 
     @on_demand
-    def reset(self, rev: str = "HEAD", mode: str = "mixed") -> ResetResult:
+    def reset(
+        self, rev: str = "HEAD", mode: str = "mixed", paths: Iterable[str | os.PathLike[str]] | None = None
+    ) -> ResetResult:
         """Move the current branch (or a detached HEAD) to ``rev``, as git's reset: ``soft``
         keeps the index and the working tree, ``mixed`` makes the index ``rev``'s and keeps the
         working files (they show as modified), ``hard`` makes both ``rev``'s (written by the
         checkout machinery). Without ``hard``, staged changes held by no commit and no working
-        file are never dropped."""
+        file are never dropped. ``paths`` (``reset REV -- PATH``): only their index entries
+        become ``rev``'s; HEAD and the working files stay."""
         if mode not in RESET_MODES:
             raise BadInputError(f"unknown reset mode {mode!r}; use one of {', '.join(RESET_MODES)}")
+        if paths is not None:
+            return self._reset_paths(rev, mode, list(paths))
         with self.lock:
             target = self.refs.resolve(rev)
             old = self.refs.head()
             result = ResetResult(target, old, mode, self.refs.current_branch())
-            if mode != "soft":
+            message = f"reset: moving to {rev}"
+            if mode == "hard":
+                plan = Journal("reset", rev, target, head="advance", old_head=old, message=message)
+                self._reset_worktree(self._index(), self.snapshot(target), result, plan)
+                if old == target:  # the journal moved nothing; the reflog still records the reset, as git's
+                    self.refs.advance_head(old, target, message)
+                return result
+            if mode == "mixed":
                 index = self._index()
-                target_snap = self.snapshot(target)
-                if mode == "mixed":
-                    self._reset_index(index, target_snap, result)
-                else:
-                    self._reset_worktree(index, target_snap, result)
+                self._reset_index(index, self.snapshot(target), result)
                 index.save()
-            self.refs.advance_head(old, target, f"reset: moving to {rev}")
+            self.refs.advance_head(old, target, message)
             return result
 
-    def _reset_index(self, index: Index, target_snap: Snapshot, result: ResetResult) -> None:
-        """``reset --mixed``: stage ``target_snap``, leaving every working file as it is."""
+    def _reset_paths(self, rev: str, mode: str, paths: list[str | os.PathLike[str]]) -> ResetResult:
+        """``reset [REV] -- PATH...``: the index entries at or below each path become ``rev``'s
+        (removed where ``rev`` has none); HEAD, the branch and the working files stay. On an
+        unborn branch ``HEAD`` has no files: the paths are unstaged."""
+        if mode != "mixed":
+            raise BadInputError(
+                "reset --hard does not take paths; restore files with `mgit checkout REV -- PATH`"
+                if mode == "hard"
+                else "reset --soft does not take paths; `mgit reset -- PATH` unstages them"
+            )
+        if not paths:
+            raise BadInputError("reset was given an empty list of paths; pass paths=None for a whole reset")
+        with self.lock:
+            head = self.refs.head()
+            unborn = rev == "HEAD" and head is None
+            target_snap = {} if unborn else self.snapshot(self.refs.resolve(rev))
+            index = self._index()
+            result = ResetResult(head, head, mode, self.refs.current_branch(), paths=[])
+            only: set[str] = set()
+            for p in paths:
+                rel = self.relpath(p)
+                under = _under(index.entries, rel) + _under(target_snap, rel)
+                if not under:
+                    raise BadInputError(f"pathspec {rel or '.'!r} did not match any file in the index or in {rev}")
+                only.update(under)
+                result.paths.append(rel)
+            self._reset_index(index, target_snap, result, only)
+            index.save()
+            return result
+
+    def _reset_index(
+        self, index: Index, target_snap: Snapshot, result: ResetResult, only: set[str] | None = None
+    ) -> None:
+        """``reset --mixed``: stage ``target_snap`` (``only``: at these paths), leaving every
+        working file as it is."""
         head_snap = self._head_snapshot()
         lost = [
             p
             for p, ie in sorted(index.entries.items())
-            if ie.entry != head_snap.get(p) and ie.entry != target_snap.get(p) and not self._kept(p, ie, index)
+            if (only is None or p in only)
+            and ie.entry != head_snap.get(p)
+            and ie.entry != target_snap.get(p)
+            and not self._kept(p, ie, index)
         ]
         if lost:
             shown = ", ".join(lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
+            fix = "use --hard to discard them" if only is None else "`mgit add` the working file over them first"
             raise DirtyWorktreeError(
                 f"reset would drop staged changes in {shown} that no commit or working file holds; "
-                "commit them, or use --hard to discard them"
+                f"commit them, or {fix}"
             )
         patterns = load_patterns(self.git_dir)
-        for p in sorted(set(index.entries) | set(target_snap)):
+        for p in sorted(only if only is not None else set(index.entries) | set(target_snap)):
             ie, entry = index.entries.get(p), target_snap.get(p)
             if ie is not None and ie.entry == entry:
                 continue
@@ -788,9 +846,10 @@ class Repository(Merging, Sync):
             return False
         return self._clean(rel, ie.worktree, index)
 
-    def _reset_worktree(self, index: Index, target_snap: Snapshot, result: ResetResult) -> None:
+    def _reset_worktree(self, index: Index, target_snap: Snapshot, result: ResetResult, plan: Journal) -> None:
         """``reset --hard``: every tracked file as ``target_snap`` has it (sparse patterns kept);
-        files tracked but not in it are deleted, untracked ones are left alone."""
+        files tracked but not in it are deleted, untracked ones are left alone. Journaled as a
+        checkout is (``plan``: how HEAD moves), so a killed reset is finished by the next command."""
         patterns = load_patterns(self.git_dir)
         forms = {p: self._form(e, p, patterns) for p, e in target_snap.items()}
         todo = {}
@@ -798,15 +857,13 @@ class Repository(Merging, Sync):
             ie = index.entries.get(p)
             if ie is None or ie.entry != entry or _shown(ie) != forms[p] or not self._holds(p, forms[p], index):
                 todo[p] = entry
+        plan.writes = {p: Write(e, forms[p].entry, forms[p].written) for p, e in todo.items()}
+        plan.removes = sorted(set(index.entries) - set(target_snap))
+        plan.patterns = patterns
         written = CheckoutResult(result.commit)
-        self._write_files(index, todo, written, forms=forms)
-        result.written = written.written
-        for p in sorted(set(index.entries) - set(target_snap)):
-            del index.entries[p]
-            if (self.root / p).is_file():
-                (self.root / p).unlink()
-                _prune_dirs(self.root, p)
-            result.removed.append(p)
+        self._write_files(index, todo, written, forms=forms, plan=plan)
+        self._complete(plan, index, written)
+        result.written, result.removed = written.written, written.removed
 
     # -- checkout -----------------------------------------------------------------------
 

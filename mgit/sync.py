@@ -76,25 +76,32 @@ class Sync:
         return out
 
     def remote_add(self: Repository, name: str, url: str, token_file: str | None = None) -> None:
+        """Record a remote, under the lock: a lock holder removes any git lock file it finds
+        (mgit.lock), which would be this write's own ``config.lock`` if it ran without it."""
         check_ref_name(name, "remote")
-        if name in self.remotes():
-            raise BadInputError(f"remote {name!r} already exists")
-        if not is_url(url):
-            url = str(Path(url).expanduser().resolve())
-        config = self.graph.repo.get_config()
-        config.set((b"remote", name.encode()), b"url", url.encode())
-        if token_file:
-            config.set((b"remote", name.encode()), b"tokenfile", str(Path(token_file).expanduser().resolve()).encode())
-        config.write_to_path()
+        with self.lock:
+            if name in self.remotes():
+                raise BadInputError(f"remote {name!r} already exists")
+            if not is_url(url):
+                url = str(Path(url).expanduser().resolve())
+            config = self.graph.repo.get_config()
+            config.set((b"remote", name.encode()), b"url", url.encode())
+            if token_file:
+                tokens = str(Path(token_file).expanduser().resolve()).encode()
+                config.set((b"remote", name.encode()), b"tokenfile", tokens)
+            config.write_to_path()
 
     def remote_remove(self: Repository, name: str) -> None:
-        if name not in self.remotes():
-            raise BadInputError(f"no remote named {name!r}")
-        config = self.graph.repo.get_config()
-        del config[(b"remote", name.encode())]
-        config.write_to_path()
-        for ref in [r for r in self.graph.repo.refs.allkeys() if r.startswith(f"{TRACKING}{name}/".encode())]:
-            del self.graph.repo.refs[ref]
+        """Forget a remote and its tracking refs, under the lock (as remote_add)."""
+        with self.lock:
+            if name not in self.remotes():
+                raise BadInputError(f"no remote named {name!r}")
+            config = self.graph.repo.get_config()
+            del config[(b"remote", name.encode())]
+            config.write_to_path()
+            for ref in [r for r in self.graph.repo.refs.allkeys() if r.startswith(f"{TRACKING}{name}/".encode())]:
+                del self.graph.repo.refs[ref]
+            shutil.rmtree(self.git_dir / "logs" / f"{TRACKING}{name}", ignore_errors=True)  # their reflogs too, as git
 
     def _remote_setting(self: Repository, name: str, key: str) -> str | None:
         try:
@@ -125,14 +132,17 @@ class Sync:
                 plan = plan_push(self.graph, self.store, backend, commit, ref, force)
                 with byte_progress("push", plan.chunk_bytes) as bar:
                     report = push(self.graph, self.store, backend, plan, bar)
-                self._track(remote, {ref: commit})
+                self._track(remote, {ref: commit}, "push")
         finally:
             backend.close()  # a working repository as the remote: release its lock, even after a failure
         return report
 
-    def fetch(self: Repository, remote: str = "origin", chunks: str | None = None) -> Transfer:
+    def fetch(
+        self: Repository, remote: str = "origin", chunks: str | None = None, *, action: str = "fetch"
+    ) -> Transfer:
         """Every branch and tag of the remote, with their chunks (a partial clone: graph only).
-        ``chunks``: instead, fill in every chunk of that revision (a partial clone's)."""
+        ``chunks``: instead, fill in every chunk of that revision (a partial clone's).
+        ``action`` names the command in the tracking branches' reflogs (pull, clone: as git)."""
         backend = self._backend(remote)
         report = Transfer()
         with self._writing():
@@ -155,15 +165,24 @@ class Sync:
             self.store.seal()  # chunks are visible before any ref names them
             held = {k.decode(): v.decode() for k, v in self.graph.repo.refs.as_dict().items()}
             before = {r: held.get(self.tracking_ref(remote, r) or "") for r in refs}  # old values: what moved
-            self._track(remote, refs)
+            self._track(remote, refs, action)
             report.refs = {r: (before[r], c) for r, c in refs.items()}
         return report
 
-    def _track(self: Repository, remote: str, refs: dict[str, str]) -> None:
-        """Remote-tracking refs (refs/remotes/NAME/BRANCH); tags as local tags unless present."""
+    def _track(self: Repository, remote: str, refs: dict[str, str], action: str) -> None:
+        """Remote-tracking refs (refs/remotes/NAME/BRANCH), each move logged in its reflog as
+        git logs it; tags as local tags unless present (git keeps no reflog for tags)."""
+        held = self.graph.repo.refs.as_dict(TRACKING.encode())
         for ref, commit in refs.items():
             if ref.startswith("refs/heads/"):
-                self.graph.repo.refs[f"{TRACKING}{remote}/{ref.removeprefix('refs/heads/')}".encode()] = commit.encode()
+                name = f"{TRACKING}{remote}/{ref.removeprefix('refs/heads/')}".encode()
+                old = held.get(name.removeprefix(TRACKING.encode()))
+                if old == commit.encode():
+                    continue  # unchanged: no reflog entry, as in git
+                message = _tracking_message(self, action, old.decode() if old else None, commit)
+                self.graph.repo.refs.set_if_equals(
+                    name, None, commit.encode(), committer=self.identity(), message=message.encode()
+                )
             elif ref.startswith("refs/tags/") and ref.encode() not in self.graph.repo.refs:
                 self.graph.repo.refs[ref.encode()] = commit.encode()
 
@@ -193,7 +212,7 @@ class Sync:
         current = self.refs.current_branch()
         if current is None:
             raise BadInputError("HEAD is detached: check out a branch to pull into")
-        report = self.fetch(remote)
+        report = self.fetch(remote, action="pull")
         theirs_ref = f"{TRACKING}{remote}/{branch or current}"
         try:
             theirs = self.graph.repo.refs[theirs_ref.encode()].decode()
@@ -253,7 +272,7 @@ class Sync:
                 config.set((b"remote", b"origin"), b"partial", b"true")
                 config.write_to_path()
                 repo._attach_promisor()
-            repo.cloned = repo.fetch("origin")
+            repo.cloned = repo.fetch("origin", action=f"clone: from {repo.remotes()['origin']}")
             commit = refs[f"refs/heads/{branch}"]
             repo.refs.create_branch(branch, commit)
             repo.refs.point_head_at_branch(branch)
@@ -314,6 +333,20 @@ class Sync:
                 raise RemoteError(f"cannot fetch chunk {cid[:12]} from {name}: {exc}") from None
 
         self.store.fallback = fetch_missing
+
+
+def _tracking_message(repo: Repository, action: str, old: str | None, new: str) -> str:
+    """A tracking branch's reflog message, as git writes it: ``update by push``, ``clone: from
+    URL``, else ``ACTION: storing head`` (new), ``fast-forward`` or ``forced-update``."""
+    if action == "push":
+        return "update by push"
+    if action.startswith("clone:"):
+        return action
+    if old is None:
+        how = "storing head"
+    else:
+        how = "fast-forward" if is_ancestor(repo.graph, old, new) else "forced-update"
+    return f"{action}: {how}"
 
 
 def _names(refs: dict[str, str]) -> str:

@@ -1,5 +1,5 @@
 """Crash points (issue 12): the fast subset of benchmarks/crash_points.py. Every crash point
-(rename, fsync, lock release) of add, commit and checkout on a tiny model is hit by a
+(rename, fsync, lock release) of add, commit, checkout and reset --hard on a tiny model is hit by a
 SIGKILL, and the repository must need no manual repair: status works, the rerun succeeds,
 the result equals an uninterrupted run's, fsck is clean and no commit is lost."""
 

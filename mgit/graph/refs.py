@@ -170,24 +170,35 @@ class Refs:
             )
         self._cas(ref, old.decode(), commit, f"branch: Reset to {what}")
 
-    def rename_branch(self, old: str, new: str) -> None:
+    def rename_branch(self, old: str, new: str, force: bool = False) -> None:
         """``branch -m``: the ref and its reflog move to the new name; HEAD follows when it
-        pointed to the old one."""
+        pointed to the old one. ``force`` (``-M``): an existing ``new`` is replaced, ref and
+        reflog (not the checked-out branch); renaming a branch onto itself does nothing."""
         check_ref_name(new, "branch")
         old_ref, new_ref = f"{HEADS}{old}", f"{HEADS}{new}"
-        commit = self.refs.as_dict(HEADS.encode()).get(old.encode())
+        branches = self.refs.as_dict(HEADS.encode())
+        commit = branches.get(old.encode())
         if commit is None:
             raise BadInputError(f"branch {old!r} not found")
-        if new_ref.encode() in self.refs or any(b.startswith(f"{new}/") for b in self.branches()):
+        replaced = branches.get(new.encode())
+        if force and old == new:
+            return
+        if (replaced is not None and not force) or any(b.startswith(f"{new}/") for b in self.branches()):
             raise BadInputError(f"branch {new!r} already exists")
+        if replaced is not None and new == self.current_branch():
+            raise BadInputError(
+                f"cannot force-rename onto the checked-out branch {new!r}; switch to another branch first"
+            )
         self.refuse_clash(new_ref)
         logs = self.graph.git_dir / "logs"
         old_log, new_log = logs / old_ref, logs / new_ref
         if old_log.is_file():
             new_log.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(old_log, new_log)  # before the new ref exists: its first entry lands after the history
+            os.replace(old_log, new_log)  # before the new ref moves: its first entry lands after the history
+        else:
+            new_log.unlink(missing_ok=True)  # a replaced branch's history is not the renamed one's
         message = f"Branch: renamed {old_ref} to {new_ref}"
-        self._cas(new_ref, None, commit.decode(), message)
+        self._cas(new_ref, replaced.decode() if replaced else None, commit.decode(), message)
         current = self.current_branch() == old
         if current:
             self.refs.set_symbolic_ref(b"HEAD", new_ref.encode())
@@ -234,22 +245,19 @@ class Refs:
         self.log_head(old, commit, f"checkout: moving to {commit}")
 
     def resolve(self, rev: str) -> str:
-        """A revision (branch, tag, id or abbreviation, HEAD~N, REV^N) → commit id.
+        """A revision (branch, tag, id or abbreviation, REF@{N}, HEAD~N, REV^N) → commit id.
 
-        dulwich's parse_commit resolves the base name (refs, abbreviated ids); the
-        ancestry suffixes are applied here so they work after any base.
+        dulwich's parse_commit resolves the base name (refs, abbreviated ids); reflog
+        positions and the ancestry suffixes are applied here so they work after any base.
         """
         match = _SUFFIXES.match(rev or "")
-        if not rev or rev.startswith("-") or not match or not match.group(1):
+        if not rev or rev.startswith("-") or not match or not (match.group(1) or match.group(2)):
             raise RevisionError(f"invalid revision {rev!r}")
-        base, suffixes = match.group(1), match.group(2)
-        try:
-            commit = parse_commit(self.graph.repo, base.encode())
-        except Exception:
-            self._check_named(base)  # a ref or id naming a damaged or missing object says so
-            if base == "HEAD" and self.head() is None:
-                raise RevisionError("HEAD has no commits yet; make a first commit with `mgit commit`") from None
-            raise RevisionError(f"unknown revision {rev!r}: not a branch, tag or commit of this repository") from None
+        base, position, suffixes = match.group(1), match.group(3), match.group(4)
+        if match.group(2):
+            commit = self._parent(self._reflog_position(rev, base, position).encode())
+        else:
+            commit = self._base(rev, base)
         for op, digits in re.findall(r"([~^])(\d*)", suffixes):
             n = int(digits) if digits else 1
             if op == "^":
@@ -264,6 +272,34 @@ class Refs:
                         raise RevisionError(f"revision {rev!r} goes back beyond the first commit")
                     commit = self._parent(commit.parents[0])
         return commit.id.decode()
+
+    def _base(self, rev: str, base: str) -> Commit:
+        try:
+            return parse_commit(self.graph.repo, base.encode())
+        except Exception:
+            self._check_named(base)  # a ref or id naming a damaged or missing object says so
+            if base == "HEAD" and self.head() is None:
+                raise RevisionError("HEAD has no commits yet; make a first commit with `mgit commit`") from None
+            raise RevisionError(f"unknown revision {rev!r}: not a branch, tag or commit of this repository") from None
+
+    def _reflog_position(self, rev: str, base: str, position: str) -> str:
+        """``REF@{N}``: where REF was N moves ago (its reflog's N-th entry, newest first, as
+        git). A bare ``@{N}`` reads the current branch's reflog (HEAD's when detached)."""
+        if not position.isdigit():
+            raise RevisionError(f"invalid revision {rev!r}: mgit reads reflog positions, REF@{{N}} (N = 0, 1, …)")
+        branch = self.current_branch()
+        full = reflog_ref(self.graph.git_dir, self, base) if base else f"{HEADS}{branch}" if branch else "HEAD"
+        entries = reflog_entries(self.graph.git_dir, full)
+        n = int(position)
+        if not entries and full.startswith(TAGS):
+            raise RevisionError(f"revision {rev!r}: {full} has no reflog (tags keep none, as in git)")
+        if n >= len(entries):
+            count = f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
+            raise RevisionError(f"revision {rev!r}: the reflog of {full} has only {count} ({base}@{{0}} is the newest)")
+        new = entries[-1 - n].new_sha.decode()
+        if set(new) == {"0"}:
+            raise RevisionError(f"revision {rev!r}: {full} was deleted at that point of its reflog")
+        return new
 
     def _parent(self, sha: bytes) -> Commit:
         try:
@@ -291,7 +327,7 @@ class Refs:
             self.graph.read(base)
 
 
-_SUFFIXES = re.compile(r"^(.*?)((?:[~^]\d*)*)$")
+_SUFFIXES = re.compile(r"^(.*?)(@\{([^{}]*)\})?((?:[~^]\d*)*)$")  # base, @{N}, ~N / ^N
 
 
 def reflog_entries(git_dir: Path, ref: str = "HEAD") -> list[Entry]:

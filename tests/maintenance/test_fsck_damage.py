@@ -275,6 +275,7 @@ def test_a_damaged_ref_without_reflog_comes_from_the_remote_tracking_ref(setup):
 
 def test_damaged_tracking_and_tag_refs_come_from_the_remote(setup):
     git = setup.repo.git_dir
+    (git / "logs/refs/remotes/origin/main").unlink()  # push logs tracking refs: without it, only the remote knows
     (git / "refs/remotes/origin/main").write_bytes(b"not a commit\n")
     (git / "refs/tags/v1").write_bytes(b"f" * 40 + b"\n")
     with Repository(setup.repo.root) as damaged:
@@ -283,6 +284,17 @@ def test_damaged_tracking_and_tag_refs_come_from_the_remote(setup):
         report = damaged.fsck_repair()
     assert report.graph.refs == {"refs/remotes/origin/main": "remote origin", "refs/tags/v1": "remote origin"}
     assert (git / "refs/tags/v1").read_text().strip() == setup.first
+    with Repository(setup.repo.root) as fresh:
+        assert fresh.fsck() == []
+
+
+def test_a_damaged_tracking_ref_comes_back_from_its_reflog(setup):
+    git = setup.repo.git_dir
+    (git / "refs/remotes/origin/main").write_bytes(b"not a commit\n")
+    with Repository(setup.repo.root) as damaged:
+        report = damaged.fsck_repair()
+    assert report.graph.refs == {"refs/remotes/origin/main": "its reflog"}
+    assert (git / "refs/remotes/origin/main").read_text().strip() == setup.second
     with Repository(setup.repo.root) as fresh:
         assert fresh.fsck() == []
 

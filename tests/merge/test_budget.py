@@ -256,7 +256,7 @@ def test_cli_explain_and_errors(uneven):
     bad = run_mgit(*args, "--budget", "lots", cwd=root)
     assert bad.returncode != 0 and "budget 'lots'" in bad.stderr and "Traceback" not in bad.stderr
     done = run_mgit(*args, "--budget", "20kB", cwd=root, check=True)
-    assert "budget 20kB" in done.stderr
+    assert "budget 20kB" in done.stdout
 
 
 def test_merge_example_runs(tmp_path):
