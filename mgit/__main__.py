@@ -1,9 +1,5 @@
 import sys
 
-from mgit import _crashpoints
-
-_crashpoints.install()  # crash tests only (MGIT_CRASH_AT); nothing happens when unset
-
-from mgit.cli import main  # noqa: E402
+from mgit.cli import main
 
 sys.exit(main())

@@ -20,12 +20,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree as RichTree
 
-from mgit import __version__, progress
-from mgit.errors import BadInputError, MgitError
+from mgit import __version__, _crashpoints, progress
+from mgit.errors import BadInputError, MgitError, NotARepositoryError
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
 from mgit.pager import pager_command, paging
 from mgit.remote.transfer import is_ancestor
-from mgit.repo import GIT_DIR, Repository
+from mgit.repo import Repository, _find_root
 
 if TYPE_CHECKING:  # diff and merge machinery is imported where used: light commands skip it
     from mgit.diff.model import ModelDiff, TensorDiff
@@ -182,7 +182,12 @@ def cli(ctx: click.Context, debug: bool, quiet: bool, no_pager: bool, directory:
 
 def _enclosing_repository(path: Path) -> Path | None:
     """The repository whose working tree holds ``path`` (not ``path`` itself), if any."""
-    return next((p for p in path.parents if (p / GIT_DIR / "HEAD").is_file()), None)
+    if path.parent == path:
+        return None
+    try:
+        return _find_root(path.parent)
+    except NotARepositoryError:
+        return None
 
 
 @cli.command()
@@ -1603,6 +1608,7 @@ def _os_error_message(exc: OSError) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _crashpoints.install()  # crash tests only (MGIT_CRASH_AT); nothing happens when unset
     _add_global_options(cli)
     args = list(sys.argv[1:] if argv is None else argv)
     if "--" in args:

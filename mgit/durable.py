@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 
@@ -13,3 +14,23 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, mode: int | None = None, tmp_name: str | None = None) -> None:
+    """Replace ``path`` with ``data`` durably: a temporary file in the same directory (named
+    ``tmp_name``, default ``NAME.tmp-RANDOM``), fsync'ed, given ``mode``, renamed into place,
+    the directory fsync'ed. Any error removes the temporary file: nothing is left behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(tmp_name or f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)

@@ -125,6 +125,7 @@ class Merging:
             check_ref_name(branch, "branch")
             if branch in self.refs.branches():
                 raise BadInputError(f"branch {branch!r} already exists")
+            self.refs.refuse_clash(f"refs/heads/{branch}")  # before any work: one line
         with self._writing():
             self._refuse_stale_base(setup.base_commit, on_head, branch)
             self._refuse_dirty("merge")

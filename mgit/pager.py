@@ -5,7 +5,11 @@ stdin, so everything printed (click, rich) goes through it; closing waits for th
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -26,6 +30,17 @@ def pager_command(environ: Mapping[str, str], stdout_is_tty: bool, enabled: bool
     return DEFAULT_PAGER
 
 
+def _runnable(command: str) -> bool:
+    """Does the pager's program exist? Leading ``NAME=value`` assignments are passed over; a
+    line shlex cannot split is left to the shell."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return True
+    words = list(itertools.dropwhile(lambda w: re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", w), words))
+    return not words or shutil.which(words[0]) is not None
+
+
 @contextlib.contextmanager
 def paging(command: str | None) -> Iterator[None]:
     """Within the block, stdout goes to ``command`` (a shell command line); None: unchanged.
@@ -35,6 +50,9 @@ def paging(command: str | None) -> Iterator[None]:
         return
     sys.stdout.flush()
     env = {**PAGER_ENV, **os.environ}
+    if not _runnable(command):
+        yield  # no such pager: print directly, as git does (a shell would only say "not found")
+        return
     try:
         pager = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, env=env)
     except OSError:

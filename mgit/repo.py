@@ -325,7 +325,7 @@ class Repository(Merging, Sync):
                 elif full.is_file() and ignorer.is_ignored(rel):
                     raise BadInputError(f"{rel} is ignored by .mgitignore; remove the pattern to track it")
                 else:
-                    found = walk(self.root, rel, ignorer, special)
+                    found = walk(self.root, rel, ignorer, special, tracked=index.entries)
                 _refuse_special([r for r in special if r == rel or r in index.entries])
                 for r in under:
                     # A sparse file missing from disk is taken as not checked out (a checkout may
@@ -472,7 +472,7 @@ class Repository(Merging, Sync):
         head_snap = self._head_snapshot()
         status = Status(self.refs.current_branch(), self.refs.head())
         status.staged = compare_snapshots(self.graph, head_snap, index.snapshot())
-        files = walk(self.root)
+        files = walk(self.root, tracked=index.entries)
         status.unstaged, status.untracked, status.not_checked_out, refreshed = worktree_changes(
             self.graph, self.pool, self.root, index, files
         )
@@ -587,7 +587,7 @@ class Repository(Merging, Sync):
         from mgit.diff.sources import Side, snapshot_side, worktree_side
 
         index = self._index()
-        files = walk(self.root)
+        files = walk(self.root, tracked=index.entries)
         clean = {p: ie.entry for p, ie in index.entries.items() if ie.skip_worktree and p not in files}
         for p, st in files.items():
             ie = index.entries.get(p)
@@ -977,6 +977,7 @@ class Repository(Merging, Sync):
             check_ref_name(create_branch, "branch")
             if create_branch in self.refs.branches():
                 raise BadInputError(f"branch {create_branch!r} already exists")
+            self.refs.refuse_clash(f"refs/heads/{create_branch}")  # before the first file is written
         index = self._index()
         head_snap = self._head_snapshot()
         target_snap = self.snapshot(target)
@@ -1016,9 +1017,9 @@ class Repository(Merging, Sync):
         result.detached = self.refs.current_branch() is None
         return result
 
-    def _complete(self, plan: Journal, index: Index, result: CheckoutResult) -> None:
+    def _complete(self, plan: Journal, index: Index, result: CheckoutResult, clear: bool = True) -> None:
         """The steps after the working files of a journaled operation are written: removals,
-        the index, the sparse patterns, HEAD; then the journal goes (each step idempotent)."""
+        the index, the sparse patterns, HEAD; then (``clear``) the journal goes (each step idempotent)."""
         for p in plan.removes:
             if index.entries.pop(p, None) is not None or (self.root / p).exists():
                 result.removed.append(p)
@@ -1028,7 +1029,8 @@ class Repository(Merging, Sync):
         if plan.set_patterns:
             save_patterns(self.git_dir, plan.patterns)
         self._move_head(plan)
-        journal.clear(self.git_dir)
+        if clear:
+            journal.clear(self.git_dir)
 
     def _move_head(self, plan: Journal) -> None:
         """HEAD as a journaled operation leaves it, whether or not a killed run got that far."""
@@ -1058,10 +1060,10 @@ class Repository(Merging, Sync):
         try:
             self._finish(plan)
         except (MgitError, OSError) as exc:
-            undo = f" or `mgit checkout --force {plan.old_head[:12]}` to undo it" if plan.old_head else ""
+            undo = f" or `{_undo_command(plan)}` to undo it" if plan.old_head else ""
             warn(
                 f"could not finish the interrupted {plan.describe()} ({exc}); "
-                f"run `mgit checkout --force {plan.target[:12]}` to finish it{undo}"
+                f"run `{_finish_command(plan)}` to finish it{undo}"
             )
 
     def _finish(self, plan: Journal) -> None:
@@ -1074,10 +1076,16 @@ class Repository(Merging, Sync):
             index.set(p, todo[p], os.stat(self.root / p), projection=forms[p].projection(todo[p]))
         result = CheckoutResult(plan.target)
         self._write_files(index, {p: e for p, e in todo.items() if p not in done}, result, forms=forms)
-        self._complete(plan, index, result)
-        if plan.switch_after:
+        self._complete(plan, index, result, clear=not plan.switch_after)
+        if plan.switch_after:  # the journal stays until the switch's own journal replaces it
             assert plan.branch is not None
-            self._switch(plan.branch, None, force=False)
+            try:
+                self._switch(plan.branch, None, force=False)
+            except MgitError:
+                left = journal.load(self.git_dir)
+                if left is not None and left.op == plan.op:  # refused before writing anything
+                    journal.clear(self.git_dir)
+                raise
 
     def _clean(self, rel: str, want: Entry, index: Index) -> bool:
         """Does the working file hold ``want`` (stat cache first, content if needed)? The
@@ -1117,7 +1125,7 @@ class Repository(Merging, Sync):
             if left is not None:  # the finishing failed (a warning said why)
                 raise DirtyWorktreeError(
                     f"the interrupted {left.describe()} left {shown} half switched; run "
-                    f"`mgit checkout --force {left.target[:12]}` to finish it"
+                    f"`{_finish_command(left)}` to finish it"
                 )
             raise DirtyWorktreeError(
                 f"checkout would overwrite uncommitted changes in {shown}; commit them, or use --force to discard them"
@@ -1308,6 +1316,8 @@ class Repository(Merging, Sync):
             before = read_snapshot(self.graph, self.graph.commit(tip).tree) if tip else {}
             snap, stats = self._ingest_state_dict(state_dict, dict(before), self.relpath(model), metadata, base)
             touched = {p for p in set(before) | set(snap) if before.get(p) != snap.get(p)}
+            if tip and not touched:  # compared as files, not trees: the tree also holds its stats record
+                raise MgitError("nothing to commit: these tensors are what the branch holds already")
             index = self._index() if checked_out else None
             if index is not None:
                 self._refuse_state_dict_overwrites(index, before, touched)
@@ -1422,9 +1432,7 @@ class Repository(Merging, Sync):
         return result
 
     def _new_commit(self, tree: str, parent: str | None, message: str) -> str:
-        """A commit object of ``tree`` on ``parent``, refused when it changes nothing."""
-        if parent and self.graph.commit(parent).tree == tree:
-            raise MgitError("nothing to commit: these tensors are what the branch holds already")
+        """A commit object of ``tree`` on ``parent`` (the caller refused a commit of nothing)."""
         who = self.identity()
         return self.graph.put_commit(tree, [parent] if parent else [], message, who, who)
 
@@ -1476,6 +1484,26 @@ def _unchanged_since(path: Path, rel: str, seen: os.stat_result) -> os.stat_resu
 def _shown(ie: IndexEntry) -> WorkForm:
     """How the index says the working tree shows an entry now."""
     return WorkForm(ie.worktree, not ie.skip_worktree)
+
+
+def _finish_command(plan: Journal) -> str:
+    """The command that finishes a journaled operation by hand, leaving HEAD where the
+    operation would: on its branch, on the advanced branch, or detached."""
+    if plan.head in ("branch", "create"):
+        return f"mgit checkout --force {plan.branch}"
+    if plan.head == "advance":
+        return f"mgit reset --hard {plan.target[:12]}"
+    if plan.head == "detach":
+        return f"mgit checkout --force {plan.target[:12]}"
+    return "mgit checkout --force HEAD"
+
+
+def _undo_command(plan: Journal) -> str:
+    """The command that undoes a journaled operation by hand (``plan.old_head`` is set)."""
+    assert plan.old_head is not None
+    if plan.head == "advance":
+        return f"mgit reset --hard {plan.old_head[:12]}"
+    return f"mgit checkout --force {plan.old_head[:12]}"
 
 
 def _refuse_empty_selection(forms: Mapping[str, WorkForm], snap: Snapshot, patterns: SparsePatterns, rev: str) -> None:

@@ -10,16 +10,6 @@ import pytest
 from conftest import frozen_finetune, llama_state_dict, minilm_dir, run_mgit, tree_hashes, write_model
 
 
-@pytest.fixture
-def work(tmp_path):
-    d = tmp_path / "work"
-    d.mkdir()
-    run_mgit("init", cwd=d, check=True)
-    run_mgit("config", "user.name", "Ada", cwd=d, check=True)
-    run_mgit("config", "user.email", "ada@example.com", cwd=d, check=True)
-    return d
-
-
 def assert_one_line_error(proc, *fragments: str) -> None:
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from dulwich.file import GitFile
@@ -29,6 +30,19 @@ def check_ref_name(name: str, what: str) -> str:
     if not name or name.startswith("-") or not check_ref_format(f"{HEADS}{name}".encode()):
         raise BadInputError(f"invalid {what} name {name!r}")
     return name
+
+
+def ref_clash(name: str, existing: Iterable[str]) -> str | None:
+    """The existing ref that ``name`` would lie under or hold under it (git stores refs as
+    files: ``refs/heads/a`` and ``refs/heads/a/b`` cannot both exist), or None."""
+    for other in sorted(existing):
+        if other != name and (other.startswith(name + "/") or name.startswith(other + "/")):
+            return other
+    return None
+
+
+def clash_message(name: str, other: str) -> str:
+    return f"cannot create {name}: it clashes with the existing ref {other}"
 
 
 class Refs:
@@ -61,6 +75,12 @@ class Refs:
             obj = self.graph.read(v.decode())
             out[k.decode()] = (obj.object[1] if isinstance(obj, Tag) else v).decode()
         return out
+
+    def refuse_clash(self, ref: str) -> None:
+        """One line, before anything is written, for a new ref clashing with an existing one."""
+        other = ref_clash(ref, (k.decode(errors="replace") for k in self.refs.allkeys() if k != b"HEAD"))
+        if other is not None:
+            raise BadInputError(clash_message(ref, other))
 
     def _cas(self, ref: str, old: str | None, new: str, message: str) -> None:
         """Move ``ref`` from ``old`` to ``new``; ``old=None`` means the ref must not exist yet."""
@@ -105,6 +125,7 @@ class Refs:
         ref = f"{HEADS}{name}"
         if ref.encode() in self.refs:
             raise BadInputError(f"branch {name!r} already exists")
+        self.refuse_clash(ref)
         self._cas(ref, None, commit, f"branch: created from {commit[:12]}")
 
     def delete_branch(self, name: str, force: bool = True) -> None:
@@ -140,6 +161,7 @@ class Refs:
         ref = f"{HEADS}{name}"
         old = self.refs.as_dict(HEADS.encode()).get(name.encode())
         if old is None:
+            self.refuse_clash(ref)
             self._cas(ref, None, commit, f"branch: Created from {what}")
             return
         if name == self.current_branch() and old.decode() != commit:
@@ -167,6 +189,7 @@ class Refs:
             raise BadInputError(
                 f"cannot force-rename onto the checked-out branch {new!r}; switch to another branch first"
             )
+        self.refuse_clash(new_ref)
         logs = self.graph.git_dir / "logs"
         old_log, new_log = logs / old_ref, logs / new_ref
         if old_log.is_file():
@@ -196,6 +219,7 @@ class Refs:
         ref = f"{TAGS}{name}".encode()
         if ref in self.refs:
             raise BadInputError(f"tag {name!r} already exists")
+        self.refuse_clash(ref.decode())
         if not self.refs.add_if_new(ref, commit.encode()):
             raise BadInputError(f"tag {name!r} already exists")
 

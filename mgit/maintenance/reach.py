@@ -1,5 +1,6 @@
 """What a repository still needs: every git object and chunk reachable from a ref, a
-reflog entry or the index, each chunk with the first path/tensor found using it."""
+reflog entry, the index or an interrupted operation's journal, each chunk with the first
+path/tensor found using it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from mgit.graph.integrity import read_object, scan_refs
 from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, decode_tensor_name, is_reserved
 from mgit.graph.objects import Graph
 from mgit.model.manifest import FileManifest, TensorManifest
+from mgit.worktree import journal
 from mgit.worktree.index import Index
 
 ZERO = "0" * 40
@@ -81,6 +83,9 @@ def roots(graph: Graph, index: Index | None, damaged: dict[str, str] | None = No
         out.setdefault(sha, ref)
     for sha in _reflog_ids(graph.git_dir):
         out.setdefault(sha, "a reflog entry")
+    plan = journal.load(graph.git_dir)  # until HEAD moves, a failed recovery's commit is named only here
+    if plan is not None:
+        out.setdefault(plan.target, "the interrupted operation's journal")
     if index is not None:
         for path, ie in index.entries.items():
             out.setdefault(ie.entry.oid, f"the index ({path})")

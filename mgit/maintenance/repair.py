@@ -20,6 +20,7 @@ from dulwich.objects import Commit, ShaFile, Tag
 from dulwich.reflog import format_reflog_line, parse_reflog_line
 from dulwich.refs import check_ref_format
 
+from mgit.durable import atomic_write
 from mgit.errors import CorruptObjectError, MgitError
 from mgit.graph.integrity import RefScan, read_object, scan_refs, valid_ref_value
 from mgit.graph.objects import Graph
@@ -99,14 +100,7 @@ def write_loose(graph: Graph, obj: ShaFile) -> None:
     """Store ``obj`` as a loose object, replacing a damaged file of that id atomically."""
     sha = obj.id.decode()
     path = graph.git_dir / "objects" / sha[:2] / sha[2:]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{sha[2:]}-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(obj.as_legacy_object())
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o444)
-    os.replace(tmp, path)
+    atomic_write(path, obj.as_legacy_object(), mode=0o444, tmp_name=f".tmp-{sha[2:]}-{os.getpid()}")
 
 
 def _intact(graph: Graph, sha: str) -> bool:
@@ -164,11 +158,7 @@ def restore_objects(graph: Graph, index: Index | None, remotes: Remotes, report:
 def _write_ref(git_dir: Path, ref: str, value: str, identity: bytes, source: str) -> None:
     """Write a ref file atomically (a damaged file cannot go through dulwich's compare-and-swap)
     and note the restore in its reflog."""
-    path = git_dir / ref
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(value.encode() + b"\n")
-    os.replace(tmp, path)
+    atomic_write(git_dir / ref, value.encode() + b"\n")
     if value.startswith("ref: ") or not (ref == "HEAD" or ref.startswith(HEADS)):
         return
     log = git_dir / "logs" / ref
@@ -262,9 +252,7 @@ def _rewrite_packed_refs(git_dir: Path) -> None:
             last_ok = valid_ref_value(sha) and name.startswith(b"refs/") and check_ref_format(name)
             if last_ok:
                 keep.append(line)
-    tmp = path.with_name(f"packed-refs.tmp-{os.getpid()}")
-    tmp.write_bytes(b"".join(x + b"\n" for x in keep))
-    os.replace(tmp, path)
+    atomic_write(path, b"".join(x + b"\n" for x in keep))
 
 
 def _clean_reflogs(graph: Graph) -> int:
@@ -278,9 +266,7 @@ def _clean_reflogs(graph: Graph) -> int:
             keep = [line for line in lines if _reflog_line_ok(graph, line)]
             if len(keep) == len(lines):
                 continue
-            tmp = path.with_name(f"{name}.tmp-{os.getpid()}")
-            tmp.write_bytes(b"".join(keep))
-            os.replace(tmp, path)
+            atomic_write(path, b"".join(keep))
             dropped += len(lines) - len(keep)
     return dropped
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 
-DEFAULT_CHUNK_BYTES = 4 * 2**20
+from mgit.store.codec import MAX_CHUNK_BYTES
+
+DEFAULT_CHUNK_BYTES = MAX_CHUNK_BYTES  # chunks are cut at the largest size the format allows
 
 
 def chunk_size_for(shape: tuple[int, ...], bits: int, target: int = DEFAULT_CHUNK_BYTES) -> int:

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
 
 import numpy as np
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -79,9 +84,17 @@ def lookup(name: str) -> DType | None:
     return DTYPES.get(name)
 
 
-# NaN/Inf (signalling NaN payloads included) are data in a checkpoint, not errors: numpy's
-# "invalid value"/"overflow" warnings about them are silenced wherever the numbers are data.
-data_math = np.errstate(invalid="ignore", over="ignore")
+def data_math(fn: Callable[P, R]) -> Callable[P, R]:
+    """NaN/Inf (signalling NaN payloads included) are data in a checkpoint, not errors: numpy's
+    "invalid value"/"overflow" warnings about them are silenced wherever the numbers are data.
+    A new np.errstate per call: one shared instance is safe across threads only on numpy >= 2."""
+
+    @functools.wraps(fn)
+    def quiet(*args: P.args, **kwargs: P.kwargs) -> R:
+        with np.errstate(invalid="ignore", over="ignore"):
+            return fn(*args, **kwargs)
+
+    return quiet
 
 
 def _finite_or_none(x: float) -> float | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import stat
 import struct
 import zlib
 from abc import ABC, abstractmethod
@@ -24,7 +25,7 @@ from collections.abc import Iterable
 from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree, object_class
 
 from mgit.errors import CorruptObjectError, RemoteError
-from mgit.graph.refs import check_ref_name
+from mgit.graph.refs import check_ref_name, clash_message, ref_clash
 from mgit.store import codec
 from mgit.store.pack import Record
 
@@ -133,9 +134,9 @@ def checked_refs(url: str, refs: object) -> dict[str, str]:
 def check_ref_form(name: str, new: str | None, existing: Iterable[str]) -> None:
     """Refuse (BadRefError) a ref value that is not a 40-hex id, or a name under an existing
     ref (or with refs under it): what every backend can check without reading objects."""
-    for other in existing:
-        if other != name and (other.startswith(name + "/") or name.startswith(other + "/")):
-            raise BadRefError(f"cannot create {name}: it clashes with the existing ref {other} (one under the other)")
+    other = ref_clash(name, existing)
+    if other is not None:
+        raise BadRefError(clash_message(name, other))
     if new is not None and (not isinstance(new, str) or not re.fullmatch(r"[0-9a-f]{40}", new)):
         raise BadRefError(f"refusing {name} = {str(new)[:80]!r}: not a 40-hex commit id")
 
@@ -144,27 +145,82 @@ def check_ref_update(backend: Backend, name: str, new: str | None, existing: dic
     """Refuse (BadRefError) setting ref ``name`` to ``new`` unless ``new`` names a commit (a tag
     object too, for a tag) that ``backend`` holds with every object it reaches, and ``name``
     neither lies under an existing ref nor has refs under it. ``existing`` (ref → id, checked
-    when set) bounds the walk: what an existing ref reaches is known to be complete."""
+    when set; ``name``'s own value may be among them) bounds the walk: what an existing ref
+    reaches is known to be complete. Only commits, tags and trees are read; the blobs they
+    name (a model's manifests) are checked for presence in one batch."""
     check_ref_form(name, new, existing)
     if new is None:
         return
     allowed = (b"commit", b"tag") if name.startswith("refs/tags/") else (b"commit",)
-    seen, pending = set(existing.values()), [new]
+    seen = _reached_by(backend, existing.values())
+    pending, blobs = [new], set()
     while pending:
         oid = pending.pop()
-        if oid in seen:
+        if oid in seen and oid != new:  # the new value itself is read for its type
             continue
         seen.add(oid)
-        try:
-            obj = unpack_object(oid, backend.get(object_key(oid)))
-        except MissingObjectError:
-            what = "that commit" if oid == new else f"object {oid[:12]}, which it reaches"
-            raise BadRefError(f"refusing {name} = {new[:12]}: the remote lacks {what}; push it first") from None
-        except CorruptObjectError:
-            raise BadRefError(f"refusing {name} = {new[:12]}: the remote's object {oid[:12]} is damaged") from None
+        obj = _read_for(backend, name, new, oid)
         if oid == new and obj.type_name not in allowed:
             raise BadRefError(f"refusing {name} = {new[:12]}: it names a {obj.type_name.decode()}, not a commit")
-        pending.extend(children(obj))
+        trees, leaves = _split(obj)
+        pending.extend(t for t in trees if t != new)
+        blobs.update(leaves)
+    wanted = {object_key(b): b for b in blobs - seen}
+    lacking = sorted(wanted[k] for k in set(wanted) - backend.has(wanted))
+    if lacking:
+        raise BadRefError(
+            f"refusing {name} = {new[:12]}: the remote lacks object {lacking[0][:12]}, which it reaches; push it first"
+        )
+
+
+def _read_for(backend: Backend, name: str, new: str, oid: str) -> ShaFile:
+    """A git object a ref update reaches, or the BadRefError saying it is missing or damaged."""
+    try:
+        return unpack_object(oid, backend.get(object_key(oid)))
+    except MissingObjectError:
+        what = "that commit" if oid == new else f"object {oid[:12]}, which it reaches"
+        raise BadRefError(f"refusing {name} = {new[:12]}: the remote lacks {what}; push it first") from None
+    except CorruptObjectError:
+        raise BadRefError(f"refusing {name} = {new[:12]}: the remote's object {oid[:12]} is damaged") from None
+
+
+def _split(obj: ShaFile) -> tuple[list[str], list[str]]:
+    """What an object names: (ids to read — commits, tags, trees —, blob ids to check for)."""
+    if isinstance(obj, Tree):
+        entries = [e for e in obj.iteritems() if e.mode != 0o160000]
+        trees = [e.sha.decode() for e in entries if stat.S_ISDIR(e.mode)]
+        return trees, [e.sha.decode() for e in entries if not stat.S_ISDIR(e.mode)]
+    return children(obj), []
+
+
+def _reached_by(backend: Backend, tips: Iterable[str]) -> set[str]:
+    """The existing tips, and the trees and blobs of the commits they name: known complete,
+    so the walk of a new commit stops there (its unchanged files cost no read). Trees only
+    are read; what cannot be read is left out (the walk then reads it itself)."""
+    known = {t for t in tips if isinstance(t, str) and re.fullmatch(r"[0-9a-f]{40}", t)}
+    pending = []
+    for tip in sorted(known):
+        try:
+            obj = unpack_object(tip, backend.get(object_key(tip)))
+        except (MissingObjectError, CorruptObjectError):
+            continue
+        if isinstance(obj, Commit):
+            pending.append(obj.tree.decode())
+    while pending:
+        oid = pending.pop()
+        if oid in known:
+            continue
+        try:
+            obj = unpack_object(oid, backend.get(object_key(oid)))
+        except (MissingObjectError, CorruptObjectError):
+            continue
+        if not isinstance(obj, Tree):
+            continue
+        known.add(oid)
+        trees, leaves = _split(obj)
+        pending.extend(trees)
+        known.update(leaves)
+    return known
 
 
 def children(obj: ShaFile) -> list[str]:
@@ -222,6 +278,11 @@ def unpack_object(oid: str, data: bytes) -> ShaFile:
 
 
 # -- chunks on the wire ---------------------------------------------------------------------
+
+
+def chunk_wire_size(payload_size: int) -> int:
+    """How many bytes ``pack_chunk`` sends for a chunk whose stored payload has this length."""
+    return _CHUNK_HEADER.size + payload_size
 
 
 def pack_chunk(record: Record) -> bytes:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
-import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from mgit.durable import atomic_write
 from mgit.errors import RemoteError
 from mgit.remote.backend import (
     HEAD_KEY,
@@ -44,7 +44,7 @@ class DirectoryBackend(Backend):
             self.root.mkdir(parents=True, exist_ok=True)
             if any(p.name != MARKER for p in self.root.iterdir()):
                 raise RemoteError(f"{self.root} is not empty and not an mgit remote; choose an empty directory")
-            _atomic_write(self.root / MARKER, b"mgit remote, format 1\n")
+            atomic_write(self.root / MARKER, b"mgit remote, format 1\n")
 
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
@@ -58,7 +58,7 @@ class DirectoryBackend(Backend):
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
         if not path.exists():
-            _atomic_write(path, data)
+            atomic_write(path, data)
 
     def has(self, keys: Iterable[str]) -> set[str]:
         return {k for k in keys if self._path(k).is_file()}
@@ -93,8 +93,7 @@ class DirectoryBackend(Backend):
         """As :meth:`Backend.swap_ref`; a value that is no commit held here with its whole graph,
         or a name clashing with another ref, is refused (BadRefError) before the lock."""
         path = self._path(name)
-        existing = {k: v for k, v in self.raw_refs().items() if k != name}
-        check_ref_update(self, name, new, existing)
+        check_ref_update(self, name, new, self.raw_refs())
         with self._locked():
             current = path.read_text(errors="replace").strip() if path.is_file() else None
             if current != old:
@@ -102,9 +101,9 @@ class DirectoryBackend(Backend):
             if new is None:
                 path.unlink(missing_ok=True)
             else:
-                _atomic_write(path, f"{new}\n".encode())
+                atomic_write(path, f"{new}\n".encode())
             if new is not None and name.startswith("refs/heads/") and not (self.root / HEAD_KEY).exists():
-                _atomic_write(self.root / HEAD_KEY, f"ref: {name}\n".encode())
+                atomic_write(self.root / HEAD_KEY, f"ref: {name}\n".encode())
         return True
 
     @contextmanager
@@ -121,17 +120,3 @@ def _files(top: Path) -> Iterator[Path]:
     for dirpath, _, names in os.walk(top):
         for name in names:
             yield Path(dirpath) / name
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

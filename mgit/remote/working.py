@@ -24,6 +24,7 @@ from mgit.remote.backend import (
     check_key,
     check_ref_update,
     checked_refs,
+    chunk_wire_size,
     pack_chunk,
     pack_object,
     unpack_chunk,
@@ -61,10 +62,10 @@ class WorkingRepositoryBackend(Backend):
             return f"ref: {HEADS}{branch}\n".encode()
         if kind == "objects":
             try:
-                return pack_object(self.graph.objects[name.encode()])
+                return pack_object(self.graph.read(name))  # checked against its id
             except KeyError:
                 raise MissingObjectError(f"{self.url} has no {key}") from None
-            except Exception:  # zlib, parse errors: a damaged loose object or pack there
+            except CorruptObjectError:
                 raise CorruptObjectError(
                     f"object {name[:12]} is damaged in {self.url}; run `mgit fsck` there"
                 ) from None
@@ -81,17 +82,17 @@ class WorkingRepositoryBackend(Backend):
         out = set()
         for key in keys:
             kind, _, name = check_key(key).partition("/")
-            if (kind == "objects" and name.encode() in self.graph.objects) or (
-                kind == "chunks" and self.store.has(name)
-            ):
+            if (kind == "objects" and self.graph.has(name)) or (kind == "chunks" and self.store.has(name)):
                 out.add(key)
         return out
 
     def sizes(self, keys: Iterable[str]) -> dict[str, int]:
-        """The size each key would have on the wire (what ``get`` returns)."""
+        """The size each key would have on the wire (what ``get`` returns); a chunk's from
+        its stored size, without reading it."""
         out = {}
         for key in self.has(keys):
-            out[key] = len(self.get(key))
+            kind, _, name = key.partition("/")
+            out[key] = chunk_wire_size(self.store.payload_size(name)) if kind == "chunks" else len(self.get(key))
         return out
 
     def refs(self) -> dict[str, str]:
@@ -145,7 +146,7 @@ class WorkingRepositoryBackend(Backend):
         self._writing()
         try:
             self.store.seal()  # chunks are visible before any ref names them
-            check_ref_update(self, name, new, {k: v for k, v in self.refs().items() if k != name})
+            check_ref_update(self, name, new, self.refs())
             ok = self._cas(name.encode(), old.encode() if old else None, new.encode() if new else None)
             return bool(ok)
         finally:

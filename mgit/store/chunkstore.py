@@ -22,7 +22,18 @@ import blake3
 
 from mgit.errors import CorruptObjectError
 from mgit.store import codec
-from mgit.store.pack import Location, PackIndex, PackReader, PackWriter, Record, idx_path, scan_pack, write_index
+from mgit.store.pack import (
+    BASE_LEN,
+    RECORD,
+    Location,
+    PackIndex,
+    PackReader,
+    PackWriter,
+    Record,
+    idx_path,
+    scan_pack,
+    write_index,
+)
 
 MAX_DELTA_DEPTH = 4
 # A delta at most this share of the raw size is taken without also trying the plain
@@ -128,6 +139,14 @@ class ChunkStore:
         if loc is not None:
             return loc.length
         return self.loose_path(cid).stat().st_size
+
+    def payload_size(self, cid: str) -> int:
+        """The length of the chunk's stored (encoded) payload, from the pack index or the loose
+        file's size: nothing is read (a remote sizes what it would send this way)."""
+        loc = self.locate(cid)
+        if loc is not None:
+            return loc.length - RECORD.size - (BASE_LEN if loc.base else 0)
+        return self.loose_path(cid).stat().st_size - _LOOSE_HEADER.size
 
     def read_cost(self, cid: str, known: frozenset[str] | set[str] = frozenset()) -> int:
         """Stored bytes a read of this chunk touches: itself and its delta bases, up to a

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from dulwich.ignore import IgnoreFilter, read_ignore_patterns
 
 from mgit.errors import BadInputError
 from mgit.graph.names import is_reserved
+from mgit.lock import warn
 from mgit.model.materialize import TMP_MARK
 
 IGNORE_FILE = ".mgitignore"
@@ -69,17 +71,38 @@ def _unreadable(rel: str, exc: OSError) -> BadInputError:
     )
 
 
+def _holders(tracked: Collection[str]) -> set[str]:
+    """Every directory (relative, '' the root) holding a tracked path, and the paths themselves."""
+    out = {""}
+    for path in tracked:
+        parts = path.split("/")
+        out.update("/".join(parts[:n]) for n in range(1, len(parts) + 1))
+    return out
+
+
 def walk(
-    root: Path, start: str = "", ignorer: Ignorer | None = None, special: list[str] | None = None
+    root: Path,
+    start: str = "",
+    ignorer: Ignorer | None = None,
+    special: list[str] | None = None,
+    tracked: Collection[str] | None = None,
 ) -> dict[str, os.stat_result]:
     """Every non-ignored regular file under ``start`` (a relative dir or ''), with its stat.
 
-    A directory or file that cannot be listed or stat'ed is an error naming it, never taken
-    as empty or gone (that would unstage its files). Other kinds of file (FIFOs, sockets,
-    devices) are left out, their paths appended to ``special`` when given."""
+    A directory or file that cannot be listed or stat'ed is an error naming it when it holds
+    tracked paths (``tracked``, the index's; None: every path counts), never taken as empty
+    or gone (that would unstage its files); an untracked one is skipped with a warning, as
+    git does. Other kinds of file (FIFOs, sockets, devices) are left out, their paths
+    appended to ``special`` when given."""
     ignorer = ignorer or Ignorer(root)
     out: dict[str, os.stat_result] = {}
     seen_dirs: set[str] = set()
+    holders = None if tracked is None else _holders(tracked)
+
+    def unreadable(rel: str, exc: OSError) -> None:
+        if holders is None or rel in holders or rel == start:
+            raise _unreadable(rel, exc) from None
+        warn(f"cannot read {rel}: {exc.strerror or type(exc).__name__}; skipped (it holds no tracked files)")
 
     def visit(rel_dir: str) -> None:
         full = root / rel_dir if rel_dir else root
@@ -90,7 +113,8 @@ def walk(
         try:
             names = sorted(os.listdir(full))
         except OSError as exc:
-            raise _unreadable(rel_dir, exc) from None
+            unreadable(rel_dir, exc)
+            return
         for name in names:
             if _skip_name(name):
                 continue
@@ -100,7 +124,8 @@ def walk(
             except FileNotFoundError:
                 continue  # a dangling symlink, or a file deleted since the listing
             except OSError as exc:
-                raise _unreadable(rel, exc) from None
+                unreadable(rel, exc)
+                continue
             is_dir = stat.S_ISDIR(st.st_mode)
             if ignorer.is_ignored(rel, is_dir):
                 continue

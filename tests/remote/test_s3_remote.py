@@ -1,5 +1,5 @@
 """S3 remotes against a real S3-protocol endpoint on 127.0.0.1: moto's ThreadedMotoServer,
-started here on a free port (not a mocked client)."""
+started once per run on a free port by conftest's ``s3_endpoint`` (not a mocked client)."""
 
 from __future__ import annotations
 
@@ -16,25 +16,15 @@ from conftest import (
     run_mgit,
     tree_hashes,
 )
-from moto.server import ThreadedMotoServer
 
 from mgit import Repository
 from mgit.errors import CorruptObjectError, NonFastForwardError, RemoteError
 from mgit.remote.s3 import S3Backend
 
 
-@pytest.fixture(scope="module")
-def endpoint():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 @pytest.fixture
-def bucket(endpoint, monkeypatch):
-    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+def bucket(s3_endpoint, monkeypatch):
+    env = {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
            "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
     for k, v in env.items():
         monkeypatch.setenv(k, v)
