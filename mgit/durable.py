@@ -16,10 +16,13 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, mode: int | None = None, tmp_name: str | None = None) -> None:
+def atomic_write(
+    path: Path, data: bytes, mode: int | None = None, tmp_name: str | None = None, sync_dir: bool = True
+) -> None:
     """Replace ``path`` with ``data`` durably: a temporary file in the same directory (named
     ``tmp_name``, default ``NAME.tmp-RANDOM``), fsync'ed, given ``mode``, renamed into place,
-    the directory fsync'ed. Any error removes the temporary file: nothing is left behind."""
+    the directory fsync'ed (``sync_dir=False`` skips that where a lost name costs nothing: a
+    content-addressed file the next transfer sends again). Any error removes the temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(tmp_name or f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
@@ -33,4 +36,5 @@ def atomic_write(path: Path, data: bytes, mode: int | None = None, tmp_name: str
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)

@@ -58,7 +58,8 @@ class DirectoryBackend(Backend):
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
         if not path.exists():
-            atomic_write(path, data)
+            # content-addressed and many: no directory fsync per object (the ref moved after them syncs its own)
+            atomic_write(path, data, sync_dir=False)
 
     def has(self, keys: Iterable[str]) -> set[str]:
         return {k for k in keys if self._path(k).is_file()}
