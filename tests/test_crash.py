@@ -96,7 +96,7 @@ def test_a_checkout_refused_before_writing_leaves_no_journal(repo: Repository) -
     assert not journal.exists(repo.git_dir)
 
 
-def test_an_interrupted_checkout_that_cannot_be_finished_is_named(repo: Repository, monkeypatch) -> None:
+def test_an_interrupted_checkout_that_cannot_be_finished_is_named(repo: Repository, monkeypatch, capsys) -> None:
     v1, v2 = _two_branches(repo)
     repo.close()
     assert run_mgit("checkout", "b", cwd=repo.root, env={"MGIT_CRASH_AT": "rename:3"}).returncode == -9
@@ -109,6 +109,8 @@ def test_an_interrupted_checkout_that_cannot_be_finished_is_named(repo: Reposito
         again.checkout("b")
     assert "interrupted checkout of b" in str(caught.value)
     assert "mgit checkout --force" in str(caught.value)
+    assert "run `mgit checkout --force b` to finish it" in str(caught.value)  # the branch, not a detached id
+    assert "run `mgit checkout --force b` to finish it" in capsys.readouterr().err
     monkeypatch.undo()
     with Repository(repo.root) as again:
         again.checkout("b")

@@ -185,6 +185,14 @@ def test_reset_bad_input(two):
     assert proc.returncode != 0 and "unknown revision 'nope'" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def _base_and_expert(repo, base: dict) -> None:
+    """main holds ``base``; branch e1 a fine-tune of it; main checked out."""
+    commit_model(repo, base, "base")
+    repo.checkout(create_branch="e1")
+    commit_model(repo, frozen_finetune(base, {0}, seed=3), "e1")
+    repo.checkout("main")
+
+
 def test_reset_hard_head_1_undoes_a_merge(repo):
     base = _sd(0)
     commit_model(repo, base, "base")
@@ -420,13 +428,7 @@ def test_json_results(two):
 
 def test_merge_json_result(repo):
     base = _sd(0)
-    commit_model(repo, base, "base")
-    repo.checkout(create_branch="e1")
-    write_model(repo.root / "model", frozen_finetune(base, {0}, seed=3))
-    touch_later(repo.root / "model" / "model.safetensors")
-    repo.add(["model"])
-    repo.commit("e1")
-    repo.checkout("main")
+    _base_and_expert(repo, base)
     proc = run_mgit("merge", "--method", "task_arithmetic", "--weights", "0.5", "e1", "--json", cwd=repo.root)
     doc = _json(proc)
     record = repo.merge_record("HEAD")

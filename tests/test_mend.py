@@ -12,7 +12,7 @@ import pytest
 from conftest import LlamaSpec, commit_model, llama_state_dict, run_mgit, tree_hashes
 
 from mgit import Repository
-from mgit.errors import BadInputError, DirtyWorktreeError, MgitError
+from mgit.errors import BadInputError, MgitError
 from mgit.remote.backend import BadRefError, object_key
 from mgit.remote.local import DirectoryBackend
 from mgit.repo import _finish_command, _undo_command
@@ -45,25 +45,6 @@ def test_the_recovery_hint_follows_how_head_moves(head: str, finish: str, undo: 
     plan = Journal("checkout", "b", "1" * 40, head=head, branch="b", old_head="2" * 40)
     assert _finish_command(plan) == finish
     assert _undo_command(plan) == undo
-
-
-def test_a_half_switched_checkout_of_a_branch_names_the_branch(repo: Repository, monkeypatch, capsys) -> None:
-    _two_branches(repo)
-    repo.close()
-    assert run_mgit("checkout", "b", cwd=repo.root, env={"MGIT_CRASH_AT": "rename:3"}).returncode == -9
-
-    def broken(self, plan):
-        raise MgitError("chunk abc is missing from the store")
-
-    monkeypatch.setattr(Repository, "_finish", broken)
-    with Repository(repo.root) as again, pytest.raises(DirtyWorktreeError) as caught:
-        again.checkout("b")
-    assert "run `mgit checkout --force b` to finish it" in str(caught.value)
-    assert "run `mgit checkout --force b` to finish it" in capsys.readouterr().err
-    monkeypatch.undo()
-    assert run_mgit("checkout", "--force", "b", cwd=repo.root).returncode == 0
-    with Repository(repo.root) as again:
-        assert again.refs.current_branch() == "b"
 
 
 # -- item 2: gc keeps the commit an interrupted operation's journal names -----------------------
