@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,15 +32,25 @@ def loaded_by(cwd: Path, *args: str) -> dict:
     return json.loads(line.removeprefix("MODULES="))
 
 
-@pytest.fixture
-def committed(work: Path) -> Path:
-    """A repository with one commit of a small bf16 model."""
+@pytest.fixture(scope="module")
+def committed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository with one commit of a small bf16 model, made once by the real CLI."""
     from conftest import llama_state_dict, write_model
 
+    work = tmp_path_factory.mktemp("template") / "work"
+    work.mkdir()
+    for args in (("init",), ("config", "user.name", "Ada"), ("config", "user.email", "ada@example.com")):
+        run_mgit(*args, cwd=work, check=True)
     write_model(work / "model", llama_state_dict())
     run_mgit("add", "model", cwd=work, check=True)
     run_mgit("commit", "-m", "base", cwd=work, check=True)
     return work
+
+
+@pytest.fixture
+def committed(tmp_path: Path, committed_template: Path) -> Path:
+    """A copy of the template for each test (three CLI runs less per test)."""
+    return Path(shutil.copytree(committed_template, tmp_path / "work", symlinks=True))
 
 
 # -- item 12: light commands import no torch, merge or diff machinery ---------------------------
@@ -196,8 +207,6 @@ def test_init_outside_any_repository_is_quiet(tmp_path: Path) -> None:
 
 
 def test_stat_after_reshard_counts_moves(committed: Path) -> None:
-    import shutil
-
     from conftest import llama_state_dict, touch_later, write_model
 
     shutil.rmtree(committed / "model")
