@@ -216,6 +216,11 @@ def _commit_clock() -> types.SimpleNamespace:
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Run the script once; the rendered output of every named step."""
     import mgit.graph.objects
+    from mgit import cli
+
+    console = getattr(cli, "out", None)  # the goldens are piped output: no colours, 240 columns
+    if console is not None and console.is_terminal:
+        pytest.skip("stdout is a terminal (pytest -s? FORCE_COLOR?): the CLI would colour its output")
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(mgit.graph.objects, "time", _commit_clock())
@@ -241,15 +246,6 @@ def _run_script(tmp: Path) -> dict[str, str]:
         else:
             got[name] = unrace(name, render(result, tmp))
     return got
-
-
-def test_output_is_not_a_terminal():
-    """The goldens are the piped output (no colours, 240 columns): pytest must capture stdout."""
-    from mgit import cli
-
-    console = getattr(cli, "out", None)
-    if console is not None and console.is_terminal:
-        pytest.skip("stdout is a terminal (pytest -s?): the CLI would colour its output")
 
 
 @pytest.mark.parametrize("case", CASES)
