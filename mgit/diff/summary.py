@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mgit.diff.layers import layer_of, module_of
+from mgit.model.layers import layer_of, module_of
 from mgit.diff.model import TensorDiff
 from mgit.diff.numeric import Accumulator
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from mgit.diff.layers import layer_of
+from mgit.model.layers import layer_of
 from mgit.errors import BadInputError
 from mgit.merge.params import check_della, check_value
 
