@@ -23,7 +23,7 @@ from mgit.model.ingest import Ingestor
 from mgit.model.materialize import StagedFile
 from mgit.progress import byte_progress
 from mgit.remote.transfer import FetchLimit, LimitReached, Transfer, fetch_chunks, fetch_costs
-from mgit.store.pack import BASE_LEN as DELTA_BASE_BYTES
+from mgit.store.record import BASE_LEN as DELTA_BASE_BYTES
 from mgit.sync import on_demand
 from mgit.version import __version__
 from mgit.worktree import journal
