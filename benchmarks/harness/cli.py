@@ -64,6 +64,13 @@ def add_common(
     p.add_argument("--write-docs", action="store_true", help=write_docs)
 
 
+def add_mergekit_venv(p: argparse.ArgumentParser) -> None:
+    """--mergekit-venv, of the benchmarks that run mergekit."""
+    p.add_argument(
+        "--mergekit-venv", type=Path, help="mergekit's virtual environment (default: bench-work/.venv-mergekit)"
+    )
+
+
 def command_line(argv: Sequence[str] | None, script: str) -> str:
     """The command a report names: as typed, or as it would be typed for ``main(argv)``."""
     return shlex.join(["python", *sys.argv]) if argv is None else shlex.join(["python", script, *argv])

@@ -86,7 +86,7 @@ class ModelPlan:
         return sum(2 * math.prod(s) for _, s in self.tensors)
 
     def describe(self) -> str:
-        """"N layers, hidden H, intermediate I, vocab V, T tensors" for a report's input line."""
+        """The input line's "N layers, hidden H, intermediate I, vocab V, T tensors"."""
         s = self.shape
         return (
             f"{self.layers} layers, hidden {s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, "

@@ -54,7 +54,7 @@ def header_lines(title: str, command: str, workdir: Path, versions: dict[str, st
 
 
 def took(wall: float, waited: float) -> str:
-    """" (took N min, plus M min waiting for other benchmarks)" for header_lines."""
+    """What a run took, for header_lines: " (took N min, plus M min waiting for other benchmarks)"."""
     return f" (took {wall / 60:.0f} min, plus {waited / 60:.0f} min waiting for other benchmarks)"
 
 

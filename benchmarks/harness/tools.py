@@ -168,7 +168,7 @@ def mgit_command(workdir: Path, rev: str) -> tuple[list[str], str]:
 
 
 def mgit_label(mgit: list[str], where: str) -> str:
-    """"VERSION (where)" for a report's Versions line."""
+    """A report's Versions entry for mgit: "VERSION (where)"."""
     return f"{version_of([*mgit, '--version']) or '?'} ({where})"
 
 
