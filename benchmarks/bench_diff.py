@@ -445,6 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         case_results, outputs = measure(case, repo, base, dirs[case], mgit, runner, args.reps)
         results += case_results
         numeric = next(r for r in case_results if r.method == "mgit diff --json")
+        assert numeric.reads is not None
         checks.append(check(case, outputs, expected[case][0], numeric.reads["changed_chunks"]))
     rss_floor = runner.rss_floor(workdir)
     data = {case: expected[case][1] for case, _ in CASES}

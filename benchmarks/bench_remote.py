@@ -165,6 +165,7 @@ def results_table(outcomes: list[Outcome]) -> str:
     for o in outcomes:
         exact = "yes" if o.exact and all(o.exact.values()) else f"**no** ({o.exact})"
         pushed = sum(s.bytes or 0 for s in o.push)
+        assert o.clone is not None and o.partial is not None
         rows.append([o.remote, o.tool, f"{sum(s.seconds for s in o.push):.1f}", fmt_mb(pushed),
                      f"{o.clone.seconds:.1f}", fmt_mb(o.clone.bytes), f"{o.partial.seconds:.1f}",
                      fmt_mb(o.partial.bytes), exact])  # fmt: skip

@@ -87,6 +87,10 @@ class VersionStore:
     def size(self) -> int:
         return disk_usage(self.root / self.store_dir)
 
+    def init(self) -> None:
+        """Untimed: a fresh repository holding nothing yet."""
+        raise NotImplementedError
+
     def switch(self, spec: Spec) -> None:
         """Untimed: go to the spec's branch, creating it from the base when it is new."""
 
@@ -596,7 +600,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tools = find_tools(workdir, args.mgit_rev, not args.no_dvc, args.baselines_venv.resolve())
     zipnn = None if args.no_zipnn else ensure_zipnn(args.baselines_venv.resolve())
     if zipnn:
-        tools.versions["zipnn"] = version_of([zipnn, "-c", "import importlib.metadata as m; print(m.version('zipnn'))"])
+        code = "import importlib.metadata as m; print(m.version('zipnn'))"
+        tools.versions["zipnn"] = str(version_of([zipnn, "-c", code]))
     model, plan, sums = ensure_model(workdir, size_gb)
     versions = ensure_versions(workdir, model, sums)
     runner = Runner(tool_env(workdir), args.idle_wait, args.other_wait)

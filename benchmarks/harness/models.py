@@ -98,7 +98,7 @@ def plan_model(size_bytes: int) -> ModelPlan:
     """Pick the largest shape whose embeddings fit in 70% of the size, then the layer count."""
     shape = next((s for s in SHAPES if s.embedding_bytes() <= 0.7 * size_bytes), SHAPES[-1])
     layers = max(1, round((size_bytes - shape.embedding_bytes()) / shape.layer_bytes()))
-    tensors = [("model.embed_tokens.weight", (shape.vocab, shape.hidden))]
+    tensors: Tensors = [("model.embed_tokens.weight", (shape.vocab, shape.hidden))]
     for i in range(layers):
         tensors += shape.layer_tensors(i)
     tensors += [("model.norm.weight", (shape.hidden,)), ("lm_head.weight", (shape.vocab, shape.hidden))]
