@@ -22,7 +22,8 @@ DOCS_INTRO = """# Benchmarks
 All numbers on this page come from the scripts in `benchmarks/`, each run side by side with
 the peer tools on the same machine and the same inputs, in one run. Each section says which
 script and which exact command produced it, on what machine, and when. GB = 10^9 bytes,
-MB = 10^6 bytes.
+MB = 10^6 bytes. How to run each script, and what their shared harness does (one quiet-machine
+policy, one runner, one generated model, the peers' environments): `benchmarks/README.md`.
 """
 
 
