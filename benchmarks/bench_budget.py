@@ -49,24 +49,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import cli
+from harness import cli, merges
 from harness.machine import IDLE_BELOW, lock_workdir
-from harness.models import GB, MB, SEED, SHARDS, ModelPlan, ensure_model, model_bytes, safetensors_bytes, split_shards
+from harness.merges import Setup
+from harness.models import GB, MB, SEED, SHARDS, ModelPlan, model_bytes, safetensors_bytes, split_shards
 from harness.report import REPO_ROOT, fmt_rss, header_lines, relative, table, took, update_docs
 from harness.runner import Proc, Runner, best_of
-from harness.tools import (
-    MERGEKIT_VENV,
-    commit_branches,
-    ensure_mergekit,
-    json_output,
-    mergekit_cmd,
-    mgit_command,
-    mgit_label,
-    offline_env,
-    package_version,
-    script_child,
-)
-from harness.variants import EXPERT_SEED, SCALE_DECADES, ensure_experts, frozen_byte_share
+from harness.tools import json_output, mergekit_cmd, script_child
+from harness.variants import EXPERT_SEED, SCALE_DECADES, frozen_byte_share
 
 SECTION_TITLE = "## Merge under a read budget (bench_budget.py)"
 READING_THE_TARGETS = (
@@ -244,18 +234,6 @@ class Measured:
     @property
     def rel_error(self) -> float | None:
         return None if self.same is None else self.same.rel_error
-
-
-@dataclass
-class Setup:
-    runner: Runner
-    mgit: list[str]
-    mergekit: Path
-    repo: Path
-    base: Path
-    experts: list[Path]
-    scratch: Path
-    reps: int
 
 
 def run_mergekit(s: Setup, run: Run) -> tuple[Measured, Path]:
@@ -658,30 +636,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     budgets: tuple[int, ...] = tuple(sorted(set(args.budgets), reverse=True))
     if any(not 0 < b <= 100 for b in budgets):
         raise SystemExit("budgets are percentages in (0, 100]")
-    venv = (args.mergekit_venv or MERGEKIT_VENV).resolve()
-    mergekit = ensure_mergekit(venv)
-    mgit, where = mgit_command(workdir, args.mgit_rev)
-    if budgets and not has_budget(mgit):
-        raise SystemExit(f"the mgit under test ({where}) has no `merge --budget-select`; pass --budgets '' "
-                         "to run only the exact merges, or another --mgit-rev")  # fmt: skip
-    versions = {
-        "mgit": mgit_label(mgit, where),
-        "mergekit": package_version(venv / "bin" / "python", "mergekit"),
-        "torch (mergekit's venv / mgit's)": f"{package_version(venv / 'bin' / 'python', 'torch')} / "
-        f"{package_version(sys.executable, 'torch')}",
-    }
-    base, plan, sums = ensure_model(workdir, size_gb)
-    experts = ensure_experts(workdir, base, plan, sums, max(ks))
-    runner = Runner(offline_env(workdir), args.idle_wait, args.other_wait, sample=True)
-    scratch = workdir / "runs"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir()
-    print("committing the base and the experts to a fresh mgit repository ...", flush=True)
-    s = Setup(runner, mgit, mergekit, scratch / "repo", base, experts, scratch, args.reps)
-    commit_branches(runner, mgit, s.repo, [("main", base), *((f"expert-{i}", e) for i, e in enumerate(experts, 1))])
-    print("warming up both tools (untimed) ...", flush=True)
-    runner.run([str(mergekit), "--help"], scratch)
-    runner.run([*mgit, "--help"], scratch)
+
+    def check_mgit(mgit: list[str], where: str) -> None:
+        if budgets and not has_budget(mgit):
+            raise SystemExit(f"the mgit under test ({where}) has no `merge --budget-select`; pass --budgets '' "
+                             "to run only the exact merges, or another --mgit-rev")  # fmt: skip
+
+    s = merges.prepare(args, workdir, size_gb, max(ks), check_mgit)
     results: list[Measured] = []
     denominators: dict[int, float] = {}
     for k in ks:
@@ -690,15 +651,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     kmax = max(ks)
     example_run = Run(kmax, "mgit", 10, "importance") if 10 in budgets else Run(kmax, "mgit")
     example = [
-        relative(shlex.join(mergekit_cmd(mergekit, scratch / f"mergekit-{kmax}.yml", scratch / f"mergekit-{kmax}"))),
-        relative(shlex.join(mgit_merge_cmd([*mgit, "-C", str(s.repo)], example_run))),
+        relative(
+            shlex.join(mergekit_cmd(s.mergekit, s.scratch / f"mergekit-{kmax}.yml", s.scratch / f"mergekit-{kmax}"))
+        ),
+        relative(shlex.join(mgit_merge_cmd([*s.mgit, "-C", str(s.repo)], example_run))),
     ]
-    rss_floor = runner.rss_floor(workdir)
-    raw = model_bytes(base, sums)
-    wall = time.perf_counter() - started - runner.waited
+    rss_floor = s.runner.rss_floor(workdir)
+    raw = model_bytes(s.base, s.sums)
+    wall = time.perf_counter() - started - s.runner.waited
     image = workdir / DOCS_IMAGE.name
-    ctx = Context(command, versions, plan, raw, ks, budgets, workdir, args.reps, example, rss_floor, wall,
-                  runner.waited, denominators, os.path.relpath(DOCS_IMAGE, DOCS_IMAGE.parent.parent))  # fmt: skip
+    ctx = Context(command, s.versions, s.plan, raw, ks, budgets, workdir, args.reps, example, rss_floor, wall,
+                  s.runner.waited, denominators, os.path.relpath(DOCS_IMAGE, DOCS_IMAGE.parent.parent))  # fmt: skip
     section = report(results, ctx)
     plot(results, ks, budgets, image)
     print()
@@ -710,7 +673,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.copyfile(image, DOCS_IMAGE)
         print(f"updated docs/benchmarks.md and {DOCS_IMAGE.relative_to(REPO_ROOT)}")
     if not args.keep:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(s.scratch, ignore_errors=True)
     return 0
 
 

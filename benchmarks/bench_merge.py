@@ -39,24 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import cli
+from harness import cli, merges
 from harness.machine import IDLE_BELOW, lock_workdir
-from harness.models import GB, MB, SEED, SHARDS, ModelPlan, ensure_model, model_bytes, safetensors_bytes, split_shards
+from harness.merges import Setup
+from harness.models import GB, MB, SEED, SHARDS, ModelPlan, model_bytes, safetensors_bytes, split_shards
 from harness.report import fmt_rss, header_lines, publish, relative, table, took
 from harness.runner import Proc, Runner, best_of
-from harness.tools import (
-    MERGEKIT_VENV,
-    commit_branches,
-    ensure_mergekit,
-    json_output,
-    mergekit_cmd,
-    mgit_command,
-    mgit_label,
-    offline_env,
-    package_version,
-    script_child,
-)
-from harness.variants import EXPERT_SEED, SCALE_DECADES, ensure_experts, frozen_byte_share
+from harness.tools import json_output, mergekit_cmd, script_child
+from harness.variants import EXPERT_SEED, SCALE_DECADES, frozen_byte_share
 
 if TYPE_CHECKING:
     from mgit import Repository
@@ -193,18 +183,6 @@ class Outcome:
     @property
     def rss_ratio(self) -> float:
         return self.mgit.max_rss / self.mergekit.max_rss
-
-
-@dataclass
-class Setup:
-    runner: Runner
-    mgit: list[str]
-    mergekit: Path
-    repo: Path
-    base: Path
-    experts: list[Path]
-    scratch: Path
-    reps: int
 
 
 def run_mergekit(s: Setup, case: Case) -> tuple[Proc, list[float], Path]:
@@ -447,41 +425,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     methods = [m for m in args.methods.split(",") if m]
     if unknown := set(methods) - set(METHODS):
         raise SystemExit(f"unknown method(s): {', '.join(sorted(unknown))}")
-    venv = (args.mergekit_venv or MERGEKIT_VENV).resolve()
-    mergekit = ensure_mergekit(venv)
-    mgit, where = mgit_command(workdir, args.mgit_rev)
-    versions = {
-        "mgit": mgit_label(mgit, where),
-        "mergekit": package_version(venv / "bin" / "python", "mergekit"),
-        "torch (mergekit's venv / mgit's)": f"{package_version(venv / 'bin' / 'python', 'torch')} / "
-        f"{package_version(sys.executable, 'torch')}",
-    }
-    base, plan, sums = ensure_model(workdir, size_gb)
-    experts = ensure_experts(workdir, base, plan, sums, max(ks))
-    runner = Runner(offline_env(workdir), args.idle_wait, args.other_wait, sample=True)
-    scratch = workdir / "runs"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir()
-    print("committing the base and the experts to a fresh mgit repository ...", flush=True)
-    s = Setup(runner, mgit, mergekit, scratch / "repo", base, experts, scratch, args.reps)
-    commit_branches(runner, mgit, s.repo, [("main", base), *((f"expert-{i}", e) for i, e in enumerate(experts, 1))])
+    s = merges.prepare(args, workdir, size_gb, max(ks))
     cases = [Case(m, k) for m in methods for k in ks]
-    print("warming up both tools (untimed) ...", flush=True)
-    runner.run([str(mergekit), "--help"], scratch)
-    runner.run([*mgit, "--help"], scratch)
     outcomes = [bench_case(s, case) for case in cases]
     last = cases[-1]
+    label = last.label
     example = [
-        relative(shlex.join(mergekit_cmd(mergekit, scratch / f"{last.label}.yml", scratch / f"mergekit-{last.label}"))),
-        relative(shlex.join(mgit_merge_cmd([*mgit, "-C", str(s.repo)], last, f"merge-{last.label}-1"))),
+        relative(shlex.join(mergekit_cmd(s.mergekit, s.scratch / f"{label}.yml", s.scratch / f"mergekit-{label}"))),
+        relative(shlex.join(mgit_merge_cmd([*s.mgit, "-C", str(s.repo)], last, f"merge-{last.label}-1"))),
     ]
-    rss_floor = runner.rss_floor(workdir)
-    wall = time.perf_counter() - started - runner.waited
-    ctx = Context(command, versions, plan, model_bytes(base, sums), max(ks), workdir, args.reps, last, example,
-                  rss_floor, wall, runner.waited)  # fmt: skip
+    rss_floor = s.runner.rss_floor(workdir)
+    wall = time.perf_counter() - started - s.runner.waited
+    ctx = Context(command, s.versions, s.plan, model_bytes(s.base, s.sums), max(ks), workdir, args.reps, last, example,
+                  rss_floor, wall, s.runner.waited)  # fmt: skip
     publish(report(outcomes, ctx), SECTION_TITLE, args.write_docs)
     if not args.keep:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(s.scratch, ignore_errors=True)
     return 0 if all(o.same.bit_identical for o in outcomes) else 1
 
 

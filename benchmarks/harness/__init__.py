@@ -10,6 +10,7 @@ dozen hand-built Markdown tables and imports of each other. Here each concern li
 - ``tools``: the mgit under test and the peer tools, each peer in its own virtual environment;
 - ``report``: Markdown tables, a section's header lines, replacing a section of docs/benchmarks.md;
 - ``cli``: the options every script shares, and the free-disk check.
+- ``merges``: the merge benchmarks' shared setup (mergekit, a base and its experts in one repository).
 
 Scripts run as ``python benchmarks/bench_X.py``, so ``benchmarks/`` is on ``sys.path`` and they
 import ``harness.*``; no script imports another script. Nothing here imports torch at module level:
