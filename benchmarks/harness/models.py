@@ -85,14 +85,6 @@ class ModelPlan:
     def nbytes(self) -> int:
         return sum(2 * math.prod(s) for _, s in self.tensors)
 
-    def describe(self) -> str:
-        """The input line's "N layers, hidden H, intermediate I, vocab V, T tensors"."""
-        s = self.shape
-        return (
-            f"{self.layers} layers, hidden {s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, "
-            f"{len(self.tensors)} tensors"
-        )
-
 
 def plan_model(size_bytes: int) -> ModelPlan:
     """Pick the largest shape whose embeddings fit in 70% of the size, then the layer count."""
