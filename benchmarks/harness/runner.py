@@ -8,6 +8,7 @@ meanwhile; optionally the peaks of its anonymous and file-backed memory, sampled
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -115,17 +116,12 @@ class Runner:
         if timed:
             self.quiet()
         sampler = RssSampler() if timed and self.sample else None
-        with tempfile.TemporaryFile() as out:  # not in cwd, where `git add .` would pick it up
-            if sampler:
-                sampler.__enter__()
-            try:
-                busy0, t0 = machine.cpu_busy_seconds(), time.perf_counter()
-                proc = subprocess.Popen(list(cmd), cwd=cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT)
-                _, status, usage = os.wait4(proc.pid, 0)
-                seconds, busy1 = time.perf_counter() - t0, machine.cpu_busy_seconds()
-            finally:
-                if sampler:
-                    sampler.__exit__()
+        # the output goes to a temporary file, not into cwd, where `git add .` would pick it up
+        with tempfile.TemporaryFile() as out, sampler or contextlib.nullcontext():
+            busy0, t0 = machine.cpu_busy_seconds(), time.perf_counter()
+            proc = subprocess.Popen(list(cmd), cwd=cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+            _, status, usage = os.wait4(proc.pid, 0)
+            seconds, busy1 = time.perf_counter() - t0, machine.cpu_busy_seconds()
             out.seek(0)
             text = out.read().decode(errors="replace")
         proc.returncode = os.waitstatus_to_exitcode(status)

@@ -14,7 +14,7 @@ BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH_DIR))
 
 from harness import cli, machine, models, report  # noqa: E402
-from harness.runner import Proc, Result  # noqa: E402
+from harness.runner import Proc, Result, Runner, best_of  # noqa: E402
 
 SCRIPTS = ["bench_core", "bench_storage", "bench_diff", "bench_merge", "bench_remote", "bench_budget", "crash_points"]
 
@@ -94,6 +94,25 @@ def test_benchmark_lines_skip_this_process_its_ancestors_and_descendants() -> No
         30: ["vim", "bench_notes.txt"],
     }
     assert machine.benchmark_lines(parents, argv, 12) == ["python benchmarks/bench_merge.py --quick"]
+
+
+# -- runner ---------------------------------------------------------------------------------
+
+
+def test_runner_returns_the_output_and_fails_loudly(tmp_path: Path) -> None:
+    runner = Runner({"PATH": "/usr/bin:/bin"}, idle_wait=0)
+    assert runner.run(["sh", "-c", "echo hi; echo err >&2"], tmp_path).output == "hi\nerr\n"
+    with pytest.raises(RuntimeError, match=r"exit 3.*\nboom"):
+        runner.run(["sh", "-c", "echo boom; exit 3"], tmp_path)
+    steps = runner.steps([["true"], ["true"]], tmp_path)
+    assert len(steps.parts) == 2 and steps.peaks == {}
+
+
+def test_best_of_prepares_each_run_and_keeps_the_fastest() -> None:
+    seconds = iter([3.0, 1.0, 2.0])
+    prepared = []
+    best, times = best_of(3, lambda: prepared.append(1), lambda: Proc(next(seconds), 0, 0.0, ""))
+    assert (best.seconds, times, len(prepared)) == (1.0, [3.0, 1.0, 2.0], 3)
 
 
 # -- cli ------------------------------------------------------------------------------------
