@@ -10,22 +10,21 @@ import json
 import os
 import posixpath
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dulwich.repo import get_user_identity
-
 from mgit.budget import Budget
+from mgit.context import FORMAT_VERSION, Context
+from mgit.context import find_root as _find_root  # noqa: F401  (the cli imports it from here)
 from mgit.errors import (
     BadInputError,
     DirtyWorktreeError,
     LockedError,
     MgitError,
-    NotARepositoryError,
     RefUpdateError,
     RevisionError,
 )
@@ -53,10 +52,11 @@ from mgit.model.ingest import Ingestor, recover_chunks
 from mgit.model.materialize import LocalChunks, StagedFile, entry_size, local_chunks, store_reads, write_entry
 from mgit.model.projection import combine, project, tensor_count
 from mgit.model.safetensors_file import build_header
-from mgit.parallel import make_pool, ordered_map
+from mgit.parallel import ordered_map
 from mgit.progress import byte_progress
+from mgit.remote.transfer import Transfer
 from mgit.store.chunkstore import ChunkStore
-from mgit.store.gc import consolidate, repack
+from mgit.store.gc import repack
 from mgit.sync import Sync, on_demand
 from mgit.worktree import journal
 from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, fetch_within, over_budget
@@ -73,11 +73,7 @@ if TYPE_CHECKING:  # diff machinery is imported where used: light commands (stat
     from mgit.diff.sources import Side
 
 
-GIT_DIR = ".mgit"
-FORMAT_VERSION = 2  # docs/format.md; bumped on incompatible changes
-READABLE_FORMATS = (1, 2)  # format 1 (loose chunks) is read, and upgraded on the first write
 PARENT_SEARCH_COMMITS = 64  # commits searched for the delta parents a checkout budget prices
-AUTO_REPACK_PACKS = 32  # more sealed packs than this after a write: merge them into one
 
 
 @dataclass
@@ -167,67 +163,74 @@ class ShowInfo:
     stored_bytes: int  # unique chunks of this commit as stored
 
 
-def _find_root(start: Path) -> Path:
-    for candidate in [start, *start.parents]:
-        if (candidate / GIT_DIR / "HEAD").is_file():
-            return candidate
-    raise NotARepositoryError(f"not an mgit repository (or any parent up to /): {start}; run `mgit init` first")
-
-
 class Repository(Merging, Sync):
     """An mgit repository: ``.mgit/`` (git graph + chunk store) beside a working tree."""
 
     def __init__(self, path: str | os.PathLike[str] = "."):
-        self.root = _find_root(Path(path).resolve())
-        self.git_dir = self.root / GIT_DIR
-        self.graph = Graph(self.git_dir)
-        try:
-            version = self.graph.repo.get_config().get(b"mgit", b"formatversion").decode()
-        except KeyError:
-            version = "1"
-        if version not in {str(v) for v in READABLE_FORMATS}:
-            raise NotARepositoryError(
-                f"{self.root} uses mgit format {version}; this mgit reads formats "
-                f"{', '.join(map(str, READABLE_FORMATS))}: upgrade mgit"
-            )
-        self.format = int(version)
-        self.store = ChunkStore(self.git_dir / "chunks")
-        self.lock = RepoLock(self.git_dir / "lock", on_acquire=self._recover)
-        self.refs = Refs(self.graph, self.identity())
-        self._pool: ThreadPoolExecutor | None = None
+        self.ctx = Context(path, on_lock=lambda ctx: self._recover())
+        self.ctx.remote = self
         self._attach_promisor()
 
     @classmethod
     def init(cls, path: str | os.PathLike[str] = ".") -> Repository:
         root = Path(path).resolve()
-        if (root / GIT_DIR / "HEAD").exists():
-            raise BadInputError(f"{root} is already an mgit repository")
-        root.mkdir(parents=True, exist_ok=True)
-        Graph.init(root / GIT_DIR)
-        (root / GIT_DIR / "chunks").mkdir()
+        Context.create(root)
         repo = cls(root)
-        repo._set_format(FORMAT_VERSION)
+        repo.ctx.set_format(FORMAT_VERSION)
         return repo
 
-    def _set_format(self, version: int) -> None:
-        config = self.graph.repo.get_config()
-        config.set(b"mgit", b"formatversion", str(version).encode())
-        config.write_to_path()
-        self.format = version
+    # -- the plumbing, as the mixins, the cli and scripts use it -------------------------
 
-    # -- plumbing helpers ---------------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        return self.ctx.root
+
+    @property
+    def git_dir(self) -> Path:
+        return self.ctx.git_dir
+
+    @property
+    def graph(self) -> Graph:
+        return self.ctx.graph
+
+    @property
+    def store(self) -> ChunkStore:
+        return self.ctx.store
+
+    @property
+    def lock(self) -> RepoLock:
+        return self.ctx.lock
+
+    @property
+    def refs(self) -> Refs:
+        return self.ctx.refs
+
+    @property
+    def format(self) -> int:
+        return self.ctx.format
 
     @property
     def pool(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = make_pool()
-        return self._pool
+        return self.ctx.pool
+
+    @property
+    def fetched(self) -> Transfer:
+        return self.ctx.fetched
+
+    @fetched.setter
+    def fetched(self, value: Transfer) -> None:
+        self.ctx.fetched = value
+
+    @property
+    def cloned(self) -> Transfer | None:
+        return self.ctx.cloned
+
+    @cloned.setter
+    def cloned(self, value: Transfer | None) -> None:
+        self.ctx.cloned = value
 
     def close(self) -> None:
-        self.store.close()
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        self.ctx.close()
 
     def __enter__(self) -> Repository:
         return self
@@ -235,67 +238,35 @@ class Repository(Merging, Sync):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def _writing(self) -> Iterator[None]:
-        """Hold the lock; on failure drop the chunks this command wrote but never published."""
-        with self.lock:
-            if self.format < FORMAT_VERSION:  # this write may add packs: readers must know
-                self._set_format(FORMAT_VERSION)
-            try:
-                yield
-                self.store.seal()
-            except BaseException:
-                self.store.abort()
-                raise
-            if len(self.store.indexes()) > AUTO_REPACK_PACKS:
-                consolidate(self.store)  # every lookup searches every pack: keep them few
+    def _writing(self) -> AbstractContextManager[None]:
+        return self.ctx.writing()
 
     def identity(self) -> bytes:
         """GIT_AUTHOR_NAME/EMAIL, else user.name/email from .mgit/config or git's config, else the system."""
-        return get_user_identity(self.graph.repo.get_config_stack(), "AUTHOR")
+        return self.ctx.identity()
 
     def config_set(self, key: str, value: str) -> None:
-        section, _, name = key.rpartition(".")
-        if not section or not name:
-            raise BadInputError(f"config key {key!r} must look like section.name, e.g. user.name")
-        with self.lock:  # the lock holder takes any config.lock for a dead writer's (mgit.lock)
-            config = self.graph.repo.get_config()
-            config.set(section.encode(), name.encode(), value.encode())
-            config.write_to_path()
-        self.refs.identity = self.identity()
+        self.ctx.config_set(key, value)
 
     def config_get(self, key: str) -> str | None:
-        section, _, name = key.rpartition(".")
-        try:
-            return self.graph.repo.get_config_stack().get(section.encode(), name.encode()).decode()
-        except KeyError:
-            return None
+        return self.ctx.config_get(key)
 
     def relpath(self, path: str | os.PathLike[str]) -> str:
         """Repository-relative posix path ('' for the root); refuses paths outside."""
-        p = Path(path)
-        full = os.path.normpath(p if p.is_absolute() else self.root / p)
-        rel = os.path.relpath(full, self.root)
-        if rel == ".":
-            return ""
-        rel = rel.replace(os.sep, "/")
-        if rel == ".." or rel.startswith("../"):
-            raise BadInputError(f"path {str(path)!r} is outside the repository {self.root}")
-        return validate_path(rel)
+        return self.ctx.relpath(path)
 
     def _index(self) -> Index:
-        return Index.load(self.git_dir / "mgit-index.json")
+        return self.ctx.index()
 
     def _head_snapshot(self) -> Snapshot:
-        head = self.refs.head()
-        return read_snapshot(self.graph, self.graph.commit(head).tree) if head else {}
+        return self.ctx.head_snapshot()
 
     def snapshot(self, rev: str = "HEAD") -> Snapshot:
         """Path → Entry for every file of a revision."""
-        return read_snapshot(self.graph, self.graph.commit(self.refs.resolve(rev)).tree)
+        return self.ctx.snapshot(rev)
 
     def resolve(self, rev: str) -> str:
-        return self.refs.resolve(rev)
+        return self.ctx.resolve(rev)
 
     # -- add / rm / commit --------------------------------------------------------------
 
