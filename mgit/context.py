@@ -107,7 +107,7 @@ class Context:
         self._pool: ThreadPoolExecutor | None = None
         self.remote: Remotes = NoRemotes()
         self.fetched = Transfer()  # chunks a partial clone fetched on demand since it was opened
-        self.cloned: Transfer | None = None  # what the clone that made this repository fetched
+        self.cloned = Transfer()  # what the clone that made this repository fetched (not a clone: nothing)
 
     @staticmethod
     def create(root: Path) -> None:

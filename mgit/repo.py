@@ -7,7 +7,7 @@ repository root.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -117,12 +117,12 @@ class Repository(Merging, Sync):
         self.ctx.fetched = value
 
     @property
-    def cloned(self) -> Transfer | None:
+    def cloned(self) -> Transfer:
         """What the clone that made this repository fetched."""
         return self.ctx.cloned
 
     @cloned.setter
-    def cloned(self, value: Transfer | None) -> None:
+    def cloned(self, value: Transfer) -> None:
         self.ctx.cloned = value
 
     def identity(self) -> bytes:
@@ -154,10 +154,7 @@ class Repository(Merging, Sync):
     def _index(self) -> Index:
         return self.ctx.index()
 
-    def _head_snapshot(self) -> Snapshot:
-        return self.ctx.head_snapshot()
-
-    def _parent_lookup(self, snap: Snapshot) -> Any:
+    def _parent_lookup(self, snap: Snapshot) -> Callable[[str], dict[str, Any]]:
         return stage.parent_lookup(self.ctx, snap)
 
     def _pick_model(self, snap: Snapshot, model: str | None) -> tuple[str, list[str]]:
@@ -175,8 +172,11 @@ class Repository(Merging, Sync):
     ) -> CheckoutResult:  # fmt: skip
         return checkout.switch(self.ctx, rev, create_branch, force, staged, patterns)
 
-    def _write_files(self, index: Index, todo: Mapping[str, Entry], result: CheckoutResult, *args: Any) -> None:
-        checkout.write_files(self.ctx, index, todo, result, *args)
+    def _write_files(
+        self, index: Index, todo: Mapping[str, Entry], result: CheckoutResult,
+        staged: Mapping[str, StagedFile] | None = None, forms: Mapping[str, WorkForm] | None = None,
+    ) -> None:  # fmt: skip
+        checkout.write_files(self.ctx, index, todo, result, staged, forms)
 
     def _complete(self, plan: Journal, index: Index, result: CheckoutResult) -> None:
         workfiles.complete(self.ctx, plan, index, result)
