@@ -46,12 +46,11 @@ def _check_request(
     """What can be refused from the request alone (torch-free, nothing read): the config and
     its parameter ranges, the given parameters' ranges, the budget's form."""
     from mgit.merge.config import load_config
-    from mgit.merge.params import check_method, check_params
+    from mgit.merge.methods.registry import check_method
 
     cfg = load_config(config) if config is not None else None
     if cfg is None:
-        check_method(method, params)
-        check_params(params, str(method), method)
+        check_method(method, params).check_params(params, str(method))
     else:
         check_method(cfg.method, set(cfg.parameters).union(*(m.parameters for m in cfg.models)), str(config))
     if budget is not None:
@@ -103,7 +102,7 @@ class Merging:
         chunks chosen first (``budget_select="uniform"``: at random, for comparisons).
         """
         cfg = _check_request(method, config, budget, params)  # bad input refused before torch loads
-        from mgit.merge.methods import get_method  # torch: the methods are torch functions
+        from mgit.merge.methods.registry import get_method
 
         if seed is None:  # deterministic methods need none: keep their commits reproducible
             named = cfg.method if cfg is not None else method
@@ -268,12 +267,11 @@ class Merging:
         ``budget`` (or ``explain``) also which expert chunks are worth reading (``plan.budget``),
         which may analyze chunk pairs no commit recorded (counted apart)."""
         from mgit.merge.config import num_layers, tensor_parameters
-        from mgit.merge.params import check_params
+        from mgit.merge.methods.registry import get_method
         from mgit.merge.plan import model_tensors, plan_merge
         from mgit.merge.record import MergeSetup
 
         cfg = _check_request(method, config, budget, params)  # bad input refused before torch loads
-        from mgit.merge.methods import get_method  # torch: the methods are torch functions
 
         if cfg is not None:
             if experts or params:
@@ -303,7 +301,7 @@ class Merging:
         if not experts:
             raise BadInputError("name at least one expert revision to merge")
         resolved = chosen.resolve(params, len(experts)) if params_for is None else params
-        check_params(resolved, chosen.name, chosen.name)  # with the defaults filled in (DELLA's epsilon)
+        chosen.check_params(resolved, chosen.name)  # with the defaults filled in (DELLA's epsilon)
         expert_commits = [
             reference if k == 0 and reference else self._merge_input(e, model_dir) for k, e in enumerate(experts)
         ]
@@ -319,7 +317,7 @@ class Merging:
             plan.fetch_sizes = sizes
         if params_for is not None:  # every tensor's parameters must resolve before anything is written
             for tp in plan.tensors:
-                check_params(chosen.resolve(params_for(tp.name), len(experts)), f"{config}: tensor {tp.name}", method)
+                chosen.check_params(chosen.resolve(params_for(tp.name), len(experts)), f"{config}: tensor {tp.name}")
         setup = MergeSetup(
             chosen, resolved, base_commit, expert_commits, list(experts), base_snap,
             base_ref=base, params_for=params_for, config=cfg.source if cfg else None,
@@ -400,7 +398,7 @@ class Merging:
 
         def weights_for(tp: TensorPlan) -> importance.Weights:
             params = setup.method.resolve(setup.params_for(tp.name), count) if setup.params_for else setup.params
-            return importance.effective_weights(setup.method.name, params, count)
+            return setup.method.effective_weights(params, count)
 
         def roundoff_for(tp: TensorPlan) -> float:
             return importance.unit_roundoff(tp.base.dtype, dtype, out_dtype)
@@ -420,8 +418,7 @@ class Merging:
         cands = importance.candidates(plan, weights_for, analysis.norms, analysis.upper)
         taken = importance.choose(cands, limit, select, seed)
         report.best_share = importance.best_share(cands, limit)
-        importance.apply(plan, cands, taken, weights_for, setup.method.name in importance.AFFINE_METHODS,
-                         roundoff_for, report)  # fmt: skip
+        importance.apply(plan, cands, taken, weights_for, setup.method.affine, roundoff_for, report)
         return report
 
     def _merge_input(self: Repository, ref: str, model_dir: str | None) -> str:

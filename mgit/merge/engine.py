@@ -35,8 +35,9 @@ import torch
 
 from mgit.errors import BadInputError
 from mgit.graph.snapshot import Entry
-from mgit.merge.methods import MergeMethod, Prepared, seeded_generator
+from mgit.merge.methods.base import MergeMethod, Prepared
 from mgit.merge.plan import MergePlan, TensorPlan
+from mgit.merge.sparsify import seeded_generator
 from mgit.model.chunking import chunk_ranges, chunk_size_for
 from mgit.model.dtypes import lookup
 from mgit.model.filetree import load_safetensors

@@ -36,9 +36,9 @@ from typing import Any
 
 from mgit.errors import BadInputError
 from mgit.merge.knapsack import Item, choose_by_density, choose_uniform, fractional_bound
+from mgit.merge.methods.base import Weights
 from mgit.merge.plan import MergePlan, TensorPlan
 
-AFFINE_METHODS = frozenset({"linear", "task_arithmetic", "passthrough"})
 SELECTIONS = ("importance", "uniform")
 # Unit roundoff (half an ulp at 1) of each floating dtype.
 _UNIT_ROUNDOFF = {"F64": 2.0**-53, "F32": 2.0**-24, "F16": 2.0**-11, "BF16": 2.0**-8, "F8_E4M3": 2.0**-4}
@@ -46,35 +46,6 @@ _COARSEST = 2.0**-3  # F8_E5M2 and anything unknown
 
 PairNorms = Mapping[tuple[str, str], float | None]
 Upper = Mapping[tuple[str, str], float | None]  # estimated pairs: an upper bound of ‖Δ‖ (None: none)
-
-
-@dataclass(frozen=True)
-class Weights:
-    """How the experts enter one merged tensor: M = s·base + Σ_k a_k·Δ_k (affine methods)."""
-
-    experts: tuple[float, ...]  # a_k
-    base: float  # s
-
-
-def effective_weights(method: str, params: Mapping[str, Any], count: int) -> Weights:
-    """Each expert's weight in the merged tensor (for the others: their weight as a ranking)."""
-    if method == "linear":
-        w = [float(x) for x in params["weight"]]
-        total = sum(w) if params.get("normalize", True) else 1.0
-        total = total or 1.0
-        return Weights(tuple(x / total for x in w), sum(abs(x) for x in w) / abs(total))
-    if method == "passthrough":
-        scale = params.get("scale", (None,))[0]
-        return Weights((1.0 if scale is None else float(scale),), 0.0)
-    if method == "slerp":
-        return Weights((float(params["t"]),), 1.0)
-    if "weight" in params:  # the task arithmetic family
-        w = [float(x) for x in params["weight"]]
-        total = sum(w) if params.get("normalize") else 1.0
-        total = total if abs(total) >= 1e-8 else 1.0
-        lam = float(params.get("lambda", 1.0))
-        return Weights(tuple(lam * x / total for x in w), 1.0)
-    return Weights(tuple(1.0 / count for _ in range(count)), 1.0)  # model_stock: towards the mean
 
 
 def _finite(x: float | None) -> float | None:

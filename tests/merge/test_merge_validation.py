@@ -114,7 +114,8 @@ def test_declared_parameters_are_mergekits():
     from mergekit.merge_methods.base import MISSING
 
     from mgit.merge.methods import METHODS
-    from mgit.merge.params import FLAGS, METHOD_PARAMS, NULLABLE, RANGES, REQUIRED
+    from mgit.merge.methods.registry import METHOD_PARAMS
+    from mgit.merge.params import FLAGS, NULLABLE, RANGES, REQUIRED
 
     assert sorted(METHOD_PARAMS) == sorted(METHODS)
     for name, params in METHOD_PARAMS.items():
