@@ -34,7 +34,6 @@ from mgit.worktree.sparse import load_patterns
 if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
     from mgit.merge.config import MergeConfig
     from mgit.merge.engine import Execution, MergeSpec
-    from mgit.merge.importance import BudgetReport
     from mgit.merge.plan import MergePlan, TensorPlan
     from mgit.merge.record import MergeSetup
     from mgit.repo import Repository
@@ -324,7 +323,7 @@ class Merging:
             dtype=cfg.dtype if cfg else None, out_dtype=cfg.out_dtype if cfg else None, reference=reference,
         )  # fmt: skip
         if budget is not None or explain:
-            plan.budget = self._plan_budget(
+            plan = self._plan_budget(
                 plan, setup, budget, budget_select, seed, dtype or setup.dtype, out_dtype or setup.out_dtype
             )
         return plan, setup
@@ -385,23 +384,19 @@ class Merging:
         seed: int,
         dtype: str | None,
         out_dtype: str | None,
-    ) -> BudgetReport:
-        """Restrict ``plan`` to the expert chunks a budget affords (see mgit.merge.importance)."""
-        from mgit.merge import importance
-        from mgit.merge.analyze import pair_norms
+    ) -> MergePlan:
+        """``plan`` restricted to the expert chunks a budget affords, a new plan carrying its
+        report (see mgit.merge.budget)."""
+        from mgit.merge.budget.analyze import pair_norms
+        from mgit.merge.budget.restrict import check_selection, restrict
         from mgit.store.paircache import PairCache
 
-        if select not in importance.SELECTIONS:
-            raise BadInputError(f"unknown budget selection {select!r} (known: {', '.join(importance.SELECTIONS)})")
+        check_selection(select)
         given = parse_budget(budget) if budget is not None else None
         count = len(setup.expert_commits)
 
-        def weights_for(tp: TensorPlan) -> importance.Weights:
-            params = setup.method.resolve(setup.params_for(tp.name), count) if setup.params_for else setup.params
-            return setup.method.effective_weights(params, count)
-
-        def roundoff_for(tp: TensorPlan) -> float:
-            return importance.unit_roundoff(tp.base.dtype, dtype, out_dtype)
+        def params_of(tp: TensorPlan) -> dict[str, Any]:
+            return setup.method.resolve(setup.params_for(tp.name), count) if setup.params_for else setup.params
 
         full = plan.expert_bytes
         limit = given.resolve(full) if given is not None else None
@@ -412,14 +407,11 @@ class Merging:
             plan, setup.reference or setup.base_commit, setup.expert_commits, self.commit_stats,
             full if limit is None else min(limit, full), price,
         )  # fmt: skip
-        report = importance.BudgetReport(str(budget) if budget is not None else None, limit, select, full)
-        report.analyze_pairs, report.analyze_bytes = analysis.pairs_analyzed, analysis.bytes_read
-        report.analyze = analysis.to_json()
-        cands = importance.candidates(plan, weights_for, analysis.norms, analysis.upper)
-        taken = importance.choose(cands, limit, select, seed)
-        report.best_share = importance.best_share(cands, limit)
-        importance.apply(plan, cands, taken, weights_for, setup.method.affine, roundoff_for, report)
-        return report
+        restricted, _ = restrict(
+            plan, setup.method, params_of, analysis, given=str(budget) if budget is not None else None,
+            limit=limit, select=select, seed=seed, dtypes=(dtype, out_dtype),
+        )  # fmt: skip
+        return restricted
 
     def _merge_input(self: Repository, ref: str, model_dir: str | None) -> str:
         """A merge input: a revision, or a model directory on disk imported as a root commit

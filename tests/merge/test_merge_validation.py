@@ -347,7 +347,7 @@ def test_planning_against_a_new_base_reads_no_more_than_the_cap(new_base):
 def test_history_bounds_are_tighter_than_the_norms(new_base, monkeypatch):
     """Expert and new base both changed from the old base's chunk: the recorded distances bound
     their distance far tighter than the chunks' norms do."""
-    from mgit.merge import analyze
+    from mgit.merge.budget import analyze
 
     repo = new_base
     plan, _ = repo.merge_plan(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="10%")
@@ -362,7 +362,7 @@ def test_history_bounds_are_tighter_than_the_norms(new_base, monkeypatch):
 
 @pytest.mark.parametrize("source", ["history", "norms"])
 def test_an_estimated_plan_keeps_its_error_bound_and_says_so(new_base, monkeypatch, source):
-    from mgit.merge import analyze
+    from mgit.merge.budget import analyze
 
     if source == "norms":
         monkeypatch.setattr(analyze, "history_bounds", lambda expert, base, steps: None)

@@ -6,11 +6,11 @@ Every expert chunk that differs from the base chunk at the same place is a candi
   over the experts, or, in a partial clone, the bytes its fetch costs;
 * importance: |a_k| · ‖Δ_k,c‖, where ‖Δ_k,c‖ = ‖expert chunk − base chunk‖₂ comes from the
   commits' statistics (or the pair cache, filled by the separate analyze step, or, past what
-  analysis may read, an estimate from the manifests' norms, :mod:`mgit.merge.analyze`) and a_k
+  analysis may read, an estimate from the manifests' norms, :mod:`mgit.merge.budget.analyze`) and a_k
   is expert k's effective weight in the merged tensor (λ·w_k, divided by Σw when normalizing).
   An estimated ‖Δ‖ ranks the chunk; its upper bound ‖e‖ + ‖b‖ enters the error bound.
 
-Under a budget the candidates are chosen by :mod:`mgit.merge.knapsack`, valued at their
+Under a budget the candidates are chosen by :mod:`mgit.merge.budget.knapsack`, valued at their
 importance squared: the result's chunks are disjoint, so the errors of skipping chunks at
 different places add in squares (‖M_budget − M_full‖² = Σ_c ‖error_c‖²), and the squared
 importance is what a chunk adds to the captured share. (Valuing by the importance itself
@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from mgit.errors import BadInputError
-from mgit.merge.knapsack import Item, choose_by_density, choose_uniform, fractional_bound
+from mgit.merge.budget.knapsack import Item, choose_by_density, choose_uniform, fractional_bound
 from mgit.merge.methods.base import Weights
 from mgit.merge.plan import MergePlan, TensorPlan
 
@@ -48,12 +47,7 @@ PairNorms = Mapping[tuple[str, str], float | None]
 Upper = Mapping[tuple[str, str], float | None]  # estimated pairs: an upper bound of ‖Δ‖ (None: none)
 
 
-def _finite(x: float | None) -> float | None:
-    """JSON has no infinity: a bound that does not exist (a base chunk with a NaN or inf) is null."""
-    return x if x is not None and math.isfinite(x) else None
-
-
-def _gamma(n: int, u: float) -> float:
+def gamma_n(n: int, u: float) -> float:
     """Higham's γ_n = n·u / (1 − n·u): the relative error of n roundings of unit roundoff u."""
     return n * u / (1 - n * u) if n * u < 1 else math.inf
 
@@ -82,60 +76,6 @@ class Candidate:
         if self.norm is None:
             return 0.0  # always read
         return self.weight * (self.norm if self.upper is None else self.upper)
-
-
-@dataclass
-class TensorBudget:
-    """One tensor's share of a budgeted plan (for --explain and the record)."""
-
-    candidates: int = 0
-    chosen: int = 0
-    full_bytes: int = 0
-    planned_bytes: int = 0
-    energy: float = 0.0  # Σ (a_k ‖Δ‖)² over candidates
-    captured: float = 0.0  # ... over chosen ones
-    bound: float = 0.0  # Σ a_k ‖Δ‖ over skipped ones
-    rounding: float = 0.0
-
-
-@dataclass
-class BudgetReport:
-    given: str | None
-    limit: int | None  # bytes; None: no budget
-    select: str
-    full_bytes: int  # expert bytes a full merge reads
-    planned_bytes: int = 0
-    candidates: int = 0
-    chosen: int = 0
-    energy: float = 0.0
-    captured: float = 0.0
-    best_share: float = 1.0  # no choice within the limit captures more (fractional knapsack bound)
-    error_bound: float | None = None  # affine methods only
-    rounding_allowance: float | None = None
-    analyze_pairs: int = 0
-    analyze_bytes: int = 0
-    analyze: dict[str, Any] = field(default_factory=dict)  # mgit.merge.analyze.Analysis.to_json()
-    tensors: dict[str, TensorBudget] = field(default_factory=dict)
-
-    @property
-    def captured_share(self) -> float:
-        return self.captured / self.energy if self.energy > 0 else 1.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "given": self.given,
-            "limit_bytes": self.limit,
-            "select": self.select,
-            "expert_bytes_full": self.full_bytes,
-            "expert_bytes_planned": self.planned_bytes,
-            "chunks_candidate": self.candidates,
-            "chunks_chosen": self.chosen,
-            "captured_share": self.captured_share,
-            "captured_share_max": self.best_share,
-            "error_bound": _finite(self.error_bound),
-            "rounding_allowance": _finite(self.rounding_allowance),
-            "analyze": {"pairs": self.analyze_pairs, "bytes_read": self.analyze_bytes} | self.analyze,
-        }
 
 
 def candidates(
@@ -186,59 +126,3 @@ def choose(cands: list[Candidate], limit: int | None, select: str, seed: int) ->
     for n, p in zip(rest, picked, strict=True):
         taken[n] = p
     return taken
-
-
-def apply(
-    plan: MergePlan,
-    cands: list[Candidate],
-    taken: list[bool],
-    weights_for: Callable[[TensorPlan], Weights],
-    affine: bool,
-    roundoff_for: Callable[[TensorPlan], float],
-    report: BudgetReport,
-) -> None:
-    """Restrict the plan's reads to the chosen candidates and fill the report."""
-    chosen: dict[tuple[int, int], list[int]] = {}
-    per_chunk: dict[tuple[int, int], list[tuple[Candidate, bool]]] = {}
-    for c, take in zip(cands, taken, strict=True):
-        tb = report.tensors.setdefault(plan.tensors[c.tensor].name, TensorBudget())
-        value = 0.0 if c.norm is None else c.weight * c.norm
-        tb.candidates += 1
-        tb.full_bytes += c.cost
-        tb.energy += value * value
-        if take:
-            chosen.setdefault((c.tensor, c.expert), []).append(c.chunk)
-            tb.chosen += 1
-            tb.planned_bytes += c.cost
-            tb.captured += value * value
-        else:
-            tb.bound += c.bound
-        per_chunk.setdefault((c.tensor, c.chunk), []).append((c, take))
-    for (t, i), members in per_chunk.items():
-        if all(take for _, take in members):
-            continue
-        tp = plan.tensors[t]
-        u = roundoff_for(tp)
-        gamma = _gamma(len(tp.experts) + 4, u)
-        base_norm = tp.base.chunks[i].l2
-        moved = sum(c.bound for c, _ in members)
-        size = math.inf if base_norm is None else weights_for(tp).base * base_norm
-        # two results (budgeted and full), each: the base rounds only in the final add and cast
-        # (plus float32 accumulation for linear), the deltas through every step
-        report.tensors[tp.name].rounding += 2 * ((2 * u + _gamma(len(tp.experts) + 2, 2.0**-24)) * size + gamma * moved)
-    for t, tp in enumerate(plan.tensors):
-        for k, reads in enumerate(tp.reads):
-            keep = set(chosen.get((t, k), ()))
-            pairs = [(i, cost) for i, cost in zip(reads, tp.costs[k], strict=True) if i in keep]
-            tp.skipped.append([i for i in reads if i not in keep])
-            tp.reads[k] = [i for i, _ in pairs]
-            tp.costs[k] = [cost for _, cost in pairs]
-            tp.read_bytes[k] = sum(tp.costs[k])
-    report.candidates = len(cands)
-    report.chosen = sum(taken)
-    report.planned_bytes = sum(c.cost for c, take in zip(cands, taken, strict=True) if take)
-    report.energy = sum(tb.energy for tb in report.tensors.values())
-    report.captured = sum(tb.captured for tb in report.tensors.values())
-    if affine:
-        report.error_bound = sum(tb.bound for tb in report.tensors.values())
-        report.rounding_allowance = sum(tb.rounding for tb in report.tensors.values())
