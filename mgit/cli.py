@@ -1313,7 +1313,7 @@ def merge(
         from mgit.merge.engine import MergeSpec  # torch: only for merges
         from mgit.merge.record import plan_record
 
-        spec = MergeSpec(setup.method, setup.params, seed or 0, dtype, out_dtype)
+        spec = MergeSpec(setup.method, setup.params, seed or 0, dtype or setup.dtype, out_dtype or setup.out_dtype)
         record = plan_record(plan, spec, setup, None, __version__)
         if as_json:
             click.echo(json.dumps(record, indent=2))
