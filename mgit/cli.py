@@ -1310,11 +1310,9 @@ def merge(
             budget=budget, budget_select=budget_select, explain=explain, seed=seed or 0, dtype=dtype,
             out_dtype=out_dtype, **params,
         )  # fmt: skip
-        from mgit.merge.engine import MergeSpec  # torch: only for merges
         from mgit.merge.record import plan_record
 
-        spec = MergeSpec(setup.method, setup.params, seed or 0, dtype or setup.dtype, out_dtype or setup.out_dtype)
-        record = plan_record(plan, spec, setup, None, __version__)
+        record = plan_record(plan, setup, None, __version__)
         if as_json:
             click.echo(json.dumps(record, indent=2))
         elif explain:

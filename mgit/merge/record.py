@@ -4,43 +4,21 @@ the commit, so `mgit show`, `mgit lineage` and any clone can tell how a model wa
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mgit.graph.snapshot import Snapshot
 from mgit.merge.plan import MergePlan
 from mgit.model.dtypes import lookup
 from mgit.model.manifest import TensorManifest
 
 if TYPE_CHECKING:  # torch stays out of the everyday commands' start-up
-    from mgit.merge.engine import Execution, MergeSpec
-    from mgit.merge.methods import MergeMethod
+    from mgit.merge.engine import Execution
+    from mgit.merge.request import MergeSetup
 
 PLAN_ENTRY = ".mgit-plan"
 PLAN_SCHEMA = "mgit.plan/1"
 
 
-@dataclass(frozen=True)
-class MergeSetup:
-    method: MergeMethod
-    params: dict[str, Any]  # resolved: defaults filled, expert parameters one per expert
-    base_commit: str
-    expert_commits: list[str]
-    expert_names: list[str]
-    base_snap: Snapshot
-    base_ref: str | None = None  # as given (None: HEAD)
-    params_for: Callable[[str], dict[str, Any]] | None = None  # per-tensor parameters (configs)
-    config: dict[str, Any] | None = None  # the mergekit config as read
-    dtype: str | None = None
-    out_dtype: str | None = None
-    # A method without a base (linear, passthrough) given none: the first expert's commit, whose
-    # model is the reference for dtypes, chunking and non-tensor files (base_commit is then only
-    # the first parent, HEAD, and nothing of it is used). None: the base is the reference.
-    reference: str | None = None
-
-
-def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execution | None, version: str) -> dict:
+def plan_record(plan: MergePlan, setup: MergeSetup, run: Execution | None, version: str) -> dict:
     tensors = []
     for tp in plan.tensors:
         entry: dict[str, Any] = {
@@ -63,7 +41,7 @@ def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execut
                     "error_bound": share.bound if plan.budget.error_bound is not None else None,
                 }
         if setup.params_for is not None:
-            resolved = setup.method.resolve(setup.params_for(tp.name), len(setup.expert_commits))
+            resolved = setup.resolved_params(tp.name)
             entry["parameters"] = {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(resolved.items())}
         if run is not None:
             entry["decision"] = run.decisions.get(tp.name)
@@ -72,16 +50,16 @@ def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execut
         "schema": PLAN_SCHEMA,
         "mgit_version": version,
         "method": setup.method.name,
-        "parameters": {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(spec.params.items())},
-        "seed": spec.seed,
-        "dtype": spec.dtype,
-        "out_dtype": spec.out_dtype,
+        "parameters": {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(setup.params.items())},
+        "seed": setup.seed,
+        "dtype": setup.dtype,
+        "out_dtype": setup.out_dtype,
         "model": plan.model,
         "base": setup.base_commit if setup.reference is None else None,
         "experts": [{"name": n, "commit": c} for n, c in zip(setup.expert_names, setup.expert_commits, strict=True)],
         "bytes": {
             "base_estimated": plan.base_bytes,
-            "output_logical": sum(_output_bytes(tp.base, spec) for tp in plan.tensors),
+            "output_logical": sum(_output_bytes(tp.base, setup) for tp in plan.tensors),
             "experts_estimated": plan.expert_bytes,
             "expert_chunks_estimated": plan.expert_chunks,
             "expert_passes": plan.expert_passes,
@@ -105,9 +83,9 @@ def plan_record(plan: MergePlan, spec: MergeSpec, setup: MergeSetup, run: Execut
     return record
 
 
-def _output_bytes(base: TensorManifest, spec: MergeSpec) -> int:
+def _output_bytes(base: TensorManifest, setup: MergeSetup) -> int:
     """Bytes of a merged tensor: floating tensors in the result dtype, others copied as they are."""
-    given, out = lookup(base.dtype), lookup(spec.result_dtype(base.dtype))
+    given, out = lookup(base.dtype), lookup(setup.result_dtype(base.dtype))
     if given is None or out is None or not given.name.startswith(("F", "BF")):
         return base.nbytes
     return base.nbytes // given.bits * out.bits
