@@ -434,6 +434,8 @@ class Merging:
         its plan); another commit's input is its first parent. A commit met a second time is
         marked ``"seen": true`` instead of being expanded again; ``depth`` bounds the walk.
         """
+        from mgit.merge.record import PlanRecord
+
         seen: set[str] = set()
 
         def node(sha: str, role: str, left: int) -> dict:
@@ -442,21 +444,22 @@ class Merging:
             if sha in seen:
                 return out | {"seen": True}
             seen.add(sha)
-            plan = self.merge_record(sha)
+            doc = self.merge_record(sha)
             if left <= 0:
                 return out | {"truncated": bool(info.parents)}
-            if plan is not None:
-                weights = plan["parameters"].get("weight")
-                out |= {"method": plan["method"], "parameters": plan["parameters"], "seed": plan["seed"]}
-                if plan["base"] is not None:
-                    out["inputs"].append(node(plan["base"], "base", left - 1))
+            if doc is not None:
+                plan = PlanRecord.from_json(doc)
+                weights = plan.parameters.get("weight")
+                out |= {"method": plan.method, "parameters": plan.parameters, "seed": plan.seed}
+                if plan.base is not None:
+                    out["inputs"].append(node(plan.base, "base", left - 1))
                 else:  # a method without a base: the commit it was made on is history, not an input
                     out["inputs"].append(node(info.parents[0], "parent", left - 1))
-                for k, expert in enumerate(plan["experts"]):
-                    role = f"expert {expert['name']}"
+                for k, expert in enumerate(plan.experts):
+                    role = f"expert {expert.name}"
                     if weights is not None:
                         role += f" (weight {weights[k]})"
-                    out["inputs"].append(node(expert["commit"], role, left - 1))
+                    out["inputs"].append(node(expert.commit, role, left - 1))
             elif info.parents:
                 out["inputs"].append(node(info.parents[0], "parent", left - 1))
             return out
