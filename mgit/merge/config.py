@@ -11,6 +11,7 @@ rules mergekit applies, so a config means the same thing to both tools.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,7 +64,7 @@ def _dtype(value: Any, key: str, where: str) -> str | None:
     return name
 
 
-def load_config(path: str | Path) -> MergeConfig:
+def load_config(path: str | os.PathLike[str]) -> MergeConfig:
     where = str(path)
     try:
         doc = yaml.safe_load(Path(path).read_text("utf-8"))
