@@ -1,6 +1,6 @@
 """Merges as commits (mixed into Repository): plan, budget, fetch in a partial clone,
 execute, commit, and the records and lineage they leave. The layers below do the work:
-mgit.merge (plan, importance, engine, record), the model and store layers."""
+mgit.merge (request, plan, budget, engine, record), the model and store layers."""
 
 from __future__ import annotations
 
