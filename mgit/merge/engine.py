@@ -34,7 +34,7 @@ import torch
 
 from mgit.errors import BadInputError
 from mgit.graph.snapshot import Entry
-from mgit.merge.methods.base import Prepared
+from mgit.merge.methods.inputs import Prepared
 from mgit.merge.plan import MergePlan, TensorPlan
 from mgit.merge.request import MergeSetup
 from mgit.merge.sparsify import seeded_generator

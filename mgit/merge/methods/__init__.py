@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mgit.merge.methods.base import MergeMethod, Prepared, Weights
+from mgit.merge.methods.base import MergeMethod, Weights
 from mgit.merge.methods.registry import METHODS, check_method, get_method, merge_tensor, method_names
 from mgit.merge.params import REQUIRED, Param, Scope
 
@@ -77,9 +77,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """The sparsifier helpers, imported (with torch) when first asked for."""
+    """The sparsifier helpers and Prepared, imported (with torch) when first asked for."""
     if name in _SPARSIFY:
         from mgit.merge import sparsify
 
         return getattr(sparsify, name)
+    if name == "Prepared":
+        from mgit.merge.methods.inputs import Prepared
+
+        return Prepared
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

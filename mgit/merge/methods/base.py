@@ -37,9 +37,8 @@ from mgit.merge.params import Param, Scope, check_params
 if TYPE_CHECKING:
     import torch
 
+    from mgit.merge.methods.inputs import Each, Prepared
     from mgit.merge.sparsify import Sampling, Sparsity
-
-Each = Callable[[Callable[[int], None], list[int]], None]  # runs fn(k) for every k, maybe concurrently
 
 
 @dataclass(frozen=True)
@@ -48,15 +47,6 @@ class Weights:
 
     experts: tuple[float, ...]  # a_k
     base: float  # s
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """What an elementwise method fixed on whole tensors (see :meth:`MergeMethod.prepare`)."""
-
-    params: dict[str, Any]  # resolved
-    work: torch.dtype  # the working dtype
-    sparsities: tuple[Sparsity | None, ...] | None = None  # per expert, for sparsifying methods
 
 
 class MergeMethod:
@@ -185,9 +175,9 @@ class MergeMethod:
         name: str | None = None,
     ) -> torch.Tensor:
         """Merge one output tensor. See :func:`mgit.merge.methods.registry.merge_tensor`."""
-        from mgit.merge.methods import inputs
+        from mgit.merge.methods.inputs import call
 
-        return inputs.call(self, base, experts, params, dtype, out_dtype, generator, masks, name)
+        return call(self, base, experts, params, dtype, out_dtype, generator, masks, name)
 
     def prepare(
         self,
@@ -210,9 +200,9 @@ class MergeMethod:
         their decision (kept as bits); ``each(fn, ks)``, when given, may run the deterministic
         ones concurrently. Then :meth:`merge_slice` merges any slice on its own.
         """
-        from mgit.merge.methods import inputs
+        from mgit.merge.methods.inputs import prepare
 
-        return inputs.prepare(self, count, params, input_dtype, dtype, base, expert_at, generator, name, each)
+        return prepare(self, count, params, input_dtype, dtype, base, expert_at, generator, name, each)
 
     def merge_slice(
         self,

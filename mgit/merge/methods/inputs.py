@@ -10,13 +10,27 @@ floating-point tensors are merged. Errors are one-line :class:`mgit.errors.BadIn
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from mgit.errors import BadInputError
-from mgit.merge.methods.base import Each, MergeMethod, Prepared
 from mgit.merge.sparsify import Sampling, Sparsity
+
+if TYPE_CHECKING:  # the interface calls in here (lazily): no import back at run time
+    from mgit.merge.methods.base import MergeMethod
+
+Each = Callable[[Callable[[int], None], list[int]], None]  # runs fn(k) for every k, maybe concurrently
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What an elementwise method fixed on whole tensors (see :meth:`MergeMethod.prepare`)."""
+
+    params: dict[str, Any]  # resolved
+    work: torch.dtype  # the working dtype
+    sparsities: tuple[Sparsity | None, ...] | None = None  # per expert, for sparsifying methods
 
 
 def where_of(method: MergeMethod, name: str | None) -> str:

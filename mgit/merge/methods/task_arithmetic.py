@@ -29,12 +29,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mgit.merge.methods.base import MergeMethod, Prepared, Weights
+from mgit.merge.methods.base import MergeMethod, Weights
 from mgit.merge.params import REQUIRED, Param, Scope, check_della
 
 if TYPE_CHECKING:
     import torch
 
+    from mgit.merge.methods.inputs import Prepared
     from mgit.merge.sparsify import Sampling, Sparsity
 
 COMBINE_SLICE = 1 << 20  # elements combined at a time: bounded scratch, cache-friendly, same bits
