@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from conftest import commit_model, frozen_finetune, llama_state_dict, run_mgit, tree_hashes
+from helpers.models import commit_model, frozen_finetune, llama_state_dict, tree_hashes
+from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.errors import AuthError, BadInputError, CorruptObjectError, MgitError, RemoteError

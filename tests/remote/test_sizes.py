@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
-from conftest import commit_model, llama_state_dict, tree_hashes
+from helpers.models import commit_model, llama_state_dict, tree_hashes
 from moto.server import ThreadedMotoServer
 
 from mgit import Repository
