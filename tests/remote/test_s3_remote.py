@@ -74,17 +74,6 @@ def test_concurrent_pushes_exactly_one_wins(work):
     assert sorted(outcomes) == ["lost", "won"]
 
 
-def test_refs_move_by_conditional_writes(work):
-    _, _, url, _ = work
-    backend = S3Backend(url)
-    a, b = "a" * 40, "b" * 40
-    assert backend.swap_ref("refs/heads/x", None, a)
-    assert not backend.swap_ref("refs/heads/x", None, b)  # exists already
-    assert not backend.swap_ref("refs/heads/x", b, a)  # not what it is
-    assert backend.swap_ref("refs/heads/x", a, b) and backend.refs()["refs/heads/x"] == b
-    assert backend.swap_ref("refs/heads/x", b, None) and "refs/heads/x" not in backend.refs()
-
-
 def test_an_interrupted_push_resumes(work, monkeypatch):
     repo, _, url, _ = work
     from mgit.remote.transfer import plan_push
