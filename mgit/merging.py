@@ -4,7 +4,6 @@ mgit.merge (plan, importance, engine, record), the model and store layers."""
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import re
@@ -16,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from mgit.budget import parse_budget
 from mgit.errors import BadInputError, MgitError, RefUpdateError, RevisionError
-from mgit.graph.objects import MODE_FILE, canonical_json
+from mgit.graph import records
 from mgit.graph.refs import check_ref_name
 from mgit.graph.snapshot import Snapshot, validate_path, write_snapshot
 from mgit.model.ingest import Ingestor
 from mgit.model.materialize import StagedFile
 from mgit.progress import byte_progress
 from mgit.remote.transfer import FetchLimit, LimitReached, Transfer, fetch_chunks, fetch_costs
-from mgit.store.pack import BASE_LEN as DELTA_BASE_BYTES
+from mgit.store.record import BASE_LEN as DELTA_BASE_BYTES
 from mgit.sync import on_demand
 from mgit.version import __version__
 from mgit.worktree import journal
@@ -175,12 +174,12 @@ class Merging:
     ) -> str:
         """Record an executed merge: seal chunks, write tree and commit, then update the
         working tree (from the staged files) and the refs."""
-        from mgit.merge.record import PLAN_ENTRY, plan_record
+        from mgit.merge.record import plan_record
 
         base_snap = setup.base_snap
         merged = dict(base_snap) | run.files
         record = plan_record(plan, spec, setup, run, __version__)
-        extra = self._stats_root(run.stats) + [(PLAN_ENTRY, MODE_FILE, self.graph.put_blob(canonical_json(record)))]
+        extra = records.stats_entries(self.graph, run.stats) + records.plan_entries(self.graph, record)
         self.store.seal()
         tree = write_snapshot(self.graph, merged, extra)
         text = message or f"merge {', '.join(setup.expert_names)} into {base or 'HEAD'} ({setup.method.name})"
@@ -492,9 +491,4 @@ class Merging:
 
     def merge_record(self: Repository, rev: str = "HEAD") -> dict | None:
         """The plan recorded in a merge commit (None for other commits)."""
-        from mgit.merge.record import PLAN_ENTRY
-
-        for name, _, oid in self.graph.tree(self.graph.commit(self.refs.resolve(rev)).tree):
-            if name == PLAN_ENTRY:
-                return json.loads(self.graph.blob(oid))
-        return None
+        return records.read_plan(self.graph, self.graph.commit(self.refs.resolve(rev)).tree)

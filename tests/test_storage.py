@@ -330,7 +330,7 @@ def test_format_1_loose_chunks_are_read_and_packed_by_gc(base_repo):
     for cid in ids:
         raw = bytes(repo.store.get(cid))
         encoding, payload = codec.encode(raw, 2)
-        path = repo.store.loose_path(cid)
+        path = repo.store.loose.path(cid)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(struct.pack("<4sBBxxQ", b"MGC1", encoding, 2, len(raw)) + payload)
     repo.close()

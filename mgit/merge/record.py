@@ -17,7 +17,6 @@ if TYPE_CHECKING:  # torch stays out of the everyday commands' start-up
     from mgit.merge.engine import Execution, MergeSpec
     from mgit.merge.methods import MergeMethod
 
-PLAN_ENTRY = ".mgit-plan"
 PLAN_SCHEMA = "mgit.plan/1"
 
 

@@ -36,7 +36,6 @@ from mgit.remote.backend import (
     unpack_chunk,
     unpack_object,
 )
-from mgit.store import codec
 from mgit.store.chunkstore import ChunkStore
 
 TRANSFER_THREADS = 8  # network and disk waits, not CPU: more than the cores
@@ -333,7 +332,7 @@ def fetch_chunks(
         bar.advance(len(data))
         if record.base and not store.has(record.base, refresh=False):
             fetch(record.base)
-        if limit is not None and limit.charge_verification and record.encoding == codec.XOR_DELTA and record.base:
+        if limit is not None and limit.charge_verification and record.is_delta and record.base:
             limit.charge(store.read_cost(record.base))  # receive decodes the base to verify the delta
         store.receive(record)  # decodes and checks it against its id before it is visible
 

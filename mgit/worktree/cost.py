@@ -22,7 +22,7 @@ from mgit.progress import Bar
 from mgit.remote.backend import Backend
 from mgit.remote.transfer import FetchLimit, LimitReached, Transfer, fetch_chunks, fetch_costs
 from mgit.store.chunkstore import ChunkStore
-from mgit.store.pack import BASE_LEN as DELTA_BASE_BYTES
+from mgit.store.record import BASE_LEN as DELTA_BASE_BYTES
 
 NARROW = "check out fewer tensors with --include PATTERN (or --exclude PATTERN)"
 

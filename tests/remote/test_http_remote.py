@@ -15,7 +15,7 @@ from mgit import Repository
 from mgit.errors import AuthError, RemoteError
 from mgit.remote.backend import pack_chunk
 from mgit.remote.server import MgitServer
-from mgit.store.pack import Record
+from mgit.store.record import Record
 
 TOKENS = {"read-token": "ro", "write-token": "rw"}
 

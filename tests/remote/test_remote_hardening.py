@@ -34,8 +34,8 @@ from mgit.remote.s3 import S3Backend
 from mgit.remote.server import BUSY, MgitServer
 from mgit.remote.transfer import Transfer, fetch_chunks
 from mgit.store import codec
-from mgit.store.chunkstore import ChunkStore, chunk_id
-from mgit.store.pack import Record
+from mgit.store.chunkstore import ChunkStore
+from mgit.store.record import Record, chunk_id
 
 NESTED = b"[" * 100_000 + b"]" * 100_000
 BOMB_RAW = 64 * 2**20  # what the crafted frames decompress to: 16x the largest chunk
