@@ -139,8 +139,8 @@ class Promisor:
         and store reads (those that verifying fetched deltas made, plus those to come)."""
         wire_before = self.fetched.bytes
         try:
-            spent = self.fetch_within(list(quote.fetch), budget - (cost.read - cost.verify), self.fetched,
-                                      sizes=quote.fetch)  # fmt: skip
+            limit = budget - (cost.read - cost.verify)  # the reads verifying deltas are charged to the fetch
+            spent = self.fetch_within(list(quote.fetch), limit, self.fetched, sizes=quote.fetch)
         except LimitReached as exc:
             abort()
             raise BadInputError(deltas_over_budget(exc.needed, cost, budget, self.remote)) from None
