@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-from mgit.errors import RemoteError
 from mgit.remote.backend import (
     HEAD_KEY,
     Backend,
@@ -72,8 +71,7 @@ class MemoryBackend(Backend):
     def swap_ref(self, name: str, old: str | None, new: str | None) -> bool:
         """As :meth:`Backend.swap_ref`; a value that is no commit held here with its whole graph,
         or a name clashing with another ref, is refused (BadRefError) before the lock."""
-        if not check_key(name).startswith(("refs/heads/", "refs/tags/")):
-            raise RemoteError(f"{self.url}: {name} is not a ref")
+        check_key(name)
         check_ref_update(self, name, new, self._raw_refs())
         with self._lock:
             held = self.stored.get(name)

@@ -254,3 +254,16 @@ def test_bad_ref_values_and_clashing_names_are_refused(remote):
     with pytest.raises(error, match="clashes with the existing ref refs/heads/main"):
         backend.swap_ref("refs/heads/main/x", None, head)
     assert backend.swap_ref("refs/heads/x", None, head)
+
+
+def test_only_branch_and_tag_names_move_as_refs(remote):
+    """A key that is valid but no ref (an object's, a chunk's, HEAD) is refused by swap_ref and left
+    as it was: before, the directory backend wrote the commit id over it (a corrupt remote)."""
+    backend = remote.backend
+    (head,) = put_commits(backend, 1)
+    held = object_key(head)
+    before = backend.get(held)
+    for name in (held, "chunks/" + "c" * 64, "HEAD"):
+        _refused(lambda n=name: backend.swap_ref(n, None, head))
+    assert backend.get(held) == before
+    assert remote.reopen().refs() == {}
