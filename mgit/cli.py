@@ -802,8 +802,8 @@ def _budget_line(b: dict) -> str:
 
 def _print_explain(plan: MergePlan) -> None:
     """Per layer: candidate and chosen chunks, bytes, captured share and error bound."""
-    from mgit.diff.layers import layer_of
     from mgit.merge.budget.report import TensorBudget
+    from mgit.model.layers import layer_of
 
     report = plan.budget
     assert report is not None

@@ -29,7 +29,8 @@ from mgit.errors import (
     RefUpdateError,
     RevisionError,
 )
-from mgit.graph.objects import MODE_FILE, CommitInfo, Graph, canonical_json
+from mgit.graph import records
+from mgit.graph.objects import CommitInfo, Graph
 from mgit.graph.refs import Refs, check_ref_name, expire_reflogs, reflog_entries, reflog_ref
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
 from mgit.lock import RepoLock, remove_stale_git_locks, warn
@@ -54,11 +55,13 @@ from mgit.model.projection import combine, project, tensor_count
 from mgit.model.safetensors_file import build_header
 from mgit.parallel import make_pool, ordered_map
 from mgit.progress import byte_progress
+from mgit.remote.promisor import Promisor, on_demand
+from mgit.remote.transfer import Transfer
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.gc import consolidate, repack
-from mgit.sync import Sync, on_demand
+from mgit.sync import Sync
 from mgit.worktree import journal
-from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, fetch_within, over_budget
+from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, over_budget
 from mgit.worktree.index import Index, IndexEntry, StatKey
 from mgit.worktree.journal import Journal, Write
 from mgit.worktree.scan import Ignorer, walk
@@ -73,9 +76,6 @@ if TYPE_CHECKING:  # diff machinery is imported where used: light commands (stat
 
 
 GIT_DIR = ".mgit"
-STATS_ENTRY = ".mgit-stats"  # reserved root entry: relative chunk statistics of a commit
-STATS_SCHEMA = "mgit.stats/1"
-FILE_STATS_SCHEMA = "mgit.filestats/1"
 FORMAT_VERSION = 2  # docs/format.md; bumped on incompatible changes
 READABLE_FORMATS = (1, 2)  # format 1 (loose chunks) is read, and upgraded on the first write
 PARENT_SEARCH_COMMITS = 64  # commits searched for the delta parents a checkout budget prices
@@ -197,7 +197,8 @@ class Repository(Merging, Sync):
         self.lock = RepoLock(self.git_dir / "lock", on_acquire=self._recover)
         self.refs = Refs(self.graph, self.identity())
         self._pool: ThreadPoolExecutor | None = None
-        self._attach_promisor()
+        self.cloned = Transfer()  # what clone() received (empty unless this object made the clone)
+        self.promisor: Promisor | None = self._open_promisor()  # a partial clone's source of chunks not here
 
     @classmethod
     def init(cls, path: str | os.PathLike[str] = ".") -> Repository:
@@ -347,7 +348,7 @@ class Repository(Merging, Sync):
                     got = ingestor.file(self.root / rel, rel)
                     after = _unchanged_since(self.root / rel, rel, st)
                     old = index.entries.get(rel)
-                    entry, stats = got, self._file_stats_blob(ingestor.file_stats)
+                    entry, stats = got, records.put_file_stats(self.graph, ingestor.file_stats)
                     if old is not None and old.projection and got.kind == "safetensors":
                         entry, stats = self._unproject(rel, old, got, stats)
                     projection = got.oid if entry != got else None
@@ -400,11 +401,11 @@ class Repository(Merging, Sync):
                 # which a commit of the same files would drop (a commit of nothing)
                 raise MgitError("nothing to commit: the index matches HEAD (stage changes with `mgit add`)")
             stats = {
-                p: json.loads(self.graph.blob(ie.stats))["chunks"]
+                p: records.file_stats(self.graph, ie.stats)
                 for p, ie in index.entries.items()
                 if ie.stats and ie.entry != head_snap.get(p)
             }
-            tree = write_snapshot(self.graph, index.snapshot(), self._stats_root(stats))
+            tree = write_snapshot(self.graph, index.snapshot(), records.stats_entries(self.graph, stats))
             return self._commit_tree(tree, head, message, allow_empty)
 
     # -- relative statistics -------------------------------------------------------------
@@ -425,26 +426,9 @@ class Repository(Merging, Sync):
 
         return lookup
 
-    def _file_stats_blob(self, stats: list) -> str | None:
-        if not stats:
-            return None
-        return self.graph.put_blob(canonical_json({"schema": FILE_STATS_SCHEMA, "chunks": stats}))
-
-    def _stats_root(self, stats: dict[str, list]) -> list[tuple[str, int, str]]:
-        """The reserved root entry holding this commit's relative statistics, if any."""
-        stats = {p: s for p, s in stats.items() if s}
-        if not stats:
-            return []
-        blob = self.graph.put_blob(canonical_json({"schema": STATS_SCHEMA, "files": stats}))
-        return [(STATS_ENTRY, MODE_FILE, blob)]
-
     def commit_stats(self, rev: str = "HEAD") -> dict[str, list]:
         """path → [[chunk id, parent chunk id, ‖Δ‖₂], ...] recorded with a commit."""
-        tree = self.graph.commit(self.refs.resolve(rev)).tree
-        for name, _, oid in self.graph.tree(tree):
-            if name == STATS_ENTRY:
-                return json.loads(self.graph.blob(oid))["files"]
-        return {}
+        return records.read_stats(self.graph, self.graph.commit(self.refs.resolve(rev)).tree)
 
     def _commit_tree(self, tree: str, head: str | None, message: str, allow_empty: bool = False) -> str:
         if not allow_empty:
@@ -895,7 +879,7 @@ class Repository(Merging, Sync):
             rev = "HEAD"
         with self.lock:
             before = self.store.reads.chunks, self.store.reads.stored_bytes
-            fetched_before = self.fetched.bytes if self.is_partial else 0
+            fetched_before = self.fetched.bytes
             tracked = self.remote_branch_for(rev) if paths is None and create_branch is None and rev else None
             if tracked is not None:
                 rev, create_branch = tracked, rev
@@ -905,7 +889,7 @@ class Repository(Merging, Sync):
                 result = self._switch(rev, create_branch, force, patterns=patterns, budget=limit)
             result.chunks_read = self.store.reads.chunks - before[0]
             result.bytes_read = self.store.reads.stored_bytes - before[1]
-            result.bytes_fetched = self.fetched.bytes - fetched_before if self.is_partial else 0
+            result.bytes_fetched = self.fetched.bytes - fetched_before
             return result
 
     def sparse_patterns(self) -> SparsePatterns | None:
@@ -1206,16 +1190,15 @@ class Repository(Merging, Sync):
                 continue
             local = reuse[p][1] if reuse[p] is not None and self._clean(p, index.entries[p].worktree, index) else None
             reads += store_reads(self.graph, form.entry, p, local)
-        remote = self._promisor()
-        backend = self._backend(remote) if remote is not None else None
+        promisor = self.promisor
         bases = (lambda wanted: self._recorded_parents(commit, wanted)) if commit else None
-        cost, missing = estimate(self.store, reads, backend, bases)
+        quote = promisor.quote(reads, bases) if promisor is not None else None
+        cost = estimate(reads, self.store.read_cost, quote)
         if cost.total > budget:
-            raise BadInputError(over_budget(cost, budget, remote))
-        if missing:
-            assert backend is not None and remote is not None
-            abort = self.store.abort  # a refused checkout keeps none of what it fetched
-            cost = fetch_within(self.store, backend, reads, missing, cost, budget, self.fetched, remote, abort)
+            raise BadInputError(over_budget(cost, budget, promisor.remote if promisor is not None else None))
+        if promisor is not None and quote is not None and quote.fetch:
+            # a refused checkout keeps none of what it fetched
+            cost = promisor.fetch_for_checkout(reads, quote, cost, budget, self.store.abort)
         return cost
 
     def _recorded_parents(self, start: str, wanted: set[str]) -> dict[str, str]:
@@ -1322,7 +1305,8 @@ class Repository(Merging, Sync):
             if index is not None:
                 self._refuse_state_dict_overwrites(index, before, touched)
             self.store.seal()
-            commit = self._new_commit(write_snapshot(self.graph, snap, self._stats_root(stats)), tip, message)
+            tree = write_snapshot(self.graph, snap, records.stats_entries(self.graph, stats))
+            commit = self._new_commit(tree, tip, message)
             summary = f"{'commit' if tip else 'commit (initial)'}: {message.strip().splitlines()[0]}"
             if index is None:
                 assert branch is not None

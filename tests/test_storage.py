@@ -11,7 +11,8 @@ import time
 
 import pytest
 import torch
-from conftest import LlamaSpec, frozen_finetune, llama_state_dict, run_mgit, touch_later, tree_hashes, write_model
+from helpers.models import LlamaSpec, frozen_finetune, llama_state_dict, touch_later, tree_hashes, write_model
+from helpers.run import run_mgit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -329,7 +330,7 @@ def test_format_1_loose_chunks_are_read_and_packed_by_gc(base_repo):
     for cid in ids:
         raw = bytes(repo.store.get(cid))
         encoding, payload = codec.encode(raw, 2)
-        path = repo.store.loose_path(cid)
+        path = repo.store.loose.path(cid)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(struct.pack("<4sBBxxQ", b"MGC1", encoding, 2, len(raw)) + payload)
     repo.close()

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mgit.diff.layers import layer_of, module_of
 from mgit.diff.model import TensorDiff
 from mgit.diff.numeric import Accumulator
+from mgit.model.layers import layer_of, module_of
 
 
 @dataclass

@@ -16,6 +16,7 @@ from mgit.graph.objects import Graph
 from mgit.graph.snapshot import read_snapshot
 from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.store.chunkstore import ChunkStore
+from mgit.store.codec import ENCODING_NAMES
 
 
 @dataclass
@@ -48,7 +49,6 @@ class StoreUsage:
         return self.raw_bytes / self.stored_bytes if self.stored_bytes else 1.0
 
 
-ENCODING_NAMES = {0: "raw", 1: "zstd", 2: "delta"}
 
 
 def commit_chunks(graph: Graph, commit: str) -> tuple[int, dict[str, int], int]:
@@ -98,7 +98,7 @@ def measure_store(store: ChunkStore) -> StoreUsage:
             encodings[ENCODING_NAMES.get(int(code), str(code))] += int(count)
     for cid in store.loose_ids():
         usage.chunks += 1
-        usage.stored_bytes += store.loose_path(cid).stat().st_size
+        usage.stored_bytes += store.loose.stored_size(cid)
         encodings["loose"] += 1
-    usage.by_encoding = dict(encodings)
+    usage.by_encoding = dict(sorted(encodings.items()))  # by name: the same JSON whatever order the packs list in
     return usage

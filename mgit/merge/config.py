@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from mgit.diff.layers import layer_of
 from mgit.errors import BadInputError
 from mgit.merge.params import Scope, check_value
+from mgit.model.layers import layer_of
 
 if TYPE_CHECKING:
     from mgit.merge.methods.base import MergeMethod

@@ -15,7 +15,6 @@ if TYPE_CHECKING:  # torch stays out of the everyday commands' start-up
     from mgit.merge.engine import Execution
     from mgit.merge.request import MergeSetup
 
-PLAN_ENTRY = ".mgit-plan"
 PLAN_SCHEMA = "mgit.plan/1"
 
 

@@ -23,7 +23,8 @@ from mgit.model.manifest import ChunkRef, FileManifest, TensorManifest
 from mgit.model.safetensors_file import SafetensorsLayout, read_layout
 from mgit.parallel import ordered_map
 from mgit.progress import Bar
-from mgit.store.chunkstore import ChunkStore, chunk_id
+from mgit.store.chunkstore import ChunkStore
+from mgit.store.record import chunk_id
 
 LARGE_FILE_BYTES = DEFAULT_CHUNK_BYTES  # non-tensor files above this are chunked, not blobs
 ReadAt = Callable[[int, int], bytes | memoryview]  # (offset, size) → bytes

@@ -21,7 +21,8 @@ from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.safetensors_file import parse_header
 from mgit.parallel import ordered_map
 from mgit.progress import Bar
-from mgit.store.chunkstore import ChunkStore, chunk_id
+from mgit.store.chunkstore import ChunkStore
+from mgit.store.record import chunk_id
 
 TMP_MARK = ".mgit-tmp-"
 

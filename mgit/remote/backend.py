@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import re
 import stat
-import struct
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
@@ -26,16 +25,13 @@ from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree, object_class
 
 from mgit.errors import CorruptObjectError, RemoteError
 from mgit.graph.refs import check_ref_name, clash_message, ref_clash
-from mgit.store import codec
-from mgit.store.pack import Record
+from mgit.store import codec, record
+from mgit.store.record import Record
 
 OBJECT_KEY = re.compile(r"objects/[0-9a-f]{40}")
 CHUNK_KEY = re.compile(r"chunks/[0-9a-f]{64}")
 HEAD_KEY = "HEAD"
 MAX_OBJECT_BYTES = 64 * 2**20  # chunks are 4 MiB, blobs of non-tensor files at most that: room to spare
-
-_CHUNK_MAGIC = b"MGCR"
-_CHUNK_HEADER = struct.Struct("<4sBBBxQ32s")  # magic, version, encoding, group, raw size, delta base
 
 
 class MissingObjectError(RemoteError):
@@ -133,7 +129,10 @@ def checked_refs(url: str, refs: object) -> dict[str, str]:
 
 def check_ref_form(name: str, new: str | None, existing: Iterable[str]) -> None:
     """Refuse (BadRefError) a ref value that is not a 40-hex id, or a name under an existing
-    ref (or with refs under it): what every backend can check without reading objects."""
+    ref (or with refs under it), or a name that is no branch or tag (an object's key, HEAD: a
+    swap there would overwrite what it holds): what every backend can check without reading objects."""
+    if not name.startswith(("refs/heads/", "refs/tags/")):
+        raise BadRefError(f"refusing {name}: not a branch or tag (refs/heads/… or refs/tags/…)")
     other = ref_clash(name, existing)
     if other is not None:
         raise BadRefError(clash_message(name, other))
@@ -282,26 +281,20 @@ def unpack_object(oid: str, data: bytes) -> ShaFile:
 
 def chunk_wire_size(payload_size: int) -> int:
     """How many bytes ``pack_chunk`` sends for a chunk whose stored payload has this length."""
-    return _CHUNK_HEADER.size + payload_size
+    return record.wire_size(payload_size)
 
 
-def pack_chunk(record: Record) -> bytes:
-    base = bytes.fromhex(record.base) if record.base else bytes(32)
-    header = _CHUNK_HEADER.pack(_CHUNK_MAGIC, 1, record.encoding, record.group, record.raw_size, base)
-    return header + record.payload
+def pack_chunk(rec: Record) -> bytes:
+    """A chunk's record as a remote holds it (record.to_wire)."""
+    return record.to_wire(rec)
 
 
 def unpack_chunk(cid: str, data: bytes) -> Record:
-    """The record (not yet checked against its id: ``ChunkStore.receive`` decodes and checks)."""
-    try:
-        magic, version, encoding, group, raw_size, base = _CHUNK_HEADER.unpack_from(data)
-    except struct.error:
-        magic = None
-    if magic != _CHUNK_MAGIC or version != 1:
-        raise CorruptObjectError(f"chunk {cid[:12]} from the remote is not a chunk record")
+    """The record (not yet checked against its id: ``ChunkStore.receive`` decodes and checks);
+    CorruptObjectError, naming the remote, for bytes that are not one."""
     try:  # refused before any decoding (a few KiB of zstd can claim a GiB)
-        codec.check_raw_size(raw_size)
+        return record.from_wire(cid, data)
+    except record.NotARecordError:
+        raise CorruptObjectError(f"chunk {cid[:12]} from the remote is not a chunk record") from None
     except codec.ChunkTooLargeError as exc:
         raise CorruptObjectError(f"chunk {cid[:12]} from the remote {exc}; refusing it") from None
-    base_id = base.hex() if any(base) else None
-    return Record(cid, encoding, group, 0, raw_size, data[_CHUNK_HEADER.size :], base_id)

@@ -45,8 +45,8 @@ from mgit.remote.backend import (
     unpack_object,
 )
 from mgit.remote.local import MARKER, DirectoryBackend
-from mgit.store import codec
-from mgit.store.chunkstore import MAX_DELTA_DEPTH, chunk_id
+from mgit.store import codec, record
+from mgit.store.chunkstore import MAX_DELTA_DEPTH
 
 SPECIAL = (".has", ".sizes", ".refs", ".swap")
 NO_REPOSITORY = "no such repository"
@@ -143,27 +143,24 @@ def verify_upload(backend: DirectoryBackend | None, key: str, data: bytes) -> No
         _decoded(backend, name, data, 0)
 
 
-def _decoded(backend: DirectoryBackend | None, cid: str, data: bytes, depth: int) -> bytes | memoryview:
-    record = unpack_chunk(cid, data)
+def _decoded(backend: DirectoryBackend | None, cid: str, data: bytes, depth: int) -> record.RawBytes:
+    rec = unpack_chunk(cid, data)
     base = None
-    if record.encoding == codec.XOR_DELTA:
-        if depth >= MAX_DELTA_DEPTH or not record.base:
+    if rec.is_delta:
+        if depth >= MAX_DELTA_DEPTH or not rec.base:
             raise CorruptObjectError(f"chunk {cid[:12]} has a delta chain longer than {MAX_DELTA_DEPTH}")
         try:
             if backend is None:
-                raise MissingObjectError(record.base)
-            base = _decoded(backend, record.base, backend.get(f"chunks/{record.base}"), depth + 1)
+                raise MissingObjectError(rec.base)
+            base = _decoded(backend, rec.base, backend.get(f"chunks/{rec.base}"), depth + 1)
         except MissingObjectError:
             raise CorruptObjectError(f"chunk {cid[:12]} arrived before the chunk it is a delta of") from None
     try:
-        raw = codec.decode(record.encoding, record.payload, record.group, record.raw_size, base)
+        return record.decode_verified(rec, base)
     except codec.ChunkTooLargeError as exc:  # a decompression bomb: refused before it inflates
         raise CorruptObjectError(f"chunk {cid[:12]}: {exc}; refusing it") from None
-    except Exception:
-        raw = None
-    if raw is None or len(raw) != record.raw_size or chunk_id(raw) != cid:
-        raise CorruptObjectError(f"chunk {cid[:12]} does not match its id")
-    return raw
+    except record.MismatchError:
+        raise CorruptObjectError(f"chunk {cid[:12]} does not match its id") from None
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -5,8 +5,8 @@ seals it at the end of the command; readers see only sealed packs. Each chunk is
 byte-grouped + zstd, raw, or as an XOR delta against a base chunk, whichever is
 smallest; a delta chain is at most MAX_DELTA_DEPTH links long, after which a full
 "keyframe" is stored, so reading any chunk decodes at most MAX_DELTA_DEPTH others.
-Every read is verified against the id. Chunks of format-1 repositories (one file per
-chunk under ``chunks/ab/``) are still read; gc packs them.
+Every read is verified against the id (record.decode_verified). Chunks of format-1
+repositories (one file per chunk under ``chunks/ab/``, loose.py) are still read; gc packs them.
 """
 
 from __future__ import annotations
@@ -18,34 +18,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import blake3
-
 from mgit.errors import CorruptObjectError
-from mgit.store import codec
-from mgit.store.pack import (
-    BASE_LEN,
-    RECORD,
-    Location,
-    PackIndex,
-    PackReader,
-    PackWriter,
-    Record,
-    idx_path,
-    scan_pack,
-    write_index,
-)
+from mgit.store import codec, record
+from mgit.store.loose import LooseChunks
+from mgit.store.pack import Location, PackIndex, PackReader, PackWriter, idx_path, scan_pack, write_index
+from mgit.store.record import RawBytes, Record, chunk_id
 
 MAX_DELTA_DEPTH = 4
-# A delta at most this share of the raw size is taken without also trying the plain
-# encoding: byte-grouped zstd of float weights stays above ~0.6x, so trying it would
-# cost a second compression (~40 % of an add's or a merge's CPU) for nothing.
-SURE_DELTA = 0.5
-LOOSE_MAGIC = b"MGC1"
-_LOOSE_HEADER = struct.Struct("<4sBBxxQ")
-
-
-def chunk_id(raw: bytes | memoryview) -> str:
-    return blake3.blake3(raw).hexdigest()
 
 
 @dataclass
@@ -74,6 +53,7 @@ class ChunkStore:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.pack_dir = self.root / "packs"
+        self.loose = LooseChunks(self.root)  # format 1's chunk files, read only
         self.reads = ReadCounters()
         self._lock = threading.RLock()  # indexes, readers, which writer is open
         # Appends to (and reads from) the open pack: apart from _lock, so that writing a record
@@ -126,27 +106,24 @@ class ChunkStore:
                         return loc
         return None
 
-    def loose_path(self, cid: str) -> Path:
-        return self.root / cid[:2] / cid[2:]
-
     def has(self, cid: str, refresh: bool = True) -> bool:
         """Whether the chunk is here; ``refresh=False`` skips looking for packs sealed by other
         processes since the last look (a writer holding the lock knows there are none)."""
-        return self.locate(cid, refresh) is not None or self.loose_path(cid).exists()
+        return self.locate(cid, refresh) is not None or self.loose.has(cid)
 
     def stored_size(self, cid: str) -> int:
         loc = self.locate(cid)
         if loc is not None:
             return loc.length
-        return self.loose_path(cid).stat().st_size
+        return self.loose.stored_size(cid)
 
     def payload_size(self, cid: str) -> int:
         """The length of the chunk's stored (encoded) payload, from the pack index or the loose
         file's size: nothing is read (a remote sizes what it would send this way)."""
         loc = self.locate(cid)
         if loc is not None:
-            return loc.length - RECORD.size - (BASE_LEN if loc.base else 0)
-        return self.loose_path(cid).stat().st_size - _LOOSE_HEADER.size
+            return record.payload_length(loc.encoding, loc.length)
+        return self.loose.payload_size(cid)
 
     def read_cost(self, cid: str, known: frozenset[str] | set[str] = frozenset()) -> int:
         """Stored bytes a read of this chunk touches: itself and its delta bases, up to a
@@ -154,7 +131,7 @@ class ChunkStore:
         cost = 0
         loc = self.locate(cid)
         if loc is None:
-            return self.loose_path(cid).stat().st_size if self.loose_path(cid).exists() else 0
+            return self.loose.stored_size(cid) if self.loose.has(cid) else 0
         while loc is not None:
             cost += loc.length
             loc = self.locate(loc.base) if loc.base and loc.base not in known else None
@@ -170,93 +147,88 @@ class ChunkStore:
     # -- writing ------------------------------------------------------------------------
 
     def put(
-        self, raw: bytes | memoryview, group: int, cid: str | None = None, base: tuple[str, bytes] | None = None
+        self,
+        raw: RawBytes,
+        group: int,
+        cid: str | None = None,
+        base: tuple[str, RawBytes] | None = None,
     ) -> PutResult:
         """Store raw bytes unless present; with ``base`` (id, raw bytes) try an XOR delta.
 
-        The smallest of delta / byte-grouped zstd / raw wins, except that a delta of at
-        most SURE_DELTA of the raw size is taken without trying the others; a delta whose
+        The smallest of delta / byte-grouped zstd / raw wins (record.encode); a delta whose
         chain would exceed MAX_DELTA_DEPTH is not considered (the chunk becomes a keyframe).
         """
         cid = cid or chunk_id(raw)
         # Writers hold the repository lock, so no other process seals packs meanwhile.
-        if self.locate(cid, refresh=False) is not None or self.loose_path(cid).exists():
+        if self.locate(cid, refresh=False) is not None or self.loose.has(cid):
             return PutResult(cid, 0)
-        delta, base_id, depth = None, None, 0
+        delta_base = None
         if base is not None:
-            base_depth = self.depth(base[0])
-            if base_depth + 1 <= MAX_DELTA_DEPTH:
-                delta, base_id, depth = codec.encode_delta(raw, base[1], group), base[0], base_depth + 1
-        if delta is not None and len(delta) <= SURE_DELTA * len(raw):
-            encoding, payload = codec.XOR_DELTA, delta
-        else:
-            encoding, payload = codec.encode(raw, group)
-            if delta is not None and len(delta) < len(payload):
-                encoding, payload = codec.XOR_DELTA, delta
-            else:
-                base_id, depth = None, 0
-        return self._append(Record(cid, encoding, group, depth, len(raw), payload, base_id))
+            depth = self.depth(base[0]) + 1
+            if depth <= MAX_DELTA_DEPTH:
+                delta_base = (base[0], base[1], depth)
+        return self._append(record.encode(cid, raw, group, delta_base))
 
-    def _append(self, record: Record) -> PutResult:
+    def _append(self, rec: Record) -> PutResult:
         """Write a record to this session's pack unless the chunk is already here."""
         with self._lock:
-            if self.locate(record.cid, refresh=False) is not None:
-                return PutResult(record.cid, 0)
+            if self.locate(rec.cid, refresh=False) is not None:
+                return PutResult(rec.cid, 0)
             if self._writer is None:
                 self._writer = PackWriter(self.pack_dir)
             writer = self._writer
         with self._append_lock:
-            if record.cid in writer.entries:  # another thread wrote it meanwhile
-                return PutResult(record.cid, 0)
-            loc = writer.append(record)
-        return PutResult(record.cid, loc.length, record.encoding, record.base)
+            if rec.cid in writer.entries:  # another thread wrote it meanwhile
+                return PutResult(rec.cid, 0)
+            loc = writer.append(rec)
+        return PutResult(rec.cid, loc.length, rec.encoding, rec.base)
 
     def export(self, cid: str) -> Record:
         """The chunk's stored record as it is (encoding, delta base, payload), for sending
         to another store; loose format-1 chunks come as keyframes."""
         loc = self.locate(cid)
         if loc is None:
-            if self.loose_path(cid).exists():
+            if self.loose.has(cid):
                 return self.loose_record(cid)
             raise CorruptObjectError(f"chunk {cid[:12]} is missing from the store; run `mgit fsck`")
-        rec_id, encoding, group, depth, payload, base_id, raw_size = self.read_record(loc)
-        if rec_id != cid:
+        rec = self.read_record(loc)
+        if rec.cid != cid:
             raise CorruptObjectError(f"chunk {cid[:12]} is corrupt (bad record in its pack); run `mgit fsck`")
-        return Record(cid, encoding, group, depth, raw_size, bytes(payload), base_id)
+        return Record(cid, rec.encoding, rec.group, rec.depth, rec.raw_size, bytes(rec.payload), rec.base)
 
-    def receive(self, record: Record, what: str = "") -> PutResult:
+    def receive(self, rec: Record, what: str = "") -> PutResult:
         """Store a record received from elsewhere after decoding it and checking it against
         its id (a delta's base must already be here). The record is kept as sent unless its
         delta chain would grow past MAX_DELTA_DEPTH here; then the chunk is stored anew."""
-        cid = record.cid
-        if self.locate(cid, refresh=False) is not None or self.loose_path(cid).exists():
+        cid = rec.cid
+        if self.locate(cid, refresh=False) is not None or self.loose.has(cid):
             return PutResult(cid, 0)
         where = f" of {what}" if what else ""
         try:  # before anything is decoded (its delta base included): a small record can claim a GiB
-            codec.check_raw_size(record.raw_size)
+            record.check_header(rec)
         except codec.ChunkTooLargeError as exc:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} {exc}; refusing it (damaged or hostile)") from None
-        if record.encoding not in codec.ENCODINGS:
-            raise CorruptObjectError(f"chunk {cid[:12]}{where} uses encoding {record.encoding}, unknown to this mgit")
+        except record.UnknownEncodingError as exc:
+            raise CorruptObjectError(f"chunk {cid[:12]}{where} {exc}") from None
         base = None
-        base_loc = self.locate(record.base, refresh=False) if record.base else None
-        if record.encoding == codec.XOR_DELTA:
-            if base_loc is None and not (record.base and self.loose_path(record.base).exists()):
+        base_loc = self.locate(rec.base, refresh=False) if rec.base else None
+        if rec.is_delta:
+            if rec.base is None or (base_loc is None and not self.loose.has(rec.base)):
                 raise CorruptObjectError(f"chunk {cid[:12]}{where} arrived before the chunk it is a delta of")
-            base = self.get(record.base, what)
+            base = self.get(rec.base, what)
         try:
-            raw = codec.decode(record.encoding, record.payload, record.group, record.raw_size, base)
+            raw = record.decode_verified(rec, base)
         except codec.ChunkTooLargeError as exc:
             raise CorruptObjectError(f"chunk {cid[:12]}{where}: {exc}; refusing it (damaged or hostile)") from None
-        except Exception:
-            raw = None
-        if raw is None or len(raw) != record.raw_size or chunk_id(raw) != cid:
-            raise CorruptObjectError(f"chunk {cid[:12]}{where} does not match its id (damaged or tampered with)")
-        depth = (base_loc.depth if base_loc is not None else 0) + 1 if record.encoding == codec.XOR_DELTA else 0
+        except record.MismatchError:
+            raise CorruptObjectError(
+                f"chunk {cid[:12]}{where} does not match its id (damaged or tampered with)"
+            ) from None
+        depth = (base_loc.depth if base_loc is not None else 0) + 1 if rec.is_delta else 0
         if depth > MAX_DELTA_DEPTH:
-            return self.put(raw, record.group, cid)
-        base = record.base if record.encoding == codec.XOR_DELTA else None
-        return self._append(Record(cid, record.encoding, record.group, depth, record.raw_size, record.payload, base))
+            return self.put(raw, rec.group, cid)
+        base_id = rec.base if rec.is_delta else None
+        return self._append(Record(cid, rec.encoding, rec.group, depth, rec.raw_size, rec.payload, base_id))
 
     def seal(self) -> None:
         """Make this session's chunks visible to other processes (end of a command)."""
@@ -298,7 +270,8 @@ class ChunkStore:
             reader = self._readers[pack] = PackReader(pack)
         return reader
 
-    def read_record(self, loc: Location) -> tuple[str, int, int, int, bytes, str | None, int]:
+    def read_record(self, loc: Location) -> Record:
+        """The record at ``loc``, from a sealed pack's mapping or from this session's pack."""
         with self._lock:
             writer = self._writer if self._writer is not None and loc.pack == self._writer.path else None
             if writer is None:
@@ -308,7 +281,7 @@ class ChunkStore:
         with self._append_lock:  # the open pack: flush what is buffered, then read it back
             writer.flush()
             data = os.pread(writer.fileno(), loc.length, loc.offset)
-        return _parse_record(data)
+        return record.parse(data)
 
     def _drop_pages(self, loc: Location) -> None:
         reader = self._readers.get(loc.pack)
@@ -320,9 +293,9 @@ class ChunkStore:
         cid: str,
         what: str = "",
         _depth: int = 0,
-        known: Callable[[str], bytes | memoryview | None] | None = None,
+        known: Callable[[str], RawBytes | None] | None = None,
         counters: ReadCounters | None = None,
-    ) -> bytes | memoryview:
+    ) -> RawBytes:
         """Read, decode and verify a chunk; ``what`` names the tensor or file for errors.
 
         ``known`` may supply the raw bytes of a delta base the caller already holds (a
@@ -333,7 +306,7 @@ class ChunkStore:
         """
         where = f" of {what}" if what else ""
         loc = self.locate(cid)
-        if loc is None and self.fallback is not None and not self.loose_path(cid).exists():
+        if loc is None and self.fallback is not None and not self.loose.has(cid):
             self.fallback(cid)
             loc = self.locate(cid)
         if loc is None:
@@ -342,59 +315,62 @@ class ChunkStore:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} has a delta chain longer than {MAX_DELTA_DEPTH}")
         if loc.encoding not in codec.ENCODINGS:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} uses encoding {loc.encoding}, unknown to this mgit")
+        rec: Record | None
         try:
             try:
-                record = self.read_record(loc)
+                rec = self.read_record(loc)
             except FileNotFoundError:  # another process's gc replaced the pack: look again
                 self.forget_indexes()
-                loc = self.locate(cid)
-                if loc is None:
+                again = self.locate(cid)
+                if again is None:
                     return self._get_loose(cid, where, counters)
-                record = self.read_record(loc)
-            rec_id, encoding, group, _, payload, base_id, raw_size = record
+                loc = again
+                rec = self.read_record(loc)
         except (OSError, ValueError, struct.error):
-            rec_id = None
-        if rec_id != cid:
+            rec = None
+        if rec is None or rec.cid != cid:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (bad record in its pack); run `mgit fsck`")
         base = None
-        if encoding == codec.XOR_DELTA:
-            base = known(base_id) if known is not None else None
+        if rec.is_delta and rec.base is not None:
+            base = known(rec.base) if known is not None else None
             if base is None:
-                base = self.get(base_id, what, _depth + 1, known, counters)
+                base = self.get(rec.base, what, _depth + 1, known, counters)
         try:
-            raw = codec.decode(encoding, payload, group, raw_size, base)
-        except Exception:
+            raw = record.decode_verified(rec, base)
+        except (record.RecordError, codec.ChunkTooLargeError):
             raw = None
         finally:
-            del payload
+            del rec  # the payload is a view of the mapping: let go of it before its pages
             self._drop_pages(loc)
-        if raw is None or len(raw) != raw_size or chunk_id(raw) != cid:
+        if raw is None:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (fails verification); run `mgit fsck`")
         self._count(loc.length, len(raw), counters)
         return raw
 
-    def _get_loose(self, cid: str, where: str, counters: ReadCounters | None = None) -> bytes | memoryview:
+    def _get_loose(self, cid: str, where: str, counters: ReadCounters | None = None) -> RawBytes:
+        if not self.loose.present():
+            raise CorruptObjectError(f"chunk {cid[:12]}{where} is missing from the store; run `mgit fsck`")
         try:
-            data = self.loose_path(cid).read_bytes()
+            rec, stored = self.loose.read(cid)
         except FileNotFoundError:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is missing from the store; run `mgit fsck`") from None
-        raw = None
+        except record.RecordError:
+            rec, stored = None, 0
         try:
-            magic, encoding, group, raw_size = _LOOSE_HEADER.unpack_from(data)
-            if magic == LOOSE_MAGIC and encoding != codec.XOR_DELTA:
-                raw = codec.decode(encoding, data[_LOOSE_HEADER.size :], group, raw_size)
-        except Exception:
+            raw = record.decode_verified(rec, None) if rec is not None else None
+        except (record.RecordError, codec.ChunkTooLargeError):
             raw = None
-        if raw is None or chunk_id(raw) != cid:
+        if raw is None:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (fails verification); run `mgit fsck`")
-        self._count(len(data), len(raw), counters)
+        self._count(stored, len(raw), counters)
         return raw
 
     def loose_record(self, cid: str) -> Record:
         """A format-1 loose chunk as a pack record, keeping its encoding and grouping."""
-        data = self.loose_path(cid).read_bytes()
-        _, encoding, group, raw_size = _LOOSE_HEADER.unpack_from(data)
-        return Record(cid, encoding, group, 0, raw_size, data[_LOOSE_HEADER.size :])
+        try:
+            return self.loose.read(cid)[0]
+        except record.NotARecordError:
+            raise CorruptObjectError(f"chunk {cid[:12]} is corrupt (fails verification); run `mgit fsck`") from None
 
     def _count(self, stored: int, raw: int, counters: ReadCounters | None) -> None:
         with self._lock:
@@ -413,7 +389,7 @@ class ChunkStore:
 
     def check_packs(self) -> list[str]:
         """Pack-level damage: index checksums, magic bytes, record headers (fsck)."""
-        problems = []
+        problems: list[str] = []
         if not self.pack_dir.is_dir():
             return problems
         for idx_file in sorted(self.pack_dir.glob("pack-*.idx")):
@@ -454,22 +430,4 @@ class ChunkStore:
 
     def loose_ids(self) -> Iterator[str]:
         """Chunks stored one file each (format 1)."""
-        if not self.root.is_dir():
-            return
-        for sub in sorted(self.root.iterdir()):
-            if len(sub.name) == 2 and sub.is_dir():
-                for f in sorted(sub.iterdir()):
-                    if len(f.name) == 62 and not f.name.startswith("."):
-                        yield sub.name + f.name
-
-
-def _parse_record(data: bytes) -> tuple[str, int, int, int, bytes, str | None, int]:
-    from mgit.store.pack import BASE_LEN, RECORD
-
-    raw_id, encoding, group, depth, _, length, raw_size = RECORD.unpack_from(data)
-    start = RECORD.size
-    base = None
-    if encoding == codec.XOR_DELTA:
-        base = data[start : start + BASE_LEN].hex()
-        start += BASE_LEN
-    return raw_id.hex(), encoding, group, depth, data[start : start + length], base, raw_size
+        return self.loose.ids()

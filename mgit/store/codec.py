@@ -19,6 +19,7 @@ GROUPED_ZSTD = 1
 XOR_DELTA = 2  # raw XOR base chunk, then byte-grouped zstd
 ZSTD_LEVEL = 1  # measured: faster than 3 and no larger on bf16 weights
 ENCODINGS = (RAW, GROUPED_ZSTD, XOR_DELTA)
+ENCODING_NAMES = {RAW: "raw", GROUPED_ZSTD: "zstd", XOR_DELTA: "delta"}  # as `mgit du` shows them
 MIN_SAVING = 0.02  # store raw unless compression saves at least 2%
 # The largest raw chunk the format allows (docs/format.md §5: chunks are cut at 4 MiB). A record
 # declaring more is refused before anything is decoded: a few KiB of zstd can claim a GiB.
@@ -41,7 +42,7 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return d
 
 
-def group_bytes(raw: bytes | memoryview, group: int) -> bytes | memoryview:
+def group_bytes(raw: bytes | bytearray | memoryview, group: int) -> bytes | memoryview:
     """Split elements into byte planes: plane i holds byte i of every element. Done with
     shifts of whole little-endian words (~4x faster than a strided copy)."""
     if group <= 1 or not len(raw) or len(raw) % group:
@@ -73,7 +74,7 @@ def ungroup_bytes(planes: bytes, group: int) -> bytes | memoryview:
     return memoryview(words).cast("B")
 
 
-def encode(raw: bytes | memoryview, group: int) -> tuple[int, bytes]:
+def encode(raw: bytes | bytearray | memoryview, group: int) -> tuple[int, bytes]:
     """Pick the smaller of grouped+zstd and raw; returns (encoding, payload)."""
     packed = _compressor().compress(group_bytes(raw, group))
     if len(packed) <= len(raw) * (1 - MIN_SAVING):
@@ -81,7 +82,7 @@ def encode(raw: bytes | memoryview, group: int) -> tuple[int, bytes]:
     return RAW, bytes(raw)
 
 
-def _xor_prefix(data: bytes | memoryview, base: bytes | memoryview) -> memoryview:
+def _xor_prefix(data: bytes | bytearray | memoryview, base: bytes | bytearray | memoryview) -> memoryview:
     """``data`` with its first min(len) bytes XORed with ``base``; the rest as is (a new,
     writable buffer)."""
     src = np.frombuffer(data, dtype=np.uint8)
@@ -92,7 +93,7 @@ def _xor_prefix(data: bytes | memoryview, base: bytes | memoryview) -> memoryvie
     return memoryview(out)
 
 
-def encode_delta(raw: bytes | memoryview, base: bytes | memoryview, group: int) -> bytes:
+def encode_delta(raw: bytes | bytearray | memoryview, base: bytes | bytearray | memoryview, group: int) -> bytes:
     """Payload of ``raw`` as a delta against ``base``: XOR over their common length (a
     chunk grown by appended rows keeps its old rows' bytes as zeros), then grouped zstd."""
     return _compressor().compress(group_bytes(_xor_prefix(raw, base), group))
@@ -129,7 +130,11 @@ def inflate(payload: bytes | memoryview, raw_size: int) -> bytes:
 
 
 def decode(
-    encoding: int, payload: bytes, group: int, raw_size: int, base: bytes | memoryview | None = None
+    encoding: int,
+    payload: bytes | memoryview,
+    group: int,
+    raw_size: int,
+    base: bytes | bytearray | memoryview | None = None,
 ) -> bytearray | memoryview:
     """The raw bytes, always in a new writable buffer (callers may wrap it in a tensor).
     ``raw_size`` bounds the output: ChunkTooLargeError beyond it or beyond MAX_CHUNK_BYTES."""

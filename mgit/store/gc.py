@@ -63,7 +63,7 @@ def repack(store: ChunkStore, live: set[str], grace_seconds: float, force: bool 
     # chunks of young packs stay; so must every base their deltas need
     young_bases = {loc.base for i in young for loc in i.locations().values() if loc.base}
     keep = _with_bases(store, set(live) | young_bases)
-    loose = [cid for cid in store.loose_ids() if _age(store.loose_path(cid), now) >= grace_seconds]
+    loose = [cid for cid in store.loose_ids() if _age(store.loose.path(cid), now) >= grace_seconds]
     needed = {cid for i in old_indexes for cid in i.ids()} | set(loose)
     if not force and len(old_indexes) <= 1 and not loose and needed <= keep and not store.check_packs():
         report.kept_chunks = len(store.ids())
@@ -106,8 +106,10 @@ def repack(store: ChunkStore, live: set[str], grace_seconds: float, force: bool 
     for idx in old_indexes:
         idx.pack.unlink(missing_ok=True)
     for cid in loose:
-        store.loose_path(cid).unlink(missing_ok=True)
+        store.loose.path(cid).unlink(missing_ok=True)
         report.removed_files += 1
+    if loose:
+        store.loose.forget()
     _remove_leftovers(store, now, grace_seconds, report)
     store.forget_indexes()
     report.bytes_after = _disk_bytes(store)

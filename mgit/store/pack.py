@@ -1,6 +1,6 @@
 """Pack files: many chunks in one append-only file, found through a sorted index.
 
-A pack ``pack-<name>.pack`` is a sequence of records (chunk id, encoding, payload). It
+A pack ``pack-<name>.pack`` is a sequence of records (record.py lays each out). It
 becomes visible to readers only when its index ``pack-<name>.idx`` appears, written by
 atomic rename once the pack is complete, so a reader never sees a chunk before its bytes
 are all on disk and a killed writer leaves an index-less pack that gc removes. Readers
@@ -21,12 +21,11 @@ import blake3
 import numpy as np
 
 from mgit.durable import fsync_dir
+from mgit.store import codec, record
+from mgit.store.record import RECORD, Record
 
 PACK_MAGIC = b"MGPK\x00\x00\x00\x01"
 IDX_MAGIC = b"MGIX\x00\x00\x00\x01"
-# record header: id, encoding, byte-group width, delta depth, pad, payload length, raw size
-RECORD = struct.Struct("<32sBBBBIQ")  # the pad byte is always 0
-BASE_LEN = 32  # a delta record's base chunk id follows its header
 
 IDX_DTYPE = np.dtype(
     [
@@ -55,25 +54,6 @@ class Location:
     group: int
     depth: int
     base: str | None
-
-
-@dataclass(frozen=True)
-class Record:
-    """One chunk as written into a pack."""
-
-    cid: str
-    encoding: int
-    group: int
-    depth: int
-    raw_size: int
-    payload: bytes
-    base: str | None = None
-
-    def to_bytes(self) -> bytes:
-        head = RECORD.pack(
-            bytes.fromhex(self.cid), self.encoding, self.group, self.depth, 0, len(self.payload), self.raw_size
-        )
-        return head + (bytes.fromhex(self.base) if self.base else b"") + self.payload
 
 
 def idx_path(pack: Path) -> Path:
@@ -212,7 +192,7 @@ class PackIndex:
 
     def _location(self, i: int) -> Location:
         e = self.entries[i]
-        base = bytes(self.entries["base"][i : i + 1].tobytes()).hex() if e["encoding"] == DELTA_ENCODING else None
+        base = bytes(self.entries["base"][i : i + 1].tobytes()).hex() if record.has_base(int(e["encoding"])) else None
         return Location(
             self.pack,
             int(e["offset"]),
@@ -231,9 +211,6 @@ class PackIndex:
         return {self._ids[i : i + 1].tobytes().hex(): self._location(i) for i in range(len(self._ids))}
 
 
-DELTA_ENCODING = 2  # mirrors codec.XOR_DELTA; kept here so the index can say which records have a base
-
-
 def scan_pack(pack: Path) -> dict[str, Location]:
     """The locations of the records a pack holds, read from the records themselves (each
     carries its id): what rebuilds a damaged index. Stops at the first record that does not
@@ -243,14 +220,12 @@ def scan_pack(pack: Path) -> dict[str, Location]:
     out: dict[str, Location] = {}
     offset = len(PACK_MAGIC)
     while offset + RECORD.size <= len(data):
-        raw_id, encoding, group, depth, pad, length, raw_size = RECORD.unpack_from(data, offset)
-        has_base = encoding == DELTA_ENCODING
-        end = offset + RECORD.size + (BASE_LEN if has_base else 0) + length
-        if pad != 0 or end > len(data) or encoding > DELTA_ENCODING:
+        head = record.read_header(data, offset)
+        if head.pad != 0 or head.end > len(data) or head.encoding not in codec.ENCODINGS:
             break
-        base = data[offset + RECORD.size : offset + RECORD.size + BASE_LEN].hex() if has_base else None
-        out.setdefault(raw_id.hex(), Location(pack, offset, end - offset, raw_size, encoding, group, depth, base))
-        offset = end
+        loc = Location(pack, offset, head.end - offset, head.raw_size, head.encoding, head.group, head.depth, head.base)
+        out.setdefault(head.cid, loc)
+        offset = head.end
     return out
 
 
@@ -263,21 +238,13 @@ class PackReader:
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self._view = memoryview(self._map)
 
-    def record(self, loc: Location) -> tuple[str, int, int, int, memoryview, str | None, int]:
-        """(id, encoding, group, depth, payload, base, raw size) of the record at ``loc``.
+    def record(self, loc: Location) -> Record:
+        """The record at ``loc``.
 
-        The payload is a zero-copy view of the mapping: the decompressor then faults the
+        Its payload is a zero-copy view of the mapping: the decompressor then faults the
         pages in from C with the GIL released, so reads scale over cores.
         """
-        raw_id, encoding, group, depth, _, length, raw_size = RECORD.unpack_from(self._view, loc.offset)
-        start = loc.offset + RECORD.size
-        base = None
-        if encoding == DELTA_ENCODING:
-            base = self._view[start : start + BASE_LEN].hex()
-            start += BASE_LEN
-        if start + length > len(self._view):
-            raise ValueError("record runs past the end of its pack")
-        return raw_id.hex(), encoding, group, depth, self._view[start : start + length], base, raw_size
+        return record.parse(self._view, loc.offset)
 
     def check_layout(self, index: PackIndex) -> list[str]:
         """Walk every record in file order and compare it with the index (fsck)."""
@@ -291,14 +258,14 @@ class PackReader:
             if offset + RECORD.size > size:
                 problems.append(f"pack {name}: truncated record at offset {offset}")
                 break
-            raw_id, encoding, group, depth, pad, length, raw_size = RECORD.unpack_from(self._view, offset)
-            end = offset + RECORD.size + (BASE_LEN if encoding == DELTA_ENCODING else 0) + length
+            head = record.read_header(self._view, offset)
+            end = head.end
             want = expected.pop(offset, None)
             if want is None:
                 problems.append(f"pack {name}: record at offset {offset} is not in the index")
                 break
             cid, loc = want
-            header_ok = (raw_id.hex(), encoding, group, depth, pad, raw_size, end - offset) == (
+            header_ok = (head.cid, head.encoding, head.group, head.depth, head.pad, head.raw_size, end - offset) == (
                 cid,
                 loc.encoding,
                 loc.group,

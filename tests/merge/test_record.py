@@ -4,7 +4,7 @@ writing it back gives the same JSON, byte for byte, for every shape of record mg
 from __future__ import annotations
 
 import pytest
-from conftest import commit_model, frozen_finetune, llama_state_dict
+from helpers.models import commit_model, frozen_finetune, llama_state_dict
 
 from mgit.graph.objects import canonical_json
 from mgit.merge.record import PLAN_SCHEMA, PlanRecord

@@ -8,7 +8,8 @@ import json
 
 import pytest
 import yaml
-from conftest import commit_model, frozen_finetune, llama_state_dict, run_mgit
+from helpers.models import commit_model, frozen_finetune, llama_state_dict
+from helpers.run import run_mgit
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from mgit.errors import CorruptObjectError
 from mgit.store import codec
-from mgit.store.chunkstore import MAX_DELTA_DEPTH, ChunkStore, chunk_id
+from mgit.store.chunkstore import MAX_DELTA_DEPTH, ChunkStore
+from mgit.store.record import chunk_id
 
 
 @given(data=st.binary(max_size=5000), group=st.sampled_from([1, 2, 4, 8]))

@@ -2,7 +2,8 @@
 
 Names follow the common conventions (llama `model.layers.N.self_attn.q_proj`, BERT
 `encoder.layer.N.attention`, GPT-2 `h.N.mlp`, MoE `experts.N`); anything else falls in
-group "other".
+group "other". Lives with the model (not with diff) because diff summaries and merge
+configurations (per-layer weights, layer ranges) name tensors the same way.
 """
 
 from __future__ import annotations

@@ -1,0 +1,77 @@
+"""The reserved per-commit records, written and read in one place.
+
+A commit's root tree may hold, besides the snapshot's files, two reserved entries (names
+starting ``.mgit-``, which no encoded path can take; docs/format.md):
+
+- ``.mgit-stats``: the commit's relative chunk statistics, a canonical-JSON blob
+  ``{"schema": "mgit.stats/1", "files": {path: [[chunk id, parent chunk id, l2], ...]}}``
+  (a budgeted merge ranks expert chunks with them, a fetch finds delta parents with them);
+  while staged, each file's part is its own blob ``{"schema": "mgit.filestats/1",
+  "chunks": [...]}`` whose id the index carries;
+- ``.mgit-plan``: a merge commit's plan record (schema ``mgit.plan/1``, built by the
+  merge package; here it is only JSON in and out).
+
+Both travel with the commit, so every clone reads them. Only this module knows their
+names, schemas and where in the tree they sit.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mgit.graph.objects import MODE_FILE, Graph, canonical_json
+
+STATS_ENTRY = ".mgit-stats"  # reserved root entry: relative chunk statistics of a commit
+STATS_SCHEMA = "mgit.stats/1"
+FILE_STATS_SCHEMA = "mgit.filestats/1"
+PLAN_ENTRY = ".mgit-plan"  # reserved root entry: a merge commit's plan record
+
+RootEntry = tuple[str, int, str]  # (name, mode, blob id), as write_snapshot takes extra root entries
+Triples = list[Any]  # [[chunk id, parent chunk id, l2], ...] of one file
+
+
+def put_file_stats(graph: Graph, chunks: Triples) -> str | None:
+    """The blob of one staged file's statistics (None when there are none): the index keeps
+    its id until the commit gathers them into the commit's record."""
+    if not chunks:
+        return None
+    return graph.put_blob(canonical_json({"schema": FILE_STATS_SCHEMA, "chunks": chunks}))
+
+
+def file_stats(graph: Graph, blob: str) -> Triples:
+    """The statistics a staged file's blob (see :func:`put_file_stats`) holds."""
+    return json.loads(graph.blob(blob))["chunks"]
+
+
+def stats_entries(graph: Graph, files: dict[str, Triples]) -> list[RootEntry]:
+    """The reserved root entry holding a commit's statistics (``files``: path → triples),
+    none when no file has any."""
+    files = {p: s for p, s in files.items() if s}
+    if not files:
+        return []
+    blob = graph.put_blob(canonical_json({"schema": STATS_SCHEMA, "files": files}))
+    return [(STATS_ENTRY, MODE_FILE, blob)]
+
+
+def plan_entries(graph: Graph, record: dict[str, Any]) -> list[RootEntry]:
+    """The reserved root entry holding a merge commit's plan record."""
+    return [(PLAN_ENTRY, MODE_FILE, graph.put_blob(canonical_json(record)))]
+
+
+def _read(graph: Graph, tree: str, entry: str) -> Any:
+    for name, _, oid in graph.tree(tree):
+        if name == entry:
+            return json.loads(graph.blob(oid))
+    return None
+
+
+def read_stats(graph: Graph, tree: str) -> dict[str, Triples]:
+    """path → triples recorded in a commit's root ``tree`` ({} when it has none)."""
+    record = _read(graph, tree, STATS_ENTRY)
+    return {} if record is None else record["files"]
+
+
+def read_plan(graph: Graph, tree: str) -> dict[str, Any] | None:
+    """The plan record in a commit's root ``tree`` (None: not a merge commit mgit made)."""
+    return _read(graph, tree, PLAN_ENTRY)
