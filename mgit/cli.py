@@ -802,7 +802,7 @@ def _budget_line(b: dict) -> str:
 
 def _print_explain(plan: MergePlan) -> None:
     """Per layer: candidate and chosen chunks, bytes, captured share and error bound."""
-    from mgit.merge.importance import TensorBudget
+    from mgit.merge.budget.report import TensorBudget
     from mgit.model.layers import layer_of
 
     report = plan.budget
@@ -1310,11 +1310,9 @@ def merge(
             budget=budget, budget_select=budget_select, explain=explain, seed=seed or 0, dtype=dtype,
             out_dtype=out_dtype, **params,
         )  # fmt: skip
-        from mgit.merge.engine import MergeSpec  # torch: only for merges
         from mgit.merge.record import plan_record
 
-        spec = MergeSpec(setup.method, setup.params, seed or 0, dtype, out_dtype)
-        record = plan_record(plan, spec, setup, None, __version__)
+        record = plan_record(plan, setup, None, __version__)
         if as_json:
             click.echo(json.dumps(record, indent=2))
         elif explain:

@@ -1,8 +1,8 @@
 """Context: one open repository's plumbing, what every operation (mgit.ops) works through.
 
 It holds the root and ``.mgit/``, the git graph, the refs, the chunk store, the lock, the
-config and identity, the thread pool, and the per-open state of a partial clone (what was
-fetched on demand, what a clone fetched). ``writing()`` is a write command's frame: the
+config and identity, the thread pool, a partial clone's promisor (the remote it fetches
+missing chunks from, composed into the store) and what a clone fetched. ``writing()`` is a write command's frame: the
 lock (whose taking finishes an interrupted journaled operation: the recovery the facade
 hands in, since it lives above this module in mgit.ops), then seal or abort the store.
 Nothing here knows a porcelain command.
@@ -32,6 +32,7 @@ from mgit.worktree.index import Index
 
 if TYPE_CHECKING:
     from mgit.remote.backend import Backend
+    from mgit.remote.promisor import Promisor
 
 GIT_DIR = ".mgit"
 FORMAT_VERSION = 2  # docs/format.md; bumped on incompatible changes
@@ -49,8 +50,6 @@ class Remotes(Protocol):
 
     def _backend(self, name: str, create: bool = False) -> Backend: ...
 
-    def _promisor(self) -> str | None: ...
-
     def _recover_from_remotes(self, wanted: set[str]) -> dict[str, set[str]]: ...
 
 
@@ -65,9 +64,6 @@ class NoRemotes:
 
     def _backend(self, name: str, create: bool = False) -> Backend:
         raise BadInputError(f"no remote named {name!r} (known: none); add one with `mgit remote add`")
-
-    def _promisor(self) -> str | None:
-        return None
 
     def _recover_from_remotes(self, wanted: set[str]) -> dict[str, set[str]]:
         return {}
@@ -106,8 +102,8 @@ class Context:
         self.refs = Refs(self.graph, self.identity())
         self._pool: ThreadPoolExecutor | None = None
         self.remote: Remotes = NoRemotes()
-        self.fetched = Transfer()  # chunks a partial clone fetched on demand since it was opened
-        self.cloned = Transfer()  # what the clone that made this repository fetched (not a clone: nothing)
+        self.promisor: Promisor | None = None  # a partial clone's source of chunks not here (set by the opener)
+        self.cloned = Transfer()  # what clone() received (empty unless this object made the clone)
 
     @staticmethod
     def create(root: Path) -> None:
@@ -137,7 +133,13 @@ class Context:
     @property
     def is_partial(self) -> bool:
         """A partial clone: chunks may be missing here and are fetched when needed."""
-        return self.store.fallback is not None
+        return self.promisor is not None
+
+    @property
+    def fetched(self) -> Transfer:
+        """What this context's reads fetched on demand, checkouts within a budget included (a
+        partial clone's; empty in a full clone)."""
+        return self.promisor.fetched if self.promisor is not None else Transfer()
 
     def close(self) -> None:
         self.store.close()
@@ -164,7 +166,7 @@ class Context:
     def reading(self) -> Iterator[None]:
         """For commands that read chunks: in a partial clone they may fetch some, so they hold
         the lock and publish (seal) what they fetched when done, even after an error."""
-        if self.store.fallback is None:
+        if self.promisor is None:
             yield
             return
         with self.lock:

@@ -1,15 +1,16 @@
 """Merges as commits (mixed into Repository): plan, budget, fetch in a partial clone,
 execute, commit, and the records and lineage they leave. The layers below do the work:
-mgit.merge (plan, importance, engine, record), the model and store layers."""
+mgit.merge (request, plan, budget, engine, record), the model and store layers."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import re
 import secrets
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +22,8 @@ from mgit.graph.snapshot import Snapshot, validate_path, write_snapshot
 from mgit.model.ingest import Ingestor
 from mgit.model.materialize import StagedFile
 from mgit.progress import byte_progress
-from mgit.remote.transfer import FetchLimit, LimitReached, Transfer, fetch_chunks, fetch_costs
-from mgit.store.record import BASE_LEN as DELTA_BASE_BYTES
-from mgit.sync import on_demand
+from mgit.remote.promisor import on_demand
+from mgit.remote.transfer import Transfer
 from mgit.version import __version__
 from mgit.worktree import journal
 from mgit.worktree.journal import Journal, Write
@@ -31,31 +31,10 @@ from mgit.worktree.scan import walk
 from mgit.worktree.sparse import load_patterns
 
 if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
-    from mgit.merge.config import MergeConfig
-    from mgit.merge.engine import Execution, MergeSpec
-    from mgit.merge.importance import BudgetReport
-    from mgit.merge.plan import MergePlan, TensorPlan
-    from mgit.merge.record import MergeSetup
+    from mgit.merge.engine import Execution
+    from mgit.merge.plan import MergePlan
+    from mgit.merge.request import MergeRequest, MergeSetup
     from mgit.repo import Repository
-
-
-def _check_request(
-    method: str | None, config: str | os.PathLike[str] | None, budget: str | int | None, params: dict[str, Any]
-) -> MergeConfig | None:
-    """What can be refused from the request alone (torch-free, nothing read): the config and
-    its parameter ranges, the given parameters' ranges, the budget's form."""
-    from mgit.merge.config import load_config
-    from mgit.merge.params import check_method, check_params
-
-    cfg = load_config(config) if config is not None else None
-    if cfg is None:
-        check_method(method, params)
-        check_params(params, str(method), method)
-    else:
-        check_method(cfg.method, set(cfg.parameters).union(*(m.parameters for m in cfg.models)), str(config))
-    if budget is not None:
-        parse_budget(budget)
-    return cfg
 
 
 def _with_model(head: Snapshot, reference: Snapshot, model_dir: str) -> Snapshot:
@@ -101,21 +80,20 @@ class Merging:
         (``"2GB"``, ``"10%"``, an int of bytes) expert chunk reads stay within it, the most important
         chunks chosen first (``budget_select="uniform"``: at random, for comparisons).
         """
-        cfg = _check_request(method, config, budget, params)  # bad input refused before torch loads
-        from mgit.merge.methods import get_method  # torch: the methods are torch functions
+        from mgit.merge.methods.registry import get_method
+        from mgit.merge.request import MergeRequest
 
+        request = MergeRequest(
+            tuple(experts), method, base, params, model, allow_missing, config, budget, budget_select,
+            seed=seed, dtype=dtype, out_dtype=out_dtype,
+        )  # fmt: skip
+        cfg = request.check()  # bad input refused before torch loads
         if seed is None:  # deterministic methods need none: keep their commits reproducible
             named = cfg.method if cfg is not None else method
-            seed = secrets.randbits(31) if get_method(named).random else 0
-        plan, setup = self.merge_plan(
-            experts, method, base, model=model, allow_missing=allow_missing, config=config,
-            budget=budget, budget_select=budget_select, seed=seed, dtype=dtype, out_dtype=out_dtype, **params,
-        )  # fmt: skip
-        from mgit.merge.engine import MergeSpec, execute  # torch: only once the inputs are valid
+            request = dataclasses.replace(request, seed=secrets.randbits(31) if get_method(named).random else 0)
+        plan, setup = self._merge_plan(request)
+        from mgit.merge.engine import execute  # torch: only once the inputs are valid
 
-        spec = MergeSpec(
-            setup.method, setup.params, seed, dtype or setup.dtype, out_dtype or setup.out_dtype, setup.params_for
-        )
         base = setup.base_ref
         on_head = setup.base_commit == self.refs.head() and base in (None, "HEAD", self.refs.current_branch())
         if not on_head and not branch:
@@ -140,11 +118,11 @@ class Merging:
                 self._fetch_planned(plan, fetched)
             with byte_progress("merge", bar_total) as bar:
                 ingestor = Ingestor(self.graph, self.store, self.pool, bar, self._parent_lookup(base_snap))
-                run = execute(plan, spec, ingestor, self.store, self.pool, base_snap, bar, stage)
+                run = execute(plan, setup, ingestor, self.store, self.pool, base_snap, bar, stage)
             if self.is_partial:
                 run.base_bytes_fetched, run.expert_bytes_fetched = fetched["base"].bytes, fetched["experts"].bytes
             try:
-                return self._commit_merge(plan, spec, setup, run, base, branch, on_head, message)
+                return self._commit_merge(plan, setup, run, base, branch, on_head, message)
             finally:
                 for staged in run.staged.values():
                     staged.discard()  # those not installed
@@ -164,7 +142,6 @@ class Merging:
     def _commit_merge(
         self: Repository,
         plan: MergePlan,
-        spec: MergeSpec,
         setup: MergeSetup,
         run: Execution,
         base: str | None,
@@ -178,7 +155,7 @@ class Merging:
 
         base_snap = setup.base_snap
         merged = dict(base_snap) | run.files
-        record = plan_record(plan, spec, setup, run, __version__)
+        record = plan_record(plan, setup, run, __version__)
         extra = records.stats_entries(self.graph, run.stats) + records.plan_entries(self.graph, record)
         self.store.seal()
         tree = write_snapshot(self.graph, merged, extra)
@@ -245,7 +222,6 @@ class Merging:
         shutil.rmtree(staging, ignore_errors=True)
         return staging
 
-    @on_demand
     def merge_plan(
         self: Repository,
         experts: Sequence[str],
@@ -266,14 +242,25 @@ class Merging:
         """What a merge would read, from manifests alone (``mgit merge --dry-run``); with a
         ``budget`` (or ``explain``) also which expert chunks are worth reading (``plan.budget``),
         which may analyze chunk pairs no commit recorded (counted apart)."""
+        from mgit.merge.request import MergeRequest
+
+        request = MergeRequest(
+            tuple(experts), method, base, params, model, allow_missing, config, budget, budget_select, explain,
+            seed, dtype, out_dtype,
+        )  # fmt: skip
+        return self._merge_plan(request)
+
+    @on_demand
+    def _merge_plan(self: Repository, request: MergeRequest) -> tuple[MergePlan, MergeSetup]:
+        """The request resolved into a setup, and the plan (restricted when budgeted)."""
         from mgit.merge.config import num_layers, tensor_parameters
-        from mgit.merge.params import check_params
+        from mgit.merge.methods.registry import get_method
         from mgit.merge.plan import model_tensors, plan_merge
-        from mgit.merge.record import MergeSetup
+        from mgit.merge.request import MergeSetup
 
-        cfg = _check_request(method, config, budget, params)  # bad input refused before torch loads
-        from mgit.merge.methods import get_method  # torch: the methods are torch functions
-
+        cfg = request.check()  # bad input refused before torch loads
+        experts, method, base, params = list(request.experts), request.method, request.base, dict(request.params)
+        config, allow_missing = request.config, request.allow_missing
         if cfg is not None:
             if experts or params:
                 raise BadInputError("with a merge config, name experts and parameters in the config only")
@@ -287,7 +274,7 @@ class Merging:
                 raise BadInputError("name at least one expert revision to merge")
             reference = self._merge_input(first, None)
         base_snap = self.snapshot(reference or base_commit)
-        model_dir, _ = self._pick_model(base_snap, model)
+        model_dir, _ = self._pick_model(base_snap, request.model)
         if reference is not None:
             base_snap = _with_model(self.snapshot(base_commit), base_snap, model_dir)
         params_for = None
@@ -302,80 +289,53 @@ class Merging:
         if not experts:
             raise BadInputError("name at least one expert revision to merge")
         resolved = chosen.resolve(params, len(experts)) if params_for is None else params
-        check_params(resolved, chosen.name, chosen.name)  # with the defaults filled in (DELLA's epsilon)
+        chosen.check_params(resolved, chosen.name)  # with the defaults filled in (DELLA's epsilon)
         expert_commits = [
             reference if k == 0 and reference else self._merge_input(e, model_dir) for k, e in enumerate(experts)
         ]
         snaps = [self.snapshot(c) for c in expert_commits]
         passes = 2 if chosen.decides_per_expert else 1
         plan = plan_merge(self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes)
-        if self.is_partial:  # price the chunks not here at what fetching them costs
+        if self.promisor is not None:  # price the chunks not here at what fetching them costs
             sizes = self._fetch_sizes(plan)
             plan = plan_merge(
                 self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes,
-                self._fetch_pricing(sizes),
+                self.promisor.pricing(sizes),
             )  # fmt: skip
             plan.fetch_sizes = sizes
         if params_for is not None:  # every tensor's parameters must resolve before anything is written
             for tp in plan.tensors:
-                check_params(chosen.resolve(params_for(tp.name), len(experts)), f"{config}: tensor {tp.name}", method)
+                chosen.check_params(chosen.resolve(params_for(tp.name), len(experts)), f"{config}: tensor {tp.name}")
         setup = MergeSetup(
             chosen, resolved, base_commit, expert_commits, list(experts), base_snap,
             base_ref=base, params_for=params_for, config=cfg.source if cfg else None,
-            dtype=cfg.dtype if cfg else None, out_dtype=cfg.out_dtype if cfg else None, reference=reference,
+            dtype=request.dtype or (cfg.dtype if cfg else None),
+            out_dtype=request.out_dtype or (cfg.out_dtype if cfg else None),
+            reference=reference, seed=request.seed or 0,
         )  # fmt: skip
-        if budget is not None or explain:
-            plan.budget = self._plan_budget(
-                plan, setup, budget, budget_select, seed, dtype or setup.dtype, out_dtype or setup.out_dtype
-            )
+        if request.wants_budget:
+            plan = self._plan_budget(plan, setup, request.budget, request.budget_select)
         return plan, setup
 
     def _fetch_sizes(self: Repository, plan: MergePlan) -> dict[str, int]:
         """Record sizes on the remote of the base and candidate expert chunks not here (one batch)."""
         wanted = [c.id for tp in plan.tensors for c in tp.base.chunks]
         wanted += [tp.experts[k].chunks[i].id for tp in plan.tensors for k, r in enumerate(tp.reads) for i in r]
-        remote = self._promisor()
-        assert remote is not None
-        return fetch_costs(self.store, self._backend(remote), wanted)
-
-    def _fetch_pricing(self: Repository, sizes: dict[str, int]) -> Callable[[str, set[str]], int]:
-        """In a partial clone, what reading a chunk costs: the stored bytes here, or for a chunk
-        still on the remote its record size there plus the base id a delta record carries here
-        (so it bounds both the fetch and the read after it). A merge's expert chunk is a delta
-        of the base's chunk or none (the commit statistics that rank it pair it with that
-        chunk), so no further delta base is fetched for it; a fetch finding otherwise stops at
-        the budget (:meth:`_fetch_planned`)."""
-
-        def cost(cid: str, held: set[str]) -> int:
-            if self.store.has(cid, refresh=False):
-                return self.store.read_cost(cid, held)
-            return sizes[cid] + DELTA_BASE_BYTES
-
-        return cost
+        assert self.promisor is not None
+        return self.promisor.sizes(wanted)
 
     def _fetch_planned(self: Repository, plan: MergePlan, run_report: dict[str, Transfer]) -> None:
         """A partial clone fetches what the merge reads before it runs: the base's chunks, then
         the chosen expert chunks, the latter capped at the budget."""
-        remote = self._promisor()
-        assert remote is not None
-        backend = self._backend(remote)
+        assert self.promisor is not None
         base_ids = [c.id for tp in plan.tensors for c in tp.base.chunks]
         expert_ids = [
             tp.experts[k].chunks[i].id for tp in plan.tensors for k, reads in enumerate(tp.reads) for i in reads
         ]
-        limit = None
-        if plan.budget is not None and plan.budget.limit is not None:
-            limit = FetchLimit(backend, plan.budget.limit, dict(plan.fetch_sizes), charge_verification=False)
-        with byte_progress("fetch", 0) as bar:
-            fetch_chunks(self.store, backend, base_ids, run_report["base"], bar)
-            try:
-                fetch_chunks(self.store, backend, expert_ids, run_report["experts"], bar, limit)
-            except LimitReached:
-                raise BadInputError(
-                    f"the expert chunks chosen for this budget are deltas of chunks not here; fetch the experts' "
-                    f"history first (`mgit fetch {remote} --chunks REV`) or raise --budget"
-                ) from None
-        self.store.seal()
+        limit = plan.budget.limit if plan.budget is not None else None
+        self.promisor.fetch_for_merge(
+            base_ids, expert_ids, limit, plan.fetch_sizes, run_report["base"], run_report["experts"]
+        )
 
     def _plan_budget(
         self: Repository,
@@ -383,45 +343,30 @@ class Merging:
         setup: MergeSetup,
         budget: str | int | None,
         select: str,
-        seed: int,
-        dtype: str | None,
-        out_dtype: str | None,
-    ) -> BudgetReport:
-        """Restrict ``plan`` to the expert chunks a budget affords (see mgit.merge.importance)."""
-        from mgit.merge import importance
-        from mgit.merge.analyze import pair_norms
+    ) -> MergePlan:
+        """``plan`` restricted to the expert chunks a budget affords, a new plan carrying its
+        report (see mgit.merge.budget)."""
+        from mgit.merge.budget.analyze import pair_norms
+        from mgit.merge.budget.restrict import check_selection, restrict
         from mgit.store.paircache import PairCache
 
-        if select not in importance.SELECTIONS:
-            raise BadInputError(f"unknown budget selection {select!r} (known: {', '.join(importance.SELECTIONS)})")
+        check_selection(select)
         given = parse_budget(budget) if budget is not None else None
-        count = len(setup.expert_commits)
-
-        def weights_for(tp: TensorPlan) -> importance.Weights:
-            params = setup.method.resolve(setup.params_for(tp.name), count) if setup.params_for else setup.params
-            return importance.effective_weights(setup.method.name, params, count)
-
-        def roundoff_for(tp: TensorPlan) -> float:
-            return importance.unit_roundoff(tp.base.dtype, dtype, out_dtype)
-
         full = plan.expert_bytes
         limit = given.resolve(full) if given is not None else None
         # analysis never reads more than the merge it plans: at most the budget, at most a full merge
-        price = self._fetch_pricing(plan.fetch_sizes) if self.is_partial else self.store.read_cost
+        price = self.promisor.pricing(plan.fetch_sizes) if self.promisor is not None else self.store.read_cost
         analysis = pair_norms(
             self.graph, self.store, self.pool, PairCache(self.git_dir / "cache" / "pair-norms.sqlite"),
             plan, setup.reference or setup.base_commit, setup.expert_commits, self.commit_stats,
             full if limit is None else min(limit, full), price,
         )  # fmt: skip
-        report = importance.BudgetReport(str(budget) if budget is not None else None, limit, select, full)
-        report.analyze_pairs, report.analyze_bytes = analysis.pairs_analyzed, analysis.bytes_read
-        report.analyze = analysis.to_json()
-        cands = importance.candidates(plan, weights_for, analysis.norms, analysis.upper)
-        taken = importance.choose(cands, limit, select, seed)
-        report.best_share = importance.best_share(cands, limit)
-        importance.apply(plan, cands, taken, weights_for, setup.method.name in importance.AFFINE_METHODS,
-                         roundoff_for, report)  # fmt: skip
-        return report
+        restricted, _ = restrict(
+            plan, setup.method, lambda tp: setup.resolved_params(tp.name), analysis,
+            given=str(budget) if budget is not None else None, limit=limit, select=select, seed=setup.seed,
+            dtypes=(setup.dtype, setup.out_dtype),
+        )  # fmt: skip
+        return restricted
 
     def _merge_input(self: Repository, ref: str, model_dir: str | None) -> str:
         """A merge input: a revision, or a model directory on disk imported as a root commit
@@ -460,6 +405,8 @@ class Merging:
         its plan); another commit's input is its first parent. A commit met a second time is
         marked ``"seen": true`` instead of being expanded again; ``depth`` bounds the walk.
         """
+        from mgit.merge.record import PlanRecord
+
         seen: set[str] = set()
 
         def node(sha: str, role: str, left: int) -> dict:
@@ -468,21 +415,22 @@ class Merging:
             if sha in seen:
                 return out | {"seen": True}
             seen.add(sha)
-            plan = self.merge_record(sha)
+            doc = self.merge_record(sha)
             if left <= 0:
                 return out | {"truncated": bool(info.parents)}
-            if plan is not None:
-                weights = plan["parameters"].get("weight")
-                out |= {"method": plan["method"], "parameters": plan["parameters"], "seed": plan["seed"]}
-                if plan["base"] is not None:
-                    out["inputs"].append(node(plan["base"], "base", left - 1))
+            if doc is not None:
+                plan = PlanRecord.from_json(doc)
+                weights = plan.parameters.get("weight")
+                out |= {"method": plan.method, "parameters": plan.parameters, "seed": plan.seed}
+                if plan.base is not None:
+                    out["inputs"].append(node(plan.base, "base", left - 1))
                 else:  # a method without a base: the commit it was made on is history, not an input
                     out["inputs"].append(node(info.parents[0], "parent", left - 1))
-                for k, expert in enumerate(plan["experts"]):
-                    role = f"expert {expert['name']}"
+                for k, expert in enumerate(plan.experts):
+                    role = f"expert {expert.name}"
                     if weights is not None:
                         role += f" (weight {weights[k]})"
-                    out["inputs"].append(node(expert["commit"], role, left - 1))
+                    out["inputs"].append(node(expert.commit, role, left - 1))
             elif info.parents:
                 out["inputs"].append(node(info.parents[0], "parent", left - 1))
             return out

@@ -32,6 +32,7 @@ from mgit.ops.maintain import Repair
 from mgit.ops.reset import RESET_MODES, ResetResult
 from mgit.ops.stage import AddResult
 from mgit.ops.workfiles import CheckoutResult, WorkForm
+from mgit.remote.promisor import Promisor
 from mgit.remote.transfer import Transfer
 from mgit.store.chunkstore import ChunkStore
 from mgit.sync import Sync
@@ -52,7 +53,7 @@ class Repository(Merging, Sync):
     def __init__(self, path: str | os.PathLike[str] = "."):
         self.ctx = Context(path, on_lock=recover.recover)
         self.ctx.remote = self
-        self._attach_promisor()
+        self.ctx.promisor = self._open_promisor()
 
     @classmethod
     def init(cls, path: str | os.PathLike[str] = ".") -> Repository:
@@ -108,17 +109,17 @@ class Repository(Merging, Sync):
         return self.ctx.pool
 
     @property
-    def fetched(self) -> Transfer:
-        """Chunks a partial clone fetched on demand since it was opened."""
-        return self.ctx.fetched
+    def promisor(self) -> Promisor | None:
+        """A partial clone's source of chunks not here (None: not a partial clone)."""
+        return self.ctx.promisor
 
-    @fetched.setter
-    def fetched(self, value: Transfer) -> None:
-        self.ctx.fetched = value
+    @promisor.setter
+    def promisor(self, value: Promisor | None) -> None:
+        self.ctx.promisor = value
 
     @property
     def cloned(self) -> Transfer:
-        """What the clone that made this repository fetched."""
+        """What clone() received (empty unless this object made the clone)."""
         return self.ctx.cloned
 
     @cloned.setter

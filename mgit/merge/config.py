@@ -11,6 +11,7 @@ rules mergekit applies, so a config means the same thing to both tools.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from mgit.errors import BadInputError
-from mgit.merge.params import check_della, check_value
+from mgit.merge.params import Scope, check_value
 from mgit.model.layers import layer_of
 
 if TYPE_CHECKING:
-    from mgit.merge.methods import MergeMethod
+    from mgit.merge.methods.base import MergeMethod
 
 DTYPES = {
     "float32": "F32",
@@ -63,7 +64,7 @@ def _dtype(value: Any, key: str, where: str) -> str | None:
     return name
 
 
-def load_config(path: str | Path) -> MergeConfig:
+def load_config(path: str | os.PathLike[str]) -> MergeConfig:
     where = str(path)
     try:
         doc = yaml.safe_load(Path(path).read_text("utf-8"))
@@ -120,7 +121,11 @@ def setting_values(setting: Setting) -> list[Any]:
 
 def check_ranges(cfg: MergeConfig, where: str) -> None:
     """Every parameter value of the config within its accepted range (mgit.merge.params),
-    before any model is resolved or read."""
+    and the method's conditions joining several, before any model is resolved or read (an
+    unknown method is reported by the caller, with its list of known ones)."""
+    from mgit.merge.methods.registry import METHODS
+
+    method = METHODS.get(cfg.method)
     scopes = [("parameters", cfg.parameters)] + [
         (f"models[{i}] ({m.ref})", m.parameters) for i, m in enumerate(cfg.models)
     ]
@@ -128,8 +133,9 @@ def check_ranges(cfg: MergeConfig, where: str) -> None:
         for name, setting in params.items():
             check_value(name, setting_values(setting), f"{where}: {label}")
         density, epsilon = params.get("density"), params.get("epsilon")
-        if cfg.method.startswith("della") and isinstance(density, int | float) and isinstance(epsilon, int | float):
-            check_della(density, epsilon, f"{where}: {label}")  # other pairs: per tensor, when resolved
+        if method is not None and isinstance(density, int | float) and isinstance(epsilon, int | float):
+            pair = {"density": density, "epsilon": epsilon}  # other pairs: per tensor, when resolved
+            method.check_together(pair, f"{where}: {label}")
 
 
 def layer_position(name: str, num_layers: int) -> float:
@@ -180,8 +186,6 @@ def tensor_parameters(method: MergeMethod, cfg: MergeConfig, entries: list[Model
     An expert parameter comes from the model's own ``parameters``, else the config's;
     a global one from the config's ``parameters``.
     """
-    from mgit.merge.methods import Scope
-
     known = {p.name for p in method.params}
     given = set(cfg.parameters) | {k for m in entries for k in m.parameters}
     unknown = sorted(given - known)

@@ -28,15 +28,16 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
 
 from mgit.errors import BadInputError
 from mgit.graph.snapshot import Entry
-from mgit.merge.methods import MergeMethod, Prepared, seeded_generator
+from mgit.merge.methods.inputs import Prepared
 from mgit.merge.plan import MergePlan, TensorPlan
+from mgit.merge.request import MergeSetup
+from mgit.merge.sparsify import seeded_generator
 from mgit.model.chunking import chunk_ranges, chunk_size_for
 from mgit.model.dtypes import lookup
 from mgit.model.filetree import load_safetensors
@@ -57,23 +58,6 @@ DECIDE_BYTES_PER_ELEMENT = 22
 # Elements of a chunk merged at a time: the method's scratch (K deltas and more) stays in the
 # caches and below malloc's mmap threshold, instead of fresh, page-faulting buffers per chunk.
 SLICE_ELEMENTS = 1 << 19
-
-
-@dataclass(frozen=True)
-class MergeSpec:
-    method: MergeMethod
-    params: dict[str, Any]
-    seed: int
-    dtype: str | None = None  # safetensors dtype names, as mergekit's dtype / out_dtype
-    out_dtype: str | None = None
-    params_for: Callable[[str], dict[str, Any]] | None = None  # per tensor (a config's filters/gradients)
-
-    def tensor_params(self, name: str) -> dict[str, Any]:
-        return self.params_for(name) if self.params_for else self.params
-
-    def result_dtype(self, base_dtype: str) -> str:
-        """The merged tensor's dtype: out_dtype, else the working dtype (inputs share one dtype)."""
-        return self.out_dtype or self.dtype or base_dtype
 
 
 @dataclass
@@ -110,7 +94,7 @@ def _what(tp: TensorPlan) -> str:
 
 def merge_one(
     tp: TensorPlan,
-    spec: MergeSpec,
+    setup: MergeSetup,
     base: torch.Tensor,
     experts: list[torch.Tensor],
     prepared: Prepared | None = None,
@@ -119,18 +103,18 @@ def merge_one(
 ) -> torch.Tensor:
     """One tensor merged in memory; with ``prepared``, the slice of it starting at element ``start``
     (and with ``present``, ``experts`` are those experts only: the others equal the base there)."""
-    method = spec.method
+    method = setup.method
     with torch.no_grad():
         if prepared is not None:
             result = method.merge_slice(prepared, base if method.needs_base else None, experts, start, present)
-            return result.to(torch_dtype(spec.out_dtype)) if spec.out_dtype else result
+            return result.to(torch_dtype(setup.out_dtype)) if setup.out_dtype else result
         return method(
             base if method.needs_base else None,
             experts,
-            spec.tensor_params(tp.name),
-            dtype=torch_dtype(spec.dtype) if spec.dtype else None,
-            out_dtype=torch_dtype(spec.out_dtype) if spec.out_dtype else None,
-            generator=seeded_generator(spec.seed, tp.name) if method.random else None,
+            setup.tensor_params(tp.name),
+            dtype=torch_dtype(setup.dtype) if setup.dtype else None,
+            out_dtype=torch_dtype(setup.out_dtype) if setup.out_dtype else None,
+            generator=seeded_generator(setup.seed, tp.name) if method.random else None,
             name=tp.name,
         )
 
@@ -200,15 +184,15 @@ class _Inputs:
 # -- chunk by chunk ------------------------------------------------------------------------
 
 
-def _by_chunk(tp: TensorPlan, spec: MergeSpec) -> bool:
+def _by_chunk(tp: TensorPlan, setup: MergeSetup) -> bool:
     """Whether this tensor can be merged one stored chunk at a time: an elementwise method
     and the result cut into chunks exactly where the base and every expert are."""
-    if not spec.method.elementwise or not tp.base.chunks:
+    if not setup.method.elementwise or not tp.base.chunks:
         return False
     sizes = [c.size for c in tp.base.chunks]
     if any([c.size for c in m.chunks] != sizes for m in tp.experts):
         return False
-    out = lookup(spec.result_dtype(tp.base.dtype))
+    out = lookup(setup.result_dtype(tp.base.dtype))
     if out is None or out.bits != lookup(tp.base.dtype).bits:
         return False
     size = chunk_size_for(tp.base.shape, out.bits)
@@ -227,10 +211,10 @@ def _one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _prepare(tp: TensorPlan, spec: MergeSpec, inputs: _Inputs) -> Prepared:
+def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: _Inputs) -> Prepared:
     """The method's per-tensor decisions; sparsifiers see the base and each expert whole, the
     experts read one at a time, or several at once (deterministic methods, memory permitting)."""
-    method = spec.method
+    method = setup.method
     base_t = inputs.read_base() if method.decides_per_expert else None
     numel = max(1, tp.base.nbytes * 8 // lookup(tp.base.dtype).bits)
     workers = min(WORKERS, DECIDE_MEMORY // (DECIDE_BYTES_PER_ELEMENT * numel))
@@ -244,12 +228,12 @@ def _prepare(tp: TensorPlan, spec: MergeSpec, inputs: _Inputs) -> Prepared:
     with torch.no_grad():
         return method.prepare(
             len(tp.experts),
-            spec.tensor_params(tp.name),
+            setup.tensor_params(tp.name),
             torch_dtype(tp.base.dtype),
-            dtype=torch_dtype(spec.dtype) if spec.dtype else None,
+            dtype=torch_dtype(setup.dtype) if setup.dtype else None,
             base=base_t,
             expert_at=None if base_t is None else lambda k: inputs.expert(k, base_t, use_pool=each is None),
-            generator=seeded_generator(spec.seed, tp.name) if method.random else None,
+            generator=seeded_generator(setup.seed, tp.name) if method.random else None,
             name=tp.name,
             each=each,
         )
@@ -257,7 +241,7 @@ def _prepare(tp: TensorPlan, spec: MergeSpec, inputs: _Inputs) -> Prepared:
 
 def _merge_by_chunk(
     tp: TensorPlan,
-    spec: MergeSpec,
+    setup: MergeSetup,
     ingestor: Ingestor,
     store: ChunkStore,
     pool: ThreadPoolExecutor,
@@ -265,17 +249,17 @@ def _merge_by_chunk(
     staged: StagedFile | None,
 ) -> str:
     inputs = _Inputs(tp, store, pool, run)
-    prepared = _prepare(tp, spec, inputs)
+    prepared = _prepare(tp, setup, inputs)
     starts = _starts(tp.base)
     index = {start: i for i, start in enumerate(starts[:-1])}
     wanted = [set(r) for r in tp.reads]
     # Experts a budget skipped at a chunk add exactly nothing there: left out of its math.
-    skipped = [set(r) for r in tp.skipped] if tp.skipped and spec.method.skips_zero_deltas else None
+    skipped = [set(r) for r in tp.skipped] if tp.skipped and setup.method.skips_zero_deltas else None
     base_index = {c.id: k for k, c in enumerate(tp.base.chunks)}
     held: dict[int, bytes | memoryview] = {}  # chunk index → base bytes, until the ingestor takes them
     dtype = tp.base.dtype
     itemsize = lookup(dtype).bits // 8
-    result_dtype = torch_dtype(spec.result_dtype(dtype))
+    result_dtype = torch_dtype(setup.result_dtype(dtype))
     what = inputs.what
 
     def base_chunk(i: int, counters: ReadCounters) -> bytes | memoryview:
@@ -307,7 +291,7 @@ def _merge_by_chunk(
         first = offset // itemsize
         for start in range(0, base_t.numel(), SLICE_ELEMENTS):
             part = slice(start, start + SLICE_ELEMENTS)
-            result = merge_one(tp, spec, base_t[part], [e[part] for e in experts], prepared, first + start, which)
+            result = merge_one(tp, setup, base_t[part], [e[part] for e in experts], prepared, first + start, which)
             if result.dtype != result_dtype:  # pragma: no cover - a method breaking its dtype contract
                 raise AssertionError(f"{tp.name}: merged to {result.dtype}, expected {result_dtype}")
             merged[part] = result
@@ -322,7 +306,7 @@ def _merge_by_chunk(
     def parent_bytes(i: int, cid: str) -> bytes | memoryview | None:
         return held.pop(i, None) if cid == tp.base.chunks[i].id else None
 
-    out = lookup(spec.result_dtype(dtype))
+    out = lookup(setup.result_dtype(dtype))
     with _one_torch_thread():
         try:
             return ingestor.tensor(tp.name, out, tp.base.shape, tp.base.nbytes, read, parent_bytes)
@@ -335,7 +319,7 @@ def _merge_by_chunk(
 
 def _merge_whole(
     tp: TensorPlan,
-    spec: MergeSpec,
+    setup: MergeSetup,
     ingestor: Ingestor,
     store: ChunkStore,
     pool: ThreadPoolExecutor,
@@ -348,11 +332,11 @@ def _merge_whole(
     inputs = _Inputs(tp, store, pool, run)
     base_t = inputs.read_base()
     experts = [inputs.expert(k, base_t) for k in range(len(tp.experts))]
-    result = merge_one(tp, spec, base_t, experts)
+    result = merge_one(tp, setup, base_t, experts)
     del experts
     raw = tensor_bytes(result)
     out = lookup(dtype_name(result.dtype))
-    if staged is not None and out.name == spec.result_dtype(tp.base.dtype):
+    if staged is not None and out.name == setup.result_dtype(tp.base.dtype):
         staged.write(tp.name, 0, raw)
     base_starts, view = _starts(tp.base), memoryview(inputs.base)
     same_width = out.bits == lookup(tp.base.dtype).bits
@@ -381,7 +365,7 @@ def _copy(tp: TensorPlan, store: ChunkStore, run: Execution, staged: StagedFile 
 
 def execute(
     plan: MergePlan,
-    spec: MergeSpec,
+    setup: MergeSetup,
     ingestor: Ingestor,
     store: ChunkStore,
     pool: ThreadPoolExecutor,
@@ -398,7 +382,9 @@ def execute(
     by_name = {tp.name: tp for tp in plan.tensors}
     try:
         for file, names in plan.files.items():
-            _execute_file(file, [by_name[n] for n in names], spec, ingestor, store, pool, base_entries, bar, stage, run)
+            _execute_file(
+                file, [by_name[n] for n in names], setup, ingestor, store, pool, base_entries, bar, stage, run
+            )
     except BaseException:
         for staged in run.staged.values():
             staged.discard()
@@ -409,7 +395,7 @@ def execute(
 def _execute_file(
     file: str,
     tensors: list[TensorPlan],
-    spec: MergeSpec,
+    setup: MergeSetup,
     ingestor: Ingestor,
     store: ChunkStore,
     pool: ThreadPoolExecutor,
@@ -422,7 +408,7 @@ def _execute_file(
     metadata = load_safetensors(ingestor.graph, base_entries[file].oid, file).layout.metadata
     floating = {tp.name: torch_dtype(tp.base.dtype).is_floating_point for tp in tensors}
     predicted = [
-        (tp.name, lookup(spec.result_dtype(tp.base.dtype) if floating[tp.name] else tp.base.dtype), tp.base.shape)
+        (tp.name, lookup(setup.result_dtype(tp.base.dtype) if floating[tp.name] else tp.base.dtype), tp.base.shape)
         for tp in tensors
     ]
     header = build_header(predicted, metadata)
@@ -440,11 +426,11 @@ def _execute_file(
                 run.decisions[tp.name] = "copied"
                 bar.advance(tp.base.nbytes)
                 continue
-            if _by_chunk(tp, spec):
-                ids[tp.name] = _merge_by_chunk(tp, spec, ingestor, store, pool, run, staged)
-                out = spec.result_dtype(tp.base.dtype)
+            if _by_chunk(tp, setup):
+                ids[tp.name] = _merge_by_chunk(tp, setup, ingestor, store, pool, run, staged)
+                out = setup.result_dtype(tp.base.dtype)
             else:
-                ids[tp.name], out = _merge_whole(tp, spec, ingestor, store, pool, run, staged)
+                ids[tp.name], out = _merge_whole(tp, setup, ingestor, store, pool, run, staged)
             specs.append((tp.name, lookup(out), tp.base.shape))
             run.decisions[tp.name] = "merged"
         actual = build_header(specs, metadata)

@@ -10,8 +10,9 @@ DELLA's keep probabilities, which mergekit requires to keep density ± epsilon i
 ``scale`` are any finite numbers (negative weights subtract a task vector). The method
 functions themselves (:mod:`mgit.merge.methods`) still take any value, as mergekit's do.
 
-The parameters each method accepts (names, scopes, defaults: mergekit's) are declared here
-too, so a request naming an unknown method or parameter is also refused without torch.
+Each method declares the parameters it accepts (names, scopes, defaults: mergekit's) as
+:class:`Param` values in its own module (:mod:`mgit.merge.methods`), torch-free too, so a
+request naming an unknown method or parameter is also refused without torch.
 """
 
 from __future__ import annotations
@@ -71,46 +72,6 @@ class Param:
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return float(value)
         raise BadInputError(f"{method}: parameter {self.name} must be a number, got {value!r}")
-
-
-def _global(name: str, kind: type, default: Any = REQUIRED, doc: str = "") -> Param:
-    return Param(name, kind, Scope.GLOBAL, default, doc=doc)
-
-
-def _expert(name: str, default: Any = REQUIRED, nullable: bool = False, doc: str = "") -> Param:
-    return Param(name, float, Scope.EXPERT, default, nullable=nullable, doc=doc)
-
-
-def _gta_params(normalize: bool, rescale: bool, extra: tuple[Param, ...] = ()) -> tuple[Param, ...]:
-    return (
-        _global("int8_mask", bool, False, "mergekit: dtype of the sign mask only; no effect on the result"),
-        _global("normalize", bool, normalize, "divide by the sum of (agreeing) weights"),
-        _global("rescale", bool, rescale, "rescale sparsified deltas to their L1 norm"),
-        _global("lambda", float, 1.0, "scale of the combined delta"),
-        _expert("weight", doc="weight of each expert's delta"),
-        _expert("density", 1.0, doc="fraction of each delta kept"),
-        *extra,
-    )
-
-
-_GAMMA = _expert("gamma", 0.01, doc="fraction of largest-magnitude outliers dropped (breadcrumbs)")
-_EPSILON = _expert("epsilon", 0.15, doc="spread of DELLA's keep probabilities around density")
-
-
-METHOD_PARAMS: dict[str, tuple[Param, ...]] = {
-    "linear": (_expert("weight", doc="weight of each input"), _global("normalize", bool, True)),
-    "task_arithmetic": _gta_params(False, False),
-    "ties": _gta_params(True, False),
-    "dare_linear": _gta_params(False, True),
-    "dare_ties": _gta_params(False, True),
-    "breadcrumbs": _gta_params(False, False, (_GAMMA,)),
-    "breadcrumbs_ties": _gta_params(False, False, (_GAMMA,)),
-    "della": _gta_params(True, True, (_EPSILON,)),
-    "della_linear": _gta_params(False, True, (_EPSILON,)),
-    "slerp": (_global("t", float, doc="0 = base, 1 = the expert"),),
-    "model_stock": (_global("filter_wise", bool, False, "one ratio per row instead of per tensor"),),
-    "passthrough": (_expert("scale", None, nullable=True, doc="optional factor"),),
-}  # mgit.merge.methods.METHODS: one method per name, with these parameters
 
 
 @dataclass(frozen=True)
@@ -195,23 +156,8 @@ def check_della(density: Any, epsilon: Any, where: str) -> None:
             )
 
 
-def check_params(params: Mapping[str, Any], where: str, method: str | None = None) -> None:
-    """Every given parameter in range (and DELLA's density/epsilon pair, for ``della*``)."""
+def check_params(params: Mapping[str, Any], where: str) -> None:
+    """Every given parameter in range (conditions joining several are the method's:
+    :meth:`mgit.merge.methods.base.MergeMethod.check_params`)."""
     for name, value in params.items():
         check_value(name, value, where)
-    if method is not None and method.startswith("della") and "epsilon" in params:
-        check_della(params.get("density", 1.0), params["epsilon"], where)
-
-
-def check_method(method: Any, names: Iterable[str], where: str = "") -> None:
-    """The method exists and takes every named parameter (the messages the method gives;
-    ``where`` leads them, e.g. the config file)."""
-    lead = f"{where}: " if where else ""
-    if not isinstance(method, str) or method not in METHOD_PARAMS:
-        raise BadInputError(f"{lead}unknown merge method {method!r} (known: {', '.join(sorted(METHOD_PARAMS))})")
-    accepted = [p.name for p in METHOD_PARAMS[method]]
-    unknown = sorted(set(names) - set(accepted))
-    if unknown:
-        raise BadInputError(
-            f"{lead}{method}: unknown parameter(s) {', '.join(unknown)} (accepted: {', '.join(accepted)})"
-        )

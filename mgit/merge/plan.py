@@ -10,17 +10,14 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from mgit.errors import BadInputError
 from mgit.graph.objects import Graph
 from mgit.graph.snapshot import Snapshot
+from mgit.merge.budget.report import BudgetReport
 from mgit.model.filetree import load_safetensors
 from mgit.model.manifest import TensorManifest
 from mgit.store.chunkstore import ChunkStore
-
-if TYPE_CHECKING:
-    from mgit.merge.importance import BudgetReport
 
 
 @dataclass

@@ -22,7 +22,7 @@ from mgit.ops.paths import prune_dirs, under
 from mgit.ops.workfiles import CheckoutResult, WorkForm, clean, finish_command, holds, shown
 from mgit.progress import byte_progress
 from mgit.worktree import journal
-from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, fetch_within, over_budget
+from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, over_budget
 from mgit.worktree.index import Index, IndexEntry
 from mgit.worktree.journal import Journal, Write
 from mgit.worktree.sparse import SparsePatterns, load_patterns, make_patterns
@@ -51,7 +51,7 @@ def checkout(
         rev = "HEAD"
     with ctx.lock:
         before = ctx.store.reads.chunks, ctx.store.reads.stored_bytes
-        fetched_before = ctx.fetched.bytes if ctx.is_partial else 0
+        fetched_before = ctx.fetched.bytes
         tracked = ctx.remote.remote_branch_for(rev) if paths is None and create_branch is None and rev else None
         if tracked is not None:
             rev, create_branch = tracked, rev
@@ -61,7 +61,7 @@ def checkout(
             result = switch(ctx, rev, create_branch, force, patterns=patterns, budget=limit)
         result.chunks_read = ctx.store.reads.chunks - before[0]
         result.bytes_read = ctx.store.reads.stored_bytes - before[1]
-        result.bytes_fetched = ctx.fetched.bytes - fetched_before if ctx.is_partial else 0
+        result.bytes_fetched = ctx.fetched.bytes - fetched_before
         return result
 
 
@@ -285,16 +285,15 @@ def within_budget(
         found = reuse[p]
         local = found[1] if found is not None and clean(ctx, p, index.entries[p].worktree, index) else None
         reads += store_reads(ctx.graph, form.entry, p, local)
-    remote = ctx.remote._promisor()
-    backend = ctx.remote._backend(remote) if remote is not None else None
+    promisor = ctx.promisor
     bases = (lambda wanted: _recorded_parents(ctx, commit, wanted)) if commit else None
-    cost, missing = estimate(ctx.store, reads, backend, bases)
+    quote = promisor.quote(reads, bases) if promisor is not None else None
+    cost = estimate(reads, ctx.store.read_cost, quote)
     if cost.total > budget:
-        raise BadInputError(over_budget(cost, budget, remote))
-    if missing:
-        assert backend is not None and remote is not None
-        abort = ctx.store.abort  # a refused checkout keeps none of what it fetched
-        cost = fetch_within(ctx.store, backend, reads, missing, cost, budget, ctx.fetched, remote, abort)
+        raise BadInputError(over_budget(cost, budget, promisor.remote if promisor is not None else None))
+    if promisor is not None and quote is not None and quote.fetch:
+        # a refused checkout keeps none of what it fetched
+        cost = promisor.fetch_for_checkout(reads, quote, cost, budget, ctx.store.abort)
     return cost
 
 

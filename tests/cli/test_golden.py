@@ -21,8 +21,8 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import LlamaSpec, frozen_finetune, llama_state_dict, touch_later, write_model
 from helpers.cli import Result, invoke
+from helpers.models import LlamaSpec, frozen_finetune, llama_state_dict, touch_later, write_model
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("MGIT_UPDATE_GOLDEN") == "1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import commit_model, frozen_finetune, llama_state_dict
+from helpers.models import commit_model, frozen_finetune, llama_state_dict
 
 from mgit import Repository
 from mgit.maintenance.du import measure_store

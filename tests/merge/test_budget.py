@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import commit_model, llama_state_dict, run_mgit, uneven_finetune
+from helpers.models import commit_model, llama_state_dict, uneven_finetune
+from helpers.run import run_mgit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from mgit import Repository
 from mgit.budget import Budget, parse_budget
 from mgit.errors import BadInputError
 from mgit.merge import engine
-from mgit.merge.knapsack import Item, choose_by_density, choose_uniform, fractional_bound
+from mgit.merge.budget.knapsack import Item, choose_by_density, choose_uniform, fractional_bound
 from mgit.model import ingest
 from mgit.model.chunking import chunk_size_for
 
@@ -217,7 +218,7 @@ def test_unrecorded_pairs_are_analyzed_once_and_cached(repo, small_chunks):
 
 
 def test_budget_below_the_unrankable_chunks_is_refused(uneven, monkeypatch):
-    from mgit.merge import analyze
+    from mgit.merge.budget import analyze
 
     monkeypatch.setattr(analyze, "delta_l2", lambda a, b, dtype: None)  # as if every change were NaN
     monkeypatch.setattr(analyze, "recorded_norms", lambda commits, stats_of, wanted: {})

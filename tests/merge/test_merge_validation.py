@@ -11,15 +11,8 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import (
-    commit_model,
-    frozen_finetune,
-    llama_state_dict,
-    run_mgit,
-    touch_later,
-    uneven_finetune,
-    write_model,
-)
+from helpers.models import commit_model, frozen_finetune, llama_state_dict, touch_later, uneven_finetune, write_model
+from helpers.run import run_mgit
 from mergekit.merge_methods.api import merge_state_dicts
 
 from mgit.budget import parse_budget
@@ -114,7 +107,8 @@ def test_declared_parameters_are_mergekits():
     from mergekit.merge_methods.base import MISSING
 
     from mgit.merge.methods import METHODS
-    from mgit.merge.params import FLAGS, METHOD_PARAMS, NULLABLE, RANGES, REQUIRED
+    from mgit.merge.methods.registry import METHOD_PARAMS
+    from mgit.merge.params import FLAGS, NULLABLE, RANGES, REQUIRED
 
     assert sorted(METHOD_PARAMS) == sorted(METHODS)
     for name, params in METHOD_PARAMS.items():
@@ -346,7 +340,7 @@ def test_planning_against_a_new_base_reads_no_more_than_the_cap(new_base):
 def test_history_bounds_are_tighter_than_the_norms(new_base, monkeypatch):
     """Expert and new base both changed from the old base's chunk: the recorded distances bound
     their distance far tighter than the chunks' norms do."""
-    from mgit.merge import analyze
+    from mgit.merge.budget import analyze
 
     repo = new_base
     plan, _ = repo.merge_plan(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="10%")
@@ -361,7 +355,7 @@ def test_history_bounds_are_tighter_than_the_norms(new_base, monkeypatch):
 
 @pytest.mark.parametrize("source", ["history", "norms"])
 def test_an_estimated_plan_keeps_its_error_bound_and_says_so(new_base, monkeypatch, source):
-    from mgit.merge import analyze
+    from mgit.merge.budget import analyze
 
     if source == "norms":
         monkeypatch.setattr(analyze, "history_bounds", lambda expert, base, steps: None)

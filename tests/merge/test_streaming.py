@@ -8,11 +8,11 @@ import functools
 
 import pytest
 import torch
-from conftest import LlamaSpec, llama_state_dict, touch_later, tree_hashes, write_model
+from helpers.models import LlamaSpec, llama_state_dict, touch_later, tree_hashes, write_model
 from mergekit.merge_methods.api import merge_state_dicts
 
 import mgit.merge.engine as engine
-import mgit.merge.methods as methods
+import mgit.merge.methods.task_arithmetic as methods
 import mgit.model.ingest as ingest
 from mgit.model.chunking import chunk_size_for
 

@@ -8,7 +8,7 @@ import threading
 import time
 from collections import Counter
 
-from conftest import commit_model, frozen_finetune, llama_state_dict, uneven_finetune
+from helpers.models import commit_model, frozen_finetune, llama_state_dict, uneven_finetune
 
 from mgit import Repository
 from mgit.progress import Bar

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from dulwich.objects import ObjectID
+
 from mgit.graph.objects import Graph
 from mgit.merge.plan import MergePlan
 from mgit.model.dtypes import delta_l2, lookup
@@ -78,7 +80,7 @@ class Analysis:
 def side_commits(graph: Graph, base: str, experts: list[str]) -> list[str]:
     """Commits reachable from the experts but not from the base, then those reachable from the
     base but not from the experts (each side newest first, bounded)."""
-    ours, theirs = [e.encode() for e in experts], [base.encode()]
+    ours, theirs = [ObjectID(e.encode()) for e in experts], [ObjectID(base.encode())]
     walker = graph.repo.get_walker(include=ours, exclude=theirs, max_entries=HISTORY_LIMIT * len(experts))
     base_side = graph.repo.get_walker(include=theirs, exclude=ours, max_entries=HISTORY_LIMIT)
     return [entry.commit.id.decode() for entry in (*walker, *base_side)]

@@ -1,0 +1,131 @@
+"""A plan restricted to a budget: which expert chunks to read, as a NEW plan and its report.
+
+The plan a full merge would read is left as it is (a caller may compare, re-plan or explain
+it); :func:`restrict` returns a copy whose per-expert reads are the chosen chunks only, the
+others listed as skipped (read as the base's), and the :class:`~mgit.merge.budget.report.BudgetReport`
+saying what was chosen and how much of the full merge it keeps (see :mod:`mgit.merge.budget.importance`).
+What a method contributes comes from its declarations: its effective weights rank the chunks,
+and only an affine method gets an error bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mgit.errors import BadInputError
+from mgit.merge.budget.analyze import Analysis
+from mgit.merge.budget.importance import SELECTIONS, Candidate, best_share, candidates, choose, gamma_n, unit_roundoff
+from mgit.merge.budget.report import BudgetReport, TensorBudget
+from mgit.merge.methods.base import MergeMethod, Weights
+from mgit.merge.plan import MergePlan, TensorPlan
+
+
+def check_selection(select: str) -> None:
+    if select not in SELECTIONS:
+        raise BadInputError(f"unknown budget selection {select!r} (known: {', '.join(SELECTIONS)})")
+
+
+def restrict(
+    plan: MergePlan,
+    method: MergeMethod,
+    params_of: Callable[[TensorPlan], Mapping[str, Any]],
+    analysis: Analysis,
+    *,
+    given: str | None,
+    limit: int | None,
+    select: str,
+    seed: int,
+    dtypes: tuple[str | None, str | None] = (None, None),
+) -> tuple[MergePlan, BudgetReport]:
+    """The plan reading only the expert chunks ``limit`` bytes afford (all without a limit),
+    most important first (``select="uniform"``: at random, seeded), and its report.
+    ``params_of(tp)``: one tensor's resolved parameters; ``analysis``: every candidate's ‖Δ‖;
+    ``dtypes``: the merge's working and output dtypes (for the rounding allowance)."""
+    check_selection(select)
+
+    def weights_for(tp: TensorPlan) -> Weights:
+        return method.effective_weights(params_of(tp), len(tp.experts))
+
+    def roundoff_for(tp: TensorPlan) -> float:
+        return unit_roundoff(tp.base.dtype, *dtypes)
+
+    report = BudgetReport(given, limit, select, plan.expert_bytes)
+    report.analyze_pairs, report.analyze_bytes = analysis.pairs_analyzed, analysis.bytes_read
+    report.analyze = analysis.to_json()
+    cands = candidates(plan, weights_for, analysis.norms, analysis.upper)
+    taken = choose(cands, limit, select, seed)
+    report.best_share = best_share(cands, limit)
+    chosen = _report(plan, cands, taken, weights_for, method.affine, roundoff_for, report)
+    return _restricted(plan, chosen, report), report
+
+
+def _restricted(plan: MergePlan, chosen: dict[tuple[int, int], list[int]], report: BudgetReport) -> MergePlan:
+    """A copy of ``plan`` reading only the ``chosen`` chunks (per tensor and expert)."""
+    tensors = []
+    for t, tp in enumerate(plan.tensors):
+        reads, costs, skipped = [], [], []
+        for k, expert_reads in enumerate(tp.reads):
+            keep = set(chosen.get((t, k), ()))
+            pairs = [(i, cost) for i, cost in zip(expert_reads, tp.costs[k], strict=True) if i in keep]
+            skipped.append([i for i in expert_reads if i not in keep])
+            reads.append([i for i, _ in pairs])
+            costs.append([cost for _, cost in pairs])
+        read_bytes = [sum(c) for c in costs]
+        tensors.append(
+            dataclasses.replace(tp, reads=reads, costs=costs, read_bytes=read_bytes, skipped=tp.skipped + skipped)
+        )
+    return dataclasses.replace(plan, tensors=tensors, budget=report, fetch_sizes=dict(plan.fetch_sizes))
+
+
+def _report(
+    plan: MergePlan,
+    cands: list[Candidate],
+    taken: list[bool],
+    weights_for: Callable[[TensorPlan], Weights],
+    affine: bool,
+    roundoff_for: Callable[[TensorPlan], float],
+    report: BudgetReport,
+) -> dict[tuple[int, int], list[int]]:
+    """Fill the report from the choice; returns the chosen chunks per (tensor, expert)."""
+    chosen: dict[tuple[int, int], list[int]] = {}
+    per_chunk: dict[tuple[int, int], list[tuple[Candidate, bool]]] = {}
+    for c, take in zip(cands, taken, strict=True):
+        tb = report.tensors.setdefault(plan.tensors[c.tensor].name, TensorBudget())
+        value = 0.0 if c.norm is None else c.weight * c.norm
+        tb.candidates += 1
+        tb.full_bytes += c.cost
+        tb.energy += value * value
+        if take:
+            chosen.setdefault((c.tensor, c.expert), []).append(c.chunk)
+            tb.chosen += 1
+            tb.planned_bytes += c.cost
+            tb.captured += value * value
+        else:
+            tb.bound += c.bound
+        per_chunk.setdefault((c.tensor, c.chunk), []).append((c, take))
+    for (t, i), members in per_chunk.items():
+        if all(take for _, take in members):
+            continue
+        tp = plan.tensors[t]
+        u = roundoff_for(tp)
+        gamma = gamma_n(len(tp.experts) + 4, u)
+        base_norm = tp.base.chunks[i].l2
+        moved = sum(c.bound for c, _ in members)
+        size = math.inf if base_norm is None else weights_for(tp).base * base_norm
+        # two results (budgeted and full), each: the base rounds only in the final add and cast
+        # (plus float32 accumulation for linear), the deltas through every step
+        report.tensors[tp.name].rounding += 2 * (
+            (2 * u + gamma_n(len(tp.experts) + 2, 2.0**-24)) * size + gamma * moved
+        )
+    report.candidates = len(cands)
+    report.chosen = sum(taken)
+    report.planned_bytes = sum(c.cost for c, take in zip(cands, taken, strict=True) if take)
+    report.energy = sum(tb.energy for tb in report.tensors.values())
+    report.captured = sum(tb.captured for tb in report.tensors.values())
+    if affine:
+        report.error_bound = sum(tb.bound for tb in report.tensors.values())
+        report.rounding_allowance = sum(tb.rounding for tb in report.tensors.values())
+    return chosen

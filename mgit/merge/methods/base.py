@@ -1,0 +1,228 @@
+"""The merge-method interface: what a method declares, and the checked way to call it.
+
+A method declares everything the rest of mgit needs to know about it, so nothing outside
+``mgit.merge.methods`` asks for a method by name or class:
+
+* ``params``: its parameters (mergekit's names, scopes and defaults), see :mod:`mgit.merge.params`;
+* ``needs_base``, ``min_experts`` / ``max_experts``: its input contract;
+* ``random``: it draws keep-masks (from a seeded generator);
+* ``elementwise``: each output element depends only on the same element of the inputs (and on
+  decisions made once per expert, :meth:`MergeMethod.prepare`), so the engine may merge a tensor
+  slice by slice; ``decides_per_expert``: it looks at each expert's whole delta first (a
+  sparsifier), which costs the engine a second pass over the experts; ``skips_zero_deltas``: an
+  expert equal to the base may be left out of a slice's math (it adds nothing);
+* ``affine``: the result is affine in the experts, M = s·base + Σ a_k·Δ_k, so a budget's error
+  bound holds; :meth:`MergeMethod.effective_weights` gives the a_k (for other methods: a ranking);
+* :meth:`MergeMethod.check_params`: the parameters' ranges, and any condition joining several.
+
+The declarations are torch-free: a request naming an unknown method or parameter, or a value out
+of range, is refused before torch (seconds to import) loads. The tensor work is the subclasses'
+:meth:`MergeMethod.merge` (whole tensors) and :meth:`MergeMethod.merge_part` (a slice, for
+elementwise methods), each on tensors already in the working dtype with resolved parameters; the
+checked entry points (:meth:`MergeMethod.__call__`, :meth:`MergeMethod.prepare`,
+:meth:`MergeMethod.merge_slice`) validate inputs and align dtypes (:mod:`mgit.merge.methods.inputs`)
+around them. Method modules import torch inside their functions for the same reason.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mgit.errors import BadInputError
+from mgit.merge.params import Param, Scope, check_params
+
+if TYPE_CHECKING:
+    import torch
+
+    from mgit.merge.methods.inputs import Each, Prepared
+    from mgit.merge.sparsify import Sampling, Sparsity
+
+
+@dataclass(frozen=True)
+class Weights:
+    """How the experts enter one merged tensor: M = s·base + Σ_k a_k·Δ_k (affine methods)."""
+
+    experts: tuple[float, ...]  # a_k
+    base: float  # s
+
+
+class MergeMethod:
+    """A named merge method: its declared properties and its tensor kernels (subclasses)."""
+
+    name: str
+    summary: str
+    params: tuple[Param, ...]
+    needs_base: bool
+    min_experts: int
+    max_experts: int | None
+    random: bool = False
+    elementwise: bool = False
+    affine: bool = False
+    decides_per_expert: bool = False
+    skips_zero_deltas: bool = False
+
+    def __repr__(self) -> str:
+        return f"<merge method {self.name}>"
+
+    # -- declarations (torch-free) ---------------------------------------------------------
+
+    def param(self, name: str) -> Param:
+        for param in self.params:
+            if param.name == name:
+                return param
+        raise BadInputError(f"{self.name}: unknown parameter {name!r} (accepted: {self._accepted()})")
+
+    def _accepted(self) -> str:
+        return ", ".join(p.name for p in self.params) or "none"
+
+    def check_names(self, names: Iterable[str], lead: str = "") -> None:
+        """Every named parameter is one this method takes (``lead`` starts the message)."""
+        accepted = [p.name for p in self.params]
+        unknown = sorted(set(names) - set(accepted))
+        if unknown:
+            raise BadInputError(
+                f"{lead}{self.name}: unknown parameter(s) {', '.join(unknown)} (accepted: {', '.join(accepted)})"
+            )
+
+    def check_params(self, params: Mapping[str, Any], where: str) -> None:
+        """Every given value within its range (:mod:`mgit.merge.params`), and the conditions
+        joining several parameters (:meth:`check_together`)."""
+        check_params(params, where)
+        self.check_together(params, where)
+
+    def check_together(self, params: Mapping[str, Any], where: str) -> None:
+        """Conditions on several parameters at once (none by default)."""
+
+    def effective_weights(self, params: Mapping[str, Any], count: int) -> Weights:
+        """Each expert's weight in the merged tensor (resolved ``params``); for methods that are
+        not affine, their weight as a ranking. By default: towards the experts' mean."""
+        return Weights(tuple(1.0 / count for _ in range(count)), 1.0)
+
+    def resolve(self, params: Mapping[str, Any] | None, n_experts: int) -> dict[str, Any]:
+        """Check names, fill defaults, broadcast expert parameters to tuples of ``n_experts`` values."""
+        given = dict(params or {})
+        unknown = sorted(set(given) - {p.name for p in self.params})
+        if unknown:
+            raise BadInputError(
+                f"{self.name}: unknown parameter(s) {', '.join(unknown)} (accepted: {self._accepted()})"
+            )
+        resolved: dict[str, Any] = {}
+        for param in self.params:
+            if param.name in given:
+                value = given[param.name]
+            elif param.scope is Scope.EXPERT and n_experts == 0:
+                value = ()
+            elif param.required:
+                raise BadInputError(f"{self.name}: missing required parameter {param.name}")
+            else:
+                value = param.default
+            if param.scope is Scope.GLOBAL:
+                resolved[param.name] = param.coerce(value, self.name)
+                continue
+            if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+                if len(value) != n_experts:
+                    raise BadInputError(f"{self.name}: {len(value)} values of {param.name} for {n_experts} expert(s)")
+                values = list(value)
+            elif _is_tensor(value) and value.dim() > 0:
+                raise BadInputError(f"{self.name}: give {param.name} as a number or a list, not a tensor")
+            else:
+                values = [value] * n_experts
+            resolved[param.name] = tuple(param.coerce(v, self.name) for v in values)
+        return resolved
+
+    # -- kernels (subclasses; tensors in the working dtype, parameters resolved) -----------
+
+    def merge(
+        self, base: torch.Tensor | None, experts: list[torch.Tensor], p: Mapping[str, Any], s: Sampling
+    ) -> torch.Tensor:
+        """One output tensor from whole input tensors."""
+        raise NotImplementedError
+
+    def decide(self, delta: torch.Tensor, k: int, p: Mapping[str, Any], s: Sampling) -> Sparsity:
+        """Methods that :attr:`decides_per_expert`: the decision on expert ``k``'s whole delta."""
+        raise NotImplementedError(f"{self.name} decides nothing per expert")
+
+    def merge_part(
+        self,
+        base: torch.Tensor | None,
+        experts: list[torch.Tensor],
+        prepared: Prepared,
+        start: int,
+        present: Sequence[int] | None,
+    ) -> torch.Tensor:
+        """Elementwise methods: elements ``start`` on of the flattened result, from the same slices
+        of the inputs. By default the whole-tensor kernel on the slice (every input present)."""
+        from mgit.merge.sparsify import Sampling
+
+        assert present is None, f"{self.name} needs every input"
+        return self.merge(base, experts, prepared.params, Sampling())
+
+    # -- checked entry points ----------------------------------------------------------------
+
+    def __call__(
+        self,
+        base: torch.Tensor | None,
+        experts: Sequence[torch.Tensor],
+        params: Mapping[str, Any] | None = None,
+        *,
+        dtype: torch.dtype | None = None,
+        out_dtype: torch.dtype | None = None,
+        generator: torch.Generator | None = None,
+        masks: Sequence[torch.Tensor | None] | None = None,
+        name: str | None = None,
+    ) -> torch.Tensor:
+        """Merge one output tensor. See :func:`mgit.merge.methods.registry.merge_tensor`."""
+        from mgit.merge.methods.inputs import call
+
+        return call(self, base, experts, params, dtype, out_dtype, generator, masks, name)
+
+    def prepare(
+        self,
+        count: int,
+        params: Mapping[str, Any] | None,
+        input_dtype: torch.dtype,
+        *,
+        dtype: torch.dtype | None = None,
+        base: torch.Tensor | None = None,
+        expert_at: Callable[[int], torch.Tensor] | None = None,
+        generator: torch.Generator | None = None,
+        name: str | None = None,
+        each: Each | None = None,
+    ) -> Prepared:
+        """Everything an elementwise method decides on whole tensors, before it merges slices.
+
+        Parameters are resolved and the working dtype fixed (``dtype``, else ``input_dtype``, the
+        inputs' common dtype). Sparsifying methods (TIES, Breadcrumbs, DARE, DELLA) also need the
+        whole ``base`` and the experts, made one at a time by ``expert_at(k)`` and dropped after
+        their decision (kept as bits); ``each(fn, ks)``, when given, may run the deterministic
+        ones concurrently. Then :meth:`merge_slice` merges any slice on its own.
+        """
+        from mgit.merge.methods.inputs import prepare
+
+        return prepare(self, count, params, input_dtype, dtype, base, expert_at, generator, name, each)
+
+    def merge_slice(
+        self,
+        prepared: Prepared,
+        base: torch.Tensor | None,
+        experts: Sequence[torch.Tensor],
+        start: int = 0,
+        present: Sequence[int] | None = None,
+    ) -> torch.Tensor:
+        """Elements ``[start, start + n)`` of the flattened merged tensor, from the same slices of
+        the inputs (any shape with n elements), in the working dtype. Elementwise methods only.
+        With ``present`` (methods that :attr:`skips_zero_deltas`), ``experts`` holds only those
+        experts' slices; every other expert equals the base there."""
+        work = prepared.work
+        aligned_base = base.to(dtype=work) if base is not None else None
+        aligned = [e.to(dtype=work) for e in experts]
+        return self.merge_part(aligned_base, aligned, prepared, start, present)
+
+
+def _is_tensor(value: Any) -> bool:
+    """Whether ``value`` is a torch tensor, without importing torch (none exists before it is)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)

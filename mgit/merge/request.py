@@ -1,0 +1,98 @@
+"""A merge as asked (:class:`MergeRequest`) and as resolved (:class:`MergeSetup`): one record
+each, from the Python API or the CLI to the plan, the budget, the engine and the plan record.
+
+The request is checked on its own first (:meth:`MergeRequest.check`: the config and its
+parameter ranges, the method and its parameters, the budget's form), torch-free and before
+anything is read. The repository then resolves it (revisions to commits, the base or the
+reference model, per-tensor parameters of a config, the seed and dtypes) into a setup, which
+is all the engine and the record need to know.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mgit.budget import parse_budget
+from mgit.graph.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from mgit.merge.config import MergeConfig
+    from mgit.merge.methods.base import MergeMethod
+
+
+@dataclass(frozen=True)
+class MergeRequest:
+    """What was asked: ``Repository.merge`` / ``merge_plan``'s arguments, as given."""
+
+    experts: tuple[str, ...]
+    method: str | None
+    base: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    allow_missing: bool = False
+    config: str | os.PathLike[str] | None = None
+    budget: str | int | None = None
+    budget_select: str = "importance"
+    explain: bool = False
+    seed: int | None = None  # None: 0 for deterministic methods, else drawn (Repository.merge)
+    dtype: str | None = None
+    out_dtype: str | None = None
+
+    def check(self) -> MergeConfig | None:
+        """What can be refused from the request alone (torch-free, nothing read): the config and
+        its parameter ranges, the given parameters' ranges, the budget's form. Returns the config."""
+        from mgit.merge.config import load_config
+        from mgit.merge.methods.registry import check_method
+
+        cfg = load_config(self.config) if self.config is not None else None
+        if cfg is None:
+            check_method(self.method, self.params).check_params(self.params, str(self.method))
+        else:
+            given = set(cfg.parameters).union(*(m.parameters for m in cfg.models))
+            check_method(cfg.method, given, str(self.config))
+        if self.budget is not None:
+            parse_budget(self.budget)
+        return cfg
+
+    @property
+    def wants_budget(self) -> bool:
+        return self.budget is not None or self.explain
+
+
+@dataclass(frozen=True)
+class MergeSetup:
+    """A request resolved: what the plan, the engine and the record work from."""
+
+    method: MergeMethod
+    params: dict[str, Any]  # resolved: defaults filled, expert parameters one per expert
+    base_commit: str
+    expert_commits: list[str]
+    expert_names: list[str]
+    base_snap: Snapshot
+    base_ref: str | None = None  # as given (None: HEAD)
+    params_for: Callable[[str], dict[str, Any]] | None = None  # per-tensor parameters (configs)
+    config: dict[str, Any] | None = None  # the mergekit config as read
+    dtype: str | None = None  # safetensors dtype names, as mergekit's dtype / out_dtype (given, else the config's)
+    out_dtype: str | None = None
+    # A method without a base (linear, passthrough) given none: the first expert's commit, whose
+    # model is the reference for dtypes, chunking and non-tensor files (base_commit is then only
+    # the first parent, HEAD, and nothing of it is used). None: the base is the reference.
+    reference: str | None = None
+    seed: int = 0  # of random methods (and of a uniform budget selection)
+
+    def tensor_params(self, name: str) -> dict[str, Any]:
+        """One tensor's parameters as given (a config's filters and gradients evaluated)."""
+        return self.params_for(name) if self.params_for else self.params
+
+    def resolved_params(self, name: str) -> dict[str, Any]:
+        """One tensor's parameters resolved (defaults filled, one value per expert)."""
+        if self.params_for is None:
+            return self.params
+        return self.method.resolve(self.params_for(name), len(self.expert_commits))
+
+    def result_dtype(self, base_dtype: str) -> str:
+        """The merged tensor's dtype: out_dtype, else the working dtype (inputs share one dtype)."""
+        return self.out_dtype or self.dtype or base_dtype
