@@ -15,7 +15,8 @@ import torch
 from click.shell_completion import ShellComplete
 
 from mgit import Repository
-from mgit.cli import cli, complete_branch, complete_remote, complete_rev
+from mgit.cli import cli
+from mgit.cli.complete import complete_branch, complete_remote, complete_rev
 from mgit.errors import BadInputError, DirtyWorktreeError
 from tests.conftest import (
     LlamaSpec,
