@@ -22,6 +22,7 @@ from dulwich.repo import get_user_identity
 from mgit.budget import Budget
 from mgit.errors import (
     BadInputError,
+    BudgetExceededError,
     DirtyWorktreeError,
     LockedError,
     MgitError,
@@ -1192,7 +1193,7 @@ class Repository(Merging, Sync):
         bases = (lambda wanted: self._recorded_parents(commit, wanted)) if commit else None
         cost, missing = estimate(self.store, reads, backend, bases)
         if cost.total > budget:
-            raise BadInputError(over_budget(cost, budget, remote))
+            raise BudgetExceededError(over_budget(cost, budget, remote))
         if missing:
             assert backend is not None and remote is not None
             abort = self.store.abort  # a refused checkout keeps none of what it fetched
