@@ -36,12 +36,9 @@ GB = 10^9 bytes, MB = 10^6 bytes.
 
 from __future__ import annotations
 
-import argparse
-import importlib.metadata
 import json
 import math
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -52,44 +49,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_core import (  # benchmarks/ is on sys.path when this runs as a script
-    GB,
-    IDLE_BELOW,
-    MB,
-    REPO_ROOT,
-    SEED,
-    SHARDS,
-    ModelPlan,
-    Proc,
-    best_of,
-    ensure_model,
-    load_share,
-    machine,
-    mgit_command,
-    split_shards,
-    tool_env,
-    update_docs,
-    version_of,
-)
-from bench_merge import (
-    EXPERT_SEED,
-    SCALE_DECADES,
-    PoliteRunner,
-    Setup,
-    add_run_options,
-    build_repo,
-    ensure_experts,
-    ensure_mergekit,
-    fmt_rss,
-    frozen_byte_share,
-    lock_workdir,
-    mergekit_cmd,
-    mgit_pythonpath,
-    package_version,
-    relative,
-    safetensors_bytes,
-    section_header,
-)
+from harness import cli, merges
+from harness.machine import IDLE_BELOW, lock_workdir
+from harness.merges import Setup
+from harness.models import GB, MB, SEED, SHARDS, ModelPlan, model_bytes, safetensors_bytes, split_shards
+from harness.report import REPO_ROOT, fmt_rss, header_lines, relative, table, took, update_docs
+from harness.runner import Proc, Runner, best_of
+from harness.tools import json_output, mergekit_cmd, script_child
+from harness.variants import EXPERT_SEED, SCALE_DECADES, frozen_byte_share
 
 SECTION_TITLE = "## Merge under a read budget (bench_budget.py)"
 READING_THE_TARGETS = (
@@ -102,7 +69,6 @@ READING_THE_TARGETS = (
     "whole chunks within the budget could reach (from the plan's `captured_share_max`, the fractional "
     "knapsack's optimum), which is what a better planner could at best approach."
 )
-BENCH_DIR = Path(__file__).resolve().parent
 DOCS_IMAGE = REPO_ROOT / "docs" / "img" / "bench_budget.png"
 METHOD = "task_arithmetic"
 LAMBDA = 1.0
@@ -111,7 +77,6 @@ BUDGETS = (100, 50, 25, 10)  # percent of the expert bytes the exact merge reads
 DEFAULT_SIZE_GB, QUICK_SIZE_GB = 0.25, 0.1
 SELECT_SEED = SEED  # --seed of every mgit merge: what `--budget-select uniform` draws from
 TARGET_K, TARGET_BUDGET, TARGET_SPEEDUP, TARGET_ERROR_RATIO = 16, 10, 5.0, 0.5
-OTHER_BENCHMARKS = re.compile(r"bench_(core|storage|diff|merge)\.py")
 
 
 # -- the runs -----------------------------------------------------------------------------
@@ -239,13 +204,11 @@ class Compared:
 
 
 def compare(
-    runner: PoliteRunner, mgit: list[str], repo: Path, exact: str, revs: Sequence[str], out: Path | None
+    runner: Runner, mgit: list[str], repo: Path, exact: str, revs: Sequence[str], out: Path | None
 ) -> tuple[float, dict[str, Compared]]:
     """(‖M_full − base‖, per revision and "mergekit": the comparison with the exact merge)."""
     code = "from bench_budget import errors_main; errors_main()"
-    env_path = os.pathsep.join(p for p in (mgit_pythonpath(mgit), str(BENCH_DIR)) if p)
-    cmd = ["env", f"PYTHONPATH={env_path}", sys.executable, "-c", code, str(repo), "main", exact, str(out or "")]
-    proc = runner.run([*cmd, *revs], repo)
+    proc = runner.run(script_child(mgit, code, str(repo), "main", exact, str(out or ""), *revs), repo)
     doc = json.loads(proc.output.strip().splitlines()[-1])
     denom = math.sqrt(doc.pop("denominator"))
     found = {}
@@ -296,8 +259,7 @@ def run_mgit(s: Setup, run: Run) -> Measured:
         made = True
 
     best, times = best_of(s.reps, prepare, lambda: s.runner.run(mgit_merge_cmd(s.mgit, run), s.repo, timed=True))
-    shown = s.runner.run([*s.mgit, "show", "--json", run.branch], s.repo)
-    record = json.loads(shown.output[shown.output.index("{") :])["plan"]
+    record = json_output(s.runner.run([*s.mgit, "show", "--json", run.branch], s.repo).output)["plan"]
     b = record["bytes"]
     return Measured(run, best, times, b["experts_measured"], b["base_measured"] + b["experts_measured"], record)
 
@@ -361,14 +323,13 @@ def find(
 
 
 def results_table(results: list[Measured]) -> str:
-    rows = [
-        "| K | run | budget | expert bytes read (GB) | total bytes read (GB) | wall time (s) "
-        "| speedup over mergekit (×) | peak RSS (MB) | relative error | bit-equal to exact | other load |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
-    ]
+    header = ["K", "run", "budget", "expert bytes read (GB)", "total bytes read (GB)", "wall time (s)",
+              "speedup over mergekit (×)", "peak RSS (MB)", "relative error", "bit-equal to exact",
+              "other load"]  # fmt: skip
+    rows = []
     for m in results:
         mk = find(results, m.run.k, "mergekit")
-        cells = [
+        rows.append([
             str(m.run.k),
             m.run.label,
             m.run.budget_cell,
@@ -379,20 +340,18 @@ def results_table(results: list[Measured]) -> str:
             fmt_rss(m.proc),
             fmt_err(m.rel_error),
             equal_cell(m),
-            f"{load_share(m.proc):.0%}",
-        ]
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+            f"{m.proc.load_share:.0%}",
+        ])  # fmt: skip
+    return table(header, "rlrrrrrrrlr", rows)
 
 
 def plans_table(results: list[Measured], denominators: dict[int, float]) -> str:
     """What each budgeted plan promised (its record's `budget`) beside what the run read and missed."""
-    rows = [
-        "| K | select | budget | limit (GB) | planned (GB) | read (GB) | within limit | chunks read / candidates "
-        "| captured share | most possible | √(1 − captured) | relative error | error bound (relative) | ≤ bound "
-        "| rounding allowance (relative) | ≤ bound + allowance | analyze step (pairs / GB) |",
-        "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|",
-    ]
+    header = ["K", "select", "budget", "limit (GB)", "planned (GB)", "read (GB)", "within limit",
+              "chunks read / candidates", "captured share", "most possible", "√(1 − captured)", "relative error",
+              "error bound (relative)", "≤ bound", "rounding allowance (relative)", "≤ bound + allowance",
+              "analyze step (pairs / GB)"]  # fmt: skip
+    rows = []
 
     def within(err: float | None, limit: float | None) -> str:
         if err is None or limit is None or math.isnan(err):
@@ -407,7 +366,7 @@ def plans_table(results: list[Measured], denominators: dict[int, float]) -> str:
         bound, allowance = b.get("error_bound"), b.get("rounding_allowance")
         analyze = b.get("analyze") or {}
         err = None if m.rel_error is None else m.rel_error * denom  # ‖M − M_full‖
-        cells = [
+        rows.append([
             str(m.run.k),
             str(b.get("select", m.run.select)),
             m.run.budget_cell,
@@ -425,9 +384,8 @@ def plans_table(results: list[Measured], denominators: dict[int, float]) -> str:
             "n/a" if allowance is None else fmt_err(allowance / denom),
             within(err, None if bound is None else bound + (allowance or 0.0)),
             f"{analyze.get('pairs', 0)} / {analyze.get('bytes_read', 0) / GB:.3f}",
-        ]
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+        ])  # fmt: skip
+    return table(header, "rlrrrrlrrrrrrlrlr", rows)
 
 
 def error_ratio(results: list[Measured], k: int, budget: int) -> float | None:
@@ -447,10 +405,10 @@ def best_ratio(results: list[Measured], k: int, budget: int) -> float | None:
 
 
 def targets_table(results: list[Measured], ks: Sequence[int], budgets: Sequence[int]) -> str:
-    rows = ["| metric | value | target | met |", "|---|---:|---:|---|"]
+    rows = []
 
     def row(metric: str, shown: str, target: str, ok: bool | None) -> None:
-        rows.append(f"| {metric} | {shown} | {target} | {'n/a' if ok is None else 'yes' if ok else '**no**'} |")
+        rows.append([metric, shown, target, "n/a" if ok is None else "yes" if ok else "**no**"])
 
     k = TARGET_K if TARGET_K in ks else max(ks)
     note = "" if k == TARGET_K else f" (K = {TARGET_K} not run)"
@@ -481,7 +439,7 @@ def targets_table(results: list[Measured], ks: Sequence[int], budgets: Sequence[
     bad = [kk for kk, m in mks.items() if not (m and m.same and m.same.bit_equal)]
     shown = "yes, every K" if not bad else "no at K = " + ", ".join(map(str, bad))
     row("(for information) mgit exact bit-equal to mergekit", shown, "(yes)", not bad)
-    return "\n".join(rows)
+    return table(["metric", "value", "target", "met"], "lrrl", rows)
 
 
 def plot(results: list[Measured], ks: Sequence[int], budgets: Sequence[int], path: Path) -> None:
@@ -558,12 +516,11 @@ class Context:
 
 def report(results: list[Measured], c: Context) -> str:
     """This benchmark's docs section (also printed to stdout)."""
-    m = machine()
     s = c.plan.shape
     count = max(c.ks)
     shares = [frozen_byte_share(c.plan, k) for k in range(1, count + 1)]
     lines = [
-        *section_header(SECTION_TITLE, c.command, c.wall, c.waited, c.workdir, c.versions, m),
+        *header_lines(SECTION_TITLE, c.command, c.workdir, c.versions, took(c.wall, c.waited)),
         f"Input: a generated llama-like bf16 base model of {c.raw / GB:.3f} GB ({c.plan.layers} layers, hidden "
         f"{s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, {len(c.plan.tensors)} tensors, weights "
         f"N(0, 0.02) from seed {SEED}, norms ones; {len(split_shards(c.plan.tensors, SHARDS))} safetensors shards, "
@@ -646,63 +603,46 @@ def int_list(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.replace("%", "").split(",") if x.strip())
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--workdir", type=Path, default=REPO_ROOT / "bench-work" / "budget", help="scratch directory (git-ignored)"
+def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
+    p = cli.parser(__doc__)
+    cli.add_common(
+        p,
+        workdir="bench-work/budget",
+        size_gb=DEFAULT_SIZE_GB,
+        quick=f"a ~{QUICK_SIZE_GB} GB model and K = 2, 4",
+        reps=(1, "runs of every merge; the fastest is reported"),
+        other_wait=3600,
+        keep="keep the mgit repository afterwards",
+        write_docs="replace this benchmark's section in docs/benchmarks.md and write "
+        f"{DOCS_IMAGE.relative_to(REPO_ROOT)}",
     )
-    p.add_argument("--size-gb", type=float, default=DEFAULT_SIZE_GB, help="base model size in GB (10^9 bytes)")
-    p.add_argument("--quick", action="store_true", help=f"a ~{QUICK_SIZE_GB} GB model and K = 2, 4")
     p.add_argument("--ks", type=int_list, help="expert counts, e.g. 2,4,8,16")
     p.add_argument(
         "--budgets", type=int_list, default=BUDGETS, help="budgets in percent, e.g. 100,50,25,10 ('' for none)"
     )
-    p.add_argument("--reps", type=int, default=1, help="runs of every merge; the fastest is reported")
-    add_run_options(p)
-    p.add_argument(
-        "--write-docs",
-        action="store_true",
-        help=f"replace this benchmark's section in docs/benchmarks.md and write {DOCS_IMAGE.relative_to(REPO_ROOT)}",
-    )
+    cli.add_mergekit_venv(p)
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-    command = shlex.join(["python", *sys.argv]) if argv is None else shlex.join(["python", __file__, *argv])
+    command = cli.command_line(argv, __file__)
     workdir = args.workdir.resolve()
-    lock_workdir(workdir, "bench_budget.py")
     ks: tuple[int, ...] = args.ks or (QUICK_KS if args.quick else KS)
+    size_gb = QUICK_SIZE_GB if args.quick else args.size_gb
+    cli.check_free_disk(workdir, int(size_gb * GB * (2 * max(ks) + 4)))  # base, experts, their commits, outputs
+    lock_workdir(workdir, "bench_budget.py")
     budgets: tuple[int, ...] = tuple(sorted(set(args.budgets), reverse=True))
     if any(not 0 < b <= 100 for b in budgets):
         raise SystemExit("budgets are percentages in (0, 100]")
-    venv = (args.mergekit_venv or REPO_ROOT / "bench-work" / ".venv-mergekit").resolve()
-    mergekit = ensure_mergekit(venv)
-    mgit, where = mgit_command(workdir, args.mgit_rev)
-    if budgets and not has_budget(mgit):
-        raise SystemExit(f"the mgit under test ({where}) has no `merge --budget-select`; pass --budgets '' "
-                         "to run only the exact merges, or another --mgit-rev")  # fmt: skip
-    versions = {
-        "mgit": f"{version_of([*mgit, '--version']) or '?'} ({where})",
-        "mergekit": package_version(venv / "bin" / "python", "mergekit"),
-        "torch (mergekit's venv / mgit's)": f"{package_version(venv / 'bin' / 'python', 'torch')} / "
-        f"{importlib.metadata.version('torch')}",
-    }
-    base, plan, sums = ensure_model(workdir, QUICK_SIZE_GB if args.quick else args.size_gb, SHARDS)
-    experts = ensure_experts(workdir, base, plan, sums, max(ks))
-    env = tool_env(workdir)
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(workdir / "hf-home"))
-    runner = PoliteRunner(env, args.idle_wait, other_wait=args.other_wait, others=OTHER_BENCHMARKS)
-    scratch = workdir / "runs"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir()
-    print("committing the base and the experts to a fresh mgit repository ...", flush=True)
-    s = Setup(runner, mgit, mergekit, scratch / "repo", base, experts, scratch, args.reps)
-    build_repo(runner, mgit, s.repo, base, experts)
-    print("warming up both tools (untimed) ...", flush=True)
-    runner.run([str(mergekit), "--help"], scratch)
-    runner.run([*mgit, "--help"], scratch)
+
+    def check_mgit(mgit: list[str], where: str) -> None:
+        if budgets and not has_budget(mgit):
+            raise SystemExit(f"the mgit under test ({where}) has no `merge --budget-select`; pass --budgets '' "
+                             "to run only the exact merges, or another --mgit-rev")  # fmt: skip
+
+    s = merges.prepare(args, workdir, size_gb, max(ks), check_mgit)
     results: list[Measured] = []
     denominators: dict[int, float] = {}
     for k in ks:
@@ -711,27 +651,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     kmax = max(ks)
     example_run = Run(kmax, "mgit", 10, "importance") if 10 in budgets else Run(kmax, "mgit")
     example = [
-        relative(shlex.join(mergekit_cmd(mergekit, scratch / f"mergekit-{kmax}.yml", scratch / f"mergekit-{kmax}"))),
-        relative(shlex.join(mgit_merge_cmd([*mgit, "-C", str(s.repo)], example_run))),
+        relative(
+            shlex.join(mergekit_cmd(s.mergekit, s.scratch / f"mergekit-{kmax}.yml", s.scratch / f"mergekit-{kmax}"))
+        ),
+        relative(shlex.join(mgit_merge_cmd([*s.mgit, "-C", str(s.repo)], example_run))),
     ]
-    rss_floor = runner.run(["true"], workdir).max_rss
-    raw = sum((base / name).stat().st_size for name in sums)
-    wall = time.perf_counter() - started - runner.waited
+    rss_floor = s.runner.rss_floor(workdir)
+    raw = model_bytes(s.base, s.sums)
+    wall = time.perf_counter() - started - s.runner.waited
     image = workdir / DOCS_IMAGE.name
-    ctx = Context(command, versions, plan, raw, ks, budgets, workdir, args.reps, example, rss_floor, wall,
-                  runner.waited, denominators, os.path.relpath(DOCS_IMAGE, DOCS_IMAGE.parent.parent))  # fmt: skip
+    ctx = Context(command, s.versions, s.plan, raw, ks, budgets, workdir, args.reps, example, rss_floor, wall,
+                  s.runner.waited, denominators, os.path.relpath(DOCS_IMAGE, DOCS_IMAGE.parent.parent))  # fmt: skip
     section = report(results, ctx)
     plot(results, ks, budgets, image)
     print()
     print(section)
     print(f"plot: {image}")
     if args.write_docs:
-        update_docs(section, title=SECTION_TITLE)
+        update_docs(section, SECTION_TITLE)
         DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(image, DOCS_IMAGE)
         print(f"updated docs/benchmarks.md and {DOCS_IMAGE.relative_to(REPO_ROOT)}")
     if not args.keep:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(s.scratch, ignore_errors=True)
     return 0
 
 

@@ -20,61 +20,37 @@ script checks the claims, and that the numbers agree, on one machine, in one run
 6. print a Markdown table and, with ``--write-docs``, replace this benchmark's section of
    docs/benchmarks.md (other sections are kept).
 
-Timing follows bench_core (whose helpers this imports): every timed command is its own
-process, started after an untimed ``sync`` and a wait for an idle machine; the page cache
+Timing follows the harness: every timed command is its own process, started after the
+quiet-machine policy (no other benchmark, an untimed ``sync``, idle CPUs); the page cache
 cannot be dropped, so everything reads warm files. GB = 10^9 bytes, MB = 10^6 bytes.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.metadata
 import json
 import math
-import multiprocessing
-import os
-import re
-import shlex
 import shutil
 import struct
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
-from bench_core import (  # benchmarks/ is on sys.path when this runs as a script
-    BLOCK_ELEMENTS,
-    GB,
-    IDLE_BELOW,
-    MB,
-    MODEL_DIR,
-    REPO_ROOT,
-    SEED,
-    SHARDS,
-    ModelPlan,
-    Proc,
-    Runner,
-    best_of,
-    ensure_model,
-    filesystem,
-    load_share,
-    machine,
-    mgit_command,
-    sha256_files,
-    tool_env,
-    update_docs,
-    version_of,
-)
+from harness import cli
+from harness.machine import IDLE_BELOW
+from harness.models import BLOCK_ELEMENTS, GB, MB, SEED, SHARDS, ModelPlan, ensure_model, in_child
+from harness.report import header_lines, publish, table
+from harness.runner import Proc, Runner, best_of, sha256_files
+from harness.tools import commit_branches, mgit_command, mgit_label, python_prefix, tool_env, version_of
 
 SECTION_TITLE = "## Diff (bench_diff.py)"
 VARIANT_VERSION = 1  # bump when the derived versions change, so cached copies are rebuilt
 NOISE_SEED = SEED + 1
 NOISE = 0.05  # noise std relative to the tensor's scale (0.02 for weights, 1 for norms)
 TOLERANCE = 1e-6  # largest relative difference from the baseline accepted per tensor
-OTHER_BENCHMARKS = re.compile(r"bench_(?!diff\.py)\w+\.py")  # this repository's other benchmarks
 CASES = (("dense", "B (dense: every tensor)"), ("partial", "B' (a quarter of the layers)"))
 
 
@@ -167,12 +143,7 @@ def ensure_versions(workdir: Path, base: Path, plan: ModelPlan, base_sums: dict[
     shutil.rmtree(home, ignore_errors=True)
     print(f"deriving B (dense) and B' (layers {layers[0]}-{layers[-1]} of {plan.layers} from B)")
     t0 = time.perf_counter()
-    # In a child process: torch stays out of this one, whose memory every timed child inherits.
-    child = multiprocessing.get_context("spawn").Process(target=derive, args=(base, home, layers))
-    child.start()
-    child.join()
-    if child.exitcode != 0:
-        raise RuntimeError(f"deriving the fine-tuned versions failed (exit {child.exitcode})")
+    in_child(derive, base, home, layers, what="deriving the fine-tuned versions")
     meta_path.write_text(json.dumps({**want, **{n: sha256_files(d) for n, d in dirs.items()}}, indent=2) + "\n")
     print(f"  derived in {time.perf_counter() - t0:.1f} s")
     return dirs
@@ -237,27 +208,6 @@ print(json.dumps({"requests": requests[0], "decoded": store.reads.chunks, "raw_b
 # -- measuring ----------------------------------------------------------------------------
 
 
-def other_benchmarks() -> list[str]:
-    """Command lines of this repository's other benchmarks running now (they would disturb timings)."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if int(proc.name) != os.getpid() and OTHER_BENCHMARKS.search(cmdline):
-            found.append(cmdline.strip())
-    return found
-
-
-def wait_for_benchmarks(limit: float, poll: float = 30) -> None:
-    """Wait (polling, up to ``limit`` seconds) until no other benchmark of this repository runs."""
-    deadline = time.monotonic() + limit
-    while (running := other_benchmarks()) and time.monotonic() < deadline:
-        print(f"  waiting for another benchmark to finish: {running[0][:100]}", flush=True)
-        time.sleep(poll)
-
-
 @dataclass
 class Result:
     case: str  # a key of CASES
@@ -267,39 +217,11 @@ class Result:
     reads: dict[str, int] | None = None  # COUNT_READS's answer, for mgit rows
 
 
-def python_prefix(mgit: list[str]) -> list[str]:
-    """The interpreter (and environment) that runs the mgit under test."""
-    return mgit[:-2] if mgit[-2:] == ["-m", "mgit"] else [sys.executable]
-
-
-def build_repo(repo: Path, base: Path, versions: dict[str, Path], mgit: list[str], runner: Runner) -> None:
-    """A fresh repository: A committed on main, each version on its own branch off main (untimed)."""
-    shutil.rmtree(repo, ignore_errors=True)
-    repo.mkdir(parents=True)
-    mgit = [*mgit, "-q"]
-
-    def commit(src: Path, message: str) -> None:
-        shutil.copytree(src, repo / MODEL_DIR, dirs_exist_ok=True, copy_function=shutil.copyfile)
-        runner.run([*mgit, "add", MODEL_DIR], repo)
-        runner.run([*mgit, "commit", "-m", message], repo)
-
-    runner.run([*mgit, "init"], repo)
-    commit(base, "A: base")
-    for name, _ in CASES:
-        runner.run([*mgit, "checkout", "main"], repo)
-        runner.run([*mgit, "checkout", "-b", name], repo)
-        commit(versions[name], f"B: {name}")
-
-
 def measure(
-    case: str, repo: Path, base: Path, version: Path, mgit: list[str], runner: Runner, reps: int, bench_wait: float
+    case: str, repo: Path, base: Path, version: Path, mgit: list[str], runner: Runner, reps: int
 ) -> tuple[list[Result], dict[str, dict]]:
     """The three ways for one version, fastest of ``reps`` each; also both sides' numbers."""
     results, outputs = [], {}
-
-    def settle() -> None:
-        wait_for_benchmarks(bench_wait)
-
     for flag, mode in (("--stat", "stat"), ("--json", "numeric")):
         counter = [*python_prefix(mgit), "-c", COUNT_READS, str(repo), "main", case, mode]
         reads = json.loads(runner.run(counter, repo).output)
@@ -309,12 +231,12 @@ def measure(
             last[:] = [runner.run([*mgit, "diff", "main", case, flag], repo, timed=True)]
             return last[0]
 
-        best, times = best_of(reps, settle, run)
+        best, times = best_of(reps, lambda: None, run)
         results.append(Result(case, f"mgit diff {flag}", best, times, reads))
         if flag == "--json":
             outputs["mgit"] = {t["name"]: t for t in json.loads(last[0].output)["tensors"]}
     cmd = [sys.executable, __file__, "--baseline", str(base), str(version)]
-    best, times = best_of(reps, settle, lambda: runner.run(cmd, repo, timed=True))
+    best, times = best_of(reps, lambda: None, lambda: runner.run(cmd, repo, timed=True))
     results.append(Result(case, "safetensors load_file + torch (float64)", best, times))
     outputs["baseline"] = json.loads(best.output)
     return results, outputs
@@ -358,16 +280,14 @@ def check(case: str, outputs: dict[str, dict], expected: set[str], changed_chunk
 
 def results_table(results: list[Result], data: dict[str, int], raw: int) -> str:
     labels = dict(CASES)
-    rows = [
-        "| version B | method | wall time (s) | changed tensors, A + B (MB) | MB/s | vs baseline | peak RSS (MB) "
-        "| tensor data decoded (MB) | other load | all runs (s) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    header = ["version B", "method", "wall time (s)", "changed tensors, A + B (MB)", "MB/s", "vs baseline",
+              "peak RSS (MB)", "tensor data decoded (MB)", "other load", "all runs (s)"]  # fmt: skip
+    rows = []
     for r in results:
         p = r.best
         base = next(x for x in results if x.case == r.case and x.reads is None)
         decoded = r.reads["raw_bytes"] if r.reads else 2 * raw
-        cells = [
+        rows.append([
             labels[r.case],
             f"`{r.method}`" if r.method.startswith("mgit") else r.method,
             f"{p.seconds:.2f}",
@@ -376,28 +296,23 @@ def results_table(results: list[Result], data: dict[str, int], raw: int) -> str:
             f"{base.best.seconds / p.seconds:.1f}×" if r is not base else "1.0×",
             f"{p.max_rss / MB:.0f}",
             f"{decoded / MB:.0f}",
-            f"{load_share(p):.0%}",
+            f"{p.load_share:.0%}",
             " / ".join(f"{t:.2f}" for t in r.times),
-        ]
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+        ])  # fmt: skip
+    return table(header, "llrrrrrrrl", rows)
 
 
 def checks_table(checks: list[Check]) -> str:
     labels = dict(CASES)
-    rows = [
-        "| version B | tensors | changed per mgit / expected | changed chunks | max rel. diff ‖Δ‖ "
-        "| max rel. diff cos | max rel. diff ‖A‖ | max rel. diff max\\|Δ\\| | within 1e-6 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    header = ["version B", "tensors", "changed per mgit / expected", "changed chunks", "max rel. diff ‖Δ‖",
+              "max rel. diff cos", "max rel. diff ‖A‖", "max rel. diff max\\|Δ\\|", "within 1e-6"]  # fmt: skip
+    rows = []
     for c in checks:
         w = c.worst
-        rows.append(
-            f"| {labels[c.case]} | {c.tensors} | {c.changed} / {c.expected}{'' if c.same_set else ' (**differ**)'} "
-            f"| {c.changed_chunks} | {w['delta_norm']:.1e} | {w['cosine']:.1e} | {w['norm_a']:.1e} "
-            f"| {w['max_abs_delta']:.1e} | {'yes' if c.ok else '**NO**'} |"
-        )
-    return "\n".join(rows)
+        rows.append([labels[c.case], c.tensors, f"{c.changed} / {c.expected}{'' if c.same_set else ' (**differ**)'}",
+                     c.changed_chunks, f"{w['delta_norm']:.1e}", f"{w['cosine']:.1e}", f"{w['norm_a']:.1e}",
+                     f"{w['max_abs_delta']:.1e}", "yes" if c.ok else "**NO**"])  # fmt: skip
+    return table(header, "lrrrrrrrl", rows)
 
 
 def reads_note(results: list[Result]) -> str:
@@ -432,18 +347,11 @@ def report(
     rss_floor: int,
 ) -> str:
     """This benchmark's docs section (also printed to stdout)."""
-    m = machine()
     s = plan.shape
     layers = changed_layers(plan.layers)
     all_ok = all(c.ok for c in checks)
     lines = [
-        SECTION_TITLE,
-        "",
-        f"Command: `{command}`  ",
-        f"Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
-        f"Machine: {m['cpu']}, {m['ram']} RAM, {m['os']}, {filesystem(workdir)} disk; Python {m['python']}  ",
-        f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items())}",
-        "",
+        *header_lines(SECTION_TITLE, command, workdir, versions),
         f"Input: version A is bench_core's generated llama-like bf16 model, {raw / GB:.3f} GB of tensors "
         f"({plan.layers} layers, hidden {s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, "
         f"{len(plan.tensors)} tensors in {SHARDS} safetensors shards, weights N(0, 0.02) from seed {SEED}). "
@@ -487,28 +395,19 @@ def report(
 # -- main ---------------------------------------------------------------------------------
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--workdir", type=Path, default=REPO_ROOT / "bench-work" / "diff", help="scratch directory (git-ignored)"
+def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
+    p = cli.parser(__doc__)
+    cli.add_common(
+        p,
+        workdir="bench-work/diff",
+        size_gb=1.0,
+        quick="a ~0.1 GB model (overrides --size-gb)",
+        reps=(3, "runs of every timed command; the fastest is reported"),
+        other_wait=1800,
+        keep="keep the mgit repository afterwards",
     )
-    p.add_argument("--size-gb", type=float, default=1.0, help="model size in GB (10^9 bytes); default 1")
-    p.add_argument("--quick", action="store_true", help="a ~0.1 GB model (overrides --size-gb)")
-    p.add_argument("--reps", type=int, default=3, help="runs of every timed command; the fastest is reported")
-    p.add_argument("--idle-wait", type=float, default=120, help="most seconds to wait for an idle machine per run")
-    p.add_argument(
-        "--bench-wait",
-        type=float,
-        default=1800,
-        help="most seconds to wait, before each timed run, for this repository's other benchmarks to finish",
-    )
-    p.add_argument(
-        "--mgit-rev",
-        default="HEAD",
-        help="the mgit to measure: a commit of this repository (exported) or 'worktree'; default HEAD",
-    )
-    p.add_argument("--keep", action="store_true", help="keep the mgit repository afterwards")
-    p.add_argument("--write-docs", action="store_true", help="replace this benchmark's section in docs/benchmarks.md")
+    p.add_argument("--bench-wait", type=float, dest="other_wait", default=cli.argparse.SUPPRESS,
+                   help="the same as --other-wait (its old name)")  # fmt: skip
     p.add_argument(
         "--baseline", nargs=2, type=Path, metavar=("A_DIR", "B_DIR"), help="(internal) run the baseline, print JSON"
     )
@@ -520,39 +419,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.baseline:
         print(json.dumps(baseline(*args.baseline)))
         return 0
-    command = shlex.join(["python", *sys.argv]) if argv is None else shlex.join(["python", __file__, *argv])
+    command = cli.command_line(argv, __file__)
     workdir = args.workdir.resolve()
+    size_gb = 0.1 if args.quick else args.size_gb
+    cli.check_free_disk(workdir, int(size_gb * GB * 6))  # A, B, B' and their commits
     workdir.mkdir(parents=True, exist_ok=True)
     mgit, where = mgit_command(workdir, args.mgit_rev)
     versions = {
-        "mgit": f"{version_of([*mgit, '--version']) or '?'} ({where})",
+        "mgit": mgit_label(mgit, where),
         "safetensors": importlib.metadata.version("safetensors"),  # no torch in this process: children inherit it
     }
     versions["torch"] = version_of([sys.executable, "-c", "import torch; print(torch.__version__)"]) or "?"
-    base, plan, sums = ensure_model(workdir, 0.1 if args.quick else args.size_gb, SHARDS)
+    base, plan, sums = ensure_model(workdir, size_gb)
     raw = sum((base / name).stat().st_size for name in sums if name.endswith(".safetensors"))
     dirs = ensure_versions(workdir, base, plan, sums)
-    runner = Runner(tool_env(workdir), args.idle_wait)
+    runner = Runner(tool_env(workdir), args.idle_wait, args.other_wait)
     repo = workdir / "repo"
     print("committing A, B and B' ...", flush=True)
-    build_repo(repo, base, dirs, mgit, runner)
+    commit_branches(runner, mgit, repo, [("main", base), *((name, dirs[name]) for name, _ in CASES)])
     expected = {"dense": changed_bytes(base, None), "partial": changed_bytes(base, changed_layers(plan.layers))}
     results: list[Result] = []
     checks: list[Check] = []
     for case, label in CASES:
         print(f"{label} ...", flush=True)
-        case_results, outputs = measure(case, repo, base, dirs[case], mgit, runner, args.reps, args.bench_wait)
+        case_results, outputs = measure(case, repo, base, dirs[case], mgit, runner, args.reps)
         results += case_results
         numeric = next(r for r in case_results if r.method == "mgit diff --json")
+        assert numeric.reads is not None
         checks.append(check(case, outputs, expected[case][0], numeric.reads["changed_chunks"]))
-    rss_floor = runner.run(["true"], workdir).max_rss
+    rss_floor = runner.rss_floor(workdir)
     data = {case: expected[case][1] for case, _ in CASES}
     section = report(results, checks, data, raw, plan, versions, workdir, args.reps, command, rss_floor)
-    print()
-    print(section)
-    if args.write_docs:
-        update_docs(section, title=SECTION_TITLE)
-        print("updated docs/benchmarks.md")
+    publish(section, SECTION_TITLE, args.write_docs)
     if not args.keep:
         shutil.rmtree(repo, ignore_errors=True)
     return 0 if all(c.ok for c in checks) else 1

@@ -29,277 +29,32 @@ GB = 10^9 bytes, MB = 10^6 bytes.
 
 from __future__ import annotations
 
-import argparse
-import fcntl
-import importlib.metadata
 import json
-import math
-import multiprocessing
-import os
-import random
-import re
 import shlex
 import shutil
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench_core import (  # benchmarks/ is on sys.path when this runs as a script
-    GB,
-    IDLE_BELOW,
-    MB,
-    MODEL_DIR,
-    REPO_ROOT,
-    SEED,
-    SHARDS,
-    ModelPlan,
-    Proc,
-    Runner,
-    best_of,
-    busy_fraction,
-    ensure_model,
-    filesystem,
-    load_share,
-    machine,
-    mgit_command,
-    pip_install,
-    safetensors_header,
-    sha256_files,
-    split_shards,
-    tool_env,
-    update_docs,
-    version_of,
-)
+from harness import cli, merges
+from harness.machine import IDLE_BELOW, lock_workdir
+from harness.merges import Setup
+from harness.models import GB, MB, SEED, SHARDS, ModelPlan, model_bytes, safetensors_bytes, split_shards
+from harness.report import fmt_rss, header_lines, publish, relative, table, took
+from harness.runner import Proc, Runner, best_of
+from harness.tools import json_output, mergekit_cmd, script_child
+from harness.variants import EXPERT_SEED, SCALE_DECADES, frozen_byte_share
 
 if TYPE_CHECKING:
     from mgit import Repository
 
 SECTION_TITLE = "## Merge (bench_merge.py)"
-BENCH_DIR = Path(__file__).resolve().parent
-EXPERT_VERSION = 1  # bump when the experts change, so cached copies are rebuilt
-EXPERT_SEED = SEED + 100  # expert k uses EXPERT_SEED + k
-FROZEN_SHARE = 1 / 3  # share of the tensors an expert leaves byte for byte as the base's
-SCALE_DECADES = (-4.0, -1.0)  # log10 range of per-tensor noise scales, relative to the tensor's std
 METHODS: dict[str, dict[str, float]] = {"task_arithmetic": {}, "ties": {"density": 0.5}}
 KS, QUICK_KS = (2, 4, 8), (2, 4)
 DEFAULT_SIZE_GB, QUICK_SIZE_GB = 0.65, 0.1
-OTHER_BENCHMARKS = re.compile(r"bench_(core|storage|diff|budget)\.py")
-MERGEKIT_FLAGS = ("--no-cuda", "--no-lazy-unpickle", "--no-copy-tokenizer", "--quiet")
-
-
-# -- the experts --------------------------------------------------------------------------
-
-
-def expert_recipe(plan: ModelPlan, k: int) -> dict[str, float | None]:
-    """Tensor name → noise scale relative to its std, or None for a frozen tensor (expert ``k``)."""
-    rng = random.Random(EXPERT_SEED + k)
-    names = [name for name, _ in plan.tensors]
-    frozen = set(rng.sample(names, round(len(names) * FROZEN_SHARE)))
-    return {n: None if n in frozen else 10 ** rng.uniform(*SCALE_DECADES) for n in names}
-
-
-def write_expert(base: Path, dest: Path, plan: ModelPlan, k: int) -> None:
-    """Stream expert ``k`` to ``dest``: the base's layout and files, tensors moved as its recipe says."""
-    import torch
-    from safetensors import safe_open
-
-    recipe = expert_recipe(plan, k)
-    gen = torch.Generator().manual_seed(EXPERT_SEED + k)
-    index = json.loads((base / "model.safetensors.index.json").read_text())
-    dest.mkdir(parents=True)
-    for part in split_shards(plan.tensors, SHARDS):
-        fname = index["weight_map"][part[0][0]]
-        header = safetensors_header(part)
-        with safe_open(str(base / fname), framework="pt") as src, open(dest / fname, "wb") as f:
-            f.write(len(header).to_bytes(8, "little"))
-            f.write(header)
-            for name, _ in part:
-                t = src.get_tensor(name)
-                scale = recipe[name]
-                if scale is not None:
-                    x = t.float()
-                    ref = float(x.std()) or float(x.square().mean().sqrt())  # norms (all ones) have no std
-                    t = (x + torch.randn(x.shape, generator=gen) * (scale * ref)).to(torch.bfloat16)
-                f.write(t.view(torch.int16).numpy().tobytes())
-    for name in ("model.safetensors.index.json", "config.json"):
-        shutil.copyfile(base / name, dest / name)
-
-
-def write_experts(base: Path, dests: list[Path], plan: ModelPlan) -> None:
-    for k, dest in enumerate(dests, 1):
-        write_expert(base, dest, plan, k)
-
-
-def ensure_experts(workdir: Path, base: Path, plan: ModelPlan, sums: dict[str, str], count: int) -> list[Path]:
-    """The experts' model directories (reused when cached for this base and recipe)."""
-    home = workdir / f"experts-{plan.nbytes}"
-    meta_path = home / "meta.json"
-    want = {"version": EXPERT_VERSION, "seed": EXPERT_SEED, "frozen": FROZEN_SHARE, "scales": list(SCALE_DECADES)}
-    want["base"] = sums
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    if {k: meta.get(k) for k in want} != want:
-        shutil.rmtree(home, ignore_errors=True)
-        home.mkdir(parents=True)
-        meta = {**want, "sha256": {}}
-    dests = [home / f"expert-{k}" for k in range(1, count + 1)]
-    todo = [d for d in dests if d.name not in meta["sha256"] or sha256_files(d) != meta["sha256"][d.name]]
-    if todo:
-        print(f"generating {len(todo)} expert(s) in {home}", flush=True)
-        t0 = time.perf_counter()
-        for d in todo:
-            shutil.rmtree(d, ignore_errors=True)
-        # In a child process: torch stays out of this one, whose memory every timed child inherits.
-        child = multiprocessing.get_context("spawn").Process(target=write_experts, args=(base, todo, plan))
-        child.start()
-        child.join()
-        if child.exitcode != 0:
-            raise RuntimeError(f"generating the experts failed (exit {child.exitcode})")
-        for d in todo:
-            meta["sha256"][d.name] = sha256_files(d)
-        meta_path.write_text(json.dumps(meta, indent=2) + "\n")
-        print(f"  generated in {time.perf_counter() - t0:.1f} s", flush=True)
-    else:
-        print(f"reusing the generated experts in {home}")
-    return dests
-
-
-def frozen_byte_share(plan: ModelPlan, k: int) -> float:
-    """The share of the model's bytes expert ``k`` leaves as the base's."""
-    sizes = {name: 2 * math.prod(shape) for name, shape in plan.tensors}
-    return sum(sizes[n] for n, s in expert_recipe(plan, k).items() if s is None) / plan.nbytes
-
-
-# -- the tools ----------------------------------------------------------------------------
-
-
-def ensure_mergekit(venv: Path) -> Path:
-    """`mergekit-yaml` from PyPI in its own virtual environment (created when missing)."""
-    exe = venv / "bin" / "mergekit-yaml"
-    if not exe.exists():
-        print(f"installing mergekit from PyPI into {venv}", flush=True)
-        pip_install(venv, "mergekit")
-    return exe
-
-
-def package_version(python: Path | str, name: str) -> str:
-    code = f"import importlib.metadata as m; print(m.version({name!r}))"
-    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-
-
-def mgit_pythonpath(mgit: list[str]) -> str:
-    """The PYTHONPATH under which the measured mgit imports ('' for the installed working tree)."""
-    return next((a.split("=", 1)[1] for a in mgit if a.startswith("PYTHONPATH=")), "")
-
-
-def other_benchmarks(pattern: re.Pattern[str] = OTHER_BENCHMARKS) -> list[str]:
-    """Command lines of this repository's other benchmarks running now (they would disturb timings)."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if int(proc.name) != os.getpid() and pattern.search(cmdline):
-            found.append(cmdline.strip())
-    return found
-
-
-def wait_for_other_benchmarks(limit: float, poll: float, pattern: re.Pattern[str] = OTHER_BENCHMARKS) -> float:
-    """Wait (polling) until no other benchmark runs; returns the seconds waited.
-
-    Another benchmark that leaves the machine idle for a whole poll is waiting itself (bench_storage
-    waits for every other bench_*.py, this one included): waiting for it would deadlock, so go on.
-    """
-    t0 = time.monotonic()
-    told = False
-    while (running := other_benchmarks(pattern)) and time.monotonic() - t0 < limit:
-        if busy_fraction(poll) < IDLE_BELOW:
-            print(f"  {running[0][:80]} is idle (waiting for this one?); going on", flush=True)
-            break
-        if not told:
-            print(f"  waiting for another benchmark to finish: {running[0][:100]}", flush=True)
-            told = True
-    return time.monotonic() - t0
-
-
-def children(parent: int) -> set[int]:
-    """The process ids of ``parent``'s children."""
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == parent:
-            found.add(int(stat.parent.name))
-    return found
-
-
-class RssSampler:
-    """Samples the running timed command's anonymous and file-backed resident memory (peaks, bytes).
-
-    The kernel's peak RSS (ru_maxrss) adds both; file-backed pages are memory-mapped files the
-    process touched (page cache), anonymous ones what it allocated.
-    """
-
-    def __init__(self, interval: float = 0.1) -> None:
-        self.interval = interval
-        self.peaks = {"RssAnon": 0, "RssFile": 0}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        # Children from before the timed command (e.g. multiprocessing's resource tracker) are not it.
-        me, pid = os.getpid(), None
-        earlier = children(me)
-        while not self._stop.wait(self.interval):
-            pid = pid or min(children(me) - earlier, default=None)
-            if pid is None:
-                continue
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                pid = None
-                continue
-            for key, kb in re.findall(r"^(RssAnon|RssFile):\s+(\d+)", status, re.M):
-                self.peaks[key] = max(self.peaks[key], int(kb) * 1024)
-
-
-@dataclass
-class SampledProc(Proc):
-    peaks: dict[str, int] = field(default_factory=dict)  # RssSampler's peaks (bytes)
-
-
-@dataclass
-class PoliteRunner(Runner):
-    """bench_core's Runner; a timed run first waits until no other benchmark runs, and is sampled."""
-
-    other_wait: float = 3600
-    poll: float = 30
-    waited: float = 0.0  # seconds spent waiting for other benchmarks
-    others: re.Pattern[str] = OTHER_BENCHMARKS  # the benchmarks to wait for
-
-    def run(self, cmd: Sequence[str], cwd: Path, timed: bool = False) -> Proc:
-        if not timed:
-            return super().run(cmd, cwd)
-        self.waited += wait_for_other_benchmarks(self.other_wait, self.poll, self.others)
-        with RssSampler() as sampler:
-            proc = super().run(cmd, cwd, timed)
-        return SampledProc(**vars(proc), peaks=sampler.peaks)
 
 
 # -- the merges ---------------------------------------------------------------------------
@@ -334,31 +89,11 @@ def mergekit_config(case: Case, base: Path, experts: Sequence[Path]) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-def mergekit_cmd(exe: Path, config: Path, out: Path) -> list[str]:
-    return [str(exe), str(config), str(out), *MERGEKIT_FLAGS]
-
-
 def mgit_merge_cmd(mgit: list[str], case: Case, branch: str) -> list[str]:
     flags = [f"--weights={case.weight!r}", *(f"--{k}={v!r}" for k, v in METHODS[case.method].items())]
     experts = [f"expert-{i}" for i in range(1, case.k + 1)]
     return [*mgit, "-q", "merge", f"--method={case.method}", *flags, "--dtype=BF16", "--base=main", "-b", branch,
             "-m", f"bench {branch}", *experts]  # fmt: skip
-
-
-def build_repo(runner: Runner, mgit: list[str], repo: Path, base: Path, experts: Sequence[Path]) -> None:
-    """A fresh mgit repository: the base on `main`, expert N on branch `expert-N` (untimed)."""
-    shutil.rmtree(repo, ignore_errors=True)
-    repo.mkdir(parents=True)
-    m = [*mgit, "-q"]
-    runner.run([*m, "init"], repo)
-    for branch, src in [("main", base), *((f"expert-{i}", e) for i, e in enumerate(experts, 1))]:
-        if branch != "main":
-            runner.run([*m, "checkout", "-b", branch, "main"], repo)
-        shutil.rmtree(repo / MODEL_DIR, ignore_errors=True)
-        shutil.copytree(src, repo / MODEL_DIR, copy_function=shutil.copyfile)
-        runner.run([*m, "add", MODEL_DIR], repo)
-        runner.run([*m, "commit", "-m", branch], repo)
-    runner.run([*m, "checkout", "main"], repo)
 
 
 def compare_main() -> None:
@@ -422,8 +157,7 @@ class Comparison:
 
 def compare(runner: Runner, mgit: list[str], repo: Path, rev: str, out: Path) -> Comparison:
     code = "from bench_merge import compare_main; compare_main()"
-    env_path = os.pathsep.join(p for p in (mgit_pythonpath(mgit), str(BENCH_DIR)) if p)
-    proc = runner.run(["env", f"PYTHONPATH={env_path}", sys.executable, "-c", code, str(repo), rev, str(out)], repo)
+    proc = runner.run(script_child(mgit, code, str(repo), rev, str(out)), repo)
     return Comparison(**json.loads(proc.output.strip().splitlines()[-1]))
 
 
@@ -449,22 +183,6 @@ class Outcome:
     @property
     def rss_ratio(self) -> float:
         return self.mgit.max_rss / self.mergekit.max_rss
-
-
-@dataclass
-class Setup:
-    runner: PoliteRunner
-    mgit: list[str]
-    mergekit: Path
-    repo: Path
-    base: Path
-    experts: list[Path]
-    scratch: Path
-    reps: int
-
-
-def safetensors_bytes(dirs: Sequence[Path]) -> int:
-    return sum(p.stat().st_size for d in dirs for p in d.glob("*.safetensors"))
 
 
 def run_mergekit(s: Setup, case: Case) -> tuple[Proc, list[float], Path]:
@@ -499,8 +217,7 @@ def bench_case(s: Setup, case: Case) -> Outcome:
     print(f"  {mk.seconds:.1f} s, {fmt_rss(mk)} MB; mgit ...", flush=True)
     mg, mg_times, branch = run_mgit(s, case)
     print(f"  {mg.seconds:.1f} s, {fmt_rss(mg)} MB; comparing the outputs ...", flush=True)
-    shown = s.runner.run([*s.mgit, "show", "--json", branch], s.repo)
-    record = json.loads(shown.output[shown.output.index("{") :])["plan"]
+    record = json_output(s.runner.run([*s.mgit, "show", "--json", branch], s.repo).output)["plan"]
     same = compare(s.runner, s.mgit, s.repo, branch, out)
     print(f"  bit-identical tensors {same.identical}/{same.tensors}, max |Δ| {same.max_abs:g}", flush=True)
     shutil.rmtree(out, ignore_errors=True)
@@ -511,23 +228,12 @@ def bench_case(s: Setup, case: Case) -> Outcome:
 # -- reporting ----------------------------------------------------------------------------
 
 
-def relative(text: str) -> str:
-    """``text`` with paths inside the repository written relative to its root."""
-    return text.replace(f"{REPO_ROOT}/", "")
-
-
 def fmt_times(times: list[float]) -> str:
     return " / ".join(f"{t:.1f}" for t in times)
 
 
-def fmt_rss(p: Proc) -> str:
-    """Peak RSS (MB), with the sampled peak of its anonymous part (allocated, not mapped files)."""
-    anon = p.peaks.get("RssAnon") if isinstance(p, SampledProc) else None
-    return f"{p.max_rss / MB:.0f}" + (f" ({anon / MB:.0f})" if anon else "")
-
-
 def anon_ratio(o: Outcome) -> float | None:
-    mk, mg = (p.peaks.get("RssAnon") if isinstance(p, SampledProc) else None for p in (o.mergekit, o.mgit))
+    mk, mg = (p.peaks.get("RssAnon") for p in (o.mergekit, o.mgit))
     return mg / mk if mk and mg else None
 
 
@@ -539,15 +245,13 @@ def equal_cell(c: Comparison) -> str:
 
 
 def results_table(outcomes: list[Outcome]) -> str:
-    rows = [
-        "| method | K | mergekit time (s) | mgit time (s) | speedup (×) | mergekit peak RSS (MB) "
-        "| mgit peak RSS (MB) | RSS mgit / mergekit | mergekit reads (GB) | mgit reads (GB) | outputs equal "
-        "| other load (mergekit / mgit) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
-    ]
+    header = ["method", "K", "mergekit time (s)", "mgit time (s)", "speedup (×)", "mergekit peak RSS (MB)",
+              "mgit peak RSS (MB)", "RSS mgit / mergekit", "mergekit reads (GB)", "mgit reads (GB)", "outputs equal",
+              "other load (mergekit / mgit)"]  # fmt: skip
+    rows = []
     for o in outcomes:
         ratio = anon_ratio(o)
-        cells = [
+        rows.append([
             o.case.method,
             str(o.case.k),
             fmt_times(o.mergekit_times),
@@ -559,22 +263,19 @@ def results_table(outcomes: list[Outcome]) -> str:
             f"{o.mergekit_bytes / GB:.3f}",
             f"{o.mgit_read / GB:.3f}",
             equal_cell(o.same),
-            f"{load_share(o.mergekit):.0%} / {load_share(o.mgit):.0%}",
-        ]
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+            f"{o.mergekit.load_share:.0%} / {o.mgit.load_share:.0%}",
+        ])  # fmt: skip
+    return table(header, "lrrrrrrrrrll", rows)
 
 
 def reads_table(outcomes: list[Outcome]) -> str:
-    rows = [
-        "| method | K | mgit: base chunks (GB) | mgit: expert chunks (GB) | expert chunks read "
-        "| of which XOR deltas | their own stored bytes (GB) | expert bytes planned (GB) "
-        "| mergekit: base + K experts (GB) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    header = ["method", "K", "mgit: base chunks (GB)", "mgit: expert chunks (GB)", "expert chunks read",
+              "of which XOR deltas", "their own stored bytes (GB)", "expert bytes planned (GB)",
+              "mergekit: base + K experts (GB)"]  # fmt: skip
+    rows = []
     for o in outcomes:
         b = o.mgit_bytes
-        cells = [
+        rows.append([
             o.case.method,
             str(o.case.k),
             f"{b['base_measured'] / GB:.3f}",
@@ -584,14 +285,13 @@ def reads_table(outcomes: list[Outcome]) -> str:
             f"{o.same.expert_own_bytes / GB:.3f}",
             f"{b['experts_estimated'] / GB:.3f}",
             f"{o.mergekit_bytes / GB:.3f}",
-        ]
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+        ])  # fmt: skip
+    return table(header, "lrrrrrrrr", rows)
 
 
 def targets_table(outcomes: list[Outcome]) -> str:
     """The targets at the largest K, plus the anonymous-memory ratio for information."""
-    rows = ["| method | K | metric | value | target | met |", "|---|---:|---|---:|---:|---|"]
+    rows = []
     kmax = max(o.case.k for o in outcomes)
     for o in (o for o in outcomes if o.case.k == kmax):
         anon = anon_ratio(o)
@@ -605,8 +305,8 @@ def targets_table(outcomes: list[Outcome]) -> str:
                 2, ("(for information) the same, anonymous memory only", f"{anon:.2f}", "(≤ 0.5)", anon <= 0.5)
             )
         for metric, shown, target, ok in checks:
-            rows.append(f"| {o.case.method} | {kmax} | {metric} | {shown} | {target} | {'yes' if ok else '**no**'} |")
-    return "\n".join(rows)
+            rows.append([o.case.method, kmax, metric, shown, target, "yes" if ok else "**no**"])
+    return table(["method", "K", "metric", "value", "target", "met"], "lrlrrl", rows)
 
 
 @dataclass
@@ -627,11 +327,10 @@ class Context:
 
 def report(outcomes: list[Outcome], c: Context) -> str:
     """This benchmark's docs section (also printed to stdout)."""
-    m = machine()
     s = c.plan.shape
     shares = [frozen_byte_share(c.plan, k) for k in range(1, c.experts + 1)]
     lines = [
-        *section_header(SECTION_TITLE, c.command, c.wall, c.waited, c.workdir, c.versions, m),
+        *header_lines(SECTION_TITLE, c.command, c.workdir, c.versions, took(c.wall, c.waited)),
         f"Input: a generated llama-like bf16 base model of {c.raw / GB:.3f} GB ({c.plan.layers} layers, hidden "
         f"{s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, {len(c.plan.tensors)} tensors, weights "
         f"N(0, 0.02) from seed {SEED}, norms ones; {len(split_shards(c.plan.tensors, SHARDS))} safetensors shards, "
@@ -697,118 +396,51 @@ def report(outcomes: list[Outcome], c: Context) -> str:
 # -- main ---------------------------------------------------------------------------------
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--workdir", type=Path, default=REPO_ROOT / "bench-work" / "merge", help="scratch directory (git-ignored)"
+def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
+    p = cli.parser(__doc__)
+    cli.add_common(
+        p,
+        workdir="bench-work/merge",
+        size_gb=DEFAULT_SIZE_GB,
+        quick=f"a ~{QUICK_SIZE_GB} GB model and K = 2, 4",
+        reps=(1, "runs of every merge per tool; the fastest is reported"),
+        other_wait=3600,
+        keep="keep the mgit repository afterwards",
     )
-    p.add_argument("--size-gb", type=float, default=DEFAULT_SIZE_GB, help="base model size in GB (10^9 bytes)")
-    p.add_argument("--quick", action="store_true", help=f"a ~{QUICK_SIZE_GB} GB model and K = 2, 4")
     p.add_argument("--ks", type=lambda v: tuple(int(x) for x in v.split(",")), help="expert counts, e.g. 2,4,8")
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, of: " + ", ".join(METHODS))
-    p.add_argument("--reps", type=int, default=1, help="runs of every merge per tool; the fastest is reported")
-    add_run_options(p)
-    p.add_argument("--write-docs", action="store_true", help="replace this benchmark's section in docs/benchmarks.md")
+    cli.add_mergekit_venv(p)
     return p.parse_args(argv)
-
-
-def section_header(
-    title: str, command: str, wall: float, waited: float, workdir: Path, versions: dict[str, str], m: dict[str, str]
-) -> list[str]:
-    """The first lines of a merge benchmark's docs section: how, when, where and with what it ran."""
-    return [
-        title,
-        "",
-        f"Command: `{command}` (took {wall / 60:.0f} min, plus {waited / 60:.0f} min waiting for other benchmarks)  ",
-        f"Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
-        f"Machine: {m['cpu']}, {m['ram']} RAM, {m['os']}, {filesystem(workdir)} disk; Python {m['python']}  ",
-        f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items())}",
-        "",
-    ]
-
-
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    """Options of every merge benchmark: waiting for a quiet machine, the mgit measured,
-    mergekit's environment, keeping the repository."""
-    p.add_argument("--idle-wait", type=float, default=120, help="most seconds to wait for an idle machine per run")
-    p.add_argument("--other-wait", type=float, default=3600, help="most seconds to wait for other benchmarks")
-    p.add_argument(
-        "--mgit-rev",
-        default="HEAD",
-        help="the mgit to measure: a commit of this repository (exported, so edits during the run do not count) "
-        "or 'worktree' for the installed working tree; default HEAD",
-    )
-    p.add_argument(
-        "--mergekit-venv", type=Path, help="mergekit's virtual environment (default: bench-work/.venv-mergekit)"
-    )
-    p.add_argument("--keep", action="store_true", help="keep the mgit repository afterwards")
-
-
-def lock_workdir(workdir: Path, script: str = "bench_merge.py") -> int:
-    """Hold an exclusive lock on the workdir for this process's life: two runs in one workdir would
-    delete each other's repository (each starts from a fresh one)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(workdir / ".lock", os.O_CREAT | os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise SystemExit(f"another {script} run uses {workdir}; wait for it or pass another --workdir") from None
-    return fd
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-    command = shlex.join(["python", *sys.argv]) if argv is None else shlex.join(["python", __file__, *argv])
+    command = cli.command_line(argv, __file__)
     workdir = args.workdir.resolve()
-    lock_workdir(workdir)
     ks = args.ks or (QUICK_KS if args.quick else KS)
+    size_gb = QUICK_SIZE_GB if args.quick else args.size_gb
+    cli.check_free_disk(workdir, int(size_gb * GB * (2 * max(ks) + 4)))  # base, experts, their commits, outputs
+    lock_workdir(workdir, "bench_merge.py")
     methods = [m for m in args.methods.split(",") if m]
     if unknown := set(methods) - set(METHODS):
         raise SystemExit(f"unknown method(s): {', '.join(sorted(unknown))}")
-    venv = (args.mergekit_venv or REPO_ROOT / "bench-work" / ".venv-mergekit").resolve()
-    mergekit = ensure_mergekit(venv)
-    mgit, where = mgit_command(workdir, args.mgit_rev)
-    versions = {
-        "mgit": f"{version_of([*mgit, '--version']) or '?'} ({where})",
-        "mergekit": package_version(venv / "bin" / "python", "mergekit"),
-        "torch (mergekit's venv / mgit's)": f"{package_version(venv / 'bin' / 'python', 'torch')} / "
-        f"{importlib.metadata.version('torch')}",
-    }
-    base, plan, sums = ensure_model(workdir, QUICK_SIZE_GB if args.quick else args.size_gb, SHARDS)
-    experts = ensure_experts(workdir, base, plan, sums, max(ks))
-    env = tool_env(workdir)
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(workdir / "hf-home"))
-    runner = PoliteRunner(env, args.idle_wait, other_wait=args.other_wait)
-    scratch = workdir / "runs"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir()
-    print("committing the base and the experts to a fresh mgit repository ...", flush=True)
-    s = Setup(runner, mgit, mergekit, scratch / "repo", base, experts, scratch, args.reps)
-    build_repo(runner, mgit, s.repo, base, experts)
+    s = merges.prepare(args, workdir, size_gb, max(ks))
     cases = [Case(m, k) for m in methods for k in ks]
-    print("warming up both tools (untimed) ...", flush=True)
-    runner.run([str(mergekit), "--help"], scratch)
-    runner.run([*mgit, "--help"], scratch)
     outcomes = [bench_case(s, case) for case in cases]
     last = cases[-1]
+    label = last.label
     example = [
-        relative(shlex.join(mergekit_cmd(mergekit, scratch / f"{last.label}.yml", scratch / f"mergekit-{last.label}"))),
-        relative(shlex.join(mgit_merge_cmd([*mgit, "-C", str(s.repo)], last, f"merge-{last.label}-1"))),
+        relative(shlex.join(mergekit_cmd(s.mergekit, s.scratch / f"{label}.yml", s.scratch / f"mergekit-{label}"))),
+        relative(shlex.join(mgit_merge_cmd([*s.mgit, "-C", str(s.repo)], last, f"merge-{last.label}-1"))),
     ]
-    rss_floor = runner.run(["true"], workdir).max_rss
-    raw = sum((base / name).stat().st_size for name in sums)
-    wall = time.perf_counter() - started - runner.waited
-    ctx = Context(command, versions, plan, raw, max(ks), workdir, args.reps, last, example, rss_floor, wall,
-                  runner.waited)  # fmt: skip
-    section = report(outcomes, ctx)
-    print()
-    print(section)
-    if args.write_docs:
-        update_docs(section, title=SECTION_TITLE)
-        print("updated docs/benchmarks.md")
+    rss_floor = s.runner.rss_floor(workdir)
+    wall = time.perf_counter() - started - s.runner.waited
+    ctx = Context(command, s.versions, s.plan, model_bytes(s.base, s.sums), max(ks), workdir, args.reps, last, example,
+                  rss_floor, wall, s.runner.waited)  # fmt: skip
+    publish(report(outcomes, ctx), SECTION_TITLE, args.write_docs)
     if not args.keep:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(s.scratch, ignore_errors=True)
     return 0 if all(o.same.bit_identical for o in outcomes) else 1
 
 

@@ -25,39 +25,32 @@ Nothing is asserted; numbers are reported. GB = 10^9 bytes, MB = 10^6 bytes.
 
 from __future__ import annotations
 
-import argparse
-import json
-import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
-from bench_core import (
-    GB,
-    MB,
-    MODEL_DIR,
+from harness import cli
+from harness.models import GB, MB, SHARDS, ensure_model
+from harness.report import header_lines, publish, table
+from harness.runner import MODEL_DIR, Proc, Runner, disk_usage, fresh_dir, place_model, sha256_files
+from harness.tools import (
+    BASELINES_VENV,
     REPO_ROOT,
-    SHARDS,
-    Proc,
-    Runner,
-    disk_usage,
+    commit_branches,
     ensure_dvc,
-    ensure_model,
-    filesystem,
-    machine,
+    free_port,
+    json_output,
     mgit_command,
-    sha256_files,
+    mgit_label,
     tool_env,
-    update_docs,
     version_of,
+    wait_for_port,
 )
-from bench_storage import ensure_versions
+from harness.variants import ensure_versions
 
 SECTION_TITLE = "## Remotes: push and clone (bench_remote.py)"
 FINE_TUNES = ("dense", "frozen-half", "lora")
@@ -85,30 +78,8 @@ class Outcome:
 # -- helpers ------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, limit: float = 30) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"mgit serve did not listen on port {port}")
-
-
-def place(src: Path, repo: Path) -> None:
-    shutil.rmtree(repo / MODEL_DIR, ignore_errors=True)
-    shutil.copytree(src, repo / MODEL_DIR, copy_function=shutil.copyfile)
-
-
 def transfer(proc: Proc) -> dict:
-    return json.loads(proc.output[proc.output.index("{") :])
+    return json_output(proc.output)
 
 
 def model_exact(root: Path, sums: dict[str, str]) -> bool:
@@ -117,21 +88,6 @@ def model_exact(root: Path, sums: dict[str, str]) -> bool:
 
 
 # -- mgit ---------------------------------------------------------------------------------
-
-
-def build_mgit_repo(runner: Runner, mgit: list[str], repo: Path, versions: dict) -> None:
-    """The base on main, each fine-tune on its own branch from it (untimed)."""
-    shutil.rmtree(repo, ignore_errors=True)
-    repo.mkdir(parents=True)
-    m = [*mgit, "-q"]
-    runner.run([*m, "init"], repo)
-    for branch in ("main", *FINE_TUNES):
-        if branch != "main":
-            runner.run([*m, "checkout", "-b", branch, "main"], repo)
-        place(versions["base" if branch == "main" else branch].model, repo)
-        runner.run([*m, "add", MODEL_DIR], repo)
-        runner.run([*m, "commit", "-m", branch], repo)
-    runner.run([*m, "checkout", "main"], repo)
 
 
 def bench_mgit(
@@ -173,7 +129,7 @@ def bench_dvc(runner: Runner, dvc: str, scratch: Path, versions: dict) -> Outcom
     runner.run([dvc, "remote", "add", "-d", "storage", str(remote)], src)
     runner.run(["git", "commit", "-qam", "dvc init"], src)
     for name in ("base", *FINE_TUNES):  # consecutive commits: DVC keeps versions in git history
-        place(versions[name].model, src)
+        place_model(versions[name].model, src)
         runner.run([dvc, "add", "-q", MODEL_DIR], src)
         runner.run(["git", "add", f"{MODEL_DIR}.dvc", ".gitignore"], src)
         runner.run(["git", "commit", "-qm", name], src)
@@ -203,42 +159,33 @@ def fmt_mb(n: int | None) -> str:
 
 
 def results_table(outcomes: list[Outcome]) -> str:
-    rows = [
-        "| remote | tool | push: 4 versions (s) | push (MB) | clone, all versions (s) | clone (MB) "
-        "| checked-out version only (s) | (MB) | byte-exact |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    header = ["remote", "tool", "push: 4 versions (s)", "push (MB)", "clone, all versions (s)", "clone (MB)",
+              "checked-out version only (s)", "(MB)", "byte-exact"]  # fmt: skip
+    rows = []
     for o in outcomes:
         exact = "yes" if o.exact and all(o.exact.values()) else f"**no** ({o.exact})"
         pushed = sum(s.bytes or 0 for s in o.push)
-        rows.append(
-            f"| {o.remote} | {o.tool} | {sum(s.seconds for s in o.push):.1f} | {fmt_mb(pushed)} "
-            f"| {o.clone.seconds:.1f} | {fmt_mb(o.clone.bytes)} | {o.partial.seconds:.1f} | {fmt_mb(o.partial.bytes)} "
-            f"| {exact} |"
-        )
-    return "\n".join(rows)
+        assert o.clone is not None and o.partial is not None
+        rows.append([o.remote, o.tool, f"{sum(s.seconds for s in o.push):.1f}", fmt_mb(pushed),
+                     f"{o.clone.seconds:.1f}", fmt_mb(o.clone.bytes), f"{o.partial.seconds:.1f}",
+                     fmt_mb(o.partial.bytes), exact])  # fmt: skip
+    return table(header, "llrrrrrrl", rows)
 
 
 def push_table(outcomes: list[Outcome], versions: dict) -> str:
-    rows = ["| version | raw (MB) | " + " | ".join(f"{o.tool} → {o.remote}: MB (s)" for o in outcomes) + " |"]
-    rows.append("|---|---:|" + "---:|" * len(outcomes))
+    header = ["version", "raw (MB)", *(f"{o.tool} → {o.remote}: MB (s)" for o in outcomes)]
+    rows = []
     for i, name in enumerate(("base", *FINE_TUNES)):
         cells = [f"{fmt_mb(o.push[i].bytes)} ({o.push[i].seconds:.1f})" for o in outcomes]
-        rows.append(f"| {name} | {fmt_mb(versions[name].raw)} | " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+        rows.append([name, fmt_mb(versions[name].raw), *cells])
+    return table(header, "l" + "r" * (len(header) - 1), rows)
 
 
 def report(outcomes: list[Outcome], versions: dict, ctx: dict) -> str:
     base = versions["base"]
+    tools = {"mgit": ctx["mgit"], "dvc": ctx["dvc"] or "not installed"}
     lines = [
-        SECTION_TITLE,
-        "",
-        f"Command: `{ctx['command']}` (took {ctx['minutes']:.0f} min)  ",
-        f"Date: {ctx['date']}  ",
-        f"Machine: {ctx['machine']['cpu']}, {ctx['machine']['ram']} RAM, {ctx['machine']['os']}, "
-        f"{ctx['fs']} disk; Python {ctx['machine']['python']}  ",
-        f"Versions: mgit {ctx['mgit']}, dvc {ctx['dvc'] or 'not installed'}",
-        "",
+        *header_lines(SECTION_TITLE, ctx["command"], ctx["workdir"], tools, f" (took {ctx['minutes']:.0f} min)"),
         f"Input: bench_storage's generated llama-like bf16 base model ({base.raw / GB:.3f} GB, {SHARDS} shards) "
         f"and three fine-tunes of it: {'; '.join(f'{n}: {versions[n].what}' for n in FINE_TUNES)}. "
         "mgit holds the base on `main` and each fine-tune on its own branch; DVC holds the four versions as "
@@ -277,37 +224,33 @@ def report(outcomes: list[Outcome], versions: dict, ctx: dict) -> str:
 # -- main ---------------------------------------------------------------------------------
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--workdir", type=Path, default=REPO_ROOT / "bench-work" / "remote", help="scratch directory")
+def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
+    p = cli.parser(__doc__)
+    cli.add_common(p, workdir="bench-work/remote", size_gb=DEFAULT_SIZE_GB, other_wait=0)
     p.add_argument("--cache", type=Path, default=REPO_ROOT / "bench-work" / "storage",
                    help="where bench_storage keeps (or this script makes) the model and its variants")  # fmt: skip
-    p.add_argument("--size-gb", type=float, default=DEFAULT_SIZE_GB, help="base model size in GB (10^9 bytes)")
-    p.add_argument("--idle-wait", type=float, default=120, help="most seconds to wait for an idle machine per run")
-    p.add_argument("--mgit-rev", default="HEAD", help="the mgit to measure: a commit, or 'worktree'")
     p.add_argument("--no-dvc", action="store_true", help="skip the DVC baseline")
-    p.add_argument("--write-docs", action="store_true", help="replace this benchmark's section in docs/benchmarks.md")
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-    command = shlex.join(["python", *sys.argv]) if argv is None else shlex.join(["python", __file__, *argv])
+    command = cli.command_line(argv, __file__)
     workdir, cache = args.workdir.resolve(), args.cache.resolve()
+    cli.check_free_disk(workdir, int(args.size_gb * GB * 12))  # the versions, a repository, remotes and clones
     workdir.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
-    base, _, sums = ensure_model(cache, args.size_gb, SHARDS)
+    base, _, sums = ensure_model(cache, args.size_gb)
     versions = {v.name: v for v in ensure_versions(cache, base, sums) if v.name in ("base", *FINE_TUNES)}
     mgit, where = mgit_command(workdir, args.mgit_rev)
-    dvc = None if args.no_dvc else ensure_dvc(workdir, REPO_ROOT / "bench-work" / ".venv-baselines")
-    runner = Runner(tool_env(workdir), args.idle_wait)
-    scratch = workdir / "runs"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir()
+    dvc = None if args.no_dvc else ensure_dvc(BASELINES_VENV)
+    runner = Runner(tool_env(workdir), args.idle_wait, args.other_wait)
+    scratch = fresh_dir(workdir / "runs")
     print("committing the base and the fine-tunes to an mgit repository ...", flush=True)
     repo = scratch / "repo"
-    build_mgit_repo(runner, mgit, repo, versions)
+    branches = [("main", versions["base"].model), *((n, versions[n].model) for n in FINE_TUNES)]
+    commit_branches(runner, mgit, repo, branches)
     outcomes = []
     print("mgit → directory remote ...", flush=True)
     outcomes.append(bench_mgit(runner, mgit, repo, scratch, "directory", str(scratch / "remote.mgit"), versions))
@@ -329,10 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctx = {
         "command": command,
         "minutes": (time.perf_counter() - started) / 60,
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
-        "fs": filesystem(workdir),
-        "mgit": f"{version_of([*mgit, '--version']) or '?'} ({where})",
+        "workdir": workdir,
+        "mgit": mgit_label(mgit, where),
         "dvc": version_of([dvc, "--version"]) if dvc else None,
         "examples": [
             "mgit push directory main --json      # in the repository; then dense, frozen-half, lora",
@@ -340,12 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "dvc push ; git clone SRC DIR && cd DIR && dvc pull --all-commits   # (or dvc pull)",
         ],
     }
-    section = report(outcomes, versions, ctx)
-    print()
-    print(section)
-    if args.write_docs:
-        update_docs(section, title=SECTION_TITLE)
-        print("updated docs/benchmarks.md")
+    publish(report(outcomes, versions, ctx), SECTION_TITLE, args.write_docs)
     return 0 if all(all(o.exact.values()) for o in outcomes) else 1
 
 

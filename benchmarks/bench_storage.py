@@ -8,7 +8,7 @@ their parent. git-lfs and DVC deduplicate whole files only, and ZipNN compresses
 on its own without any cross-version sharing. This script measures all four side by side,
 on one machine, with the same generated inputs, in one run:
 
-1. generate a llama-like bf16 base model (bench_core's generator, fixed seed) and from it
+1. generate a llama-like bf16 base model (the harness's generator, fixed seed) and from it
    full model directories for five variants and a chain of five checkpoints (below); cached
    between runs;
 2. store the base, then every variant as a commit on its own branch made from the base (the
@@ -27,361 +27,34 @@ size of what changed) are reported, never asserted. GB = 10^9 bytes, MB = 10^6 b
 
 from __future__ import annotations
 
-import argparse
 import json
-import multiprocessing
-import os
-import re
-import shlex
 import shutil
-import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
-from bench_core import (
-    GB,
-    MB,
+from harness import cli
+from harness.models import GB, MB, SEED, SHARDS, ModelPlan, ensure_model
+from harness.report import header_lines, plural, publish, steps_table, table
+from harness.runner import (
     MODEL_DIR,
-    REPO_ROOT,
-    SEED,
-    SHARDS,
     Proc,
     Result,
     Runner,
-    Tools,
-    bench_cp,
     best_of,
     disk_usage,
-    ensure_model,
-    filesystem,
-    find_tools,
-    machine,
-    pip_install,
-    results_table,
-    safetensors_header,
+    fresh_dir,
+    place_model,
     sha256_files,
-    tensor_pieces,
-    tool_env,
-    update_docs,
-    version_of,
+    time_cp,
 )
+from harness.tools import BASELINES_VENV, Tools, ensure_zipnn, find_tools, json_output, tool_env, version_of
+from harness.variants import CHAIN, SPECS, Spec, Version, ensure_versions
 
 SECTION_TITLE = "## Storage: versions, deltas, baselines (bench_storage.py)"
-GEN_VERSION = 1  # bump when the variants change, so cached copies are rebuilt
-META_FILE = ".bench-variant.json"
-CHANGES_FILE = ".bench-changes.json"
-INDEX_FILE = "model.safetensors.index.json"
-CONFIG_FILE = "config.json"
-EMBED, LM_HEAD, FINAL_NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"
-DENSE_NOISE = 0.02  # dense fine-tune: + N(0, (2% of the tensor's std)²)
-STEP_NOISE = 0.01  # one training-checkpoint step: + N(0, (1% of the tensor's std)²)
-LORA_RANK, LORA_STD = 16, 0.01  # W + B @ A with A, B ~ N(0, 0.01²)
-NEW_ROWS = 100  # vocabulary extension
-CHAIN = 5  # checkpoints in the chain
 PARTIAL_TOLERANCE = 1.25  # "≈ the compressed size of what changed": within 25% (or below)
-
-
-# -- the versions -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One version derived from another: a variant of the base, or a checkpoint of the chain."""
-
-    name: str  # also its branch (variants) or tag (every version) in the repositories
-    kind: str
-    parent: str  # "base" or another spec's name
-    what: str
-
-    @property
-    def branch(self) -> str:
-        return "chain" if self.kind == "step" else self.name
-
-
-SPECS = (
-    Spec("dense", "dense", "base", "dense full fine-tune: every tensor + N(0, (2% σ)²)"),
-    Spec("frozen-half", "frozen-half", "base", "lower half of the layers and embed_tokens frozen, the rest as dense"),
-    Spec("lora", "lora", "base", f"LoRA rank {LORA_RANK} merged into every q_proj and v_proj"),
-    Spec("vocab", "vocab", "base", f"vocabulary + {NEW_ROWS} rows (embed_tokens, lm_head)"),
-    Spec("layer", "layer", "base", "one layer appended (to the last shard)"),
-    *(
-        Spec(f"chain-{k}", "step", "base" if k == 1 else f"chain-{k - 1}", "previous + N(0, (1% σ)²), every tensor")
-        for k in range(1, CHAIN + 1)
-    ),
-)
-
-
-@dataclass
-class Version:
-    """A model directory to store: the base or one of the specs, with what changed from its parent."""
-
-    name: str
-    parent: str
-    what: str
-    model: Path
-    sums: dict[str, str]
-    changes: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def raw(self) -> int:
-        return sum((self.model / name).stat().st_size for name in self.sums)
-
-    @property
-    def changed(self) -> int:
-        """Raw bytes of what changed: modified tensors whole, plus new rows and new tensors."""
-        return self.changes.get("modified_bytes", 0) + self.changes.get("new_bytes", 0)
-
-
-def shard_tensors(path: Path) -> list[str]:
-    """Tensor names of a safetensors file in data-offset order."""
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        doc = json.loads(f.read(n))
-    doc.pop("__metadata__", None)
-    return sorted(doc, key=lambda name: doc[name]["data_offsets"][0])
-
-
-def trained_in_half(name: str, layers: int) -> bool:
-    """frozen-half: the upper half of the layers, the final norm and lm_head train; the rest is frozen."""
-    found = re.match(r"model\.layers\.(\d+)\.", name)
-    return int(found.group(1)) >= layers // 2 if found else name in (FINAL_NORM, LM_HEAD)
-
-
-def generated(name: str, shape: tuple[int, ...], gen: object) -> object:
-    """A new tensor drawn like the base's (bench_core's generator: N(0, 0.02), norms ones)."""
-    import torch
-
-    data = bytearray(b"".join(tensor_pieces(name, shape, gen)))
-    return torch.frombuffer(data, dtype=torch.bfloat16).reshape(shape)
-
-
-def noisy(t: object, rel: float, gen: object) -> object:
-    """t + N(0, (rel·σ)²), σ the tensor's std (its RMS when constant, e.g. norms of ones), in fp32."""
-    import torch
-
-    x = t.float()
-    scale = float(x.std()) or float(x.pow(2).mean().sqrt())
-    return (x + torch.randn(x.shape, generator=gen) * (rel * scale)).to(torch.bfloat16)
-
-
-def changed_tensor(kind: str, name: str, t: object, layers: int, gen: object) -> object:
-    """The variant's version of one tensor of its parent."""
-    import torch
-
-    if kind == "dense" or (kind == "frozen-half" and trained_in_half(name, layers)):
-        return noisy(t, DENSE_NOISE, gen)
-    if kind == "step":
-        return noisy(t, STEP_NOISE, gen)
-    if kind == "lora" and name.endswith(("self_attn.q_proj.weight", "self_attn.v_proj.weight")):
-        out_dim, in_dim = t.shape
-        a = torch.randn(LORA_RANK, in_dim, generator=gen) * LORA_STD
-        b = torch.randn(out_dim, LORA_RANK, generator=gen) * LORA_STD
-        return (t.float() + b @ a).to(torch.bfloat16)
-    if kind == "vocab" and name in (EMBED, LM_HEAD):
-        return torch.cat([t, generated(name, (NEW_ROWS, t.shape[1]), gen)])
-    return t
-
-
-def extra_tensors(kind: str, config: dict, gen: object) -> list[tuple[str, object]]:
-    """New tensors of the variant (appended to the last shard): one more layer for "layer"."""
-    if kind != "layer":
-        return []
-    from bench_core import Shape
-
-    shape = Shape(
-        config["hidden_size"], config["intermediate_size"], config["num_attention_heads"], config["num_key_value_heads"]
-    )
-    return [(name, generated(name, s, gen)) for name, s in shape.layer_tensors(config["num_hidden_layers"])]
-
-
-def account(changes: Counter, old: object | None, new: object) -> None:
-    """Add what differs between a parent tensor (None: none) and its new version."""
-    import torch
-
-    nbytes = 2 * new.numel()
-    changes["tensors"] += 1
-    if old is None:
-        changes["new_bytes"] += nbytes
-        changes["changed_tensors"] += 1
-        return
-    if old.shape == new.shape:
-        diff = int((old.view(torch.int16) != new.view(torch.int16)).sum())
-        changes["elements"] += new.numel()
-        changes["changed_elements"] += diff
-        if diff:
-            changes["modified_bytes"] += nbytes
-            changes["changed_tensors"] += 1
-        return
-    rows = old.shape[0]
-    changes["changed_tensors"] += 1
-    if old.shape[1:] == new.shape[1:] and torch.equal(new[:rows].view(torch.int16), old.view(torch.int16)):
-        changes["new_bytes"] += nbytes - 2 * old.numel()
-    else:
-        changes["modified_bytes"] += nbytes
-
-
-def write_shard(path: Path, tensors: list[tuple[str, object]]) -> None:
-    import torch
-
-    if any(t.dtype != torch.bfloat16 for _, t in tensors):
-        raise RuntimeError("the generated models hold bf16 tensors only")
-    header = safetensors_header([(name, tuple(t.shape)) for name, t in tensors])
-    with open(path, "wb") as f:
-        f.write(len(header).to_bytes(8, "little"))
-        f.write(header)
-        for _, t in tensors:
-            f.write(t.contiguous().view(torch.int16).numpy().tobytes())
-
-
-def derive(kind: str, src: Path, dest: Path, seed: int) -> None:
-    """Write the ``kind`` variant of the model in ``src`` to ``dest``, and what changed to CHANGES_FILE."""
-    import torch
-    from safetensors import safe_open
-
-    index = json.loads((src / INDEX_FILE).read_text())
-    config = json.loads((src / CONFIG_FILE).read_text())
-    layers = config["num_hidden_layers"]
-    shards = sorted(set(index["weight_map"].values()))
-    changes: Counter = Counter()
-    weight_map: dict[str, str] = {}
-    total = 0
-    dest.mkdir(parents=True)
-    i = 0
-    for k, fname in enumerate(shards):
-        out = []
-        with safe_open(str(src / fname), framework="pt") as f:
-            for name in shard_tensors(src / fname):
-                old = f.get_tensor(name)
-                new = changed_tensor(kind, name, old, layers, torch.Generator().manual_seed(seed * 100_003 + i))
-                account(changes, old, new)
-                out.append((name, new))
-                i += 1
-        if k == len(shards) - 1:
-            for name, t in extra_tensors(kind, config, torch.Generator().manual_seed(seed * 100_003 + i)):
-                account(changes, None, t)
-                out.append((name, t))
-        write_shard(dest / fname, out)
-        weight_map.update({name: fname for name, _ in out})
-        total += sum(2 * t.numel() for _, t in out)
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (dest / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
-    if kind == "vocab":
-        config["vocab_size"] += NEW_ROWS
-    if kind == "layer":
-        config["num_hidden_layers"] += 1
-    (dest / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-    (dest.parent / CHANGES_FILE).write_text(json.dumps(dict(changes)) + "\n")
-
-
-def ensure_versions(workdir: Path, base: Path, base_sums: dict[str, str]) -> list[Version]:
-    """The base and every spec's model directory (each reused when already generated and intact)."""
-    root = workdir / f"variants-{sum((base / n).stat().st_size for n in base_sums)}"
-    versions = {"base": Version("base", "", "the generated base model", base, base_sums)}
-    for i, spec in enumerate(SPECS, 1):
-        home, parent = root / spec.name, versions[spec.parent]
-        want = {"version": GEN_VERSION, "seed": SEED + 1000 * i, "kind": spec.kind, "parent_sums": parent.sums}
-        meta_path = home / META_FILE
-        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-        if {k: meta.get(k) for k in want} != want or sha256_files(home / MODEL_DIR) != meta.get("sums"):
-            shutil.rmtree(home, ignore_errors=True)
-            print(f"generating {spec.name}: {spec.what}", flush=True)
-            t0 = time.perf_counter()
-            # torch stays out of this process (its memory would count in every timed child's RSS)
-            child = multiprocessing.get_context("spawn").Process(
-                target=derive, args=(spec.kind, parent.model, home / MODEL_DIR, want["seed"])
-            )
-            child.start()
-            child.join()
-            if child.exitcode != 0:
-                raise RuntimeError(f"generating {spec.name} failed (exit {child.exitcode})")
-            changes = json.loads((home / CHANGES_FILE).read_text())
-            meta = {**want, "sums": sha256_files(home / MODEL_DIR), "changes": changes}
-            meta_path.write_text(json.dumps(meta, indent=2) + "\n")
-            print(f"  done in {time.perf_counter() - t0:.1f} s", flush=True)
-        versions[spec.name] = Version(
-            spec.name, spec.parent, spec.what, home / MODEL_DIR, meta["sums"], meta["changes"]
-        )
-    return list(versions.values())
-
-
-# -- running ------------------------------------------------------------------------------
-
-
-def process_table() -> tuple[dict[int, int], dict[int, list[str]]]:
-    """(pid → parent pid, pid → argv) of every process."""
-    parents, argv = {}, {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            parents[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-            argv[int(d.name)] = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except (OSError, ValueError, IndexError):
-            continue
-    return parents, argv
-
-
-def other_benchmarks() -> list[str]:
-    """Command lines of benchmark scripts (bench_*.py) running outside this process's own line."""
-    parents, argv = process_table()
-    me = os.getpid()
-    ancestors, p = set(), me
-    while p in parents and parents[p] > 1:  # a shell or `timeout` that started us
-        p = parents[p]
-        ancestors.add(p)
-    descendants, grew = {me}, True
-    while grew:  # our tools, the variant generator, the zipnn worker
-        new = {c for c, par in parents.items() if par in descendants and c not in descendants}
-        grew = bool(new)
-        descendants |= new
-    return [
-        " ".join(a for a in args if a)
-        for pid, args in argv.items()
-        if pid not in ancestors | descendants and any(re.search(r"bench_\w+\.py$", a) for a in args)
-    ]
-
-
-def wait_for_other_benchmarks(limit: float) -> None:
-    """Wait (up to ``limit`` seconds) until no other benchmark runs on this machine."""
-    deadline = time.monotonic() + limit
-    told = False
-    while (others := other_benchmarks()) and time.monotonic() < deadline:
-        if not told:
-            print(f"  waiting for another benchmark to finish: {others[0]}", flush=True)
-            told = True
-        time.sleep(5)
-    if others:
-        print(f"  still running after {limit:.0f} s, going on: {others[0]}", flush=True)
-
-
-@dataclass
-class PoliteRunner(Runner):
-    """bench_core's Runner; a timed run first waits for other benchmarks to finish."""
-
-    other_wait: float = 1800
-
-    def run(self, cmd: Sequence[str], cwd: Path, timed: bool = False) -> Proc:
-        if timed:
-            wait_for_other_benchmarks(self.other_wait)
-        return super().run(cmd, cwd, timed)
-
-
-def place_model(src: Path, repo: Path) -> None:
-    """Make the working tree's model directory a plain byte copy of ``src`` (as a training run would)."""
-    shutil.rmtree(repo / MODEL_DIR, ignore_errors=True)
-    shutil.copytree(src, repo / MODEL_DIR, copy_function=shutil.copyfile)
-
-
-def fresh_repo(path: Path) -> Path:
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
-    return path
 
 
 # -- the tools ----------------------------------------------------------------------------
@@ -414,6 +87,10 @@ class VersionStore:
     def size(self) -> int:
         return disk_usage(self.root / self.store_dir)
 
+    def init(self) -> None:
+        """Untimed: a fresh repository holding nothing yet."""
+        raise NotImplementedError
+
     def switch(self, spec: Spec) -> None:
         """Untimed: go to the spec's branch, creating it from the base when it is new."""
 
@@ -443,7 +120,7 @@ class MgitStore(VersionStore):
         self.mgit = [*mgit, "-q"]
 
     def init(self) -> None:
-        self.runner.run([*self.mgit, "init", "."], fresh_repo(self.root))
+        self.runner.run([*self.mgit, "init", "."], fresh_dir(self.root))
         self.branch = "main"
 
     def mgit_run(self, *args: str) -> str:
@@ -458,8 +135,7 @@ class MgitStore(VersionStore):
         return [[*self.mgit, "add", MODEL_DIR], [*self.mgit, "commit", "-m", v.name]]
 
     def du(self, rev: str) -> dict:
-        out = self.mgit_run("du", rev, "--json")
-        return json.loads(out[out.index("{") :])
+        return json_output(self.mgit_run("du", rev, "--json"))
 
     def after(self, v: Version, cost: Cost) -> None:
         if v.name != "base":
@@ -479,7 +155,7 @@ class GitLfsStore(VersionStore):
     name, store_dir = "git + git-lfs", ".git/lfs/objects"
 
     def init(self) -> None:
-        fresh_repo(self.root)
+        fresh_dir(self.root)
         for cmd in (
             ["git", "init", "-q"],
             ["git", "lfs", "install", "--local"],
@@ -511,7 +187,7 @@ class DvcStore(VersionStore):
         self.dvc = dvc
 
     def init(self) -> None:
-        self.runner.run([self.dvc, "init", "--no-scm", "-q"], fresh_repo(self.root))
+        self.runner.run([self.dvc, "init", "--no-scm", "-q"], fresh_dir(self.root))
 
     def store_cmds(self, v: Version) -> list[list[str]]:
         return [[self.dvc, "add", "-q", MODEL_DIR]]
@@ -586,21 +262,6 @@ def mgit_fsck(store: MgitStore) -> str:
 # -- zipnn --------------------------------------------------------------------------------
 
 
-def ensure_zipnn(venv: Path) -> str | None:
-    """The baselines' python with zipnn importable (installed from PyPI when missing)."""
-    python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import zipnn"]
-    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
-        return str(python)
-    try:
-        print("installing zipnn from PyPI into the baselines' environment")
-        pip_install(venv, "zipnn")
-    except (OSError, subprocess.CalledProcessError) as exc:
-        print(f"could not install zipnn ({exc}); skipping the zipnn baseline")
-        return None
-    return str(python)
-
-
 def zipnn_worker(out: Path, files: Sequence[str]) -> None:
     """Runs in the baselines' environment: zipnn-compress each file whole, as its file script does."""
     from zipnn import ZipNN
@@ -661,10 +322,6 @@ def ratio(n: int | None, d: int) -> str:
     return "n/a" if n is None or not d else f"{n / d:.3f}"
 
 
-def plural(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
 def encodings_cell(enc: dict[str, int]) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(enc.items())) or "none"
 
@@ -688,7 +345,7 @@ def stored_table(o: Outcome) -> str:
         head += [f"{t} (MB)", f"{t} / raw"]
     if o.zipped:
         head += ["zipnn (MB)", "zipnn / raw", "zipnn, changed files (MB)"]
-    rows = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    rows = []
     for v in o.versions:
         m = o.costs["mgit"][v.name]
         cells = [v.name, mb(v.raw), mb(v.changed if v.parent else v.raw), mb(m.grown), ratio(m.grown, v.raw)]
@@ -698,7 +355,7 @@ def stored_table(o: Outcome) -> str:
         if o.zipped:
             z = o.zipped[v.name]
             cells += [mb(z.all_files), ratio(z.all_files, v.raw), mb(z.changed_files)]
-        rows.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
     raw = sum(v.raw for v in o.versions)
     cells = [f"**all {len(o.versions)}**", mb(raw), "", mb(o.totals["mgit"]), ratio(o.totals["mgit"], raw), ""]
     for t in tools[1:]:
@@ -706,8 +363,8 @@ def stored_table(o: Outcome) -> str:
     if o.zipped:
         z_all = sum(z.all_files for z in o.zipped.values())
         cells += [mb(z_all), ratio(z_all, raw), mb(sum(z.changed_files for z in o.zipped.values()))]
-    rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+    rows.append(cells)
+    return table(head, "l" + "r" * (len(head) - 1), rows)
 
 
 @dataclass
@@ -733,15 +390,13 @@ def references(o: Outcome) -> list[Reference]:
 
 
 def partial_table(o: Outcome) -> str:
-    rows = [
-        "| version | changed tensors | elements changed | changed raw (MB) | A: changed × base ratio (MB) "
-        "| B: delta-aware (MB) | mgit (MB) | mgit / A | mgit / B | mgit new chunks by encoding |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    header = ["version", "changed tensors", "elements changed", "changed raw (MB)", "A: changed × base ratio (MB)",
+              "B: delta-aware (MB)", "mgit (MB)", "mgit / A", "mgit / B", "mgit new chunks by encoding"]  # fmt: skip
+    rows = []
     for r in references(o):
         c = r.version.changes
         share = c.get("changed_elements", 0) / c["elements"] if c.get("elements") else 0.0
-        cells = [
+        rows.append([
             r.version.name,
             f"{c.get('changed_tensors', 0)} / {c.get('tensors', 0)}",
             f"{share:.1%}",
@@ -752,18 +407,17 @@ def partial_table(o: Outcome) -> str:
             f"{r.cost.grown / r.ref_a:.2f}" if r.ref_a else "n/a",
             f"{r.cost.grown / r.ref_b:.2f}" if r.ref_b else "n/a",
             encodings_cell(r.cost.encodings),
-        ]
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+        ])  # fmt: skip
+    return table(header, "lrrrrrrrrl", rows)
 
 
 def targets_table(o: Outcome) -> str:
-    rows = ["| metric | value | target | met |", "|---|---:|---:|---|"]
+    rows = []
     by = {v.name: v for v in o.versions}
     m = o.costs["mgit"]
 
     def row(metric: str, value: float, target: str, ok: bool) -> None:
-        rows.append(f"| {metric} | {value:.3f} | {target} | {'yes' if ok else '**no**'} |")
+        rows.append([metric, f"{value:.3f}", target, "yes" if ok else "**no**"])
 
     base = m["base"].grown / by["base"].raw
     row("base: mgit store / raw", base, "≤ 0.70", base <= 0.70)
@@ -778,19 +432,19 @@ def targets_table(o: Outcome) -> str:
                 f"≈ 1 (≤ {PARTIAL_TOLERANCE})",
                 value <= PARTIAL_TOLERANCE,
             )
-    return "\n".join(rows)
+    return table(["metric", "value", "target", "met"], "lrrl", rows)
 
 
 def times_table(o: Outcome) -> str:
     tools = list(o.costs)
     head = ["version", *(f"{t} (s)" for t in tools)] + (["zipnn compress (s)"] if o.zipped else [])
-    rows = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    rows = []
     for v in o.versions:
         cells = [v.name, *(f"{o.costs[t][v.name].seconds:.2f}" for t in tools)]
         if o.zipped:
             cells.append(f"{o.zipped[v.name].seconds:.2f}")
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+        rows.append(cells)
+    return table(head, "l" + "r" * (len(head) - 1), rows)
 
 
 def notes(o: Outcome) -> list[str]:
@@ -825,22 +479,14 @@ def notes(o: Outcome) -> list[str]:
     return out
 
 
-def report(o: Outcome, tools: Tools, plan: object, workdir: Path, reps: int, command: str) -> str:
+def report(o: Outcome, tools: Tools, plan: ModelPlan, workdir: Path, reps: int, command: str) -> str:
     """This benchmark's docs section (also printed to stdout)."""
-    m = machine()
-    versions = ", ".join(f"{k} {v}" for k, v in tools.versions.items())
     base = o.versions[0]
     s = plan.shape
     all_ok = all(o.identical.values())
     skipped = [n for n, ok in (("git-lfs", tools.git_lfs), ("dvc", tools.dvc), ("zipnn", o.zipped)) if not ok]
     lines = [
-        SECTION_TITLE,
-        "",
-        f"Command: `{command}`  ",
-        f"Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
-        f"Machine: {m['cpu']}, {m['ram']} RAM, {m['os']}, {filesystem(workdir)} disk; Python {m['python']}  ",
-        f"Versions: {versions}",
-        "",
+        *header_lines(SECTION_TITLE, command, workdir, tools.versions),
         f"Input: a generated llama-like bf16 base model of {base.raw / GB:.3f} GB ({plural(plan.layers, 'layer')}, "
         "hidden "
         f"{s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, weights N(0, 0.02) from seed {SEED}, norms "
@@ -886,7 +532,7 @@ def report(o: Outcome, tools: Tools, plan: object, workdir: Path, reps: int, com
         "",
         "**Throughput** (the base's raw size over wall time; every row restores or copies the same number of bytes):",
         "",
-        results_table(o.throughput, base.raw),
+        steps_table(o.throughput, base.raw),
         "",
         "**Time to store each version** (one run each; mgit and git: add + commit; DVC: add):",
         "",
@@ -898,7 +544,7 @@ def report(o: Outcome, tools: Tools, plan: object, workdir: Path, reps: int, com
         + ("" if o.zipnn_ok is None else f" zipnn round trips byte-identical: {'yes' if o.zipnn_ok else '**NO**'}."),
         "",
         "How it was measured: every timed step is a separate process timed by wall clock, after an untimed `sync`, "
-        "a wait until no other benchmark script runs and a wait until the CPUs are idle (bench_core's runner). The "
+        "a wait until no other benchmark script runs and a wait until the CPUs are idle (the harness's runner). The "
         "page cache cannot be dropped, so every tool reads files written moments before (warm). Ingest: "
         f"{plural(reps, 'run')}, each in a fresh repository holding a plain copy of the base; the last one goes on "
         "to store the variants. Restore: the model directory is deleted and `mgit checkout --force REV` run (HEAD "
@@ -914,26 +560,21 @@ def report(o: Outcome, tools: Tools, plan: object, workdir: Path, reps: int, com
 # -- main ---------------------------------------------------------------------------------
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--workdir", type=Path, default=REPO_ROOT / "bench-work" / "storage", help="scratch directory")
-    p.add_argument("--size-gb", type=float, default=0.6, help="base model size in GB (10^9 bytes); default 0.6")
-    p.add_argument("--quick", action="store_true", help="a ~0.07 GB model (overrides --size-gb)")
-    p.add_argument("--reps", type=int, default=3, help="runs of each ingest, restore and cp step; the best is reported")
-    p.add_argument("--idle-wait", type=float, default=120, help="most seconds to wait for an idle machine per step")
-    p.add_argument("--other-wait", type=float, default=1800, help="most seconds to wait for another benchmark")
-    p.add_argument(
-        "--baselines-venv",
-        type=Path,
-        default=REPO_ROOT / "bench-work" / ".venv-baselines",
-        help="virtual environment for dvc and zipnn (shared with bench_core)",
+def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
+    p = cli.parser(__doc__)
+    cli.add_common(
+        p,
+        workdir="bench-work/storage",
+        size_gb=0.6,
+        quick="a ~0.07 GB model (overrides --size-gb)",
+        reps=(3, "runs of each ingest, restore and cp step; the best is reported"),
+        other_wait=1800,
+        keep="keep the per-tool repositories afterwards",
     )
-    p.add_argument("--mgit-rev", default="HEAD", help="the mgit to measure: a commit, or 'worktree' (see bench_core)")
+    p.add_argument("--baselines-venv", type=Path, default=BASELINES_VENV, help="virtual environment for dvc and zipnn")
     p.add_argument("--no-dvc", action="store_true", help="skip the DVC baseline")
     p.add_argument("--no-zipnn", action="store_true", help="skip the zipnn baseline")
-    p.add_argument("--keep", action="store_true", help="keep the per-tool repositories afterwards")
-    p.add_argument("--write-docs", action="store_true", help="replace this benchmark's section in docs/benchmarks.md")
-    p.add_argument("--zipnn-worker", nargs="+", metavar="PATH", help=argparse.SUPPRESS)
+    p.add_argument("--zipnn-worker", nargs="+", metavar="PATH", help=cli.argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -951,16 +592,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.zipnn_worker:
         zipnn_worker(Path(args.zipnn_worker[0]), args.zipnn_worker[1:])
         return 0
-    command = shlex.join(["python", *sys.argv]) if argv is None else shlex.join(["python", __file__, *argv])
+    command = cli.command_line(argv, __file__)
     workdir = args.workdir.resolve()
+    size_gb = 0.07 if args.quick else args.size_gb
+    cli.check_free_disk(workdir, int(size_gb * GB * 25))  # base, 10 versions, the largest store, copies
     workdir.mkdir(parents=True, exist_ok=True)
     tools = find_tools(workdir, args.mgit_rev, not args.no_dvc, args.baselines_venv.resolve())
     zipnn = None if args.no_zipnn else ensure_zipnn(args.baselines_venv.resolve())
     if zipnn:
-        tools.versions["zipnn"] = version_of([zipnn, "-c", "import importlib.metadata as m; print(m.version('zipnn'))"])
-    model, plan, sums = ensure_model(workdir, 0.07 if args.quick else args.size_gb, SHARDS)
+        code = "import importlib.metadata as m; print(m.version('zipnn'))"
+        tools.versions["zipnn"] = str(version_of([zipnn, "-c", code]))
+    model, plan, sums = ensure_model(workdir, size_gb)
     versions = ensure_versions(workdir, model, sums)
-    runner = PoliteRunner(tool_env(workdir), args.idle_wait, args.other_wait)
+    runner = Runner(tool_env(workdir), args.idle_wait, args.other_wait)
     runs = workdir / "runs"
 
     print("mgit ...", flush=True)
@@ -969,7 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     costs = {"mgit": store_all(mgit, versions, base_cost)}
     totals = {"mgit": mgit.size()}
     print("cp -r ...", flush=True)
-    throughput = [ingest, bench_cp(model, runs / "cp", runner, sums, args.reps)]
+    throughput = [ingest, time_cp(model, runs / "cp", runner, sums, args.reps)]
     by = {v.name: v for v in versions}
     for name in RESTORES:
         print(f"  mgit checkout {name}", flush=True)
@@ -998,11 +642,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(runs, ignore_errors=True)
     outcome = Outcome(versions, costs, zipped, zipnn_ok, totals, throughput, identical, fsck)
     section = report(outcome, tools, plan, workdir, args.reps, command)
-    print()
-    print(section)
-    if args.write_docs:
-        update_docs(section, title=SECTION_TITLE)
-        print("updated docs/benchmarks.md")
+    publish(section, SECTION_TITLE, args.write_docs)
     ok = all(identical.values()) and all(r.identical is not False for r in throughput)
     return 0 if ok else 1
 

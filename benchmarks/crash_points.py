@@ -37,7 +37,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -53,6 +52,11 @@ from safetensors.numpy import save_file
 
 from mgit import Repository
 from mgit.graph.snapshot import read_snapshot
+
+if str(_BENCH_DIR := Path(__file__).resolve().parent) not in sys.path:  # loaded by path (the tests): find harness/
+    sys.path.insert(0, str(_BENCH_DIR))
+from harness import report  # noqa: E402
+from harness.tools import free_port, port_open  # noqa: E402
 
 CHILD_TIMEOUT_S = 120
 
@@ -141,9 +145,7 @@ class Served:
         self.directory = directory
         self.root = directory / "served"
         self.root.mkdir(parents=True, exist_ok=True)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/remote"
         self.proc: subprocess.Popen | None = None
         self.starts = 0
@@ -157,12 +159,10 @@ class Served:
         log.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            if port_open(self.port):
                 Served.current = self
                 return
-            except OSError:
-                time.sleep(0.05)
+            time.sleep(0.05)
         raise RuntimeError(f"mgit serve did not start: {(self.directory / f'server-{self.starts}.log').read_text()}")
 
     def stop(self) -> int | None:
@@ -470,14 +470,14 @@ def run_scenario(scenario: Scenario, work: Path, limit: int | None = None) -> Ou
 
 
 def table(outcomes: list[Outcome]) -> str:
-    lines = ["| command | crash points (rename/fsync/unlock) | trials | ok | needs repair |", "|---|---|---|---|---|"]
+    header = ["command", "crash points (rename/fsync/unlock)", "trials", "ok", "needs repair"]
+    rows = []
     for o in outcomes:
         pts = "/".join(str(o.points.get(k, 0)) for k in ("rename", "fsync", "unlock"))
-        lines.append(f"| {o.scenario} | {pts} | {o.trials} | {o.ok} | {o.trials - o.ok} |")
+        rows.append([o.scenario, pts, o.trials, o.ok, o.trials - o.ok])
     total = sum(o.trials for o in outcomes)
     ok = sum(o.ok for o in outcomes)
-    lines.append(f"| **all** | | {total} | {ok} | {total - ok} |")
-    return "\n".join(lines)
+    return report.table(header, "lllll", rows) + f"\n| **all** | | {total} | {ok} | {total - ok} |"
 
 
 def main(argv: list[str] | None = None) -> int:

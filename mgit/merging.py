@@ -9,7 +9,7 @@ import posixpath
 import re
 import secrets
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +21,8 @@ from mgit.graph.snapshot import Snapshot, validate_path, write_snapshot
 from mgit.model.ingest import Ingestor
 from mgit.model.materialize import StagedFile
 from mgit.progress import byte_progress
-from mgit.remote.transfer import FetchLimit, LimitReached, Transfer, fetch_chunks, fetch_costs
-from mgit.store.record import BASE_LEN as DELTA_BASE_BYTES
-from mgit.sync import on_demand
+from mgit.remote.promisor import on_demand
+from mgit.remote.transfer import Transfer
 from mgit.version import __version__
 from mgit.worktree import journal
 from mgit.worktree.journal import Journal, Write
@@ -309,11 +308,11 @@ class Merging:
         snaps = [self.snapshot(c) for c in expert_commits]
         passes = 2 if chosen.decides_per_expert else 1
         plan = plan_merge(self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes)
-        if self.is_partial:  # price the chunks not here at what fetching them costs
+        if self.promisor is not None:  # price the chunks not here at what fetching them costs
             sizes = self._fetch_sizes(plan)
             plan = plan_merge(
                 self.graph, self.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes,
-                self._fetch_pricing(sizes),
+                self.promisor.pricing(sizes),
             )  # fmt: skip
             plan.fetch_sizes = sizes
         if params_for is not None:  # every tensor's parameters must resolve before anything is written
@@ -334,48 +333,21 @@ class Merging:
         """Record sizes on the remote of the base and candidate expert chunks not here (one batch)."""
         wanted = [c.id for tp in plan.tensors for c in tp.base.chunks]
         wanted += [tp.experts[k].chunks[i].id for tp in plan.tensors for k, r in enumerate(tp.reads) for i in r]
-        remote = self._promisor()
-        assert remote is not None
-        return fetch_costs(self.store, self._backend(remote), wanted)
-
-    def _fetch_pricing(self: Repository, sizes: dict[str, int]) -> Callable[[str, set[str]], int]:
-        """In a partial clone, what reading a chunk costs: the stored bytes here, or for a chunk
-        still on the remote its record size there plus the base id a delta record carries here
-        (so it bounds both the fetch and the read after it). A merge's expert chunk is a delta
-        of the base's chunk or none (the commit statistics that rank it pair it with that
-        chunk), so no further delta base is fetched for it; a fetch finding otherwise stops at
-        the budget (:meth:`_fetch_planned`)."""
-
-        def cost(cid: str, held: set[str]) -> int:
-            if self.store.has(cid, refresh=False):
-                return self.store.read_cost(cid, held)
-            return sizes[cid] + DELTA_BASE_BYTES
-
-        return cost
+        assert self.promisor is not None
+        return self.promisor.sizes(wanted)
 
     def _fetch_planned(self: Repository, plan: MergePlan, run_report: dict[str, Transfer]) -> None:
         """A partial clone fetches what the merge reads before it runs: the base's chunks, then
         the chosen expert chunks, the latter capped at the budget."""
-        remote = self._promisor()
-        assert remote is not None
-        backend = self._backend(remote)
+        assert self.promisor is not None
         base_ids = [c.id for tp in plan.tensors for c in tp.base.chunks]
         expert_ids = [
             tp.experts[k].chunks[i].id for tp in plan.tensors for k, reads in enumerate(tp.reads) for i in reads
         ]
-        limit = None
-        if plan.budget is not None and plan.budget.limit is not None:
-            limit = FetchLimit(backend, plan.budget.limit, dict(plan.fetch_sizes), charge_verification=False)
-        with byte_progress("fetch", 0) as bar:
-            fetch_chunks(self.store, backend, base_ids, run_report["base"], bar)
-            try:
-                fetch_chunks(self.store, backend, expert_ids, run_report["experts"], bar, limit)
-            except LimitReached:
-                raise BadInputError(
-                    f"the expert chunks chosen for this budget are deltas of chunks not here; fetch the experts' "
-                    f"history first (`mgit fetch {remote} --chunks REV`) or raise --budget"
-                ) from None
-        self.store.seal()
+        limit = plan.budget.limit if plan.budget is not None else None
+        self.promisor.fetch_for_merge(
+            base_ids, expert_ids, limit, plan.fetch_sizes, run_report["base"], run_report["experts"]
+        )
 
     def _plan_budget(
         self: Repository,
@@ -407,7 +379,7 @@ class Merging:
         full = plan.expert_bytes
         limit = given.resolve(full) if given is not None else None
         # analysis never reads more than the merge it plans: at most the budget, at most a full merge
-        price = self._fetch_pricing(plan.fetch_sizes) if self.is_partial else self.store.read_cost
+        price = self.promisor.pricing(plan.fetch_sizes) if self.promisor is not None else self.store.read_cost
         analysis = pair_norms(
             self.graph, self.store, self.pool, PairCache(self.git_dir / "cache" / "pair-norms.sqlite"),
             plan, setup.reference or setup.base_commit, setup.expert_commits, self.commit_stats,

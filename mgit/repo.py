@@ -56,11 +56,13 @@ from mgit.model.projection import combine, project, tensor_count
 from mgit.model.safetensors_file import build_header
 from mgit.parallel import make_pool, ordered_map
 from mgit.progress import byte_progress
+from mgit.remote.promisor import Promisor, on_demand
+from mgit.remote.transfer import Transfer
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.gc import consolidate, repack
-from mgit.sync import Sync, on_demand
+from mgit.sync import Sync
 from mgit.worktree import journal
-from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, fetch_within, over_budget
+from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, over_budget
 from mgit.worktree.index import Index, IndexEntry, StatKey
 from mgit.worktree.journal import Journal, Write
 from mgit.worktree.scan import Ignorer, walk
@@ -196,7 +198,8 @@ class Repository(Merging, Sync):
         self.lock = RepoLock(self.git_dir / "lock", on_acquire=self._recover)
         self.refs = Refs(self.graph, self.identity())
         self._pool: ThreadPoolExecutor | None = None
-        self._attach_promisor()
+        self.cloned = Transfer()  # what clone() received (empty unless this object made the clone)
+        self.promisor: Promisor | None = self._open_promisor()  # a partial clone's source of chunks not here
 
     @classmethod
     def init(cls, path: str | os.PathLike[str] = ".") -> Repository:
@@ -877,7 +880,7 @@ class Repository(Merging, Sync):
             rev = "HEAD"
         with self.lock:
             before = self.store.reads.chunks, self.store.reads.stored_bytes
-            fetched_before = self.fetched.bytes if self.is_partial else 0
+            fetched_before = self.fetched.bytes
             tracked = self.remote_branch_for(rev) if paths is None and create_branch is None and rev else None
             if tracked is not None:
                 rev, create_branch = tracked, rev
@@ -887,7 +890,7 @@ class Repository(Merging, Sync):
                 result = self._switch(rev, create_branch, force, patterns=patterns, budget=limit)
             result.chunks_read = self.store.reads.chunks - before[0]
             result.bytes_read = self.store.reads.stored_bytes - before[1]
-            result.bytes_fetched = self.fetched.bytes - fetched_before if self.is_partial else 0
+            result.bytes_fetched = self.fetched.bytes - fetched_before
             return result
 
     def sparse_patterns(self) -> SparsePatterns | None:
@@ -1188,16 +1191,15 @@ class Repository(Merging, Sync):
                 continue
             local = reuse[p][1] if reuse[p] is not None and self._clean(p, index.entries[p].worktree, index) else None
             reads += store_reads(self.graph, form.entry, p, local)
-        remote = self._promisor()
-        backend = self._backend(remote) if remote is not None else None
+        promisor = self.promisor
         bases = (lambda wanted: self._recorded_parents(commit, wanted)) if commit else None
-        cost, missing = estimate(self.store, reads, backend, bases)
+        quote = promisor.quote(reads, bases) if promisor is not None else None
+        cost = estimate(reads, self.store.read_cost, quote)
         if cost.total > budget:
-            raise BudgetExceededError(over_budget(cost, budget, remote))
-        if missing:
-            assert backend is not None and remote is not None
-            abort = self.store.abort  # a refused checkout keeps none of what it fetched
-            cost = fetch_within(self.store, backend, reads, missing, cost, budget, self.fetched, remote, abort)
+            raise BudgetExceededError(over_budget(cost, budget, promisor.remote if promisor is not None else None))
+        if promisor is not None and quote is not None and quote.fetch:
+            # a refused checkout keeps none of what it fetched
+            cost = promisor.fetch_for_checkout(reads, quote, cost, budget, self.store.abort)
         return cost
 
     def _recorded_parents(self, start: str, wanted: set[str]) -> dict[str, str]:

@@ -1,9 +1,9 @@
-"""Repository operations with remotes: remote add/remove, push, fetch, pull, clone, and the
-on-demand chunk fetches of a partial clone. A mixin of :class:`mgit.repo.Repository`.
+"""Repository operations with remotes: remote add/remove, push, fetch, pull, clone, and
+opening a partial clone's promisor. A mixin of :class:`mgit.repo.Repository`.
 
 Remotes live in ``.mgit/config`` as ``[remote "NAME"]`` with ``url``, ``tokenfile`` and, for
 the remote a partial clone came from, ``partial = true``: chunks missing here are then
-fetched from it when a command needs them (and kept).
+fetched from it when a command needs them, and kept (mgit.remote.promisor).
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from mgit.errors import BadInputError, MgitError, NonFastForwardError, RemoteError
 from mgit.graph.refs import check_ref_name
 from mgit.progress import Bar, byte_progress
 from mgit.remote.backend import Backend
 from mgit.remote.open import is_url, open_backend
+from mgit.remote.promisor import PARTIAL_KEY, Promisor
 from mgit.remote.transfer import (
     Transfer,
     chunks_of,
@@ -38,24 +38,6 @@ if TYPE_CHECKING:
     from mgit.repo import Repository
 
 TRACKING = "refs/remotes/"
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def on_demand(method: F) -> F:
-    """For commands that read chunks: in a partial clone they may fetch some, so they hold
-    the lock and publish (seal) what they fetched when done, even after an error."""
-
-    @functools.wraps(method)
-    def wrapper(self: Repository, *args: Any, **kwargs: Any) -> Any:
-        if self.store.fallback is None:
-            return method(self, *args, **kwargs)
-        with self.lock:
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                self.store.seal()
-
-    return wrapper  # type: ignore[return-value]
 
 
 class Sync:
@@ -158,7 +140,7 @@ class Sync:
                 kind = self.graph.read(sha).type_name
                 if kind != b"commit" and not (kind == b"tag" and ref.startswith("refs/tags/")):
                     raise RemoteError(f"the remote's {ref} names a {kind.decode()}, not a commit (a damaged remote)")
-            if self._remote_setting(remote, "partial") != "true":
+            if self._remote_setting(remote, PARTIAL_KEY) != "true":
                 with byte_progress("fetch", 0) as bar:
                     needed = chunks_of(self.graph, set(refs.values()), stop=complete)
                     fetch_chunks(self.store, backend, needed, report, bar)
@@ -269,9 +251,9 @@ class Sync:
             repo.remote_add("origin", url, token_file)
             if partial:
                 config = repo.graph.repo.get_config()
-                config.set((b"remote", b"origin"), b"partial", b"true")
+                config.set((b"remote", b"origin"), PARTIAL_KEY.encode(), b"true")
                 config.write_to_path()
-                repo._attach_promisor()
+                repo.promisor = repo._open_promisor()
             repo.cloned = repo.fetch("origin", action=f"clone: from {repo.remotes()['origin']}")
             commit = refs[f"refs/heads/{branch}"]
             repo.refs.create_branch(branch, commit)
@@ -306,33 +288,21 @@ class Sync:
     @property
     def is_partial(self: Repository) -> bool:
         """A partial clone: chunks may be missing here and are fetched when needed."""
-        return self.store.fallback is not None
+        return self.promisor is not None
 
-    def _promisor(self: Repository) -> str | None:
-        """The remote a partial clone fetches missing chunks from (None: not a partial clone)."""
-        if not self.is_partial:
-            return None
-        return next((n for n in self.remotes() if self._remote_setting(n, "partial") == "true"), None)
+    @property
+    def fetched(self: Repository) -> Transfer:
+        """What this object's reads fetched on demand, checkouts within a budget included (a
+        partial clone's; empty in a full clone)."""
+        return self.promisor.fetched if self.promisor is not None else Transfer()
 
-    def _attach_promisor(self: Repository) -> None:
-        """In a partial clone, chunks missing here are fetched from the remote it came from."""
-        name = next((n for n in self.remotes() if self._remote_setting(n, "partial") == "true"), None)
+    def _open_promisor(self: Repository) -> Promisor | None:
+        """In a partial clone, the remote it came from, composed into the store: chunks missing
+        here are fetched from it (None: not a partial clone)."""
+        name = next((n for n in self.remotes() if self._remote_setting(n, PARTIAL_KEY) == "true"), None)
         if name is None:
-            return
-        state = {"backend": None}
-        lock = threading.Lock()
-        self.fetched = Transfer()
-
-        def fetch_missing(cid: str) -> None:
-            with lock:
-                if state["backend"] is None:
-                    state["backend"] = self._backend(name)
-            try:
-                fetch_chunks(self.store, state["backend"], [cid], self.fetched, Bar())
-            except OSError as exc:  # a dropped connection mid-read; MgitErrors already say what happened
-                raise RemoteError(f"cannot fetch chunk {cid[:12]} from {name}: {exc}") from None
-
-        self.store.fallback = fetch_missing
+            return None
+        return Promisor(name, functools.partial(self._backend, name), self.store).attach()
 
 
 def _tracking_message(repo: Repository, action: str, old: str | None, new: str) -> str:

@@ -7,7 +7,8 @@ import shutil
 import struct
 
 import pytest
-from conftest import frozen_finetune, llama_state_dict, minilm_dir, run_mgit, tree_hashes, write_model
+from helpers.models import frozen_finetune, llama_state_dict, minilm_dir, tree_hashes, write_model
+from helpers.run import run_mgit
 
 
 def assert_one_line_error(proc, *fragments: str) -> None:

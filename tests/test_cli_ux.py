@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_mgit
+from helpers.run import run_mgit
 
 PROBE = """
 import json, sys
@@ -35,7 +35,7 @@ def loaded_by(cwd: Path, *args: str) -> dict:
 @pytest.fixture(scope="module")
 def committed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A repository with one commit of a small bf16 model, made once by the real CLI."""
-    from conftest import llama_state_dict, write_model
+    from helpers.models import llama_state_dict, write_model
 
     work = tmp_path_factory.mktemp("template") / "work"
     work.mkdir()
@@ -136,7 +136,7 @@ def test_every_command_takes_the_global_flags() -> None:
 
 
 def test_merge_summary_is_a_result_on_stdout_and_quiet_keeps_stderr_empty(committed: Path) -> None:
-    from conftest import frozen_finetune, llama_state_dict, write_model
+    from helpers.models import frozen_finetune, llama_state_dict, write_model
 
     run_mgit("checkout", "-b", "tuned", cwd=committed, check=True)
     write_model(committed / "model", frozen_finetune(llama_state_dict(), {0}))
@@ -207,7 +207,7 @@ def test_init_outside_any_repository_is_quiet(tmp_path: Path) -> None:
 
 
 def test_stat_after_reshard_counts_moves(committed: Path) -> None:
-    from conftest import llama_state_dict, touch_later, write_model
+    from helpers.models import llama_state_dict, touch_later, write_model
 
     shutil.rmtree(committed / "model")
     write_model(committed / "model", llama_state_dict(), shards=2)
@@ -228,7 +228,7 @@ def test_stat_after_reshard_counts_moves(committed: Path) -> None:
 
 
 def test_stat_counts_changed_added_removed(committed: Path) -> None:
-    from conftest import llama_state_dict, touch_later, write_model
+    from helpers.models import llama_state_dict, touch_later, write_model
 
     sd = llama_state_dict()
     sd["lm_head.weight"] = sd["lm_head.weight"] * 2

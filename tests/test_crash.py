@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import LlamaSpec, commit_model, llama_state_dict, run_mgit, touch_later, tree_hashes, write_model
+from helpers.models import LlamaSpec, commit_model, llama_state_dict, touch_later, tree_hashes, write_model
+from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.cli import _os_error_message

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_mgit
+from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.errors import LockedError

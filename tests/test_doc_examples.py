@@ -7,16 +7,10 @@ import re
 import shlex
 from pathlib import Path
 
+from helpers.models import LlamaSpec, commit_model, frozen_finetune, llama_state_dict, touch_later, write_model
+from helpers.run import run_mgit
+
 from mgit import Repository
-from tests.conftest import (
-    LlamaSpec,
-    commit_model,
-    frozen_finetune,
-    llama_state_dict,
-    run_mgit,
-    touch_later,
-    write_model,
-)
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SPEC = LlamaSpec(layers=4, hidden=32, intermediate=64, vocab=64)

@@ -13,21 +13,21 @@ from pathlib import Path
 import pytest
 import torch
 from click.shell_completion import ShellComplete
+from helpers.models import (
+    LlamaSpec,
+    commit_model,
+    frozen_finetune,
+    llama_state_dict,
+    touch_later,
+    tree_hashes,
+    write_model,
+)
+from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.cli import cli
 from mgit.cli.complete import complete_branch, complete_remote, complete_rev
 from mgit.errors import BadInputError, DirtyWorktreeError
-from tests.conftest import (
-    LlamaSpec,
-    commit_model,
-    frozen_finetune,
-    llama_state_dict,
-    run_mgit,
-    touch_later,
-    tree_hashes,
-    write_model,
-)
 
 SPEC = LlamaSpec(layers=2, hidden=32, intermediate=64, vocab=64)
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.models import LlamaSpec, commit_model, llama_state_dict
+from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.errors import BadInputError, RevisionError
-from tests.conftest import LlamaSpec, commit_model, llama_state_dict, run_mgit
 
 SPEC = LlamaSpec(layers=2, hidden=32, intermediate=64, vocab=64)
 

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import LlamaSpec, commit_model, llama_state_dict, run_mgit, tree_hashes
+from helpers.models import LlamaSpec, commit_model, llama_state_dict, tree_hashes
+from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.errors import BadInputError, MgitError

@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from conftest import (
+from helpers.models import (
     frozen_finetune,
     lora_merged,
     minilm_dir,

@@ -11,7 +11,8 @@ import textwrap
 
 import pytest
 import torch
-from conftest import frozen_finetune, llama_state_dict, run_mgit, tree_hashes, write_model
+from helpers.models import frozen_finetune, llama_state_dict, tree_hashes, write_model
+from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.cli import main
@@ -54,7 +55,7 @@ def big_llama() -> dict:
 
 
 def llama_spec():
-    from conftest import LlamaSpec
+    from helpers.models import LlamaSpec
 
     return LlamaSpec(layers=6, hidden=256, intermediate=704, vocab=4000)
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import commit_model, frozen_finetune, run_mgit, sha256, touch_later, tree_hashes, write_model
+from helpers.models import commit_model, frozen_finetune, sha256, touch_later, tree_hashes, write_model
+from helpers.run import run_mgit
 from safetensors.torch import load_file, save_file
 
 import mgit.model.ingest as ingest

@@ -11,7 +11,8 @@ import time
 
 import pytest
 import torch
-from conftest import LlamaSpec, frozen_finetune, llama_state_dict, run_mgit, touch_later, tree_hashes, write_model
+from helpers.models import LlamaSpec, frozen_finetune, llama_state_dict, touch_later, tree_hashes, write_model
+from helpers.run import run_mgit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

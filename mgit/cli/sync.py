@@ -143,7 +143,7 @@ def cmd_clone(
         url, dest, partial=partial, branch=branch, token_file=token_file, include=include, exclude=exclude,
         budget=budget,
     )  # fmt: skip
-    got = repo.cloned  # type: ignore[attr-defined]  # set by Repository.clone
+    got = repo.cloned
     if partial:  # the checkout's on-demand chunks count too
         got.add(repo.fetched.objects, repo.fetched.chunks, repo.fetched.bytes)
     if as_json:

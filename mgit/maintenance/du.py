@@ -100,5 +100,5 @@ def measure_store(store: ChunkStore) -> StoreUsage:
         usage.chunks += 1
         usage.stored_bytes += store.loose.stored_size(cid)
         encodings["loose"] += 1
-    usage.by_encoding = dict(encodings)
+    usage.by_encoding = dict(sorted(encodings.items()))  # by name: the same JSON whatever order the packs list in
     return usage

@@ -129,7 +129,10 @@ def checked_refs(url: str, refs: object) -> dict[str, str]:
 
 def check_ref_form(name: str, new: str | None, existing: Iterable[str]) -> None:
     """Refuse (BadRefError) a ref value that is not a 40-hex id, or a name under an existing
-    ref (or with refs under it): what every backend can check without reading objects."""
+    ref (or with refs under it), or a name that is no branch or tag (an object's key, HEAD: a
+    swap there would overwrite what it holds): what every backend can check without reading objects."""
+    if not name.startswith(("refs/heads/", "refs/tags/")):
+        raise BadRefError(f"refusing {name}: not a branch or tag (refs/heads/… or refs/tags/…)")
     other = ref_clash(name, existing)
     if other is not None:
         raise BadRefError(clash_message(name, other))

@@ -313,8 +313,31 @@ def fetch_chunks(
     with ``limit``, raise :class:`LimitReached` rather than go over it."""
     store.refresh()  # then no more looks for packs of other processes: we hold the lock
     todo = sorted(c for c in set(chunks) if not store.has(c, refresh=False))
+    claims: dict[str, threading.Event] = {}  # chunk → set once its first asker is done with it
+    failed: dict[str, BaseException] = {}  # chunk → why its first asker could not fetch it
+    claims_lock = threading.Lock()
 
     def fetch(cid: str) -> None:
+        """Fetch ``cid`` once: a delta's base may also be in ``todo``, taken by another thread;
+        then wait for that thread instead of asking (and counting) it a second time."""
+        with claims_lock:
+            done = claims.get(cid)
+            if done is None:
+                claims[cid] = threading.Event()
+        if done is not None:
+            done.wait()
+            if cid in failed:  # the same error as its first asker's, whichever reaches the user
+                raise failed[cid]
+            return
+        try:
+            _fetch_once(cid)
+        except BaseException as exc:
+            failed[cid] = exc
+            raise
+        finally:
+            claims[cid].set()
+
+    def _fetch_once(cid: str) -> None:
         if store.has(cid, refresh=False):
             return
         announced = None

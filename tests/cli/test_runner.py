@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from conftest import run_mgit
 from helpers.cli import invoke
+from helpers.run import run_mgit
 
 from mgit import cli, progress
 

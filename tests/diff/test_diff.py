@@ -9,7 +9,8 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from conftest import commit_model, llama_state_dict, run_mgit, touch_later, write_model
+from helpers.models import commit_model, llama_state_dict, touch_later, write_model
+from helpers.run import run_mgit
 from safetensors.torch import save_file
 
 from mgit.errors import BadInputError, RevisionError
@@ -201,7 +202,7 @@ def test_clean_working_tree_is_not_rehashed(repo, monkeypatch):
 def test_a_fine_tune_diff_decodes_each_parent_chunk_once(repo):
     """The fine-tune's changed chunks are deltas of the parent's: each parent chunk is decoded once
     and handed to the delta's decoding, whichever side of the diff it is on."""
-    from conftest import frozen_finetune
+    from helpers.models import frozen_finetune
 
     base = llama_state_dict()
     commit_model(repo, base, "base")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import commit_model, llama_state_dict, run_mgit, uneven_finetune
+from helpers.models import commit_model, llama_state_dict, uneven_finetune
+from helpers.run import run_mgit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

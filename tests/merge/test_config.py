@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
-from conftest import frozen_finetune, llama_state_dict, run_mgit, touch_later, write_model
+from helpers.models import frozen_finetune, llama_state_dict, touch_later, write_model
+from helpers.run import run_mgit
 from mergekit.config import ConditionalParameter, evaluate_setting
 from mergekit.merge_methods.api import merge_tensors
 

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 import torch
-from conftest import frozen_finetune, llama_state_dict, run_mgit, touch_later, tree_hashes, write_model
+from helpers.models import frozen_finetune, llama_state_dict, touch_later, tree_hashes, write_model
+from helpers.run import run_mgit
 from mergekit.merge_methods.api import merge_state_dicts
 
 from mgit.errors import BadInputError, DirtyWorktreeError
@@ -262,7 +263,7 @@ def test_lineage_and_log_graph(experts):
 def test_real_minilm_with_synthetic_experts_equals_mergekit(repo):
     import shutil
 
-    from conftest import minilm_dir
+    from helpers.models import minilm_dir
     from safetensors.torch import load_file, save_file
 
     shutil.copytree(minilm_dir(), repo.root / "model")

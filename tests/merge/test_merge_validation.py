@@ -11,15 +11,8 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import (
-    commit_model,
-    frozen_finetune,
-    llama_state_dict,
-    run_mgit,
-    touch_later,
-    uneven_finetune,
-    write_model,
-)
+from helpers.models import commit_model, frozen_finetune, llama_state_dict, touch_later, uneven_finetune, write_model
+from helpers.run import run_mgit
 from mergekit.merge_methods.api import merge_state_dicts
 
 from mgit.budget import parse_budget

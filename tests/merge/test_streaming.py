@@ -8,7 +8,7 @@ import functools
 
 import pytest
 import torch
-from conftest import LlamaSpec, llama_state_dict, touch_later, tree_hashes, write_model
+from helpers.models import LlamaSpec, llama_state_dict, touch_later, tree_hashes, write_model
 from mergekit.merge_methods.api import merge_state_dicts
 
 import mgit.merge.engine as engine

@@ -7,14 +7,9 @@ import threading
 
 import pytest
 import safetensors.torch
-from conftest import (
-    commit_model,
-    cut_after,
-    frozen_finetune,
-    llama_state_dict,
-    run_mgit,
-    tree_hashes,
-)
+from helpers.models import commit_model, frozen_finetune, llama_state_dict, tree_hashes
+from helpers.remotes import cut_after
+from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.errors import BadInputError, CorruptObjectError, NonFastForwardError, RemoteError

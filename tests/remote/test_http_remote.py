@@ -8,7 +8,8 @@ import socket
 import threading
 
 import pytest
-from conftest import frozen_finetune, llama_state_dict, run_mgit, touch_later, tree_hashes, write_model
+from helpers.models import frozen_finetune, llama_state_dict, touch_later, tree_hashes, write_model
+from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.errors import AuthError, RemoteError

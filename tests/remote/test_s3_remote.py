@@ -8,14 +8,9 @@ import uuid
 
 import boto3
 import pytest
-from conftest import (
-    commit_model,
-    cut_after,
-    frozen_finetune,
-    llama_state_dict,
-    run_mgit,
-    tree_hashes,
-)
+from helpers.models import commit_model, frozen_finetune, llama_state_dict, tree_hashes
+from helpers.remotes import cut_after
+from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.errors import CorruptObjectError, NonFastForwardError, RemoteError
@@ -77,17 +72,6 @@ def test_concurrent_pushes_exactly_one_wins(work):
     for t in threads:
         t.join()
     assert sorted(outcomes) == ["lost", "won"]
-
-
-def test_refs_move_by_conditional_writes(work):
-    _, _, url, _ = work
-    backend = S3Backend(url)
-    a, b = "a" * 40, "b" * 40
-    assert backend.swap_ref("refs/heads/x", None, a)
-    assert not backend.swap_ref("refs/heads/x", None, b)  # exists already
-    assert not backend.swap_ref("refs/heads/x", b, a)  # not what it is
-    assert backend.swap_ref("refs/heads/x", a, b) and backend.refs()["refs/heads/x"] == b
-    assert backend.swap_ref("refs/heads/x", b, None) and "refs/heads/x" not in backend.refs()
 
 
 def test_an_interrupted_push_resumes(work, monkeypatch):

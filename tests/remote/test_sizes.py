@@ -1,23 +1,20 @@
-"""``Backend.sizes`` (what fetching costs, asked before fetching) on every kind of remote,
-``fetch_costs``, and hostile replies to the HTTP ``.sizes`` endpoint."""
+"""``Backend.sizes`` (what fetching costs, asked before fetching) beyond the backend contract
+(tests/contract/ proves every backend's sizes): HTTP's auth, ``fetch_costs``, budgets, and hostile
+replies to the HTTP ``.sizes`` endpoint."""
 
 from __future__ import annotations
 
 import json
 import threading
-import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import boto3
 import pytest
-from conftest import commit_model, llama_state_dict, tree_hashes
-from moto.server import ThreadedMotoServer
+from helpers.models import commit_model, llama_state_dict, tree_hashes
 
 from mgit import Repository
 from mgit.errors import AuthError, RemoteError
 from mgit.remote.http import HttpBackend
 from mgit.remote.local import DirectoryBackend
-from mgit.remote.s3 import S3Backend
 from mgit.remote.server import MgitServer
 from mgit.remote.transfer import chunks_of, fetch_costs
 
@@ -49,14 +46,6 @@ def server(tmp_path):
     yield srv
     srv.shutdown()
     srv.server_close()
-
-
-def test_directory_sizes(pushed):
-    _, remote, keys = pushed
-    backend = DirectoryBackend(remote)
-    absent = "chunks/" + "0" * 64
-    assert backend.sizes(keys + [absent]) == expected_sizes(remote, keys)
-    assert backend.sizes([]) == {}
 
 
 def test_fetch_costs_are_remote_record_sizes_and_zero_for_chunks_here(pushed, tmp_path):
@@ -95,29 +84,6 @@ def test_http_partial_clone_checks_out_within_a_budget(pushed, server, tmp_path,
     res = partial.checkout("grown", budget="50MB", full=True)
     assert 0 < res.bytes_fetched and res.bytes_read + res.bytes_fetched <= 50 * 10**6
     assert tree_hashes(partial.root) == tree_hashes(repo.root)
-
-
-def test_s3_sizes_from_the_listing(pushed, monkeypatch):
-    _, remote, keys = pushed
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test",
-               "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
-        bucket = f"mgit-{uuid.uuid4().hex[:12]}"
-        boto3.client("s3").create_bucket(Bucket=bucket)
-        writer = S3Backend(f"s3://{bucket}/models/llama")
-        for key in keys:
-            writer.put(key, (remote / key).read_bytes())
-        assert writer.sizes(keys) == expected_sizes(remote, keys)  # puts update the kept listing
-        reader = S3Backend(f"s3://{bucket}/models/llama")
-        assert reader.sizes(keys + ["chunks/" + "2" * 64]) == expected_sizes(remote, keys)
-        assert reader.has(keys) == set(keys)
-    finally:
-        server.stop()
 
 
 def _hostile(reply: bytes, status: int = 200):

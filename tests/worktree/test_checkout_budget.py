@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import commit_model, frozen_finetune, llama_state_dict, run_mgit, tree_hashes
+from helpers.models import commit_model, frozen_finetune, llama_state_dict, tree_hashes
+from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.errors import BadInputError

@@ -8,7 +8,8 @@ from fnmatch import fnmatchcase
 
 import pytest
 import torch
-from conftest import commit_model, frozen_finetune, llama_state_dict, run_mgit, touch_later, tree_hashes
+from helpers.models import commit_model, frozen_finetune, llama_state_dict, touch_later, tree_hashes
+from helpers.run import run_mgit
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 

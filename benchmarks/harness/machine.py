@@ -1,0 +1,164 @@
+"""The one quiet-machine policy, and a description of the machine for the reports.
+
+Why: timings are only comparable when nothing else runs. Before every timed command the runner
+waits, untimed, until (1) no other benchmark script of this repository runs (up to a limit; one that
+sits idle for a whole poll is itself waiting, so waiting for it would deadlock) and (2), after a
+``sync``, under ``IDLE_BELOW`` of all CPUs are busy (up to a limit). The decisions are pure
+functions (``other_benchmark_decision``) so they can be tested without a busy machine.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import platform
+import re
+import subprocess
+import time
+from pathlib import Path
+
+IDLE_BELOW = 0.15  # the machine counts as idle below this fraction of all cores busy
+BENCH_SCRIPT = re.compile(r"bench_\w+\.py$")  # an argv element naming a benchmark script
+POLL_S = 10.0  # seconds between looks at the other benchmarks (measuring the CPU meanwhile)
+
+
+def cpu_busy_seconds() -> float:
+    """CPU-seconds the whole machine has spent busy since boot (user, nice, system, irq, softirq)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]
+    user, nice, system, _idle, _iowait, irq, softirq = map(int, fields)
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def busy_fraction(seconds: float = 0.5) -> float:
+    """The share of all CPUs busy over the next ``seconds``."""
+    before = cpu_busy_seconds()
+    time.sleep(seconds)
+    return (cpu_busy_seconds() - before) / (seconds * (os.cpu_count() or 1))
+
+
+def wait_for_idle(limit: float) -> None:
+    """Wait (up to ``limit`` seconds) until other work on this machine, writeback included, settles."""
+    deadline = time.monotonic() + limit
+    told = False
+    while (busy := busy_fraction()) >= IDLE_BELOW and time.monotonic() < deadline:
+        if not told:
+            print(f"  waiting for the machine to go idle ({busy:.0%} of the CPUs busy)", flush=True)
+            told = True
+
+
+def process_table() -> tuple[dict[int, int], dict[int, list[str]]]:
+    """(pid → parent pid, pid → argv) of every process."""
+    parents, argv = {}, {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            parents[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            argv[int(d.name)] = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except (OSError, ValueError, IndexError):
+            continue
+    return parents, argv
+
+
+def own_line(parents: dict[int, int], me: int) -> set[int]:
+    """``me``, its ancestors (a shell or `timeout` that started it) and its descendants (its tools)."""
+    line, p = {me}, me
+    while p in parents and parents[p] > 1:
+        p = parents[p]
+        line.add(p)
+    descendants, grew = {me}, True
+    while grew:
+        new = {c for c, par in parents.items() if par in descendants and c not in descendants}
+        grew = bool(new)
+        descendants |= new
+    return line | descendants
+
+
+def benchmark_lines(parents: dict[int, int], argv: dict[int, list[str]], me: int) -> list[str]:
+    """Command lines of benchmark scripts (bench_*.py) running outside ``me``'s own process line."""
+    mine = own_line(parents, me)
+    return [
+        " ".join(a for a in args if a)
+        for pid, args in sorted(argv.items())
+        if pid not in mine and any(BENCH_SCRIPT.search(a) for a in args)
+    ]
+
+
+def other_benchmarks() -> list[str]:
+    """Command lines of this repository's other benchmarks running now (they would disturb timings)."""
+    return benchmark_lines(*process_table(), os.getpid())
+
+
+def other_benchmark_decision(others: list[str], busy: float | None, waited: float, limit: float) -> str:
+    """What to do about other benchmarks: "go" (none, or waited ``limit`` already), "idle" (the
+    other one sat idle a whole poll: it waits itself, so go on), or "wait"."""
+    if not others or waited >= limit:
+        return "go"
+    if busy is not None and busy < IDLE_BELOW:
+        return "idle"
+    return "wait"
+
+
+def wait_for_other_benchmarks(limit: float, poll: float = POLL_S) -> float:
+    """Wait (polling) until no other benchmark runs, at most ``limit`` seconds; the seconds waited."""
+    t0 = time.monotonic()
+    told = False
+    busy: float | None = None
+    while True:
+        others = other_benchmarks()
+        decision = other_benchmark_decision(others, busy, time.monotonic() - t0, limit)
+        if decision == "idle":
+            print(f"  {others[0][:80]} is idle (waiting for this one?); going on", flush=True)
+        if decision != "wait":
+            if others and decision == "go" and limit > 0:
+                print(f"  still running after {limit:.0f} s, going on: {others[0][:100]}", flush=True)
+            return time.monotonic() - t0
+        if not told:
+            print(f"  waiting for another benchmark to finish: {others[0][:100]}", flush=True)
+            told = True
+        busy = busy_fraction(poll)
+
+
+def lock_workdir(workdir: Path, script: str) -> int:
+    """Hold an exclusive lock on the workdir for this process's life: two runs in one workdir would
+    delete each other's files (each starts from fresh ones)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(workdir / ".lock", os.O_CREAT | os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit(f"another {script} run uses {workdir}; wait for it or pass another --workdir") from None
+    return fd
+
+
+def describe() -> dict[str, str]:
+    """CPU, RAM, OS and Python of this machine, for a report's header."""
+    cpu = "?"
+    try:
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        pass
+    ram = "?"
+    try:
+        kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))  # type: ignore[union-attr]
+        ram = f"{kb * 1024 / 2**30:.1f} GiB"
+    except (OSError, AttributeError):
+        pass
+    return {
+        "cpu": f"{os.cpu_count()} cores ({cpu})",
+        "ram": ram,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+    }
+
+
+def filesystem(path: Path) -> str:
+    """The filesystem type ``path`` is on (``df -T``), or "?"."""
+    res = subprocess.run(["df", "-T", str(path)], capture_output=True, text=True)
+    lines = res.stdout.strip().splitlines()
+    return lines[-1].split()[1] if res.returncode == 0 and len(lines) > 1 else "?"

@@ -1,0 +1,125 @@
+"""The one report writer: Markdown tables, a section's header lines, and docs/benchmarks.md.
+
+Why: every benchmark prints its results as a section of docs/benchmarks.md (also to stdout) and,
+with ``--write-docs``, replaces only its own section there (the one headed by its title, up to
+the next ``## ``), so a later run updates the page in place and keeps every other section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness.machine import describe, filesystem
+from harness.models import GB, MB
+from harness.runner import Proc, Result
+from harness.tools import REPO_ROOT
+
+DOCS_FILE = REPO_ROOT / "docs" / "benchmarks.md"
+DOCS_INTRO = """# Benchmarks
+
+All numbers on this page come from the scripts in `benchmarks/`, each run side by side with
+the peer tools on the same machine and the same inputs, in one run. Each section says which
+script and which exact command produced it, on what machine, and when. GB = 10^9 bytes,
+MB = 10^6 bytes. How to run each script, and what their shared harness does (one quiet-machine
+policy, one runner, one generated model, the peers' environments): `benchmarks/README.md`.
+"""
+
+
+def row(cells: Iterable[object]) -> str:
+    """One Markdown table row."""
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def table(header: Sequence[str], align: str, rows: Iterable[Sequence[object]]) -> str:
+    """A Markdown table: ``align`` has one letter per column, ``l`` (left) or ``r`` (right)."""
+    if len(align) != len(header):
+        raise ValueError(f"{len(header)} columns but {len(align)} alignments")
+    rule = "|" + "".join("---:|" if a == "r" else "---|" for a in align)
+    return "\n".join([row(header), rule, *(row(r) for r in rows)])
+
+
+def header_lines(title: str, command: str, workdir: Path, versions: dict[str, str], took: str = "") -> list[str]:
+    """The first lines of a section: its title, the command (and what it took), date, machine, versions."""
+    m = describe()
+    return [
+        title,
+        "",
+        f"Command: `{command}`{took}  ",
+        f"Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
+        f"Machine: {m['cpu']}, {m['ram']} RAM, {m['os']}, {filesystem(workdir)} disk; Python {m['python']}  ",
+        f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items())}",
+        "",
+    ]
+
+
+def took(wall: float, waited: float) -> str:
+    """What a run took, for header_lines: " (took N min, plus M min waiting for other benchmarks)"."""
+    return f" (took {wall / 60:.0f} min, plus {waited / 60:.0f} min waiting for other benchmarks)"
+
+
+def update_docs(section: str, title: str, path: Path = DOCS_FILE) -> None:
+    """Create or replace the section headed ``title`` (this benchmark's); keep every other section as it is."""
+    text = path.read_text() if path.exists() else DOCS_INTRO
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == title), None)
+    if start is None:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        rest = "".join(lines[end:])
+        text = "".join(lines[:start]) + section + ("\n" + rest if rest else "")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def publish(section: str, title: str, write_docs: bool) -> None:
+    """Print the section; with ``write_docs``, also replace it in docs/benchmarks.md."""
+    print()
+    print(section)
+    if write_docs:
+        update_docs(section, title)
+        print(f"updated {DOCS_FILE.relative_to(REPO_ROOT)}")
+
+
+def relative(text: str) -> str:
+    """``text`` with paths inside the repository written relative to its root."""
+    return text.replace(f"{REPO_ROOT}/", "")
+
+
+def fmt_gb(n: int | None) -> str:
+    return "" if n is None else f"{n / GB:.3f}"
+
+
+def fmt_rss(p: Proc) -> str:
+    """Peak RSS (MB), with the sampled peak of its anonymous part (allocated, not mapped files)."""
+    anon = p.peaks.get("RssAnon")
+    return f"{p.max_rss / MB:.0f}" + (f" ({anon / MB:.0f})" if anon else "")
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def steps_table(results: list[Result], raw: int) -> str:
+    """Timed steps of tools on one model of ``raw`` bytes: time, MB/s, store, RSS, load, runs."""
+    header = ["tool", "step", "wall time (s)", "MB/s", "store (GB)", "store / raw", "peak RSS (MB)", "other load",
+              "byte-identical", "all runs (s)", "fastest run by command (s)"]  # fmt: skip
+    rows = []
+    for r in results:
+        p = r.best
+        rows.append([
+            r.tool,
+            r.step,
+            f"{p.seconds:.2f}",
+            f"{raw / MB / p.seconds:.0f}" if p.seconds > 0 else "",
+            fmt_gb(r.store_bytes),
+            "" if r.store_bytes is None else f"{r.store_bytes / raw:.3f}",
+            f"{p.max_rss / MB:.0f}",
+            f"{p.load_share:.0%}",
+            "" if r.identical is None else ("yes" if r.identical else "**NO**"),
+            " / ".join(f"{t:.2f}" for t in r.times),
+            " + ".join(f"{t:.2f}" for t in p.parts) if len(p.parts) > 1 else "",
+        ])  # fmt: skip
+    return table(header, "llrrrrrrlll", rows)

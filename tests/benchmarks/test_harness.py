@@ -1,0 +1,190 @@
+"""The benchmark harness (benchmarks/harness/): its pieces as pure functions, and every script's
+command line. Fast and without timing: no benchmark runs here."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH_DIR))
+
+from harness import cli, machine, models, report  # noqa: E402
+from harness.runner import Proc, Result, Runner, best_of  # noqa: E402
+
+SCRIPTS = ["bench_core", "bench_storage", "bench_diff", "bench_merge", "bench_remote", "bench_budget", "crash_points"]
+
+
+# -- report ---------------------------------------------------------------------------------
+
+
+def test_table_renders_header_rule_and_rows() -> None:
+    text = report.table(["tool", "time (s)"], "lr", [["mgit", "1.00"], ["cp -r", 2]])
+    assert text == "| tool | time (s) |\n|---|---:|\n| mgit | 1.00 |\n| cp -r | 2 |"
+
+
+def test_table_refuses_an_alignment_per_column_mismatch() -> None:
+    with pytest.raises(ValueError):
+        report.table(["a", "b"], "l", [])
+
+
+def test_steps_table_keeps_the_core_layout() -> None:
+    best = Proc(2.0, 100 * 10**6, 0.0, "", (1.5, 0.5))
+    rows = [Result("mgit", "add + commit", best, [2.0, 2.5], store_bytes=7 * 10**7)]
+    assert report.steps_table(rows, 10**8).splitlines() == [
+        "| tool | step | wall time (s) | MB/s | store (GB) | store / raw | peak RSS (MB) | other load "
+        "| byte-identical | all runs (s) | fastest run by command (s) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|",
+        "| mgit | add + commit | 2.00 | 50 | 0.070 | 0.700 | 100 | 0% |  | 2.00 / 2.50 | 1.50 + 0.50 |",
+    ]
+
+
+def test_update_docs_replaces_only_its_own_section(tmp_path: Path) -> None:
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\nintro\n\n## A (a.py)\n\nold a\n\n## B (b.py)\n\nb stays\n")
+    report.update_docs("## A (a.py)\n\nnew a\n", "## A (a.py)", page)
+    assert page.read_text() == "# Benchmarks\n\nintro\n\n## A (a.py)\n\nnew a\n\n## B (b.py)\n\nb stays\n"
+    report.update_docs("## B (b.py)\n\nnew b\n", "## B (b.py)", page)
+    assert page.read_text().endswith("## A (a.py)\n\nnew a\n\n## B (b.py)\n\nnew b\n")
+
+
+def test_update_docs_appends_a_new_section_and_creates_the_page(tmp_path: Path) -> None:
+    page = tmp_path / "docs" / "benchmarks.md"
+    report.update_docs("## C (c.py)\n\nc\n", "## C (c.py)", page)
+    assert page.read_text() == report.DOCS_INTRO + "\n## C (c.py)\n\nc\n"
+
+
+def test_fmt_rss_shows_the_sampled_anonymous_peak_when_there_is_one() -> None:
+    assert report.fmt_rss(Proc(1.0, 300 * 10**6, 0.0, "")) == "300"
+    assert report.fmt_rss(Proc(1.0, 300 * 10**6, 0.0, "", peaks={"RssAnon": 120 * 10**6})) == "300 (120)"
+
+
+# -- machine: the quiet-machine policy -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("others", "busy", "waited", "limit", "decision"),
+    [
+        ([], None, 0.0, 60.0, "go"),  # nobody else
+        (["python bench_x.py"], None, 0.0, 60.0, "wait"),  # not measured yet
+        (["python bench_x.py"], 0.9, 10.0, 60.0, "wait"),  # busy: it is measuring
+        (["python bench_x.py"], 0.01, 10.0, 60.0, "idle"),  # idle a whole poll: it waits itself
+        (["python bench_x.py"], 0.9, 60.0, 60.0, "go"),  # waited long enough
+        (["python bench_x.py"], None, 0.0, 0.0, "go"),  # no waiting asked for
+    ],
+)
+def test_other_benchmark_decision(others: list[str], busy: float | None, waited: float, limit: float, decision: str):
+    assert machine.other_benchmark_decision(others, busy, waited, limit) == decision
+
+
+def test_benchmark_lines_skip_this_process_its_ancestors_and_descendants() -> None:
+    # 1 init; 10 shell → 11 timeout → 12 this benchmark → 13 its mgit; 20 another benchmark → 21 its child
+    parents = {10: 1, 11: 10, 12: 11, 13: 12, 20: 1, 21: 20, 30: 1}
+    argv = {
+        10: ["bash"],
+        11: ["timeout", "600", "python", "benchmarks/bench_core.py"],
+        12: ["python", "benchmarks/bench_core.py", ""],
+        13: ["python", "-m", "mgit", "add", "model"],
+        20: ["python", "benchmarks/bench_merge.py", "--quick", ""],
+        21: ["python", "-c", "from bench_merge import compare_main"],
+        30: ["vim", "bench_notes.txt"],
+    }
+    assert machine.benchmark_lines(parents, argv, 12) == ["python benchmarks/bench_merge.py --quick"]
+
+
+# -- runner ---------------------------------------------------------------------------------
+
+
+def test_runner_returns_the_output_and_fails_loudly(tmp_path: Path) -> None:
+    runner = Runner({"PATH": "/usr/bin:/bin"}, idle_wait=0)
+    assert runner.run(["sh", "-c", "echo hi; echo err >&2"], tmp_path).output == "hi\nerr\n"
+    with pytest.raises(RuntimeError, match=r"exit 3.*\nboom"):
+        runner.run(["sh", "-c", "echo boom; exit 3"], tmp_path)
+    steps = runner.steps([["true"], ["true"]], tmp_path)
+    assert len(steps.parts) == 2 and steps.peaks == {}
+
+
+def test_best_of_prepares_each_run_and_keeps_the_fastest() -> None:
+    seconds = iter([3.0, 1.0, 2.0])
+    prepared = []
+    best, times = best_of(3, lambda: prepared.append(1), lambda: Proc(next(seconds), 0, 0.0, ""))
+    assert (best.seconds, times, len(prepared)) == (1.0, [3.0, 1.0, 2.0], 3)
+
+
+# -- cli ------------------------------------------------------------------------------------
+
+
+def test_common_options_and_defaults() -> None:
+    p = argparse.ArgumentParser()
+    cli.add_common(p, workdir="bench-work/x", size_gb=0.5, quick="tiny", reps=(3, "runs"), other_wait=60, keep="keep")
+    args = p.parse_args([])
+    assert args.workdir.parts[-2:] == ("bench-work", "x")
+    assert (args.size_gb, args.quick, args.reps, args.idle_wait, args.other_wait) == (0.5, False, 3, 120, 60)
+    assert (args.mgit_rev, args.keep, args.write_docs) == ("HEAD", False, False)
+    args = p.parse_args(["--quick", "--reps", "1", "--idle-wait", "0", "--keep", "--write-docs", "--mgit-rev", "w"])
+    assert (args.quick, args.reps, args.idle_wait, args.keep, args.write_docs, args.mgit_rev) == (
+        True, 1, 0, True, True, "w"
+    )  # fmt: skip
+
+
+def test_options_a_script_lacks_are_not_offered() -> None:
+    p = argparse.ArgumentParser()
+    cli.add_common(p, workdir="w", idle_wait=False, mgit_rev=False)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--reps", "2"])
+    assert not hasattr(p.parse_args([]), "idle_wait")
+
+
+def test_command_line_names_the_script_for_main_argv() -> None:
+    assert cli.command_line(["--quick", "a b"], "benchmarks/bench_x.py") == "python benchmarks/bench_x.py --quick 'a b'"
+
+
+def test_free_disk_check_says_what_it_needs(tmp_path: Path) -> None:
+    assert cli.disk_shortfall(10 * 10**9, 4 * 10**9) is None
+    assert cli.disk_shortfall(1 * 10**9, 4 * 10**9) == "needs about 4.0 GB free, has 1.0 GB"
+    cli.check_free_disk(tmp_path / "not" / "yet", 1)  # a missing workdir: its nearest parent's disk
+    with pytest.raises(SystemExit, match=r"not enough disk in .*: this run needs about .* GB free, has"):
+        cli.check_free_disk(tmp_path, 10**18)
+
+
+# -- models ---------------------------------------------------------------------------------
+
+
+def test_the_model_plan_fits_the_size_and_splits_into_shards() -> None:
+    plan = models.plan_model(int(0.1 * models.GB))
+    assert 0.05 * models.GB < plan.nbytes < 0.15 * models.GB
+    parts = models.split_shards(plan.tensors, models.SHARDS)
+    assert 1 <= len(parts) <= models.SHARDS
+    assert [t for part in parts for t in part] == plan.tensors
+    header = models.safetensors_header(parts[0])
+    assert len(header) % 8 == 0 and header.startswith(b'{"__metadata__"')
+
+
+# -- the scripts ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_imports_and_answers_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    module = importlib.import_module(name)
+    entry = module.parse_args if hasattr(module, "parse_args") else module.main
+    with pytest.raises(SystemExit) as exc:
+        entry(["--help"])
+    assert exc.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_no_script_imports_another() -> None:
+    for name in SCRIPTS:
+        text = (BENCH_DIR / f"{name}.py").read_text()
+        others = [s for s in SCRIPTS if s != name]
+        assert not [s for s in others if f"import {s}" in text or f"from {s} import" in text], name
+
+
+def test_bench_diff_keeps_its_old_wait_option() -> None:
+    bench_diff = importlib.import_module("bench_diff")
+    assert bench_diff.parse_args([]).other_wait == 1800
+    assert bench_diff.parse_args(["--bench-wait", "5"]).other_wait == 5
