@@ -22,6 +22,7 @@ from dulwich.repo import get_user_identity
 from mgit.budget import Budget
 from mgit.errors import (
     BadInputError,
+    BudgetExceededError,
     DirtyWorktreeError,
     LockedError,
     MgitError,
@@ -1195,7 +1196,7 @@ class Repository(Merging, Sync):
         quote = promisor.quote(reads, bases) if promisor is not None else None
         cost = estimate(reads, self.store.read_cost, quote)
         if cost.total > budget:
-            raise BadInputError(over_budget(cost, budget, promisor.remote if promisor is not None else None))
+            raise BudgetExceededError(over_budget(cost, budget, promisor.remote if promisor is not None else None))
         if promisor is not None and quote is not None and quote.fetch:
             # a refused checkout keeps none of what it fetched
             cost = promisor.fetch_for_checkout(reads, quote, cost, budget, self.store.abort)
