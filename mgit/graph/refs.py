@@ -308,11 +308,15 @@ class Refs:
         return new
 
     def _parent(self, sha: bytes) -> Commit:
+        """The commit a reflog entry or a commit's parent names; anything else there is damage."""
         try:
-            return self.graph.read(sha.decode())
+            obj = self.graph.read(sha.decode())
         except KeyError:
             missing = f"commit {sha[:12].decode()} is missing from the repository"
             raise CorruptObjectError(missing + REPAIR_HINT) from None
+        if not isinstance(obj, Commit):
+            raise CorruptObjectError(f"object {sha[:12].decode()} is not a commit")
+        return obj
 
     def _check_named(self, base: str) -> None:
         """CorruptObjectError when ``base`` is a ref (or full id) whose object is damaged or
