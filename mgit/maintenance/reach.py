@@ -182,12 +182,12 @@ def reachable(
             pending.extend((p.decode(), f"parent of {sha[:12]}") for p in obj.parents)
         elif isinstance(obj, Tree):
             # an index entry: a file tree, found under its path
-            path = where.removeprefix("the index (").removesuffix(")")
+            rel = where.removeprefix("the index (").removesuffix(")")
             reach.objects.add(sha)
             names = {e.path.decode("utf-8", "replace") for e in obj.iteritems()}
             if HEADER_ENTRY in names or CHUNKED_ENTRY in names:
                 for e in obj.iteritems():
-                    _walk_file_member(e.path.decode("utf-8", "replace"), e.sha.decode(), path, "the index")
+                    _walk_file_member(e.path.decode("utf-8", "replace"), e.sha.decode(), rel, "the index")
         else:
             reach.objects.add(sha)
     return reach

@@ -163,7 +163,7 @@ class S3Backend(Backend):
                 return self._listed[top]
         from botocore.exceptions import ClientError
 
-        found = {}
+        found: dict[str, int] = {}
         pages = self.client.get_paginator("list_objects_v2")
         try:  # paginate defers its calls: errors come from the loop
             for page in pages.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}{top}/"):
@@ -188,7 +188,7 @@ class S3Backend(Backend):
 
     def sizes(self, keys: Iterable[str]) -> dict[str, int]:
         keys = [check_key(k) for k in keys]
-        out = {}
+        out: dict[str, int] = {}
         for top in {k.split("/", 1)[0] for k in keys if "/" in k}:
             listed = self._keys(top)
             out |= {k: listed[k] for k in keys if k in listed}
