@@ -2,10 +2,10 @@
 and ``ObjectID`` (a 40-hex object id).
 
 Recent dulwich declares both as NewTypes over ``bytes``, so its methods refuse plain bytes to
-a type checker. mgit also runs on older dulwich releases that lack those names, so they are
-imported for the checker only, and these helpers tag bytes with them: at run time each
-returns its argument unchanged. Every place that hands mgit's bytes to dulwich goes through
-them, so the tagging is visible and in one place.
+a type checker. mgit accepts dulwich releases back to 0.22, which need not define those names
+the same way (or at all), so they are imported for the checker only, and these helpers tag
+bytes with them: at run time each returns its argument unchanged. The places that hand mgit's
+bytes to dulwich go through them, so the tagging is visible and in one place.
 """
 
 from __future__ import annotations
