@@ -10,7 +10,7 @@ from collections.abc import Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dulwich.objects import Blob, Commit, Tag, Tree
+from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree
 from dulwich.reflog import Entry, parse_reflog_line
 
 from mgit.errors import CorruptObjectError, MgitError
@@ -104,7 +104,7 @@ def reachable(
     reach = Reach()
     store = graph.objects
 
-    def get(sha: str, where: str):
+    def get(sha: str, where: str) -> ShaFile | None:
         reach.where.setdefault(sha, where)
         try:
             return read_object(store, sha)

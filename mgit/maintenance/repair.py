@@ -175,7 +175,7 @@ def _from_reflog(graph: Graph, ref: str) -> str | None:
     if not path.is_file():
         return None
     for entry in reversed(reflog_lines(path)[0]):
-        sha = entry.new_sha.decode()
+        sha: str = entry.new_sha.decode()  # dulwich's reflog Entry is an untyped namedtuple
         if set(sha) != {"0"} and _is_commit(graph, sha):
             return sha
     return None
