@@ -140,11 +140,6 @@ def test_ctrl_c_exits_130(two_branches: Path, monkeypatch: pytest.MonkeyPatch) -
     assert got.exit_code == 130 and got.stderr.strip().startswith("interrupted; the repository is unchanged")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the raise sites are in mgit/merge/ (params, methods, config), switched when r13/merge and r13/cli meet",
-)
 def test_an_unknown_method_or_parameter_has_its_own_class(two_branches: Path) -> None:
     from mgit.repo import Repository
 
@@ -154,3 +149,14 @@ def test_an_unknown_method_or_parameter_has_its_own_class(two_branches: Path) ->
         with pytest.raises(BadInputError) as parameter:
             repo.merge_plan(["other"], "linear", None, no_such=1)
     assert isinstance(method.value, UnknownMethodError) and isinstance(parameter.value, UnknownParameterError)
+
+
+def test_a_merge_budget_below_what_must_be_read_is_over_budget() -> None:
+    """The merge's own refusal (chunks of unknown change cannot be left out) is the budget's error."""
+    from mgit.errors import BudgetExceededError
+    from mgit.merge.budget.importance import Candidate, choose
+
+    unknown = Candidate(tensor=0, expert=0, chunk=0, cost=100, norm=None, weight=1.0)
+    with pytest.raises(BudgetExceededError, match="raise --budget") as info:
+        choose([unknown], 10, "importance", 0)
+    assert info.value.exit_code == 3
