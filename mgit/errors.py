@@ -1,8 +1,22 @@
 """User-facing errors.
 
 Every error a user can act on is an ``MgitError``: the CLI prints its message as one
-line and exits non-zero, without a traceback unless ``--debug`` is given. Anything else
-escaping the CLI is a bug in mgit.
+line and exits with the error's ``exit_code``, without a traceback unless ``--debug`` is
+given. Anything else escaping the CLI is a bug in mgit (exit 1).
+
+The exit codes a script can tell apart (docs/guide.md, "Errors"):
+
+    0    success
+    1    any other error (a damaged object, a refused remote, a lost ref race, ...)
+    2    bad input: an argument, path, file or option mgit refuses (click's usage errors too)
+    3    over a budget (checkout --budget, merge --budget, a fetch within a limit)
+    4    the working tree has uncommitted changes in the way
+    10   not a repository
+    11   the repository is locked by another live mgit process
+    130  interrupted (Ctrl-C)
+
+A finer error is a subclass of a coarser one (``UnknownMethodError`` is a ``BadInputError``,
+so is ``BudgetExceededError``), so that code catching the coarser one keeps working.
 """
 
 
@@ -15,9 +29,28 @@ class MgitError(Exception):
 class NotARepositoryError(MgitError):
     """No mgit repository at or above the given path."""
 
+    exit_code = 10
+
 
 class BadInputError(MgitError):
     """A file, path or argument that mgit refuses to take."""
+
+    exit_code = 2
+
+
+class UnknownMethodError(BadInputError):
+    """A merge method mgit does not know."""
+
+
+class UnknownParameterError(BadInputError):
+    """A parameter the named merge method does not take."""
+
+
+class BudgetExceededError(BadInputError):
+    """An operation would read or fetch more than its budget allows; nothing was changed.
+    (A BadInputError too, as it was before it had its own exit code: the budget given is too small.)"""
+
+    exit_code = 3
 
 
 class RevisionError(MgitError):
@@ -27,9 +60,13 @@ class RevisionError(MgitError):
 class LockedError(MgitError):
     """Another live mgit process holds the repository lock."""
 
+    exit_code = 11
+
 
 class DirtyWorktreeError(MgitError):
     """An operation would overwrite uncommitted changes."""
+
+    exit_code = 4
 
 
 class CorruptObjectError(MgitError):

@@ -58,6 +58,7 @@ def paging(command: str | None) -> Iterator[None]:
     except OSError:
         yield  # no such pager: print directly, as git does
         return
+    assert pager.stdin is not None  # stdin=PIPE
     saved = os.dup(1)
     os.dup2(pager.stdin.fileno(), 1)
     pager.stdin.close()

@@ -11,6 +11,7 @@ from rich.progress import (
     BarColumn,
     DownloadColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeRemainingColumn,
     TransferSpeedColumn,
@@ -20,11 +21,11 @@ from rich.progress import (
 class Bar:
     """A byte counter; a no-op when progress is hidden."""
 
-    def __init__(self, progress: Progress | None = None, task: int | None = None):
+    def __init__(self, progress: Progress | None = None, task: TaskID | None = None):
         self._progress, self._task = progress, task
 
     def advance(self, nbytes: int) -> None:
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.advance(self._task, nbytes)
 
 

@@ -25,7 +25,8 @@ from helpers.models import (
 from helpers.run import run_mgit
 
 from mgit import Repository
-from mgit.cli import cli, complete_branch, complete_remote, complete_rev
+from mgit.cli import cli
+from mgit.cli.complete import complete_branch, complete_remote, complete_rev
 from mgit.errors import BadInputError, DirtyWorktreeError
 
 SPEC = LlamaSpec(layers=2, hidden=32, intermediate=64, vocab=64)

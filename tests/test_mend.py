@@ -385,7 +385,7 @@ def test_a_ref_name_clash_is_one_line(repo: Repository, setup: list[str], args: 
     assert run_mgit(*setup, cwd=repo.root).returncode == 0
     refs_before = sorted(p.relative_to(repo.git_dir).as_posix() for p in (repo.git_dir / "refs").rglob("*"))
     proc = run_mgit(*args, cwd=repo.root)
-    assert proc.returncode == 1 and proc.stderr == f"error: {message}\n", proc.stderr
+    assert proc.returncode == 2 and proc.stderr == f"error: {message}\n", proc.stderr
     assert sorted(p.relative_to(repo.git_dir).as_posix() for p in (repo.git_dir / "refs").rglob("*")) == refs_before
 
 

@@ -167,7 +167,7 @@ def test_adding_a_fifo_is_refused_by_name_without_blocking(repo, tmp_path):
         proc = subprocess.run(
             [sys.executable, "-m", "mgit", "add", target], cwd=repo.root, capture_output=True, text=True, timeout=60
         )
-        assert proc.returncode == 1, proc.stderr
+        assert proc.returncode == 2, proc.stderr
         assert proc.stderr.strip().splitlines() == [
             f"error: cannot add {target}: not a regular file (a FIFO, socket or device); "
             "mgit tracks regular files and symlinks to them"
@@ -231,7 +231,7 @@ def test_an_unreadable_directory_is_named_by_the_cli(repo, llama):
         proc = run_mgit("add", "models", cwd=repo.root)
     finally:
         target.chmod(0o755)
-    assert proc.returncode == 1 and proc.stderr.startswith("error: cannot read models/llama")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: cannot read models/llama")
     assert (repo.git_dir / "mgit-index.json").read_bytes() == index
 
 
@@ -246,7 +246,7 @@ def test_a_deeply_nested_header_is_one_line_naming_the_file(repo):
     (repo.root / "m").mkdir()
     _raw_safetensors(repo.root / "m" / "model.safetensors", b"[" * 200_000 + b"]" * 200_000)
     proc = run_mgit("add", "m", cwd=repo.root)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "m/model.safetensors" in lines[0] and "nests JSON 200000 levels deep" in lines[0]
     assert "internal error" not in proc.stderr

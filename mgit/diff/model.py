@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 from mgit.diff.numeric import Accumulator, numeric
 from mgit.model.dtypes import lookup
+from mgit.store.record import RawBytes
 
 # (chunk index, optionally: id → raw bytes of a delta base the caller holds) → the chunk's raw bytes
-ReadChunk = Callable[..., bytes | memoryview]
+ReadChunk = Callable[..., RawBytes]
 
 
 @dataclass(frozen=True)
@@ -95,9 +96,11 @@ class ModelDiff:
 def compare_tensor(model: str, name: str, a: TensorSide | None, b: TensorSide | None, with_numbers: bool) -> TensorDiff:
     if a is None or b is None:
         side = b or a
+        assert side is not None  # compare_models asks for the tensors of either side: one side holds it
         return TensorDiff(
-            model, name, "added" if a is None else "removed", a and a.file, b and b.file,
-            dtype_a=a and a.dtype, dtype_b=b and b.dtype, shape_a=a and a.shape, shape_b=b and b.shape,
+            model, name, "added" if a is None else "removed", a.file if a else None, b.file if b else None,
+            dtype_a=a.dtype if a else None, dtype_b=b.dtype if b else None,
+            shape_a=a.shape if a else None, shape_b=b.shape if b else None,
             chunks_total=len(side.chunk_ids), chunks_changed=len(side.chunk_ids), bytes_changed=side.nbytes,
         )  # fmt: skip
     diff = TensorDiff(
@@ -130,15 +133,15 @@ def compare_tensor(model: str, name: str, a: TensorSide | None, b: TensorSide | 
             elif l2 is not None:
                 acc.add_identical(l2)
             else:  # no recorded norm (never so for stored manifests): measure it
-                x = a.read(i)
-                acc.add_pair(x, x, dtype)
+                raw = a.read(i)
+                acc.add_pair(raw, raw, dtype)
     diff.delta_norm = acc.delta_norm
     diff.norm_a, diff.norm_b = acc.a_sq**0.5, acc.b_sq**0.5
     diff.relative_change, diff.cosine, diff.max_abs_delta = acc.relative_change, acc.cosine, acc.max_abs_delta
     return diff
 
 
-def _read_pair(a: TensorSide, b: TensorSide, i: int) -> tuple[bytes | memoryview, bytes | memoryview]:
+def _read_pair(a: TensorSide, b: TensorSide, i: int) -> tuple[RawBytes, RawBytes]:
     """Chunk i of both sides. When one is stored as a delta of the other (a fine-tune's chunk
     of its parent's), the other is read first and handed over, so it is decoded once."""
     if a.delta_base(i) == b.chunk_ids[i]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mgit.model.dtypes import DType, data_math, dot, to_float64
+from mgit.store.record import RawBytes
 
 
 @dataclass
@@ -31,7 +32,7 @@ class Accumulator:
         self.b_sq += sq
 
     @data_math
-    def add_pair(self, a: bytes | memoryview, b: bytes | memoryview, dtype: DType) -> None:
+    def add_pair(self, a: RawBytes, b: RawBytes, dtype: DType) -> None:
         x = to_float64(a, dtype)
         y = to_float64(b, dtype)
         d = y - x

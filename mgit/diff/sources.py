@@ -25,6 +25,7 @@ from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.ingest import classify, scan_file_chunks, scan_tensor_chunks
 from mgit.model.safetensors_file import read_layout
 from mgit.store.chunkstore import ChunkStore
+from mgit.store.record import RawBytes
 
 TEXT_DIFF_LIMIT = 1_000_000  # bytes: larger files are summarised, not diffed line by line
 
@@ -32,7 +33,10 @@ TEXT_DIFF_LIMIT = 1_000_000  # bytes: larger files are summarised, not diffed li
 TENSOR_COUNTERS = {"added": "tensors_added", "removed": "tensors_removed", "moved": "tensors_moved"}
 
 Tensors = dict[tuple[str, str], TensorSide]
-Known = Callable[[str], bytes | memoryview | None]  # a delta base's id → its raw bytes, if held
+Known = Callable[[str], RawBytes | None]
+Ranges = list[
+    tuple[int, int]
+]  # (start, end) of each chunk in a tensor's bytes  # a delta base's id → its raw bytes, if held
 
 
 @dataclass
@@ -42,7 +46,7 @@ class Side:
     label: str
     tensors: Tensors
     files: dict[str, str]  # path → content id (git blob id, or file-tree id)
-    read_file: dict[str, object]  # path → callable returning bytes (non-tensor files)
+    read_file: dict[str, Callable[[], bytes]]  # path → its bytes, read when asked (non-tensor files)
     modes: dict[str, int] = field(default_factory=dict)  # path → git mode of a small file (status compares it)
 
 
@@ -57,7 +61,9 @@ def _content_key(header: bytes, ids: list[tuple[str, ...]]) -> str:
 
 def snapshot_side(graph: Graph, store: ChunkStore, snap: Snapshot, label: str, model: str | None) -> Side:
     tensors: Tensors = {}
-    files, readers, modes = {}, {}, {}
+    files: dict[str, str] = {}
+    readers: dict[str, Callable[[], bytes]] = {}
+    modes: dict[str, int] = {}
     for path, entry in sorted(snap.items()):
         if not _in_model(path, model):
             continue
@@ -67,10 +73,10 @@ def snapshot_side(graph: Graph, store: ChunkStore, snap: Snapshot, label: str, m
             for name, m in stored.manifests.items():
                 ids, what = m.chunk_ids, f"tensor {name!r} in {path}"
 
-                def read(i: int, known: Known | None = None, ids=ids, what=what) -> bytes | memoryview:
+                def read(i: int, known: Known | None = None, ids: tuple[str, ...] = ids, what: str = what) -> RawBytes:
                     return store.get(ids[i], what, known=known)
 
-                def delta_base(i: int, ids=ids) -> str | None:
+                def delta_base(i: int, ids: tuple[str, ...] = ids) -> str | None:
                     loc = store.location(ids[i])
                     return loc.base if loc is not None else None
 
@@ -81,7 +87,11 @@ def snapshot_side(graph: Graph, store: ChunkStore, snap: Snapshot, label: str, m
             order = [stored.manifests[t.name].chunk_ids for t in stored.layout.tensors]
             files[path] = _content_key(stored.layout.header, order)
         elif entry.kind == "blob":
-            readers[path] = lambda oid=entry.oid: graph.blob(oid)
+
+            def read_blob(oid: str = entry.oid) -> bytes:
+                return graph.blob(oid)
+
+            readers[path] = read_blob
             modes[path] = entry.mode
         else:
             files[path] = _content_key(b"", [tuple(c.id for c in load_chunked(graph, entry.oid).chunks)])
@@ -93,7 +103,9 @@ def worktree_side(
 ) -> Side:
     """The working tree's files; tensors chunked as their counterparts in ``like`` were."""
     tensors: Tensors = {}
-    files, readers, modes = {}, {}, {}
+    files: dict[str, str] = {}
+    readers: dict[str, Callable[[], bytes]] = {}
+    modes: dict[str, int] = {}
     for path in sorted(paths):
         if not _in_model(path, model):
             continue
@@ -105,7 +117,11 @@ def worktree_side(
         if kind == "blob":
             data = full.read_bytes()
             files[path] = blob_id(data)
-            readers[path] = lambda data=data: data
+
+            def read_data(data: bytes = data) -> bytes:
+                return data
+
+            readers[path] = read_data
             modes[path] = MODE_EXEC if paths[path].st_mode & 0o111 else MODE_FILE
             continue
         model_dir = posixpath.dirname(path)
@@ -119,7 +135,9 @@ def worktree_side(
             ranges = chunk_ranges(t.nbytes, sizes.get(t.name) or chunk_size_for(t.shape, t.dtype.bits))
             start = layout.data_start + t.begin
 
-            def read(i: int, known: Known | None = None, full=full, start=start, ranges=ranges) -> bytes:
+            def read(
+                i: int, known: Known | None = None, full: Path = full, start: int = start, ranges: Ranges = ranges
+            ) -> bytes:
                 with open(full, "rb") as f:  # a working file holds its bytes whole: ``known`` is not needed
                     return os.pread(f.fileno(), ranges[i][1] - ranges[i][0], start + ranges[i][0])
 
@@ -137,7 +155,7 @@ def file_diffs(a: Side, b: Side, tensors: list[TensorDiff], text: bool = True) -
     for t in tensors:
         if not t.changed:
             continue
-        for path in {t.file_a, t.file_b} - {None}:
+        for path in {p for p in (t.file_a, t.file_b) if p is not None}:
             fd = per_file.setdefault(path, FileDiff(path, "modified", "safetensors"))
             counter = TENSOR_COUNTERS.get(t.status, "tensors_changed")
             setattr(fd, counter, getattr(fd, counter) + 1)
@@ -179,7 +197,9 @@ def _mode_change(path: str, old: int | None, new: int | None) -> str:
     return f"{path}: old mode {old:o}, new mode {new:o}\n"
 
 
-def _text_diff(path: str, read_a, read_b, label_a: str, label_b: str) -> str:
+def _text_diff(
+    path: str, read_a: Callable[[], bytes] | None, read_b: Callable[[], bytes] | None, label_a: str, label_b: str
+) -> str:
     old = read_a() if read_a else b""
     new = read_b() if read_b else b""
     if max(len(old), len(new)) > TEXT_DIFF_LIMIT:

@@ -15,6 +15,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dulwich.errors import ChecksumMismatch, ObjectFormatException
 from dulwich.object_store import BaseObjectStore
@@ -23,6 +24,11 @@ from dulwich.reflog import Entry, parse_reflog_line
 from dulwich.refs import SYMREF, DiskRefsContainer, check_ref_format
 
 from mgit.errors import CorruptObjectError
+from mgit.graph.ids import object_id, ref_name
+
+if TYPE_CHECKING:
+    from dulwich.objects import ObjectID
+    from dulwich.refs import Ref
 
 REPAIR_HINT = "; run `mgit fsck --repair`"
 _HEX40 = re.compile(rb"[0-9a-f]{40}")
@@ -47,7 +53,7 @@ def read_object(objects: BaseObjectStore, sha: str) -> ShaFile:
     if not _HEX40_STR.fullmatch(sha):
         raise CorruptObjectError(f"{sha[:40]!r} is not a git object id (a damaged ref or tree?){REPAIR_HINT}")
     try:
-        obj = objects[sha.encode()]
+        obj = objects[object_id(sha.encode())]
     except KeyError:
         raise
     except Exception as exc:  # zlib.error, ObjectFormatException, ChecksumMismatch, ValueError, …
@@ -118,7 +124,7 @@ def valid_ref_value(value: bytes) -> bool:
     """A ref file's content: a 40-hex object id, or ``ref: <valid ref name>``."""
     if value.startswith(SYMREF):
         target = value[len(SYMREF) :]
-        return target == b"HEAD" or check_ref_format(target)
+        return target == b"HEAD" or check_ref_format(ref_name(target))
     return bool(_HEX40.fullmatch(value))
 
 
@@ -127,13 +133,13 @@ class CheckedRefs(DiskRefsContainer):
     CorruptObjectError naming it (dulwich returns the garbage, which fails later, far away)."""
 
     def read_loose_ref(self, name: bytes) -> bytes | None:
-        value = super().read_loose_ref(name)
+        value = super().read_loose_ref(ref_name(name))
         if value is not None and not valid_ref_value(value):
             ref = name.decode(errors="replace")
             raise CorruptObjectError(f"ref {ref} is damaged (it holds {value[:44]!r}){REPAIR_HINT}")
         return value
 
-    def get_packed_refs(self) -> dict:
+    def get_packed_refs(self) -> dict[Ref, ObjectID]:
         try:
             return super().get_packed_refs()
         except Exception as exc:  # PackedRefsException, ValueError on a cut-off line
@@ -173,7 +179,7 @@ def scan_refs(git_dir: Path) -> RefScan:
         for name in names:
             path = Path(dirpath) / name
             ref = path.relative_to(git_dir).as_posix()
-            if name.endswith(".lock") or ".tmp-" in name or not check_ref_format(ref.encode()):
+            if name.endswith(".lock") or ".tmp-" in name or not check_ref_format(ref_name(ref.encode())):
                 continue
             _take(scan, ref, _read_ref_file(path))
     _scan_packed(scan, git_dir / "packed-refs")
@@ -236,7 +242,7 @@ def _scan_packed(scan: RefScan, path: Path) -> None:
         sha, _, name = line.partition(b" ")
         ref = name.decode(errors="replace")
         last = ref
-        if not check_ref_format(name) or not name.startswith(b"refs/"):
+        if not check_ref_format(ref_name(name)) or not name.startswith(b"refs/"):
             scan.damaged[f"packed-refs line {n}"] = f"holds {line[:60]!r}"
             scan.packed_damaged = True
             last = None

@@ -8,17 +8,22 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from dulwich.objects import Blob, Commit, ShaFile, Tree
+from dulwich.refs import DiskRefsContainer
 from dulwich.repo import Repo
 
 from mgit.errors import CorruptObjectError
+from mgit.graph.ids import object_id
 from mgit.graph.integrity import REPAIR_HINT, checked_refs, read_object
 
 _CACHE_OBJECTS = 50_000
 MODE_TREE = 0o040000
 MODE_FILE = 0o100644
 MODE_EXEC = 0o100755
+
+_Object = TypeVar("_Object", bound=ShaFile)
 
 
 @dataclass(frozen=True)
@@ -43,11 +48,13 @@ class Graph:
     def __init__(self, git_dir: Path):
         self.git_dir = Path(git_dir)
         self.repo = Repo(str(git_dir))
-        self.repo.refs = checked_refs(self.repo.refs)  # a damaged ref: one line naming it
+        refs = self.repo.refs
+        assert isinstance(refs, DiskRefsContainer)  # a repository on disk that mgit made: loose refs, packed-refs
+        self.repo.refs = checked_refs(refs)  # a damaged ref: one line naming it
         self.objects = self.repo.object_store
         # Objects are immutable and content-addressed, so caching them is always correct;
         # it saves re-reading manifests that several steps of one command need.
-        self._cache: dict[str, object] = {}
+        self._cache: dict[str, ShaFile] = {}
 
     @classmethod
     def init(cls, git_dir: Path) -> Graph:
@@ -55,20 +62,20 @@ class Graph:
         Repo.init_bare(str(git_dir), default_branch=b"main")
         return cls(git_dir)
 
-    def _get(self, sha: str, kind: type, what: str):
+    def _get(self, sha: str, kind: type[_Object], what: str) -> _Object:
         obj = self._cache.get(sha)
         if obj is not None and isinstance(obj, kind):
             return obj
         try:
-            obj = read_object(self.objects, sha)
+            stored = read_object(self.objects, sha)
         except KeyError:
             raise CorruptObjectError(f"{what} {sha[:12]} is missing from the repository{REPAIR_HINT}") from None
-        if not isinstance(obj, kind):
+        if not isinstance(stored, kind):
             raise CorruptObjectError(f"object {sha[:12]} is not a {what}")
         if len(self._cache) >= _CACHE_OBJECTS:
             self._cache.clear()
-        self._cache[sha] = obj
-        return obj
+        self._cache[sha] = stored
+        return stored
 
     def _add(self, obj: Blob | Tree | Commit) -> None:
         try:
@@ -89,7 +96,7 @@ class Graph:
     def has(self, sha: str) -> bool:
         """Whether the object is stored here (damaged or not: reading a damaged one says so)."""
         try:
-            return sha.encode() in self.objects
+            return object_id(sha.encode()) in self.objects
         except Exception:  # dulwich parses a loose object to answer: this one does not parse
             return True
 
@@ -100,7 +107,7 @@ class Graph:
     def put_tree(self, entries: list[tuple[str, int, str]]) -> str:
         tree = Tree()
         for name, mode, sha in entries:
-            tree.add(name.encode("utf-8"), mode, sha.encode())
+            tree.add(name.encode("utf-8"), mode, object_id(sha.encode()))
         self._add(tree)
         return tree.id.decode()
 
@@ -112,8 +119,8 @@ class Graph:
         now = int(time.time())
         tz = -time.timezone if not time.localtime(now).tm_isdst else -time.altzone
         commit = Commit()
-        commit.tree = tree.encode()
-        commit.parents = [p.encode() for p in parents]
+        commit.tree = object_id(tree.encode())
+        commit.parents = [object_id(p.encode()) for p in parents]
         commit.author = author
         commit.committer = committer
         commit.author_time = commit.commit_time = now
@@ -142,6 +149,6 @@ def blob_id(data: bytes) -> str:
     return Blob.from_string(data).id.decode()
 
 
-def canonical_json(obj: dict) -> bytes:
+def canonical_json(obj: dict[str, Any]) -> bytes:
     """JSON as mgit stores records in blobs: sorted keys, no spaces, no NaN (same record, same blob id)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()

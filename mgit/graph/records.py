@@ -41,7 +41,8 @@ def put_file_stats(graph: Graph, chunks: Triples) -> str | None:
 
 def file_stats(graph: Graph, blob: str) -> Triples:
     """The statistics a staged file's blob (see :func:`put_file_stats`) holds."""
-    return json.loads(graph.blob(blob))["chunks"]
+    chunks: Triples = json.loads(graph.blob(blob))["chunks"]
+    return chunks
 
 
 def stats_entries(graph: Graph, files: dict[str, Triples]) -> list[RootEntry]:
@@ -69,9 +70,11 @@ def _read(graph: Graph, tree: str, entry: str) -> Any:
 def read_stats(graph: Graph, tree: str) -> dict[str, Triples]:
     """path → triples recorded in a commit's root ``tree`` ({} when it has none)."""
     record = _read(graph, tree, STATS_ENTRY)
-    return {} if record is None else record["files"]
+    files: dict[str, Triples] = {} if record is None else record["files"]
+    return files
 
 
 def read_plan(graph: Graph, tree: str) -> dict[str, Any] | None:
     """The plan record in a commit's root ``tree`` (None: not a merge commit mgit made)."""
-    return _read(graph, tree, PLAN_ENTRY)
+    record: dict[str, Any] | None = _read(graph, tree, PLAN_ENTRY)
+    return record

@@ -16,6 +16,7 @@ from dulwich.reflog import Entry, format_reflog_line
 from dulwich.refs import SYMREF, check_ref_format
 
 from mgit.errors import BadInputError, CorruptObjectError, RefUpdateError, RevisionError
+from mgit.graph.ids import object_id, ref_name
 from mgit.graph.integrity import REPAIR_HINT, read_reflog_checked
 from mgit.graph.objects import Graph
 
@@ -27,7 +28,7 @@ REMOTES = "refs/remotes/"
 def check_ref_name(name: str, what: str) -> str:
     from dulwich.refs import check_ref_format
 
-    if not name or name.startswith("-") or not check_ref_format(f"{HEADS}{name}".encode()):
+    if not name or name.startswith("-") or not check_ref_format(ref_name(f"{HEADS}{name}".encode())):
         raise BadInputError(f"invalid {what} name {name!r}")
     return name
 
@@ -53,7 +54,7 @@ class Refs:
 
     def current_branch(self) -> str | None:
         """The branch HEAD points to (it may be unborn), or None when detached."""
-        head = self.refs.read_loose_ref(b"HEAD")  # HEAD alone: another damaged ref is not in the way
+        head = self.refs.read_loose_ref(ref_name(b"HEAD"))  # HEAD alone: another damaged ref is not in the way
         target = head[len(SYMREF) :] if head and head.startswith(SYMREF) else None
         if target and target.startswith(HEADS.encode()):
             return target[len(HEADS) :].decode()
@@ -62,16 +63,16 @@ class Refs:
     def head(self) -> str | None:
         """The commit HEAD resolves to, or None on an unborn branch."""
         try:
-            return self.refs[b"HEAD"].decode()
+            return self.refs[ref_name(b"HEAD")].decode()
         except KeyError:
             return None
 
     def branches(self) -> dict[str, str]:
-        return {k.decode(): v.decode() for k, v in self.refs.as_dict(HEADS.encode()).items()}
+        return {k.decode(): v.decode() for k, v in self.refs.as_dict(ref_name(HEADS.encode())).items()}
 
     def tags(self) -> dict[str, str]:
         out = {}
-        for k, v in self.refs.as_dict(TAGS.encode()).items():
+        for k, v in self.refs.as_dict(ref_name(TAGS.encode())).items():
             obj = self.graph.read(v.decode())
             out[k.decode()] = (obj.object[1] if isinstance(obj, Tag) else v).decode()
         return out
@@ -85,10 +86,16 @@ class Refs:
     def _cas(self, ref: str, old: str | None, new: str, message: str) -> None:
         """Move ``ref`` from ``old`` to ``new``; ``old=None`` means the ref must not exist yet."""
         if old is None:
-            ok = self.refs.add_if_new(ref.encode(), new.encode(), committer=self.identity, message=message.encode())
+            ok = self.refs.add_if_new(
+                ref_name(ref.encode()), object_id(new.encode()), committer=self.identity, message=message.encode()
+            )
         else:
             ok = self.refs.set_if_equals(
-                ref.encode(), old.encode(), new.encode(), committer=self.identity, message=message.encode()
+                ref_name(ref.encode()),
+                object_id(old.encode()),
+                object_id(new.encode()),
+                committer=self.identity,
+                message=message.encode(),
             )
         if not ok:
             raise RefUpdateError(f"{ref} moved while this command ran; nothing was changed, run it again")
@@ -123,7 +130,7 @@ class Refs:
     def create_branch(self, name: str, commit: str) -> None:
         check_ref_name(name, "branch")
         ref = f"{HEADS}{name}"
-        if ref.encode() in self.refs:
+        if ref_name(ref.encode()) in self.refs:
             raise BadInputError(f"branch {name!r} already exists")
         self.refuse_clash(ref)
         self._cas(ref, None, commit, f"branch: created from {commit[:12]}")
@@ -133,7 +140,7 @@ class Refs:
         nor its upstream reaches, as git does."""
         if name == self.current_branch():
             raise BadInputError(f"cannot delete branch {name!r}: it is checked out; switch to another branch first")
-        ref = f"{HEADS}{name}".encode()
+        ref = ref_name(f"{HEADS}{name}".encode())
         if ref not in self.refs:
             raise BadInputError(f"branch {name!r} not found")
         if not force and not self._merged(name, self.refs[ref].decode()):
@@ -152,14 +159,15 @@ class Refs:
             sha for tracked, sha in self.remote_branches().items() if tracked.partition("/")[2] == name
         ]
         repo = self.graph.repo
-        return any(tip is not None and can_fast_forward(repo, commit.encode(), tip.encode()) for tip in tips)
+        target = object_id(commit.encode())
+        return any(tip is not None and can_fast_forward(repo, target, object_id(tip.encode())) for tip in tips)
 
     def force_branch(self, name: str, commit: str, what: str) -> None:
         """``branch -f``: create ``name`` at ``commit`` or move it there, whatever it held; the
         checked-out branch only to the commit it already holds (as git: use reset to move it)."""
         check_ref_name(name, "branch")
         ref = f"{HEADS}{name}"
-        old = self.refs.as_dict(HEADS.encode()).get(name.encode())
+        old = self.refs.as_dict(ref_name(HEADS.encode())).get(ref_name(name.encode()))
         if old is None:
             self.refuse_clash(ref)
             self._cas(ref, None, commit, f"branch: Created from {what}")
@@ -176,11 +184,11 @@ class Refs:
         reflog (not the checked-out branch); renaming a branch onto itself does nothing."""
         check_ref_name(new, "branch")
         old_ref, new_ref = f"{HEADS}{old}", f"{HEADS}{new}"
-        branches = self.refs.as_dict(HEADS.encode())
-        commit = branches.get(old.encode())
+        branches = self.refs.as_dict(ref_name(HEADS.encode()))
+        commit = branches.get(ref_name(old.encode()))
         if commit is None:
             raise BadInputError(f"branch {old!r} not found")
-        replaced = branches.get(new.encode())
+        replaced = branches.get(ref_name(new.encode()))
         if force and old == new:
             return
         if (replaced is not None and not force) or any(b.startswith(f"{new}/") for b in self.branches()):
@@ -201,37 +209,34 @@ class Refs:
         self._cas(new_ref, replaced.decode() if replaced else None, commit.decode(), message)
         current = self.current_branch() == old
         if current:
-            self.refs.set_symbolic_ref(b"HEAD", new_ref.encode())
+            self.refs.set_symbolic_ref(ref_name(b"HEAD"), ref_name(new_ref.encode()))
             self.log_head(commit.decode(), commit.decode(), message)
-        self.refs.remove_if_equals(old_ref.encode(), commit)
+        self.refs.remove_if_equals(ref_name(old_ref.encode()), commit)
         old_log.unlink(missing_ok=True)
 
     def remote_branches(self) -> dict[str, str]:
         """Remote-tracking branches: ``origin/main`` → commit (refs/remotes/<remote>/<branch>)."""
-        return {
-            k.decode(): v.decode()
-            for k, v in self.refs.as_dict(REMOTES.encode()).items()
-            if not k.endswith(b"/HEAD") and b"/" in k
-        }
+        tracking: Iterable[tuple[bytes, bytes]] = self.refs.as_dict(ref_name(REMOTES.encode())).items()
+        return {k.decode(): v.decode() for k, v in tracking if not k.endswith(b"/HEAD") and b"/" in k}
 
     def create_tag(self, name: str, commit: str) -> None:
         check_ref_name(name, "tag")
-        ref = f"{TAGS}{name}".encode()
+        ref = ref_name(f"{TAGS}{name}".encode())
         if ref in self.refs:
             raise BadInputError(f"tag {name!r} already exists")
         self.refuse_clash(ref.decode())
-        if not self.refs.add_if_new(ref, commit.encode()):
+        if not self.refs.add_if_new(ref, object_id(commit.encode())):
             raise BadInputError(f"tag {name!r} already exists")
 
     def delete_tag(self, name: str) -> None:
-        ref = f"{TAGS}{name}".encode()
+        ref = ref_name(f"{TAGS}{name}".encode())
         if ref not in self.refs:
             raise BadInputError(f"tag {name!r} not found")
         self.refs.remove_if_equals(ref, None)
 
     def point_head_at_branch(self, name: str) -> None:
         old = self.head()
-        self.refs.set_symbolic_ref(b"HEAD", f"{HEADS}{name}".encode())
+        self.refs.set_symbolic_ref(ref_name(b"HEAD"), ref_name(f"{HEADS}{name}".encode()))
         new = self.head()
         if new:
             self.log_head(old, new, f"checkout: moving to {name}")
@@ -296,26 +301,31 @@ class Refs:
         if n >= len(entries):
             count = f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
             raise RevisionError(f"revision {rev!r}: the reflog of {full} has only {count} ({base}@{{0}} is the newest)")
-        new = entries[-1 - n].new_sha.decode()
+        new_sha: bytes = entries[-1 - n].new_sha  # dulwich's reflog Entry is an untyped namedtuple
+        new = new_sha.decode()
         if set(new) == {"0"}:
             raise RevisionError(f"revision {rev!r}: {full} was deleted at that point of its reflog")
         return new
 
     def _parent(self, sha: bytes) -> Commit:
+        """The commit a reflog entry or a commit's parent names; anything else there is damage."""
         try:
-            return self.graph.read(sha.decode())
+            obj = self.graph.read(sha.decode())
         except KeyError:
             missing = f"commit {sha[:12].decode()} is missing from the repository"
             raise CorruptObjectError(missing + REPAIR_HINT) from None
+        if not isinstance(obj, Commit):
+            raise CorruptObjectError(f"object {sha[:12].decode()} is not a commit")
+        return obj
 
     def _check_named(self, base: str) -> None:
         """CorruptObjectError when ``base`` is a ref (or full id) whose object is damaged or
         missing: that is no unknown revision, and the fix is a repair, not another name."""
         for ref in (base, f"refs/{base}", f"{HEADS}{base}", f"{TAGS}{base}", f"refs/remotes/{base}"):
-            if not check_ref_format(ref.encode()) and ref != "HEAD":
+            if not check_ref_format(ref_name(ref.encode())) and ref != "HEAD":
                 continue
             try:
-                sha = self.refs[ref.encode()].decode()
+                sha = self.refs[ref_name(ref.encode())].decode()
             except KeyError:
                 continue
             try:
@@ -351,9 +361,9 @@ def reflog_ref(git_dir: Path, refs: Refs, name: str) -> str:
     candidates.append(f"refs/remotes/{name}/HEAD")
     present = refs.refs.allkeys()
     for full in candidates:
-        if not full.startswith("refs/") or not check_ref_format(full.encode()):
+        if not full.startswith("refs/") or not check_ref_format(ref_name(full.encode())):
             continue
-        if full.encode() in present or (Path(git_dir) / "logs" / full).is_file():
+        if ref_name(full.encode()) in present or (Path(git_dir) / "logs" / full).is_file():
             return full
     raise RevisionError(f"unknown ref {name!r} (a branch, tag, remote-tracking branch such as origin/main, or HEAD)")
 

@@ -7,6 +7,7 @@ holding ``.mgit-chunks``. The reserved entry tells the kinds apart.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -71,7 +72,7 @@ def read_snapshot(graph: Graph, tree_sha: str | None) -> Snapshot:
     return snap
 
 
-def write_snapshot(graph: Graph, snap: Snapshot, extra_root: list[tuple[str, int, str]] = ()) -> str:
+def write_snapshot(graph: Graph, snap: Snapshot, extra_root: Sequence[tuple[str, int, str]] = ()) -> str:
     """Build nested git trees for the snapshot; returns the root tree id."""
     dirs: dict[str, list[tuple[str, int, str]]] = {"": list(extra_root)}
     for path in sorted(snap):

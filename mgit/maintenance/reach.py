@@ -10,7 +10,7 @@ from collections.abc import Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dulwich.objects import Blob, Commit, Tag, Tree
+from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree
 from dulwich.reflog import Entry, parse_reflog_line
 
 from mgit.errors import CorruptObjectError, MgitError
@@ -104,7 +104,7 @@ def reachable(
     reach = Reach()
     store = graph.objects
 
-    def get(sha: str, where: str):
+    def get(sha: str, where: str) -> ShaFile | None:
         reach.where.setdefault(sha, where)
         try:
             return read_object(store, sha)
@@ -182,12 +182,12 @@ def reachable(
             pending.extend((p.decode(), f"parent of {sha[:12]}") for p in obj.parents)
         elif isinstance(obj, Tree):
             # an index entry: a file tree, found under its path
-            path = where.removeprefix("the index (").removesuffix(")")
+            rel = where.removeprefix("the index (").removesuffix(")")
             reach.objects.add(sha)
             names = {e.path.decode("utf-8", "replace") for e in obj.iteritems()}
             if HEADER_ENTRY in names or CHUNKED_ENTRY in names:
                 for e in obj.iteritems():
-                    _walk_file_member(e.path.decode("utf-8", "replace"), e.sha.decode(), path, "the index")
+                    _walk_file_member(e.path.decode("utf-8", "replace"), e.sha.decode(), rel, "the index")
         else:
             reach.objects.add(sha)
     return reach

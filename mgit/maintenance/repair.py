@@ -22,6 +22,7 @@ from dulwich.refs import check_ref_format
 
 from mgit.durable import atomic_write
 from mgit.errors import CorruptObjectError, MgitError
+from mgit.graph.ids import ref_name
 from mgit.graph.integrity import RefScan, read_object, scan_refs, valid_ref_value
 from mgit.graph.objects import Graph
 from mgit.maintenance.fsck import damaged_objects
@@ -174,7 +175,7 @@ def _from_reflog(graph: Graph, ref: str) -> str | None:
     if not path.is_file():
         return None
     for entry in reversed(reflog_lines(path)[0]):
-        sha = entry.new_sha.decode()
+        sha: str = entry.new_sha.decode()  # dulwich's reflog Entry is an untyped namedtuple
         if set(sha) != {"0"} and _is_commit(graph, sha):
             return sha
     return None
@@ -249,7 +250,7 @@ def _rewrite_packed_refs(git_dir: Path) -> None:
                 keep.append(line)
         elif not line.startswith(b"#"):
             sha, _, name = line.partition(b" ")
-            last_ok = valid_ref_value(sha) and name.startswith(b"refs/") and check_ref_format(name)
+            last_ok = valid_ref_value(sha) and name.startswith(b"refs/") and check_ref_format(ref_name(name))
             if last_ok:
                 keep.append(line)
     atomic_write(path, b"".join(x + b"\n" for x in keep))
@@ -286,7 +287,7 @@ def _read_head(git_dir: Path) -> str | None:
         value = (git_dir / "HEAD").read_bytes().split(b"\n", 1)[0]
     except OSError:
         return None
-    return value[5:].decode() if value.startswith(b"ref: ") and check_ref_format(value[5:]) else None
+    return value[5:].decode() if value.startswith(b"ref: ") and check_ref_format(ref_name(value[5:])) else None
 
 
 def restore_refs(graph: Graph, remotes: Remotes, identity: bytes, report: GraphRepair) -> None:
@@ -324,8 +325,8 @@ def restore_refs(graph: Graph, remotes: Remotes, identity: bytes, report: GraphR
         if "HEAD" in scan.damaged:
             value, source = _head_candidate(graph, branches)
         else:  # a detached HEAD naming a lost commit
-            found = _from_reflog(graph, "HEAD")
-            value, source = (found, "its reflog") if found else _head_candidate(graph, branches)
+            logged = _from_reflog(graph, "HEAD")
+            value, source = (logged, "its reflog") if logged else _head_candidate(graph, branches)
         _write_ref(git_dir, "HEAD", value, identity, source)
         report.refs["HEAD"] = source
 

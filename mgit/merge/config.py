@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from mgit.errors import BadInputError
+from mgit.errors import BadInputError, UnknownParameterError
 from mgit.merge.params import Scope, check_value
 from mgit.model.layers import layer_of
 
@@ -190,7 +190,7 @@ def tensor_parameters(method: MergeMethod, cfg: MergeConfig, entries: list[Model
     given = set(cfg.parameters) | {k for m in entries for k in m.parameters}
     unknown = sorted(given - known)
     if unknown:
-        raise BadInputError(
+        raise UnknownParameterError(
             f"{method.name}: unknown parameter(s) {', '.join(unknown)} (accepted: {', '.join(sorted(known))})"
         )
 

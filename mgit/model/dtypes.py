@@ -13,9 +13,12 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mgit.store.record import RawBytes
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -46,7 +49,8 @@ def _numpy_dtype(spec: str) -> np.dtype:
     if spec.startswith("ml_dtypes."):
         import ml_dtypes
 
-        return np.dtype(getattr(ml_dtypes, spec.removeprefix("ml_dtypes.")))
+        scalar: type[np.generic] = getattr(ml_dtypes, spec.removeprefix("ml_dtypes."))
+        return np.dtype(scalar)
     return np.dtype(spec)
 
 
@@ -102,7 +106,7 @@ def _finite_or_none(x: float) -> float | None:
 
 
 @data_math
-def to_float64(raw: bytes | memoryview, dtype: DType) -> np.ndarray:
+def to_float64(raw: RawBytes, dtype: DType) -> np.ndarray:
     """The chunk's numbers as float64 (exact for every dtype; complex numbers become
     (real, imaginary) pairs). bf16 is widened by a bit shift: plain numpy loops that
     release the GIL and run ~5x faster than a cast through ml_dtypes."""
@@ -125,7 +129,7 @@ def dot(x: np.ndarray, y: np.ndarray) -> float:
 STATS_BLOCK = 1 << 16  # elements widened to float64 at a time: stays in cache, ~3x faster than whole chunks
 
 
-def _blocks(raw: bytes | memoryview, dtype: DType) -> list[memoryview]:
+def _blocks(raw: RawBytes, dtype: DType) -> list[memoryview]:
     """``raw`` cut into slices of STATS_BLOCK elements (whole elements each)."""
     view = memoryview(raw).cast("B")
     step = STATS_BLOCK * (dtype.bits // 8)
@@ -133,7 +137,7 @@ def _blocks(raw: bytes | memoryview, dtype: DType) -> list[memoryview]:
 
 
 @data_math
-def chunk_stats(raw: memoryview | bytes, dtype: DType) -> tuple[float | None, float | None]:
+def chunk_stats(raw: RawBytes, dtype: DType) -> tuple[float | None, float | None]:
     """(L2 norm, max |x|) of one chunk in float64; None where undefined or non-finite.
     Summed block by block (fixed blocks, fixed order: still deterministic)."""
     if dtype.numpy is None:
@@ -149,7 +153,7 @@ def chunk_stats(raw: memoryview | bytes, dtype: DType) -> tuple[float | None, fl
 
 
 @data_math
-def delta_l2(raw: bytes | memoryview, base: bytes | memoryview, dtype: DType | None) -> float | None:
+def delta_l2(raw: RawBytes, base: RawBytes, dtype: DType | None) -> float | None:
     """‖raw − base‖₂ as numbers of ``dtype``, in float64 (None where undefined)."""
     if dtype is None or dtype.numpy is None:
         return None

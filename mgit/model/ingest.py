@@ -58,7 +58,7 @@ def _file_reader(fd: int, base: int) -> ReadAt:
 # file path → the tensors (by name) of the same model in the base revision
 ParentLookup = Callable[[str], dict[str, TensorManifest]]
 # one relative statistic: [chunk id, parent chunk id, ‖chunk − parent chunk‖₂]
-DeltaStat = list
+DeltaStat = list[str | float | None]
 # (chunk index, parent chunk id) → that parent chunk's raw bytes if the caller holds them, else None
 ParentBytes = Callable[[int, str], bytes | memoryview | None]
 
@@ -212,7 +212,11 @@ def scan_tensor_chunks(
             read = _file_reader(f.fileno(), layout.data_start + t.begin)
             size = chunk_sizes.get(t.name) or chunk_size_for(t.shape, t.dtype.bits)
             ranges = chunk_ranges(t.nbytes, size)
-            out[t.name] = tuple(ordered_map(pool, lambda r, read=read: chunk_id(read(r[0], r[1] - r[0])), ranges))
+
+            def range_id(r: tuple[int, int], read: ReadAt = read) -> str:
+                return chunk_id(read(r[0], r[1] - r[0]))
+
+            out[t.name] = tuple(ordered_map(pool, range_id, ranges))
     return layout, out
 
 

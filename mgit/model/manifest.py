@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from mgit.errors import CorruptObjectError
 
@@ -26,11 +27,11 @@ class ChunkRef:
     max_abs: float | None = None
 
 
-def _dumps(obj: dict) -> bytes:
+def _dumps(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
-def _loads(data: bytes, schema: str) -> dict:
+def _loads(data: bytes, schema: str) -> dict[str, Any]:
     try:
         obj = json.loads(data)
     except ValueError:

@@ -22,7 +22,7 @@ from mgit.model.safetensors_file import parse_header
 from mgit.parallel import ordered_map
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore
-from mgit.store.record import chunk_id
+from mgit.store.record import RawBytes, chunk_id
 
 TMP_MARK = ".mgit-tmp-"
 
@@ -96,10 +96,11 @@ def _write_chunks(
         start += size
     os.ftruncate(fd, start)
     local_fd = os.open(reuse[0], os.O_RDONLY) if reuse else None
+    local_chunks = reuse[1] if reuse else {}
 
-    def fetch(cid: str, size: int, what: str) -> bytes | memoryview:
-        if local_fd is not None and cid in reuse[1]:
-            data = os.pread(local_fd, size, reuse[1][cid][0])
+    def fetch(cid: str, size: int, what: str) -> RawBytes:
+        if local_fd is not None and cid in local_chunks:
+            data = os.pread(local_fd, size, local_chunks[cid][0])
             if len(data) == size and chunk_id(data) == cid:  # the local file may have changed
                 return data
         return store.get(cid, what)
@@ -118,7 +119,7 @@ def _write_chunks(
             os.close(local_fd)
 
 
-def _pwrite_all(fd: int, data: bytes | memoryview, offset: int, dest: Path | None) -> None:
+def _pwrite_all(fd: int, data: RawBytes, offset: int, dest: Path | None) -> None:
     """pwrite all of ``data``: a short write is retried, so a full disk reports ENOSPC
     (naming the file) instead of a bare short count."""
     view = memoryview(data)

@@ -86,6 +86,7 @@ def header_length(prefix: bytes, file_size: int, source: str) -> int:
     """Validate the 8-byte length prefix against the file size."""
     if len(prefix) < 8 or file_size < 8:
         raise BadInputError(f"{source}: truncated safetensors file (shorter than the 8-byte header length)")
+    n: int
     (n,) = struct.unpack("<Q", prefix[:8])
     if n > MAX_HEADER_BYTES:
         raise BadInputError(f"{source}: safetensors header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
@@ -104,13 +105,12 @@ def _shape(value: object, name: str, source: str) -> tuple[int, ...]:
 
 
 def _offsets(value: object, name: str, source: str) -> tuple[int, int]:
-    ok = (
+    if not (
         isinstance(value, list)
         and len(value) == 2
         and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
         and value[0] <= value[1]
-    )
-    if not ok:
+    ):
         raise BadInputError(f"{source}: tensor {name!r} has invalid data_offsets {value!r}")
     return value[0], value[1]
 
@@ -159,7 +159,8 @@ def parse_header(header: bytes, file_size: int, source: str) -> SafetensorsLayou
             raise BadInputError(f"{source}: tensor name {name!r} is not valid Unicode (lone surrogate escape)")
         if not isinstance(info, dict):
             raise BadInputError(f"{source}: tensor {name!r} has no dtype/shape/data_offsets object")
-        dtype = lookup(info.get("dtype")) if isinstance(info.get("dtype"), str) else None
+        spec = info.get("dtype")
+        dtype = lookup(spec) if isinstance(spec, str) else None
         if dtype is None:
             raise BadInputError(f"{source}: tensor {name!r} has unknown dtype {info.get('dtype')!r}")
         shape = _shape(info.get("shape"), name, source)

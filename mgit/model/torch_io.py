@@ -39,7 +39,8 @@ def torch_dtype(name: str) -> torch.dtype:
     attr = _NAMES.get(name)
     if attr is None or not hasattr(torch, attr):
         raise BadInputError(f"dtype {name} has no torch equivalent")
-    return getattr(torch, attr)
+    dtype: torch.dtype = getattr(torch, attr)
+    return dtype
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -56,7 +57,7 @@ def tensor_bytes(t: torch.Tensor) -> memoryview:
     import torch
 
     t = t.detach().to("cpu").contiguous()
-    return memoryview(t.reshape(-1).view(torch.uint8).numpy()).cast("B")
+    return t.reshape(-1).view(torch.uint8).numpy().data.cast("B")  # .data: memoryview(array)
 
 
 def tensor_from_bytes(data: bytearray, dtype_str: str, shape: tuple[int, ...]) -> torch.Tensor:

@@ -12,7 +12,7 @@ from dulwich.objects import ObjectID
 
 from mgit.budget import Budget
 from mgit.context import Context
-from mgit.errors import BadInputError, DirtyWorktreeError
+from mgit.errors import BadInputError, BudgetExceededError, DirtyWorktreeError
 from mgit.graph import records
 from mgit.graph.refs import check_ref_name
 from mgit.graph.snapshot import Entry, Snapshot
@@ -290,7 +290,7 @@ def within_budget(
     quote = promisor.quote(reads, bases) if promisor is not None else None
     cost = estimate(reads, ctx.store.read_cost, quote)
     if cost.total > budget:
-        raise BadInputError(over_budget(cost, budget, promisor.remote if promisor is not None else None))
+        raise BudgetExceededError(over_budget(cost, budget, promisor.remote if promisor is not None else None))
     if promisor is not None and quote is not None and quote.fetch:
         # a refused checkout keeps none of what it fetched
         cost = promisor.fetch_for_checkout(reads, quote, cost, budget, ctx.store.abort)

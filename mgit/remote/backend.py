@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree, object_class
 
 from mgit.errors import CorruptObjectError, RemoteError
+from mgit.graph.ids import object_id
 from mgit.graph.refs import check_ref_name, clash_message, ref_clash
 from mgit.store import codec, record
 from mgit.store.record import Record
@@ -273,7 +274,7 @@ def unpack_object(oid: str, data: bytes) -> ShaFile:
         raise CorruptObjectError(f"object {oid[:12]} from the remote is not a valid git object") from None
     if hashlib.sha1(raw).hexdigest() != oid:
         raise CorruptObjectError(f"object {oid[:12]} from the remote does not match its id (damaged or tampered with)")
-    return ShaFile.from_raw_string(cls.type_num, content, sha=oid.encode())
+    return ShaFile.from_raw_string(cls.type_num, content, sha=object_id(oid.encode()))
 
 
 # -- chunks on the wire ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Iterable
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from mgit.errors import AuthError, BadInputError, RemoteError
@@ -24,6 +25,7 @@ from mgit.remote.server import NO_REPOSITORY
 TIMEOUT_S = 60
 BUSY_RETRIES = (0.2, 0.5, 1.0, 2.0)  # waits before asking a busy server (503) again
 MAX_REPLY_BYTES = MAX_OBJECT_BYTES + 2**20  # objects, or the JSON of a long ref list
+_Reply = TypeVar("_Reply")  # the JSON type a reply must have (list, dict)
 
 
 class HttpBackend(Backend):
@@ -83,7 +85,7 @@ class HttpBackend(Backend):
             return response.status, data
         raise AssertionError("unreachable")
 
-    def _json(self, data: bytes, kind: type) -> object:
+    def _json(self, data: bytes, kind: type[_Reply]) -> _Reply:
         try:
             value = json.loads(data)
         except ValueError:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
-from mgit.errors import BadInputError, RemoteError
+from mgit.errors import BudgetExceededError, RemoteError
 from mgit.progress import Bar, byte_progress
 from mgit.remote.backend import Backend
 from mgit.remote.transfer import FetchLimit, LimitReached, Transfer, fetch_chunks, fetch_costs
@@ -143,14 +143,14 @@ class Promisor:
             spent = self.fetch_within(list(quote.fetch), limit, self.fetched, sizes=quote.fetch)
         except LimitReached as exc:
             abort()
-            raise BadInputError(deltas_over_budget(exc.needed, cost, budget, self.remote)) from None
+            raise BudgetExceededError(deltas_over_budget(exc.needed, cost, budget, self.remote)) from None
         except BaseException:
             abort()
             raise
         exact = after_fetch(spent, self.fetched.bytes - wire_before, sum(self.store.read_cost(c) for c in reads))
         if exact.total > budget:
             abort()
-            raise BadInputError(over_budget(exact, budget, self.remote, " (counting the delta bases fetched)"))
+            raise BudgetExceededError(over_budget(exact, budget, self.remote, " (counting the delta bases fetched)"))
         return exact
 
     def fetch_for_merge(
@@ -173,7 +173,7 @@ class Promisor:
                 else:
                     self.fetch_within(expert_ids, limit, expert_report, bar, sizes=sizes, charge_verification=False)
             except LimitReached:
-                raise BadInputError(
+                raise BudgetExceededError(
                     f"the expert chunks chosen for this budget are deltas of chunks not here; fetch the experts' "
                     f"history first (`mgit fetch {self.remote} --chunks REV`) or raise --budget"
                 ) from None

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from mgit.errors import AuthError, BadInputError, MgitError, RemoteError
@@ -115,7 +116,7 @@ class S3Backend(Backend):
         translated = s3_error(self.url, self.bucket, client.meta.endpoint_url if client else None, exc)
         return exc if translated is None else translated
 
-    def _call(self, fn, **kwargs):  # noqa: ANN001, ANN202 - a thin wrapper over boto3 calls
+    def _call(self, fn: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, Any]:  # a thin wrapper over boto3
         try:
             reply = fn(Bucket=self.bucket, **kwargs)
             if "Body" in reply:  # read here: a connection lost mid-body is translated too
@@ -129,7 +130,8 @@ class S3Backend(Backend):
 
     @staticmethod
     def _code(exc: Exception) -> str:
-        return getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+        code: str = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+        return code
 
     # -- objects ------------------------------------------------------------------------------
 
@@ -142,7 +144,8 @@ class S3Backend(Backend):
             if self._code(exc) in ("NoSuchKey", "404"):
                 raise MissingObjectError(f"{self.url} has no {key}") from None
             raise RemoteError(f"{self.url}: reading {key} failed: {_first_line(exc)}") from None
-        return reply["Body"].read()
+        data: bytes = reply["Body"].read()
+        return data
 
     def put(self, key: str, data: bytes) -> None:
         from botocore.exceptions import ClientError
@@ -163,7 +166,7 @@ class S3Backend(Backend):
                 return self._listed[top]
         from botocore.exceptions import ClientError
 
-        found = {}
+        found: dict[str, int] = {}
         pages = self.client.get_paginator("list_objects_v2")
         try:  # paginate defers its calls: errors come from the loop
             for page in pages.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}{top}/"):
@@ -188,7 +191,7 @@ class S3Backend(Backend):
 
     def sizes(self, keys: Iterable[str]) -> dict[str, int]:
         keys = [check_key(k) for k in keys]
-        out = {}
+        out: dict[str, int] = {}
         for top in {k.split("/", 1)[0] for k in keys if "/" in k}:
             listed = self._keys(top)
             out |= {k: listed[k] for k in keys if k in listed}

@@ -168,7 +168,8 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def setup(self) -> None:
-        self.timeout = self.server.idle_timeout  # applied to the socket by StreamRequestHandler
+        # applied to the socket by StreamRequestHandler, which reads it per instance (typeshed declares a ClassVar)
+        self.timeout = self.server.idle_timeout  # type: ignore[misc]
         self._replied = self._cut = False
         super().setup()
 
@@ -462,6 +463,7 @@ class MgitServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
+        assert isinstance(host, str)  # bound: getsockname()'s (host, port), a str host
         return f"http://{host}:{port}"
 
 

@@ -15,6 +15,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from mgit.errors import CorruptObjectError, LockedError, RemoteError
+from mgit.graph.ids import object_id, ref_name
 from mgit.graph.objects import Graph
 from mgit.lock import RepoLock
 from mgit.remote.backend import (
@@ -97,9 +98,9 @@ class WorkingRepositoryBackend(Backend):
 
     def refs(self) -> dict[str, str]:
         refs = self.graph.repo.refs
-        out = {}
+        out: dict[str, str] = {}
         for prefix in (HEADS, "refs/tags/"):
-            for name, sha in refs.as_dict(prefix.encode()).items():
+            for name, sha in refs.as_dict(ref_name(prefix.encode())).items():
                 out[prefix + name.decode(errors="replace")] = sha.decode(errors="replace")
         return checked_refs(self.url, out)
 
@@ -107,7 +108,7 @@ class WorkingRepositoryBackend(Backend):
         return self._checked_out()
 
     def _checked_out(self) -> str | None:
-        target = self.graph.repo.refs.get_symrefs().get(b"HEAD", b"")
+        target = self.graph.repo.refs.get_symrefs().get(ref_name(b"HEAD"), b"")
         return target.decode()[len(HEADS) :] if target.startswith(HEADS.encode()) else None
 
     # -- pushing ------------------------------------------------------------------------------
@@ -154,14 +155,12 @@ class WorkingRepositoryBackend(Backend):
 
     def _cas(self, name: bytes, old: bytes | None, new: bytes | None) -> bool:
         """dulwich's compare-and-swap, with None meaning "absent" on both sides."""
-        refs = self.graph.repo.refs
-        if old is None and new is None:
-            return name not in refs
+        refs, ref = self.graph.repo.refs, ref_name(name)
         if old is None:
-            return refs.add_if_new(name, new, message=b"push")
+            return ref not in refs if new is None else refs.add_if_new(ref, object_id(new), message=b"push")
         if new is None:
-            return refs.remove_if_equals(name, old, message=b"push: delete")
-        return refs.set_if_equals(name, old, new, message=b"push")
+            return refs.remove_if_equals(ref, object_id(old), message=b"push: delete")
+        return refs.set_if_equals(ref, object_id(old), object_id(new), message=b"push")
 
     def close(self) -> None:
         """Publish what was received and release the lock (an unfinished push keeps its chunks

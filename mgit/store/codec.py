@@ -10,8 +10,10 @@ delta compresses far better than the chunk alone (the idea of ZipNN / BitX).
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import zstandard
 
 RAW = 0
@@ -53,7 +55,7 @@ def group_bytes(raw: bytes | bytearray | memoryview, group: int) -> bytes | memo
     out = np.empty((group, words.size), dtype=np.uint8)
     for i in range(group):
         np.copyto(out[i], words >> (8 * i) if i else words, casting="unsafe")
-    return memoryview(out).cast("B")
+    return out.data.cast("B")  # .data is memoryview(out); numpy declares ndarray a Buffer for Python >= 3.12 only
 
 
 def ungroup_bytes(planes: bytes, group: int) -> bytes | memoryview:
@@ -66,12 +68,12 @@ def ungroup_bytes(planes: bytes, group: int) -> bytes | memoryview:
         out = np.empty((src.shape[1], group), dtype=np.uint8)
         for i in range(group):
             out[:, i] = src[i]
-        return memoryview(out).cast("B")
-    words = src[group - 1].astype(f"<u{group}")
+        return out.data.cast("B")
+    words: npt.NDArray[np.unsignedinteger[Any]] = src[group - 1].astype(f"<u{group}")
     for i in range(group - 2, -1, -1):
         words <<= 8
         words |= src[i]
-    return memoryview(words).cast("B")
+    return words.data.cast("B")
 
 
 def encode(raw: bytes | bytearray | memoryview, group: int) -> tuple[int, bytes]:
@@ -90,7 +92,7 @@ def _xor_prefix(data: bytes | bytearray | memoryview, base: bytes | bytearray | 
     out = np.empty_like(src)
     np.bitwise_xor(src[:n], np.frombuffer(base, dtype=np.uint8)[:n], out=out[:n])
     out[n:] = src[n:]
-    return memoryview(out)
+    return out.data
 
 
 def encode_delta(raw: bytes | bytearray | memoryview, base: bytes | bytearray | memoryview, group: int) -> bytes:

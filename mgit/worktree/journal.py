@@ -14,6 +14,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mgit import _crashpoints
 from mgit.durable import fsync_dir
@@ -55,11 +56,11 @@ class Journal:
         return f"{self.op} of {self.rev}"
 
 
-def _entry(e: Entry) -> list:
+def _entry(e: Entry) -> list[str | int]:
     return [e.kind, e.oid, e.mode]
 
 
-def _to_json(j: Journal) -> dict:
+def _to_json(j: Journal) -> dict[str, Any]:
     pats = j.patterns
     return {
         "schema": SCHEMA,
@@ -80,7 +81,7 @@ def _to_json(j: Journal) -> dict:
     }
 
 
-def _from_json(obj: dict) -> Journal:
+def _from_json(obj: dict[str, Any]) -> Journal:
     if obj.get("schema") != SCHEMA or obj["head"] not in HEAD_MOVES:
         raise ValueError
     pats = obj["patterns"]

@@ -7,6 +7,7 @@ is re-hashed (BLAKE3 only, nothing stored) to say which tensors changed.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,7 @@ class Status:
         return not (self.staged or self.unstaged or self.untracked)
 
 
-def _tensor_changes(old: dict[str, object], new: dict[str, object]) -> TensorChanges:
+def _tensor_changes(old: Mapping[str, object], new: Mapping[str, object]) -> TensorChanges:
     return TensorChanges(
         added=sorted(set(new) - set(old)),
         removed=sorted(set(old) - set(new)),

@@ -194,10 +194,9 @@ def _commit_clock() -> types.SimpleNamespace:
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Run the script once; the rendered output of every named step."""
     import mgit.graph.objects
-    from mgit import cli
+    from mgit.cli.state import stdout_console
 
-    console = getattr(cli, "out", None)  # the goldens are piped output: no colours, 240 columns
-    if console is not None and console.is_terminal:
+    if stdout_console().is_terminal:  # the goldens are piped output: no colours, 240 columns
         pytest.skip("stdout is a terminal (pytest -s? FORCE_COLOR?): the CLI would colour its output")
 
     with pytest.MonkeyPatch.context() as mp:

@@ -26,7 +26,9 @@ def test_no_state_leaks(tmp_path: Path) -> None:
     invoke("init", cwd=tmp_path, check=True)
     invoke("-C", str(tmp_path), "-q", "--debug", "status", "--", "x", cwd=before, check=True)
     assert os.getcwd() == before
-    # the CLI's module-level flags (tests/helpers/cli.py restores them; update both if they move)
-    assert getattr(cli, "_state", None) in (None, {"debug": False, "paths": None, "pager": True})
+    # no module-level flags: each call has its own context object (tests/helpers/cli.py restores the rest)
+    assert not hasattr(cli, "_state")
     assert progress.QUIET is False
     assert invoke("status", cwd=tmp_path).stdout.startswith("On branch main")
+    assert invoke("log", cwd=tmp_path).stderr == "no commits yet\n"  # -q did not stay on
+    assert invoke("show", "nope", cwd=tmp_path).stderr.startswith("error: ")  # nor --debug (it would raise)

@@ -165,7 +165,7 @@ def test_cli_views_json_and_plot(repo, tmp_path):
     bad = run_mgit("diff", "HEAD~1", "nope", cwd=repo.root)
     assert bad.returncode == 1 and bad.stderr.startswith("error: unknown revision")
     bad = run_mgit("diff", "-k", "zzz*", cwd=repo.root)
-    assert bad.returncode == 1 and "no tensor matches" in bad.stderr
+    assert bad.returncode == 2 and "no tensor matches" in bad.stderr
 
 
 def test_non_float_and_sharded_working_tree(repo):

@@ -4,9 +4,10 @@ one stderr line and an exit code), with stdout and stderr captured apart and the
 directory set for the call. Far faster than ``python -m mgit`` in a subprocess, so golden
 tests can pin many outputs cheaply.
 
-The CLI keeps module-level state (the parsed ``--`` paths, --debug, --no-pager, -q); it is
-saved before each call and restored after, as is the working directory (``-C`` changes it),
-so calls cannot leak into one another.
+The CLI keeps one invocation's state (the parsed ``--`` paths, --debug, --no-pager, -q, the
+consoles) in a fresh context object per ``main()`` call; what lives outside it (the progress
+module's quiet flag, the working directory that ``-C`` changes) is saved before each call and
+restored after, so calls cannot leak into one another.
 """
 
 from __future__ import annotations
@@ -56,17 +57,13 @@ def _chdir(path: Path | str) -> Iterator[None]:
 
 @contextmanager
 def _cli_state() -> Iterator[None]:
-    """Save and restore the CLI's module-level mutable state around one call."""
-    state = getattr(mgit_cli, "_state", None)
-    saved = dict(state) if isinstance(state, dict) else None
+    """Save and restore the module-level state one call changes: progress's quiet flag (-q).
+    Everything else a call sets lives in its own context object (mgit.cli.state.CliState)."""
     quiet = progress.QUIET
     try:
         yield
     finally:
         progress.QUIET = quiet
-        if saved is not None:
-            state.clear()
-            state.update(saved)
 
 
 def _runner() -> CliRunner:

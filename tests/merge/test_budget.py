@@ -342,7 +342,7 @@ def test_a_nan_in_the_base_is_read_not_ranked(repo, small_chunks):
 
 def test_show_reads_plan_records_older_than_the_budget_keys(uneven):
     """A merge recorded by an earlier mgit has no budget or output keys: show still prints it."""
-    from mgit.cli import _print_plan
+    from mgit.cli.views.merge import plan_text as _print_plan
 
     sha, record = _merge(uneven, "old")
     del record["bytes"]["output_logical"]

@@ -132,7 +132,7 @@ def test_bad_configs(setup, tmp_path):
     with pytest.raises(BadInputError, match="not valid YAML"):
         repo.merge([], None, config=tmp_path / "broken.yml")
     proc = run_mgit("merge", "--config", str(tmp_path / "slices.yml"), cwd=repo.root)
-    assert proc.returncode == 1 and "slices" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert proc.returncode == 2 and "slices" in proc.stderr and len(proc.stderr.splitlines()) == 1
 
 
 def test_cli_config_dry_run(setup, tmp_path):

@@ -33,7 +33,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from mgit.errors import BadInputError
+from mgit.errors import BudgetExceededError
 from mgit.merge.budget.knapsack import Item, choose_by_density, choose_uniform, fractional_bound
 from mgit.merge.methods.base import Weights
 from mgit.merge.plan import MergePlan, TensorPlan
@@ -115,7 +115,7 @@ def choose(cands: list[Candidate], limit: int | None, select: str, seed: int) ->
     left = limit - sum(c.cost for c, f in zip(cands, forced, strict=True) if f)
     if left < 0:
         need = limit - left
-        raise BadInputError(
+        raise BudgetExceededError(
             f"the budget ({limit} bytes) is below the {need} bytes of expert chunks whose change is unknown "
             "(not finite, or chunked unlike the base): raise --budget"
         )

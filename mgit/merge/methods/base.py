@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mgit.errors import BadInputError
+from mgit.errors import BadInputError, UnknownParameterError
 from mgit.merge.params import Param, Scope, check_params
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class MergeMethod:
         for param in self.params:
             if param.name == name:
                 return param
-        raise BadInputError(f"{self.name}: unknown parameter {name!r} (accepted: {self._accepted()})")
+        raise UnknownParameterError(f"{self.name}: unknown parameter {name!r} (accepted: {self._accepted()})")
 
     def _accepted(self) -> str:
         return ", ".join(p.name for p in self.params) or "none"
@@ -83,7 +83,7 @@ class MergeMethod:
         accepted = [p.name for p in self.params]
         unknown = sorted(set(names) - set(accepted))
         if unknown:
-            raise BadInputError(
+            raise UnknownParameterError(
                 f"{lead}{self.name}: unknown parameter(s) {', '.join(unknown)} (accepted: {', '.join(accepted)})"
             )
 
@@ -106,7 +106,7 @@ class MergeMethod:
         given = dict(params or {})
         unknown = sorted(set(given) - {p.name for p in self.params})
         if unknown:
-            raise BadInputError(
+            raise UnknownParameterError(
                 f"{self.name}: unknown parameter(s) {', '.join(unknown)} (accepted: {self._accepted()})"
             )
         resolved: dict[str, Any] = {}

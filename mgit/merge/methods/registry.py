@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mgit.errors import BadInputError
+from mgit.errors import UnknownMethodError
 from mgit.merge.methods.base import MergeMethod
 from mgit.merge.methods.linear import Linear
 from mgit.merge.methods.model_stock import ModelStock
@@ -51,7 +51,7 @@ def get_method(name: str) -> MergeMethod:
     try:
         return METHODS[name]
     except (KeyError, TypeError):
-        raise BadInputError(f"unknown merge method {name!r} (known: {', '.join(method_names())})") from None
+        raise UnknownMethodError(f"unknown merge method {name!r} (known: {', '.join(method_names())})") from None
 
 
 def check_method(method: Any, names: Iterable[str], where: str = "") -> MergeMethod:
@@ -59,7 +59,7 @@ def check_method(method: Any, names: Iterable[str], where: str = "") -> MergeMet
     ``where`` leads them, e.g. the config file); returns it."""
     lead = f"{where}: " if where else ""
     if not isinstance(method, str) or method not in METHODS:
-        raise BadInputError(f"{lead}unknown merge method {method!r} (known: {', '.join(method_names())})")
+        raise UnknownMethodError(f"{lead}unknown merge method {method!r} (known: {', '.join(method_names())})")
     found = METHODS[method]
     found.check_names(names, lead)
     return found

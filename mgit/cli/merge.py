@@ -1,0 +1,158 @@
+"""`mgit merge`: its options turned into method parameters, then a plan (--dry-run, --explain)
+or a merge commit."""
+
+from __future__ import annotations
+
+import os
+from typing import cast
+
+import click
+
+from mgit import __version__
+from mgit.cli.complete import complete_rev
+from mgit.cli.state import CliState, pass_state
+from mgit.cli.views import merge as views
+
+
+def _numbers(text: str | None) -> float | list[float] | None:
+    """'0.5' → 0.5; '0.5,0.3,0.2' → one value per expert."""
+    if text is None:
+        return None
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a number or a comma-separated list of numbers") from None
+    return values[0] if len(values) == 1 else values
+
+
+def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
+    found: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise click.BadParameter(f"--param {pair!r}: expected NAME=VALUE")
+        lowered = value.lower()
+        found[key] = lowered == "true" if lowered in ("true", "false") else _numbers(value)
+    return found
+
+
+@click.command("merge")
+@click.argument("experts", nargs=-1, shell_complete=complete_rev)
+@click.option("--method", help="linear, task_arithmetic, ties, dare_linear, dare_ties, ... (see docs/merging.md)")
+@click.option("--config", "config", type=click.Path(dir_okay=False), help="a mergekit YAML config instead")
+@click.option("--weights", "weight", metavar="W[,W...]", help="weight per expert (or one for all)")
+@click.option("--density", metavar="D[,D...]", help="fraction of each delta kept (ties/dare/breadcrumbs/della)")
+@click.option("--lambda", "lambda_", type=float, help="scale of the merged delta")
+@click.option("--epsilon", metavar="E[,E...]", help="della: spread of keep probabilities")
+@click.option("--gamma", metavar="G[,G...]", help="breadcrumbs: fraction of largest magnitudes removed")
+@click.option("--t", "t", type=float, help="slerp: interpolation factor")
+@click.option("--normalize/--no-normalize", default=None, help="divide by the sum of weights")
+@click.option("--rescale/--no-rescale", default=None, help="restore the L1 norm of sparsified deltas")
+@click.option("--param", "extra", multiple=True, metavar="NAME=VALUE", help="any other mergekit parameter")
+@click.option("--base", metavar="REV", shell_complete=complete_rev, help="base revision (default HEAD)")
+@click.option("-b", "branch", metavar="NAME", help="put the merge on a new branch NAME")
+@click.option("-m", "--message", help="commit message")
+@click.option("--seed", type=int, help="seed of random methods (recorded; default random)")
+@click.option("--dtype", help="working dtype, e.g. F32 (default: promotion of the inputs)")
+@click.option("--out-dtype", help="dtype of the merged tensors, e.g. BF16")
+@click.option("--model", metavar="DIR", help="the model directory, when a commit holds several")
+@click.option("--allow-missing", is_flag=True, help="an expert lacking a tensor contributes the base's")
+@click.option(
+    "--budget",
+    metavar="SIZE|N%",
+    help="cap on expert chunk bytes read (or fetched): 2GB (10^9), 500MiB (2^20), or N% of a full merge's",
+)
+@click.option(
+    "--budget-select",
+    type=click.Choice(["importance", "uniform"]),
+    default="importance",
+    show_default=True,
+    help="how chunks are chosen under --budget (uniform: at random, seeded; for comparisons)",
+)
+@click.option("--explain", is_flag=True, help="print the budgeted plan per layer (bytes, captured share, bound)")
+@click.option("--dry-run", is_flag=True, help="print the plan (what would be read); read no tensor data")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="the merge result as JSON (mgit.merge/1); with --dry-run/--explain the plan (mgit.plan/1)",
+)
+@pass_state
+def cmd_merge(
+    state: CliState,
+    experts: tuple[str, ...],
+    method: str | None,
+    config: str | None,
+    weight: str | None,
+    density: str | None,
+    lambda_: float | None,
+    epsilon: str | None,
+    gamma: str | None,
+    t: float | None,
+    normalize: bool | None,
+    rescale: bool | None,
+    extra: tuple[str, ...],
+    base: str | None,
+    branch: str | None,
+    message: str | None,
+    seed: int | None,
+    dtype: str | None,
+    out_dtype: str | None,
+    model: str | None,
+    allow_missing: bool,
+    budget: str | None,
+    budget_select: str,
+    explain: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Merge EXPERTS (revisions) into the base as a commit with parents [base, experts...]."""
+    if (method is None) == (config is None):
+        raise click.UsageError("give --method with EXPERTS, or --config FILE")
+    config = os.path.abspath(config) if config else None
+    repo = state.repo
+    given = {
+        "weight": _numbers(weight),
+        "density": _numbers(density),
+        "lambda": lambda_,
+        "epsilon": _numbers(epsilon),
+        "gamma": _numbers(gamma),
+        "t": t,
+        "normalize": normalize,
+        "rescale": rescale,
+    }
+    params = {k: v for k, v in given.items() if v is not None} | _param_pairs(extra)
+    model_dir = os.path.abspath(model) if model else None
+    method = cast(str, method)  # None with --config: the method comes from the file
+    if dry_run or explain:
+        plan, setup = repo.merge_plan(
+            list(experts), method, base, model=model_dir, allow_missing=allow_missing, config=config,
+            budget=budget, budget_select=budget_select, explain=explain, seed=seed or 0, dtype=dtype,
+            out_dtype=out_dtype, **params,
+        )  # fmt: skip
+        # The plan's record is built here, as before the split (the merge package is being reshaped:
+        # these two calls move behind Repository when it is).
+        from mgit.merge.record import plan_record
+
+        record = plan_record(plan, setup, None, __version__)
+        if as_json:
+            state.echo_json(record)
+        elif explain:
+            state.emit(views.plan_text(record).extend(views.explain_table(plan)))
+        else:
+            state.emit(views.plan_text(record).extend(views.reads_table(plan, record)))
+        return
+    sha = repo.merge(
+        list(experts), method, base, branch=branch, message=message, seed=seed, dtype=dtype,
+        out_dtype=out_dtype, model=model_dir, allow_missing=allow_missing, config=config, budget=budget,
+        budget_select=budget_select, **params,
+    )  # fmt: skip
+    merged = repo.merge_record(sha)
+    assert merged is not None  # a merge commit always has its plan record
+    if as_json:
+        state.echo_json(views.merge_json(sha, repo.refs.current_branch(), merged))
+        return
+    state.emit(views.merge_text(sha, repo.refs.current_branch(), merged))
+
+
+COMMANDS = [cmd_merge]

@@ -1,0 +1,165 @@
+"""Views of merges: a recorded plan (`show`, `merge --dry-run`), its budget line, the per-layer
+`--explain` table and the merge result (schema mgit.merge/1; the plan itself is mgit.plan/1,
+written by mgit.merge.record)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.filesize import decimal
+from rich.table import Table
+
+from mgit.cli.views import Printout, document
+
+if TYPE_CHECKING:
+    from mgit.merge.plan import MergePlan
+
+
+def plan_text(plan: dict) -> Printout:
+    """A merge record (mgit.plan/1) in a few lines: method, base, experts, bytes, decisions."""
+    p = Printout()
+    b = plan["bytes"]
+    params = ", ".join(f"{k}={v}" for k, v in plan["parameters"].items())
+    p.out(f"\nmerge: {plan['method']} ({params}), seed {plan['seed']}, mgit {plan['mgit_version']}")
+    if plan["base"] is None:  # a method without a base: the first expert is the reference
+        p.out(f"  base    none (reference: the first expert, {plan.get('reference', '?')[:12]})")
+    else:
+        p.out(f"  base    {plan['base'][:12]}")
+    for e in plan["experts"]:
+        p.out(f"  expert  {e['commit'][:12]}  {e['name']}")
+    measured = f", measured {decimal(b['experts_measured'])}" if "experts_measured" in b else ""
+    p.out(
+        f"  expert reads: {b['expert_chunks_estimated']} chunk(s), estimated {decimal(b['experts_estimated'])}"
+        f"{measured}; base reads {decimal(b.get('base_measured', b['base_estimated']))}"
+        + (f"; output {decimal(b['output_logical'])}" if "output_logical" in b else "")  # older records lack it
+    )
+    decisions = _decisions(plan)
+    if "budget" in plan:
+        p.out("  " + budget_line(plan["budget"]))
+    untouched = sum(1 for t in plan["tensors"] if not any(t["expert_chunks_read"]))
+    p.out(
+        f"  tensors: {', '.join(f'{n} {d}' for d, n in sorted(decisions.items()))}; "
+        f"{untouched} with every expert identical to the base (no expert read)"
+    )
+    return p
+
+
+def _decisions(record: dict) -> dict[str, int]:
+    """How many tensors got each decision (merged, copied, ...; "planned" before a merge)."""
+    decisions: dict[str, int] = {}
+    for t in record["tensors"]:
+        decisions[t.get("decision") or "planned"] = decisions.get(t.get("decision") or "planned", 0) + 1
+    return decisions
+
+
+def budget_line(b: dict) -> str:
+    """One line on a budgeted plan: limit, planned vs full bytes, captured share, error bound."""
+    limit = "no budget" if b["limit_bytes"] is None else f"budget {b['given']} = {decimal(b['limit_bytes'])}"
+    rounding = b["rounding_allowance"]
+    bound = "" if b["error_bound"] is None else (
+        f"; error bound {b['error_bound']:.4g} (+ rounding {'unknown' if rounding is None else f'{rounding:.3g}'})"
+    )  # fmt: skip
+    best = (
+        f" (any choice within the budget: at most {b['captured_share_max']:.1%})"
+        if b["limit_bytes"] is not None and "captured_share_max" in b
+        else ""
+    )
+    analyzed = b["analyze"]
+    extra = (
+        f"; analyzed {analyzed['pairs']} chunk pair(s), reading {decimal(analyzed['bytes_read'])}"
+        if analyzed["pairs"]
+        else ""
+    )
+    estimated = analyzed.get("pairs_by_source", {}).get("estimated", 0)  # older records lack it
+    if estimated:
+        extra += (
+            f"; ‖Δ‖ of {estimated} chunk pair(s) estimated from chunk norms (analysis capped at "
+            f"{decimal(analyzed['cap_bytes'])}; reading them all: {decimal(analyzed['priced_bytes'])})"
+        )
+    return (
+        f"{limit} ({b['select']}): {b['chunks_chosen']} of {b['chunks_candidate']} expert chunk(s), "
+        f"{decimal(b['expert_bytes_planned'])} of {decimal(b['expert_bytes_full'])}; "
+        f"captured {b['captured_share']:.1%} of Σ‖wΔ‖²{best}{bound}{extra}"
+    )
+
+
+def explain_table(plan: MergePlan) -> Printout:
+    """Per layer: candidate and chosen chunks, bytes, captured share and error bound."""
+    from mgit.merge.budget.report import TensorBudget
+    from mgit.model.layers import layer_of
+
+    report = plan.budget
+    assert report is not None
+    rows: dict[str, TensorBudget] = {}
+    for tp in plan.tensors:
+        tb = report.tensors.get(tp.name)
+        if tb is None:
+            continue
+        index = layer_of(tp.name)
+        row = rows.setdefault("—" if index is None else str(index), TensorBudget())
+        for name in ("candidates", "chosen", "full_bytes", "planned_bytes", "energy", "captured", "bound"):
+            setattr(row, name, getattr(row, name) + getattr(tb, name))
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("layer", "chunks", "chosen", "naive", "planned", "captured", "bound"):
+        table.add_column(col, justify="left" if col == "layer" else "right")
+    affine = report.error_bound is not None
+    for layer, row in sorted(rows.items(), key=lambda kv: (kv[0] != "—", int(kv[0]) if kv[0] != "—" else -1)):
+        share = row.captured / row.energy if row.energy > 0 else 1.0
+        table.add_row(
+            layer, str(row.candidates), str(row.chosen), decimal(row.full_bytes), decimal(row.planned_bytes),
+            f"{share:.1%}", f"{row.bound:.4g}" if affine else "—",
+        )  # fmt: skip
+    p = Printout()
+    p.out(table)
+    return p
+
+
+def reads_table(plan: MergePlan, record: dict) -> Printout:
+    """`merge --dry-run`: per tensor, the chunks and bytes each expert would be read for."""
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("tensor", *[e["name"] for e in record["experts"]]):
+        table.add_column(col, justify="left" if col == "tensor" else "right", overflow="fold")
+    for tp in plan.tensors:
+        cells = [f"{len(r)}/{len(tp.base.chunks)} {decimal(b)}" for r, b in zip(tp.reads, tp.read_bytes, strict=True)]
+        table.add_row(tp.name, *cells)
+    p = Printout()
+    p.out(table)
+    return p
+
+
+def merge_json(sha: str, branch: str | None, record: dict) -> dict:
+    """A merge's result for scripts: the commit, the bytes read and the plan in summary."""
+    return document(
+        "mgit.merge/1",
+        {
+            "commit": sha,
+            "branch": branch,
+            "method": record["method"],
+            "parameters": record["parameters"],
+            "seed": record["seed"],
+            "base": record["base"],
+            "experts": record["experts"],
+            "bytes": record["bytes"],
+            "plan": {
+                "tensors": len(record["tensors"]),
+                "decisions": _decisions(record),
+                "untouched": sum(1 for t in record["tensors"] if not any(t["expert_chunks_read"])),
+                "budget": record.get("budget"),
+            },
+        },
+    )
+
+
+def merge_text(sha: str, branch: str | None, record: dict) -> Printout:
+    """The merge's result: stdout, as every result (progress and warnings go to stderr)."""
+    p = Printout()
+    b = record["bytes"]
+    p.out(
+        f"merged {len(record['experts'])} expert(s) with {record['method']} → {sha[:12]} "
+        f"on {branch or 'HEAD'}; "
+        f"read {decimal(b['experts_measured'])} of expert chunks ({b['expert_chunks_measured']}), "
+        f"{decimal(b['base_measured'])} of base chunks"
+    )
+    if "budget" in record:
+        p.out("  " + budget_line(record["budget"]))
+    return p

@@ -1,0 +1,125 @@
+"""Views of staging: `add`, `commit` and `status` (schemas mgit.add/1, mgit.commit/1, mgit.status/1)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.filesize import decimal
+from rich.markup import escape
+
+from mgit.cli.views import Printout, document
+
+if TYPE_CHECKING:
+    from mgit.repo import AddResult
+    from mgit.worktree.sparse import SparseSummary
+    from mgit.worktree.status import FileStatus, Status
+
+
+def add_json(res: AddResult) -> dict:
+    return document("mgit.add/1", vars(res))
+
+
+def add_text(res: AddResult) -> Printout:
+    p = Printout()
+    if res.added or res.removed:
+        p.err(
+            f"staged {len(res.added)} file(s), unstaged {len(res.removed)} deleted; "
+            f"{decimal(res.logical_bytes)} read, {decimal(res.stored_bytes)} new in the store "
+            f"({res.new_chunks} new chunks)"
+        )
+    return p
+
+
+def commit_json(sha: str, branch: str | None, parents: list[str]) -> dict:
+    return document("mgit.commit/1", {"commit": sha, "branch": branch, "parents": parents})
+
+
+def commit_line(sha: str, branch: str | None, message: str) -> str:
+    where = branch or "detached HEAD"
+    return f"[{where} {sha[:12]}] {message.strip().splitlines()[0]}"
+
+
+def describe(f: FileStatus) -> str:
+    """One file's status line: its change, path, which tensors changed and any note."""
+    text = f"{f.change + ':':<10} {f.path}"
+    t = f.tensors
+    if t:
+        bits = []
+        for label, names in (("changed", t.changed), ("added", t.added), ("removed", t.removed)):
+            if names:
+                shown = ", ".join(names[:3]) + (f", +{len(names) - 3} more" if len(names) > 3 else "")
+                bits.append(f"{len(names)} tensor(s) {label}: {shown}")
+        text += "  (" + "; ".join(bits) + ")"
+    if f.note:
+        text += f"  ({f.note})"
+    return text
+
+
+def file_status_json(f: FileStatus) -> dict:
+    d: dict = {"path": f.path, "change": f.change}
+    if f.tensors is not None:
+        d["tensors"] = {"added": f.tensors.added, "removed": f.tensors.removed, "changed": f.tensors.changed}
+    if f.note:
+        d["note"] = f.note
+    return d
+
+
+def sparse_json(sparse: SparseSummary | None) -> dict | None:
+    if sparse is None:
+        return None
+    return {
+        "include": list(sparse.patterns.include),
+        "exclude": list(sparse.patterns.exclude),
+        "tensors_present": sparse.tensors_present,
+        "tensors_total": sparse.tensors_total,
+    }
+
+
+def sparse_line(sparse: SparseSummary) -> str:
+    return (
+        f"Sparse checkout ({sparse.patterns.describe()}): {sparse.tensors_present} of {sparse.tensors_total} "
+        "tensors present (`mgit checkout HEAD --full` for all)"
+    )
+
+
+def status_json(st: Status) -> dict:
+    return document(
+        "mgit.status/1",
+        {
+            "branch": st.branch,
+            "head": st.head,
+            "staged": [file_status_json(f) for f in st.staged],
+            "unstaged": [file_status_json(f) for f in st.unstaged],
+            "untracked": st.untracked,
+            "not_checked_out": st.not_checked_out,
+            "sparse": sparse_json(st.sparse),
+        },
+    )
+
+
+def status_text(st: Status) -> Printout:
+    p = Printout()
+    p.out(f"On branch {st.branch}" if st.branch else f"HEAD detached at {st.head[:12] if st.head else '?'}")
+    if st.head is None:
+        p.out("No commits yet")
+    if st.sparse is not None:
+        p.out(sparse_line(st.sparse), markup=False)
+    for title, items, style in (
+        ("Changes to be committed:", st.staged, "green"),
+        ("Changes not staged for commit:", st.unstaged, "red"),
+    ):
+        if items:
+            p.out(f"\n{title}")
+            for f in items:
+                p.out(f"  [{style}]{escape(describe(f))}[/{style}]", markup=True)
+    if st.untracked:
+        p.out("\nUntracked files:")
+        for path in st.untracked:
+            p.out(f"  [red]{escape(path)}[/red]")
+    if st.not_checked_out:
+        p.out(f"\nNot checked out (tracked, absent from the working tree): {len(st.not_checked_out)} file(s)")
+        for path in st.not_checked_out:
+            p.out(f"  {path}", markup=False)
+    if st.clean:
+        p.out("\nnothing to commit, working tree clean")
+    return p
