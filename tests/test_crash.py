@@ -16,6 +16,8 @@ import pytest
 from helpers.models import LlamaSpec, commit_model, llama_state_dict, touch_later, tree_hashes, write_model
 from helpers.run import run_mgit
 
+import mgit.ops.recover
+import mgit.ops.workfiles
 from mgit import Repository
 from mgit.cli import _os_error_message
 from mgit.errors import DirtyWorktreeError, MgitError, RefUpdateError
@@ -102,10 +104,10 @@ def test_an_interrupted_checkout_that_cannot_be_finished_is_named(repo: Reposito
     repo.close()
     assert run_mgit("checkout", "b", cwd=repo.root, env={"MGIT_CRASH_AT": "rename:3"}).returncode == -9
 
-    def broken(self, plan):
+    def broken(ctx, plan):
         raise MgitError("chunk abc is missing from the store")
 
-    monkeypatch.setattr(Repository, "_finish", broken)
+    monkeypatch.setattr(mgit.ops.recover, "finish", broken)
     with Repository(repo.root) as again, pytest.raises(DirtyWorktreeError) as caught:
         again.checkout("b")
     assert "interrupted checkout of b" in str(caught.value)
@@ -225,9 +227,9 @@ def test_status_does_not_undo_an_add_that_ran_meanwhile(repo: Repository, monkey
     write_model(repo.root / "model", llama_state_dict(TINY, seed=2))
     config = repo.root / "model" / "config.json"
     touch_later(config)  # same bytes, new mtime: status refreshes its cached stat
-    import mgit.repo
+    import mgit.ops.inspect
 
-    changes = mgit.repo.worktree_changes
+    changes = mgit.ops.inspect.worktree_changes
 
     def racing(*args, **kwargs):
         got = changes(*args, **kwargs)
@@ -235,7 +237,7 @@ def test_status_does_not_undo_an_add_that_ran_meanwhile(repo: Repository, monkey
             other.add(["model/model.safetensors"])
         return got
 
-    monkeypatch.setattr(mgit.repo, "worktree_changes", racing)
+    monkeypatch.setattr(mgit.ops.inspect, "worktree_changes", racing)
     repo.status()
     monkeypatch.undo()
     with Repository(repo.root) as again:
@@ -372,7 +374,7 @@ def test_a_full_disk_while_saving_the_index_leaves_no_temporary(repo: Repository
 
 
 def _killed_in_child(fn) -> int:
-    """Run ``fn`` in a forked child whose ``Repository._complete`` (what follows a journaled
+    """Run ``fn`` in a forked child whose ``mgit.ops.workfiles.complete`` (what follows a journaled
     operation's file writes: index, HEAD) SIGKILLs it; the child's wait status."""
     import signal
     import warnings
@@ -382,7 +384,7 @@ def _killed_in_child(fn) -> int:
         pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
-            Repository._complete = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+            mgit.ops.workfiles.complete = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
             fn()
         finally:
             os._exit(3)

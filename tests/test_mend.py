@@ -12,11 +12,15 @@ import pytest
 from helpers.models import LlamaSpec, commit_model, llama_state_dict, tree_hashes
 from helpers.run import run_mgit
 
+import mgit.ops.checkout
+import mgit.ops.recover
+import mgit.ops.workfiles
 from mgit import Repository
 from mgit.errors import BadInputError, MgitError
+from mgit.ops.workfiles import finish_command as _finish_command
+from mgit.ops.workfiles import undo_command as _undo_command
 from mgit.remote.backend import BadRefError, object_key
 from mgit.remote.local import DirectoryBackend
-from mgit.repo import _finish_command, _undo_command
 from mgit.worktree import journal, scan
 from mgit.worktree.journal import Journal
 
@@ -54,20 +58,20 @@ def test_the_recovery_hint_follows_how_head_moves(head: str, finish: str, undo: 
 def test_gc_keeps_a_checkpoint_whose_recovery_failed(repo: Repository, monkeypatch) -> None:
     commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
 
-    def killed(self, plan, index, result):
+    def killed(ctx, plan, index, result):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(Repository, "_complete", killed)
+    monkeypatch.setattr(mgit.ops.workfiles, "complete", killed)
     with pytest.raises(OSError):
         repo.commit_state_dict(llama_state_dict(TINY, seed=2), message="checkpoint")
     plan = journal.load(repo.git_dir)
     assert plan is not None and plan.head == "advance"
     monkeypatch.undo()
 
-    def broken(self, plan):
+    def broken(ctx, plan):
         raise MgitError("disk still full")
 
-    monkeypatch.setattr(Repository, "_finish", broken)
+    monkeypatch.setattr(mgit.ops.recover, "finish", broken)
     repo.gc(grace_seconds=0)
     assert repo.graph.has(plan.target)
     assert repo.graph.has(repo.graph.read(plan.target).tree.decode())
@@ -167,10 +171,10 @@ def test_a_merge_b_recovery_killed_before_its_switch_is_finished_later(repo: Rep
     journal.save(repo.git_dir, Journal("merge", "m", merged, head="create", branch="m", switch_after=True))
     repo.close()
 
-    def killed(self, *args, **kwargs):
+    def killed(ctx, *args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Repository, "_switch", killed)
+    monkeypatch.setattr(mgit.ops.checkout, "switch", killed)
     with Repository(repo.root) as again, pytest.raises(KeyboardInterrupt):
         again.status()
     assert journal.exists(repo.git_dir)

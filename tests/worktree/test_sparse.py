@@ -281,12 +281,12 @@ def test_an_interrupted_checkout_changing_the_patterns_loses_nothing(work, monke
     repo, base, _, _, _ = work
     repo.checkout("main", include=["model.layers.*", "lm_head.weight"])
     before = repo.resolve("HEAD")
-    import mgit.repo as repo_module
+    import mgit.ops.checkout as checkout_module
 
     def dying(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(repo_module, "write_entry", dying)
+    monkeypatch.setattr(checkout_module, "write_entry", dying)
     with pytest.raises(KeyboardInterrupt):  # shard 1 deleted (nothing selected), shard 2 not yet written
         repo.checkout("main", include=["model.layers.3.*"], exclude=["*mlp*"])
     monkeypatch.undo()

@@ -1,0 +1,311 @@
+"""Checkout: switch to a revision (or a new branch there), restore paths from one, and write
+entries into the working tree, journaled, within a budget (a partial clone fetches what it
+lacks first, capped). Sparse checkouts: the patterns choose which tensors a file holds."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from dulwich.objects import ObjectID
+
+from mgit.budget import Budget
+from mgit.context import Context
+from mgit.errors import BadInputError, BudgetExceededError, DirtyWorktreeError
+from mgit.graph import records
+from mgit.graph.refs import check_ref_name
+from mgit.graph.snapshot import Entry, Snapshot
+from mgit.model.materialize import LocalChunks, StagedFile, entry_size, local_chunks, store_reads, write_entry
+from mgit.ops import workfiles
+from mgit.ops.paths import prune_dirs, under
+from mgit.ops.workfiles import CheckoutResult, WorkForm, clean, finish_command, holds, shown
+from mgit.progress import byte_progress
+from mgit.worktree import journal
+from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, over_budget
+from mgit.worktree.index import Index, IndexEntry
+from mgit.worktree.journal import Journal, Write
+from mgit.worktree.sparse import SparsePatterns, load_patterns, make_patterns
+
+PARENT_SEARCH_COMMITS = 64  # commits searched for the delta parents a checkout budget prices
+KEEP = object()  # a checkout that leaves the sparse patterns as they are
+
+
+def checkout(
+    ctx: Context,
+    rev: str | None = None,
+    paths: Iterable[str | os.PathLike[str]] | None = None,
+    *,
+    create_branch: str | None = None,
+    force: bool = False,
+    include: Iterable[str] | None = None,
+    exclude: Iterable[str] | None = None,
+    full: bool = False,
+    budget: str | int | Budget | None = None,
+) -> CheckoutResult:
+    """Switch to ``rev`` (or create a branch there), or with ``paths`` restore them from it
+    (see :meth:`mgit.repo.Repository.checkout`)."""
+    patterns = requested_patterns(include, exclude, full, paths)
+    limit = checkout_budget(budget)
+    if rev is None and patterns is not KEEP:
+        rev = "HEAD"
+    with ctx.lock:
+        before = ctx.store.reads.chunks, ctx.store.reads.stored_bytes
+        fetched_before = ctx.fetched.bytes
+        tracked = ctx.remote.remote_branch_for(rev) if paths is None and create_branch is None and rev else None
+        if tracked is not None:
+            rev, create_branch = tracked, rev
+        if paths is not None:
+            result = restore_paths(ctx, rev, list(paths), limit)
+        else:
+            result = switch(ctx, rev, create_branch, force, patterns=patterns, budget=limit)
+        result.chunks_read = ctx.store.reads.chunks - before[0]
+        result.bytes_read = ctx.store.reads.stored_bytes - before[1]
+        result.bytes_fetched = ctx.fetched.bytes - fetched_before
+        return result
+
+
+def requested_patterns(
+    include: Iterable[str] | None,
+    exclude: Iterable[str] | None,
+    full: bool,
+    paths: Iterable[str | os.PathLike[str]] | None,
+) -> SparsePatterns | None | object:
+    """New patterns (None: back to full), or KEEP: this checkout does not change them."""
+    # A single pattern given as a string is one pattern, not one per character.
+    include = [include] if isinstance(include, str) else list(include or ())
+    exclude = [exclude] if isinstance(exclude, str) else list(exclude or ())
+    if not (include or exclude or full):
+        return KEEP
+    if paths is not None:
+        raise BadInputError("--include/--exclude/--full choose what a whole checkout holds; not with paths")
+    if full:
+        if include or exclude:
+            raise BadInputError("--full checks out every tensor: give it without --include/--exclude")
+        return None
+    return make_patterns(include, exclude)
+
+
+def restore_paths(
+    ctx: Context, rev: str | None, paths: list[str | os.PathLike[str]], budget: int | None = None
+) -> CheckoutResult:
+    index = ctx.index()
+    commit = ctx.refs.resolve(rev) if rev else None
+    source = ctx.snapshot(commit) if commit else index.snapshot()
+    todo: dict[str, Entry] = {}
+    for p in paths:
+        rel = ctx.relpath(p)
+        hits = {r: source[r] for r in under(source, rel)}
+        if not hits:
+            where = f"revision {rev!r}" if rev else "the index"
+            raise BadInputError(f"path {str(p)!r} is not in {where}")
+        todo.update(hits)
+    result = CheckoutResult(commit)
+    write_files(ctx, index, todo, result, budget=budget)
+    index.save()
+    return result
+
+
+def switch(
+    ctx: Context,
+    rev: str | None,
+    create_branch: str | None,
+    force: bool,
+    staged: Mapping[str, StagedFile] | None = None,
+    patterns: SparsePatterns | None | object = KEEP,
+    budget: int | None = None,
+) -> CheckoutResult:
+    """Bring HEAD, the index and the working tree to ``rev`` (or a new branch), journaled."""
+    if rev is None and create_branch is None:
+        raise BadInputError("checkout needs a revision, -b NAME, or paths after --")
+    refs = ctx.refs
+    target = refs.resolve(rev or "HEAD")
+    if create_branch is not None:
+        check_ref_name(create_branch, "branch")
+        if create_branch in refs.branches():
+            raise BadInputError(f"branch {create_branch!r} already exists")
+        refs.refuse_clash(f"refs/heads/{create_branch}")  # before the first file is written
+    index = ctx.index()
+    head_snap = ctx.head_snapshot()
+    target_snap = ctx.snapshot(target)
+    current = load_patterns(ctx.git_dir)
+    wanted = current if patterns is KEEP else patterns
+    assert wanted is None or isinstance(wanted, SparsePatterns)
+    forms = {p: workfiles.form(ctx, e, p, wanted) for p, e in target_snap.items()}
+    if patterns is not KEEP and wanted is not None:
+        _refuse_empty_selection(forms, target_snap, wanted, rev or "HEAD")
+    touched = {p for p in set(head_snap) | set(target_snap) if head_snap.get(p) != target_snap.get(p)}
+    reshaped = set()  # untouched files the new patterns show differently
+    if wanted != current or patterns is not KEEP:  # given patterns hold, whatever sparse.json said
+        untouched = {p: ie for p, ie in index.entries.items() if p in forms and p not in touched}
+        reshaped = {p for p, ie in untouched.items() if shown(ie) != forms[p]}
+    if not force:
+        _refuse_overwrites(ctx, index, head_snap, target_snap, touched | reshaped, forms)
+    todo: dict[str, Entry] = {}
+    for p, entry in target_snap.items():
+        ie = index.entries.get(p)
+        if p in touched or p in reshaped or (force and (ie is None or not holds(ctx, p, forms[p], index))):
+            todo[p] = entry
+    plan = Journal(
+        "checkout", rev or create_branch or "HEAD", target,
+        writes={p: Write(e, forms[p].entry, forms[p].written) for p, e in todo.items()},
+        removes=[p for p in sorted(set(index.entries) - set(target_snap)) if p in head_snap or force],
+        old_head=refs.head(), patterns=wanted, set_patterns=wanted != current,
+    )  # fmt: skip
+    if create_branch:
+        plan.head, plan.branch = "create", create_branch
+    elif rev in refs.branches():
+        plan.head, plan.branch = "branch", rev
+    elif rev != "HEAD":
+        plan.head = "detach"
+    result = CheckoutResult(target)
+    write_files(ctx, index, todo, result, staged, forms, budget, plan)
+    workfiles.complete(ctx, plan, index, result)
+    result.detached = refs.current_branch() is None
+    return result
+
+
+def _refuse_overwrites(
+    ctx: Context,
+    index: Index,
+    head_snap: Snapshot,
+    target_snap: Snapshot,
+    touched: set[str],
+    forms: dict[str, WorkForm],
+) -> None:
+    conflicts = []
+    for p in sorted(touched):
+        ie = index.entries.get(p)
+        path = ctx.root / p
+        if ie is None:
+            if path.is_file() and p in target_snap and not holds(ctx, p, forms[p], index):
+                conflicts.append(p)  # untracked file in the way
+            continue
+        if ie.entry != head_snap.get(p):
+            conflicts.append(p)  # staged change
+        elif path.is_file() and not clean(ctx, p, ie.worktree, index):
+            conflicts.append(p)  # unstaged change (a sparse file: against what was checked out)
+    if conflicts:
+        shown_paths = ", ".join(conflicts[:5]) + (f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else "")
+        left = journal.load(ctx.git_dir)
+        if left is not None:  # the finishing failed (a warning said why)
+            raise DirtyWorktreeError(
+                f"the interrupted {left.describe()} left {shown_paths} half switched; run "
+                f"`{finish_command(left)}` to finish it"
+            )
+        raise DirtyWorktreeError(
+            f"checkout would overwrite uncommitted changes in {shown_paths}; commit them, "
+            "or use --force to discard them"
+        )
+
+
+def _refuse_empty_selection(forms: Mapping[str, WorkForm], snap: Snapshot, patterns: SparsePatterns, rev: str) -> None:
+    """New patterns that select no tensor of a revision holding tensors are surely a typo:
+    refuse them rather than empty the working tree of every model."""
+    tensor_files = [p for p, e in snap.items() if e.kind == "safetensors"]
+    if tensor_files and not any(forms[p].written for p in tensor_files):
+        raise BadInputError(f"no tensor of {rev} matches {patterns.describe()}; nothing would be checked out")
+
+
+def write_files(
+    ctx: Context,
+    index: Index,
+    todo: Mapping[str, Entry],
+    result: CheckoutResult,
+    staged: Mapping[str, StagedFile] | None = None,
+    forms: Mapping[str, WorkForm] | None = None,
+    budget: int | None = None,
+    plan: Journal | None = None,
+) -> None:
+    """Write entries into the working tree, as ``forms`` show them (default: as the sparse
+    patterns do); a staged file already holding an entry's bytes (a merge wrote it) is
+    moved into place instead. With ``budget``, the cost is checked before anything is
+    written (a partial clone fetches what it lacks first). ``plan`` is saved as the
+    journal just before the first write (a refusal before it leaves none)."""
+    if forms is None:
+        patterns = load_patterns(ctx.git_dir)
+        forms = {p: workfiles.form(ctx, e, p, patterns) for p, e in todo.items()}
+    staged = staged or {}
+    for p in todo:
+        if (ctx.root / p).is_dir():
+            raise BadInputError(f"cannot write {p}: a directory is in the way")
+    reuse = {p: _reusable(ctx, index, p, forms[p]) for p in todo}
+    if budget is not None:
+        result.cost = within_budget(ctx, index, todo, forms, reuse, budget, result.commit)
+    sizes = {p: entry_size(ctx.graph, forms[p].entry) for p in todo if forms[p].written}
+    if plan is not None:
+        journal.save(ctx.git_dir, plan)
+    with byte_progress("checkout", sum(sizes.values())) as bar:
+        for p in sorted(todo):
+            entry, form, dest = todo[p], forms[p], ctx.root / p
+            if not form.written:  # a sparse checkout selects none of its tensors
+                if dest.is_file():
+                    dest.unlink()
+                    prune_dirs(ctx.root, p)
+                index.entries[p] = IndexEntry(entry, skip_worktree=True, projection=form.projection(entry))
+                result.left_out.append(p)
+                continue
+            ready = staged.get(p)
+            if ready is not None and ready.entry_oid == entry.oid and form.entry == entry:
+                index.set(p, entry, ready.install())
+                result.written.append(p)
+                bar.advance(sizes[p])
+                continue
+            write_entry(ctx.graph, ctx.store, ctx.pool, form.entry, dest, p, reuse[p], bar)
+            index.set(p, entry, os.stat(dest), projection=form.projection(entry))
+            result.written.append(p)
+
+
+def _reusable(ctx: Context, index: Index, rel: str, form: WorkForm) -> tuple[Path, LocalChunks] | None:
+    """The local file to copy unchanged chunks from, with where its chunks lie (as the
+    index says it was checked out)."""
+    old, dest = index.entries.get(rel), ctx.root / rel
+    if old is None or old.worktree.kind == "blob" or form.entry.kind == "blob" or not dest.is_file():
+        return None
+    return dest, local_chunks(ctx.graph, old.worktree)
+
+
+def within_budget(
+    ctx: Context,
+    index: Index,
+    todo: Mapping[str, Entry],
+    forms: Mapping[str, WorkForm],
+    reuse: Mapping[str, tuple[Path, LocalChunks] | None],
+    budget: int,
+    commit: str | None = None,
+) -> CheckoutCost:
+    """Refuse a checkout over ``budget`` before it writes; in a partial clone, fetch what
+    it lacks first (capped). Chunks count as local only in a file known to be clean, so
+    the measured reads never exceed the price."""
+    reads: list[str] = []
+    for p in sorted(todo):
+        form = forms[p]
+        if not form.written:
+            continue
+        found = reuse[p]
+        local = found[1] if found is not None and clean(ctx, p, index.entries[p].worktree, index) else None
+        reads += store_reads(ctx.graph, form.entry, p, local)
+    promisor = ctx.promisor
+    bases = (lambda wanted: _recorded_parents(ctx, commit, wanted)) if commit else None
+    quote = promisor.quote(reads, bases) if promisor is not None else None
+    cost = estimate(reads, ctx.store.read_cost, quote)
+    if cost.total > budget:
+        raise BudgetExceededError(over_budget(cost, budget, promisor.remote if promisor is not None else None))
+    if promisor is not None and quote is not None and quote.fetch:
+        # a refused checkout keeps none of what it fetched
+        cost = promisor.fetch_for_checkout(reads, quote, cost, budget, ctx.store.abort)
+    return cost
+
+
+def _recorded_parents(ctx: Context, start: str, wanted: set[str]) -> dict[str, str]:
+    """For chunks in ``wanted``, the parent chunk a commit at or before ``start`` recorded
+    them against (what ``add`` stores a changed chunk as a delta of, where smaller)."""
+    found: dict[str, str] = {}
+    walker = ctx.graph.repo.get_walker(include=[ObjectID(start.encode())], max_entries=PARENT_SEARCH_COMMITS)
+    for entry in walker:
+        stats = records.read_stats(ctx.graph, ctx.graph.commit(entry.commit.id.decode()).tree)
+        for triples in stats.values():
+            found |= {cid: parent for cid, parent, _ in triples if cid in wanted}
+        if len(found) == len(wanted):
+            break
+    return found

@@ -1,0 +1,129 @@
+"""Maintenance: gc (what nothing reaches), fsck and its repair (from the working tree and
+the remotes), du and the store's usage, reflog expiry, the leftovers of killed commands.
+The work is mgit.maintenance's; here it is framed by the lock and the store's sealing."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import time
+from dataclasses import dataclass, field
+
+from mgit.context import Context
+from mgit.graph.refs import expire_reflogs
+from mgit.lock import remove_stale_git_locks, warn
+from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
+from mgit.maintenance.fsck import bad_chunks, check_repository, stale_lock_problems
+from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect, leftover_files
+from mgit.maintenance.reach import reachable
+from mgit.maintenance.repair import (
+    GraphRepair,
+    Remotes,
+    drop_lost_index_stats,
+    restore_objects,
+    restore_refs,
+    settle,
+)
+from mgit.model.ingest import recover_chunks
+from mgit.store.gc import repack
+from mgit.worktree.scan import walk
+
+
+@dataclass
+class Repair:
+    """What ``fsck --repair`` did."""
+
+    rebuilt_indexes: list[str] = field(default_factory=list)  # packs whose damaged index was rebuilt
+    dropped: dict[str, str] = field(default_factory=dict)  # damaged chunk → why
+    from_worktree: int = 0  # chunks stored again from working files
+    from_remotes: dict[str, int] = field(default_factory=dict)  # remote → chunks fetched
+    missing: dict[str, str] = field(default_factory=dict)  # still missing chunk → who needs it
+    rewritten_packs: list[str] = field(default_factory=list)  # damaged packs rewritten from their good records
+    graph: GraphRepair = field(default_factory=GraphRepair)  # git objects and refs restored or still lost
+
+
+def gc(ctx: Context, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> GcReport:
+    """Remove what no ref, reflog entry or the index reaches (older than the grace period)."""
+    with ctx.writing():
+        shutil.rmtree(ctx.git_dir / "staging", ignore_errors=True)  # what a killed merge staged
+        remove_stale_git_locks(ctx.git_dir, warn)  # the object directories too
+        return collect(ctx.graph, ctx.store, ctx.index(), grace_seconds)
+
+
+def fsck_repair(ctx: Context) -> Repair:
+    """Restore damaged or missing git objects from the remotes and damaged refs from their
+    reflogs or the remotes (:mod:`mgit.maintenance.repair`); rewrite damaged packs from
+    their readable records, dropping chunks that fail verification; then store again every
+    chunk the history needs and lacks from the working tree's files and from the remotes
+    (verified like any fetch). What no source holds is reported, with who needs it.
+    In a partial clone only dropped chunks are sought: the others come when needed."""
+    with ctx.writing():
+        graph_repair = _repair_graph(ctx)
+        rebuilt = ctx.store.rebuild_damaged_indexes()
+        bad = bad_chunks(ctx.store, ctx.pool)
+        damaged_packs = ctx.store.damaged_packs()
+        if bad or damaged_packs:
+            repack(ctx.store, ctx.store.ids() - set(bad), grace_seconds=0, force=True)
+        reach = reachable(ctx.graph, ctx.index())
+        missing = {c: who for c, who in reach.chunks.items() if not ctx.store.has(c, refresh=False)}
+        if ctx.is_partial:
+            missing = {c: who for c, who in missing.items() if c in bad}
+        files = walk(ctx.root)
+        from_tree = recover_chunks(ctx.root, sorted(files), set(missing), ctx.store, ctx.pool)
+        from_remotes = ctx.remote._recover_from_remotes(set(missing) - from_tree)
+        recovered = from_tree | {c for got in from_remotes.values() for c in got}
+        return Repair(
+            rebuilt_indexes=rebuilt,
+            dropped=bad,
+            from_worktree=len(from_tree),
+            from_remotes={name: len(got) for name, got in from_remotes.items()},
+            missing={c: who for c, who in missing.items() if c not in recovered},
+            rewritten_packs=damaged_packs,
+            graph=graph_repair,
+        )
+
+
+def _repair_graph(ctx: Context) -> GraphRepair:
+    """Git objects from the remotes, then refs (their reflog, tracking refs, the remotes)."""
+    report = GraphRepair()
+    remotes = Remotes({name: functools.partial(ctx.remote._backend, name) for name in ctx.remote.remotes()})
+    try:
+        restore_objects(ctx.graph, ctx.index(), remotes, report)
+        restore_refs(ctx.graph, remotes, ctx.identity(), report)
+        if report.refs:  # restored refs may name commits whose objects are elsewhere
+            restore_objects(ctx.graph, ctx.index(), remotes, report)
+        drop_lost_index_stats(ctx.index(), report)
+        settle(ctx.graph, ctx.index(), report)
+    finally:
+        remotes.close()
+    ctx.graph._cache.clear()
+    return report
+
+
+def fsck(ctx: Context) -> list[str]:
+    """Every problem found, one line each (empty: the repository is whole). In a partial
+    clone, chunks not fetched yet are not problems."""
+    with ctx.lock:
+        stale = stale_lock_problems(ctx.git_dir, ctx.lock.cleaned)
+        return stale + check_repository(ctx.graph, ctx.store, ctx.index(), ctx.pool, ctx.is_partial)
+
+
+def leftovers(ctx: Context) -> list[str]:
+    """Temporary files a killed command left in ``.mgit`` (a killed ``fsck --repair``'s
+    objects, say): not damage, nothing reads them; gc removes them after its grace period."""
+    return [p.relative_to(ctx.root).as_posix() for p in leftover_files(ctx.git_dir)]
+
+
+def du(ctx: Context, rev: str = "HEAD") -> Usage:
+    return commit_usage(ctx.graph, ctx.store, ctx.refs.resolve(rev))
+
+
+def store_usage(ctx: Context) -> StoreUsage:
+    return measure_store(ctx.store)
+
+
+def reflog_expire(ctx: Context, days: float | None = 90) -> int:
+    """Forget reflog entries older than ``days`` (None: all); returns how many. What only
+    they kept alive (commits of deleted branches, amended history) gc may then reclaim."""
+    with ctx.lock:
+        return expire_reflogs(ctx.git_dir, None if days is None else time.time() - days * 86400)

@@ -1,0 +1,390 @@
+"""Staging and committing: add (files into the index, delta-encoded against a base), rm,
+commit (the index as a commit; the branch moves last, by compare-and-swap) and
+commit_state_dict (tensors straight from memory, the working tree following)."""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from mgit.context import Context
+from mgit.errors import BadInputError, DirtyWorktreeError, MgitError
+from mgit.graph import records
+from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
+from mgit.model.dtypes import DType, lookup
+from mgit.model.filetree import load_safetensors
+from mgit.model.ingest import Ingestor
+from mgit.model.projection import combine
+from mgit.model.safetensors_file import build_header
+from mgit.ops import checkout, workfiles
+from mgit.ops.paths import models, prune_dirs, under
+from mgit.ops.workfiles import CheckoutResult, WorkForm, clean, shown
+from mgit.progress import byte_progress
+from mgit.worktree.index import Index, IndexEntry, StatKey
+from mgit.worktree.journal import Journal, Write
+from mgit.worktree.scan import Ignorer, walk
+from mgit.worktree.sparse import load_patterns
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class AddResult:
+    added: list[str] = field(default_factory=list)  # new or changed paths staged
+    removed: list[str] = field(default_factory=list)  # paths unstaged because their file is gone
+    logical_bytes: int = 0
+    stored_bytes: int = 0  # bytes newly written to the chunk store
+    new_chunks: int = 0
+
+
+def add(ctx: Context, paths: Iterable[str | os.PathLike[str]] = (".",), base: str | None = None) -> AddResult:
+    """Mirror the given paths into the index: new, changed and deleted files.
+
+    Changed tensors are delta-encoded against the same tensors in ``base`` (default
+    HEAD) where that is smaller, and their per-chunk change norms are recorded.
+    """
+    result = AddResult()
+    parents = parent_lookup(ctx, ctx.snapshot(base) if base else ctx.head_snapshot())
+    with ctx.writing():
+        index = ctx.index()
+        ignorer = Ignorer(ctx.root)
+        todo: dict[str, os.stat_result] = {}
+        special: list[str] = []  # FIFOs, sockets, devices: never read
+        for p in paths:
+            rel = ctx.relpath(p)
+            full = ctx.root / rel
+            known = under(index.entries, rel)
+            if not full.exists():
+                if not known:
+                    raise BadInputError(f"pathspec {str(p)!r} did not match any files")
+                found = {}
+            elif full.is_file() and ignorer.is_ignored(rel):
+                raise BadInputError(f"{rel} is ignored by .mgitignore; remove the pattern to track it")
+            else:
+                found = walk(ctx.root, rel, ignorer, special, tracked=index.entries)
+            _refuse_special([r for r in special if r == rel or r in index.entries])
+            for r in known:
+                # A sparse file missing from disk is taken as not checked out (a checkout may
+                # have been interrupted): only `mgit rm` drops tensors a sparse checkout holds.
+                held = index.entries[r]
+                if r not in found and not held.skip_worktree and not held.projection:
+                    del index.entries[r]
+                    result.removed.append(r)
+            for r, st in found.items():
+                ie = index.entries.get(r)
+                if ie is None or not ie.matches(st):
+                    todo[validate_path(r)] = st
+        total = sum(st.st_size for st in todo.values())
+        with byte_progress("add", total) as bar:
+            ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parents)
+            for rel, st in sorted(todo.items()):
+                # Unchanged chunks dedup inside the store, so re-ingesting a touched but
+                # unchanged file writes nothing new and yields the same entry.
+                got = ingestor.file(ctx.root / rel, rel)
+                after = _unchanged_since(ctx.root / rel, rel, st)
+                old = index.entries.get(rel)
+                entry, stats = got, records.put_file_stats(ctx.graph, ingestor.file_stats)
+                if old is not None and old.projection and got.kind == "safetensors":
+                    entry, stats = _unproject(ctx, rel, old, got, stats)
+                projection = got.oid if entry != got else None
+                index.set(rel, entry, after, stats, projection)
+                if old is None or old.entry != entry:
+                    result.added.append(rel)
+        ctx.store.seal()  # chunks become visible before anything refers to them
+        index.save()
+    s = ingestor.stats
+    result.logical_bytes, result.stored_bytes, result.new_chunks = s.logical_bytes, s.stored_bytes, s.new_chunks
+    return result
+
+
+def _unproject(ctx: Context, rel: str, old: IndexEntry, got: Entry, stats: str | None) -> tuple[Entry, str | None]:
+    """(full entry, statistics) to stage for a sparse working file now holding ``got``:
+    the staged entry as it was if the file is as checked out, else its tensors plus
+    those the sparse checkout left out, unchanged."""
+    if got == old.worktree:
+        return old.entry, old.stats
+    return combine(ctx.graph, old.entry, got, rel), stats
+
+
+def rm(ctx: Context, paths: Iterable[str | os.PathLike[str]], cached: bool = False) -> list[str]:
+    """Stop tracking paths; delete the working files too unless ``cached``."""
+    removed = []
+    with ctx.lock:
+        index = ctx.index()
+        for p in paths:
+            rel = ctx.relpath(p)
+            known = under(index.entries, rel)
+            if not known:
+                raise BadInputError(f"pathspec {str(p)!r} did not match any tracked file")
+            for r in known:
+                del index.entries[r]
+                removed.append(r)
+                if not cached:
+                    (ctx.root / r).unlink(missing_ok=True)
+                    prune_dirs(ctx.root, r)
+        index.save()
+    return removed
+
+
+def commit(ctx: Context, message: str, allow_empty: bool = False) -> str:
+    """Commit the index; the current branch moves last, by compare-and-swap."""
+    if not message.strip():
+        raise BadInputError("empty commit message; pass -m MESSAGE")
+    with ctx.lock:
+        index = ctx.index()
+        head = ctx.refs.head()
+        head_snap = ctx.head_snapshot()
+        if head and not allow_empty and index.snapshot() == head_snap:
+            # compared as files, not trees: HEAD's tree also holds its own stats record,
+            # which a commit of the same files would drop (a commit of nothing)
+            raise MgitError("nothing to commit: the index matches HEAD (stage changes with `mgit add`)")
+        stats = {
+            p: records.file_stats(ctx.graph, ie.stats)
+            for p, ie in index.entries.items()
+            if ie.stats and ie.entry != head_snap.get(p)
+        }
+        tree = write_snapshot(ctx.graph, index.snapshot(), records.stats_entries(ctx.graph, stats))
+        return _commit_tree(ctx, tree, head, message, allow_empty)
+
+
+def parent_lookup(ctx: Context, snap: Snapshot) -> Callable[[str], dict[str, Any]]:
+    """File path → tensors (by name) of the same model directory in ``snap``."""
+    cache: dict[str, dict[str, Any]] = {}
+
+    def lookup(rel: str) -> dict[str, Any]:
+        model_dir = posixpath.dirname(rel)
+        if model_dir not in cache:
+            tensors: dict[str, Any] = {}
+            for path in models(snap).get(model_dir, []):
+                for name, m in load_safetensors(ctx.graph, snap[path].oid, path).manifests.items():
+                    tensors.setdefault(name, m)
+            cache[model_dir] = tensors
+        return cache[model_dir]
+
+    return lookup
+
+
+def _commit_tree(ctx: Context, tree: str, head: str | None, message: str, allow_empty: bool = False) -> str:
+    if not allow_empty:
+        if head and ctx.graph.commit(head).tree == tree:
+            raise MgitError("nothing to commit: the index matches HEAD (stage changes with `mgit add`)")
+        if not head and not ctx.graph.tree(tree):
+            raise MgitError("nothing to commit: the index is empty (stage files with `mgit add`)")
+    who = ctx.identity()
+    commit = ctx.graph.put_commit(tree, [head] if head else [], message, who, who)
+    kind = "commit" if head else "commit (initial)"
+    ctx.refs.advance_head(head, commit, f"{kind}: {message.strip().splitlines()[0]}")
+    return commit
+
+
+def commit_state_dict(
+    ctx: Context,
+    state_dict: Mapping[str, torch.Tensor],
+    model: str = "model",
+    message: str = "",
+    metadata: dict[str, str] | None = None,
+    base: str | None = None,
+    branch: str | None = None,
+) -> str:
+    """Commit tensors straight from memory as the model in directory ``model``, on
+    ``branch`` (default: HEAD, the checked-out branch or a detached HEAD).
+
+    Tensors keep the shard file they had before (new ones go to the single file, or the
+    last shard). On the checked-out branch, the model files that are in the working tree
+    are rewritten to match (atomically, as a checkout writes them) and the index follows,
+    so status is clean and a later plain ``add`` + ``commit`` keeps the checkpoint; files
+    absent from disk stay not checked out. Uncommitted changes in those files are refused
+    first. On another branch, the working tree and index are left as they are. Changed
+    tensors are delta-encoded against ``base`` (default: the branch's tip).
+    """
+    if not message.strip():
+        raise BadInputError("empty commit message")
+    for name in state_dict:
+        if not isinstance(name, str):
+            raise BadInputError(f"tensor names must be strings, got {name!r}")
+    with ctx.writing():
+        checked_out = branch is None or branch == ctx.refs.current_branch()
+        if checked_out:
+            tip = ctx.refs.head()
+        elif branch in ctx.refs.branches():
+            tip = ctx.refs.branches()[branch]
+        else:
+            raise BadInputError(f"branch {branch!r} not found; create it first with `mgit branch {branch}`")
+        before = read_snapshot(ctx.graph, ctx.graph.commit(tip).tree) if tip else {}
+        snap, stats = _ingest_state_dict(ctx, state_dict, dict(before), ctx.relpath(model), metadata, base)
+        touched = {p for p in set(before) | set(snap) if before.get(p) != snap.get(p)}
+        if tip and not touched:  # compared as files, not trees: the tree also holds its stats record
+            raise MgitError("nothing to commit: these tensors are what the branch holds already")
+        index = ctx.index() if checked_out else None
+        if index is not None:
+            _refuse_state_dict_overwrites(ctx, index, before, touched)
+        ctx.store.seal()
+        tree = write_snapshot(ctx.graph, snap, records.stats_entries(ctx.graph, stats))
+        commit = _new_commit(ctx, tree, tip, message)
+        summary = f"{'commit' if tip else 'commit (initial)'}: {message.strip().splitlines()[0]}"
+        if index is None:
+            assert branch is not None and tip is not None
+            ctx.refs.advance_branch(branch, tip, commit, summary)
+            return commit
+        # working files and index first, the branch last: a failure in between leaves the
+        # checkpoint staged (never a stale file that a later commit would take back); journaled,
+        # so a killed run's working files, index and branch are finished by the next command
+        plan = Journal("commit", "tensors from memory", commit, head="advance", old_head=tip, message=summary)
+        result = _follow_state_dict(ctx, index, commit, snap, touched, plan)
+        workfiles.complete(ctx, plan, index, result)
+        return commit
+
+
+def _ingest_state_dict(
+    ctx: Context,
+    state_dict: Mapping[str, torch.Tensor],
+    snap: Snapshot,
+    model_dir: str,
+    metadata: dict[str, str] | None,
+    base: str | None,
+) -> tuple[Snapshot, dict[str, list[Any]]]:
+    """Store the tensors as the safetensors files of ``model_dir`` in ``snap`` (changed in
+    place and returned, with each file's relative statistics)."""
+    from mgit.model.torch_io import dtype_name, tensor_bytes
+
+    parents = parent_lookup(ctx, ctx.snapshot(base) if base else snap)
+    old_files = models(snap).get(model_dir, [])
+    assignment: dict[str, list[str]] = {p: [] for p in old_files}
+    old_home = {}
+    for path in old_files:
+        for name in load_safetensors(ctx.graph, snap[path].oid, path).manifests:
+            old_home[name] = path
+    default = old_files[-1] if old_files else posixpath.join(model_dir, "model.safetensors")
+    for name in sorted(state_dict):
+        assignment.setdefault(old_home.get(name, default), []).append(name)
+    total = sum(t.numel() * t.element_size() for t in state_dict.values())
+    stats = {}
+    with byte_progress("commit", total) as bar:
+        ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parents)
+        for path, names in assignment.items():
+            if not names:
+                snap.pop(path, None)
+                continue
+            ingestor.begin_file(path)
+            meta = metadata
+            if meta is None and path in old_files:
+                meta = load_safetensors(ctx.graph, snap[path].oid, path).layout.metadata
+            specs, ids = [], {}
+            for name in names:
+                t = state_dict[name]
+                dtype = cast(DType, lookup(dtype_name(t.dtype)))
+                raw = tensor_bytes(t)
+                specs.append((name, dtype, tuple(t.shape)))
+                read = lambda o, n, r=raw: r[o : o + n]  # noqa: E731
+                ids[name] = ingestor.tensor(name, dtype, tuple(t.shape), len(raw), read)
+            tree = ingestor.safetensors_tree(build_header(specs, meta), ids)
+            snap[path] = Entry("safetensors", tree)
+            stats[path] = ingestor.file_stats
+    _update_shard_index(ctx, snap, model_dir, assignment, total)
+    return snap, stats
+
+
+def _refuse_state_dict_overwrites(ctx: Context, index: Index, before: Snapshot, touched: set[str]) -> None:
+    """Uncommitted changes in the files a commit from memory rewrites would be lost: refuse."""
+    dirty = []
+    for p in sorted(touched):
+        ie, path = index.entries.get(p), ctx.root / p
+        if ie is None:
+            if path.exists():
+                dirty.append(p)  # an untracked file where the commit puts one
+        elif ie.entry != before.get(p) or (path.is_file() and not clean(ctx, p, ie.worktree, index)):
+            dirty.append(p)
+    if dirty:
+        shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
+        raise DirtyWorktreeError(
+            f"committing tensors from memory would overwrite uncommitted changes in {shown}; "
+            "commit or discard them first (nothing was committed)"
+        )
+
+
+def _follow_state_dict(
+    ctx: Context, index: Index, commit: str, snap: Snapshot, touched: set[str], plan: Journal
+) -> CheckoutResult:
+    """Bring the working files and index of ``touched`` paths to ``snap`` (known clean):
+    files on disk are written as a checkout writes them, absent ones stay not checked out.
+    ``plan`` (the journal) gets every step and is saved before the first change on disk."""
+    patterns = load_patterns(ctx.git_dir)
+    todo: dict[str, Entry] = {}
+    forms: dict[str, WorkForm] = {}
+    for p in sorted(touched):
+        ie, path = index.entries.get(p), ctx.root / p
+        if p not in snap:  # a shard left without tensors
+            plan.removes.append(p)
+            continue
+        entry = snap[p]
+        form = forms[p] = workfiles.form(ctx, entry, p, patterns)
+        if ie is not None and shown(ie) == form and not ie.skip_worktree:
+            # the working file already shows it (a sparse file: a left-out tensor changed)
+            index.entries[p] = replace(ie, entry=entry, stats=None, projection=form.projection(entry))
+            plan.writes[p] = Write(entry, form.entry)  # a recovery finds it written
+        elif path.is_file():
+            todo[p] = entry
+            plan.writes[p] = Write(entry, form.entry)
+        else:
+            index.entries[p] = IndexEntry(entry, skip_worktree=True, projection=form.projection(entry))
+            plan.writes[p] = Write(entry, form.entry, written=False)
+    result = CheckoutResult(commit)
+    checkout.write_files(ctx, index, todo, result, forms=forms, plan=plan)
+    return result
+
+
+def _new_commit(ctx: Context, tree: str, parent: str | None, message: str) -> str:
+    """A commit object of ``tree`` on ``parent`` (the caller refused a commit of nothing)."""
+    who = ctx.identity()
+    return ctx.graph.put_commit(tree, [parent] if parent else [], message, who, who)
+
+
+def _update_shard_index(
+    ctx: Context, snap: Snapshot, model_dir: str, assignment: dict[str, list[str]], total_size: int
+) -> None:
+    """Rewrite a sharded model's index.json weight_map to match the new assignment."""
+    path = posixpath.join(model_dir, "model.safetensors.index.json")
+    if path not in snap:
+        return
+    try:
+        doc = json.loads(ctx.graph.blob(snap[path].oid))
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(doc, dict):
+        return
+    doc["weight_map"] = {
+        name: posixpath.relpath(file, model_dir or ".") for file, names in assignment.items() for name in names
+    }
+    if isinstance(doc.get("metadata"), dict) and "total_size" in doc["metadata"]:
+        doc["metadata"]["total_size"] = total_size
+    blob = json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"
+    snap[path] = Entry("blob", ctx.graph.put_blob(blob), snap[path].mode)
+
+
+def _refuse_special(paths: list[str]) -> None:
+    """A path named or tracked that is no regular file is refused (reading a FIFO blocks)."""
+    if paths:
+        raise BadInputError(
+            f"cannot add {paths[0]}: not a regular file (a FIFO, socket or device); "
+            "mgit tracks regular files and symlinks to them"
+        )
+
+
+def _unchanged_since(path: Path, rel: str, seen: os.stat_result) -> os.stat_result:
+    """The file's stat after ``add`` read it; a file rewritten, replaced or touched since
+    ``seen`` (its stat before the read) may have been read as a mix of two versions: refused."""
+    try:
+        after = os.stat(path)
+    except OSError:
+        after = None
+    if after is None or StatKey.of(after) != StatKey.of(seen):
+        raise BadInputError(
+            f"{rel} changed while mgit was reading it; nothing was staged. Run `mgit add` again once it is written"
+        )
+    return after

@@ -1,0 +1,137 @@
+"""The working tree as the operations see it: how a tracked file shows there (its form, in
+a sparse checkout a projection), whether a working file holds an entry, and the steps that
+complete a journaled operation once its files are written (removals, index, patterns,
+HEAD). Checkout, reset, recovery and commits from memory share them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from mgit.context import Context
+from mgit.errors import RefUpdateError
+from mgit.graph.snapshot import Entry
+from mgit.model.projection import project, tensor_count
+from mgit.ops.paths import prune_dirs
+from mgit.worktree import journal
+from mgit.worktree.cost import CheckoutCost
+from mgit.worktree.index import Index, IndexEntry
+from mgit.worktree.journal import Journal
+from mgit.worktree.sparse import SparsePatterns, save_patterns
+from mgit.worktree.status import working_matches
+
+
+@dataclass
+class CheckoutResult:
+    commit: str | None
+    written: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # sparse: safetensors files with no tensor selected
+    chunks_read: int = 0
+    bytes_read: int = 0  # stored bytes read from the chunk store
+    bytes_fetched: int = 0  # bytes received from the remote (a partial clone)
+    cost: CheckoutCost | None = None  # the price checked against a budget (read, fetch)
+    detached: bool = False
+
+
+@dataclass(frozen=True)
+class WorkForm:
+    """How a tracked file shows in the working tree: ``entry`` is what the file holds (the
+    committed entry, or its sparse projection); not ``written``: no tensor of it is selected."""
+
+    entry: Entry
+    written: bool = True
+
+    def projection(self, full: Entry) -> str | None:
+        """The index's record of a sparse working file (None: it holds ``full`` itself)."""
+        return None if self.entry == full else self.entry.oid
+
+
+def form(ctx: Context, entry: Entry, rel: str, patterns: SparsePatterns | None) -> WorkForm:
+    """How ``entry`` appears in the working tree under ``patterns``."""
+    if patterns is None or entry.kind != "safetensors":
+        return WorkForm(entry)
+    shown_entry = project(ctx.graph, entry, patterns.selects, rel)
+    if shown_entry == entry:
+        return WorkForm(entry)
+    return WorkForm(shown_entry, tensor_count(ctx.graph, shown_entry.oid) > 0)
+
+
+def shown(ie: IndexEntry) -> WorkForm:
+    """How the index says the working tree shows an entry now."""
+    return WorkForm(ie.worktree, not ie.skip_worktree)
+
+
+def clean(ctx: Context, rel: str, want: Entry, index: Index) -> bool:
+    """Does the working file hold ``want`` (stat cache first, content if needed)? The
+    stat cache vouches for what the file holds: its projection in a sparse checkout."""
+    path = ctx.root / rel
+    if not path.is_file():
+        return False
+    ie = index.entries.get(rel)
+    if ie is not None and ie.worktree == want and ie.matches(os.stat(path)):
+        return True
+    return working_matches(ctx.graph, ctx.pool, path, rel, want)[0]
+
+
+def holds(ctx: Context, rel: str, form: WorkForm, index: Index) -> bool:
+    """Does the working tree show ``form`` at ``rel`` (a file left out: no file there)?"""
+    if not form.written:
+        return not (ctx.root / rel).exists()
+    return clean(ctx, rel, form.entry, index)
+
+
+def complete(ctx: Context, plan: Journal, index: Index, result: CheckoutResult, clear: bool = True) -> None:
+    """The steps after the working files of a journaled operation are written: removals,
+    the index, the sparse patterns, HEAD; then (``clear``) the journal goes (each step idempotent)."""
+    for p in plan.removes:
+        if index.entries.pop(p, None) is not None or (ctx.root / p).exists():
+            result.removed.append(p)
+        (ctx.root / p).unlink(missing_ok=True)
+        prune_dirs(ctx.root, p)
+    index.save()
+    if plan.set_patterns:
+        save_patterns(ctx.git_dir, plan.patterns)
+    move_head(ctx, plan)
+    if clear:
+        journal.clear(ctx.git_dir)
+
+
+def move_head(ctx: Context, plan: Journal) -> None:
+    """HEAD as a journaled operation leaves it, whether or not a killed run got that far."""
+    refs = ctx.refs
+    if plan.head in ("create", "branch"):
+        assert plan.branch is not None
+        if plan.head == "create" and plan.branch not in refs.branches():
+            refs.create_branch(plan.branch, plan.target)
+        if not plan.switch_after and refs.current_branch() != plan.branch:
+            refs.point_head_at_branch(plan.branch)
+    elif plan.head == "detach":
+        if refs.current_branch() is not None or refs.head() != plan.target:
+            refs.detach_head(plan.target)
+    elif plan.head == "advance":
+        head = refs.head()
+        if head != plan.target:
+            if head != plan.old_head:
+                raise RefUpdateError(f"HEAD moved to {str(head)[:12]} while the {plan.describe()} ran")
+            refs.advance_head(plan.old_head, plan.target, plan.message)
+
+
+def finish_command(plan: Journal) -> str:
+    """The command that finishes a journaled operation by hand, leaving HEAD where the
+    operation would: on its branch, on the advanced branch, or detached."""
+    if plan.head in ("branch", "create"):
+        return f"mgit checkout --force {plan.branch}"
+    if plan.head == "advance":
+        return f"mgit reset --hard {plan.target[:12]}"
+    if plan.head == "detach":
+        return f"mgit checkout --force {plan.target[:12]}"
+    return "mgit checkout --force HEAD"
+
+
+def undo_command(plan: Journal) -> str:
+    """The command that undoes a journaled operation by hand (``plan.old_head`` is set)."""
+    assert plan.old_head is not None
+    if plan.head == "advance":
+        return f"mgit reset --hard {plan.old_head[:12]}"
+    return f"mgit checkout --force {plan.old_head[:12]}"
