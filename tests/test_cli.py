@@ -7,6 +7,7 @@ import shutil
 import struct
 
 import pytest
+from helpers.cli import invoke
 from helpers.models import frozen_finetune, llama_state_dict, minilm_dir, tree_hashes, write_model
 from helpers.run import run_mgit
 
@@ -19,6 +20,18 @@ def assert_one_line_error(proc, *fragments: str) -> None:
     assert "Traceback" not in proc.stderr + proc.stdout
     for f in fragments:
         assert f in lines[0], lines[0]
+
+
+@pytest.fixture
+def work(tmp_path):
+    """conftest's `work` (an initialised repository with a committer), made in-process: three
+    interpreter start-ups less per test. The walkthrough below still types every command."""
+    d = tmp_path / "work"
+    d.mkdir()
+    invoke("init", cwd=d, check=True)
+    invoke("config", "user.name", "Ada", cwd=d, check=True)
+    invoke("config", "user.email", "ada@example.com", cwd=d, check=True)
+    return d
 
 
 def test_walkthrough(work):
@@ -78,8 +91,8 @@ def test_walkthrough(work):
 
 def test_git_can_read_the_graph(work):
     shutil.copytree(minilm_dir(), work / "m")
-    run_mgit("add", "m", cwd=work, check=True)
-    run_mgit("commit", "-m", "real model", cwd=work, check=True)
+    invoke("add", "m", cwd=work, check=True)
+    invoke("commit", "-m", "real model", cwd=work, check=True)
     git = shutil.which("git")
     if git is None:
         pytest.skip("git not installed")
@@ -122,7 +135,7 @@ F32_2 = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
 )
 def test_bad_safetensors_give_one_line_and_change_nothing(work, content, fragment):
     bad_file(work, "model.safetensors", content)
-    proc = run_mgit("add", "model", cwd=work)
+    proc = invoke("add", "model", cwd=work)
     assert_one_line_error(proc, "model/model.safetensors", fragment)
     assert not (work / ".mgit" / "mgit-index.json").exists()
     debug = run_mgit("--debug", "add", "model", cwd=work)
@@ -135,7 +148,7 @@ def test_duplicate_tensor_names(work):
         b' "t": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}'
     )
     bad_file(work, "dup.safetensors", struct.pack("<Q", len(body)) + body + b"\0" * 16)
-    assert_one_line_error(run_mgit("add", "model", cwd=work), "duplicate tensor name")
+    assert_one_line_error(invoke("add", "model", cwd=work), "duplicate tensor name")
 
 
 @pytest.mark.parametrize(
@@ -155,28 +168,28 @@ def test_duplicate_tensor_names(work):
 )
 def test_bad_arguments_give_one_line(work, args, fragment):
     (work / "f.txt").write_text("x")
-    run_mgit("add", "f.txt", cwd=work, check=True)
-    run_mgit("commit", "-m", "one", cwd=work, check=True)
-    assert_one_line_error(run_mgit(*args, cwd=work), fragment)
+    invoke("add", "f.txt", cwd=work, check=True)
+    invoke("commit", "-m", "one", cwd=work, check=True)
+    assert_one_line_error(invoke(*args, cwd=work), fragment)
 
 
 def test_not_a_repository(tmp_path):
-    assert_one_line_error(run_mgit("status", cwd=tmp_path), "not an mgit repository")
+    assert_one_line_error(invoke("status", cwd=tmp_path), "not an mgit repository")
 
 
 def test_dirty_checkout_is_refused(work):
     (work / "a.txt").write_text("1")
-    run_mgit("add", "a.txt", cwd=work, check=True)
-    run_mgit("commit", "-m", "one", cwd=work, check=True)
-    run_mgit("checkout", "-b", "two", cwd=work, check=True)
+    invoke("add", "a.txt", cwd=work, check=True)
+    invoke("commit", "-m", "one", cwd=work, check=True)
+    invoke("checkout", "-b", "two", cwd=work, check=True)
     (work / "a.txt").write_text("2")
-    run_mgit("add", "a.txt", cwd=work, check=True)
-    run_mgit("commit", "-m", "two", cwd=work, check=True)
-    run_mgit("checkout", "main", cwd=work, check=True)
+    invoke("add", "a.txt", cwd=work, check=True)
+    invoke("commit", "-m", "two", cwd=work, check=True)
+    invoke("checkout", "main", cwd=work, check=True)
     (work / "a.txt").write_text("local")
-    assert_one_line_error(run_mgit("checkout", "two", cwd=work), "uncommitted changes", "--force")
+    assert_one_line_error(invoke("checkout", "two", cwd=work), "uncommitted changes", "--force")
     assert (work / "a.txt").read_text() == "local"
-    run_mgit("checkout", "--force", "two", cwd=work, check=True)
+    invoke("checkout", "--force", "two", cwd=work, check=True)
     assert (work / "a.txt").read_text() == "2"
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import invoke
 from helpers.run import run_mgit
 
 PROBE = """
@@ -34,16 +35,16 @@ def loaded_by(cwd: Path, *args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def committed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A repository with one commit of a small bf16 model, made once by the real CLI."""
+    """A repository with one commit of a small bf16 model, made once by the CLI (in-process)."""
     from helpers.models import llama_state_dict, write_model
 
     work = tmp_path_factory.mktemp("template") / "work"
     work.mkdir()
     for args in (("init",), ("config", "user.name", "Ada"), ("config", "user.email", "ada@example.com")):
-        run_mgit(*args, cwd=work, check=True)
+        invoke(*args, cwd=work, check=True)
     write_model(work / "model", llama_state_dict())
-    run_mgit("add", "model", cwd=work, check=True)
-    run_mgit("commit", "-m", "base", cwd=work, check=True)
+    invoke("add", "model", cwd=work, check=True)
+    invoke("commit", "-m", "base", cwd=work, check=True)
     return work
 
 
@@ -88,26 +89,26 @@ def test_bad_merge_config_refused_before_torch(committed: Path) -> None:
 
 
 def test_quiet_after_the_command(committed: Path) -> None:
-    run_mgit("branch", "other", cwd=committed, check=True)
-    quiet = run_mgit("checkout", "other", "-q", cwd=committed)
+    invoke("branch", "other", cwd=committed, check=True)
+    quiet = invoke("checkout", "other", "-q", cwd=committed)
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stderr == ""
-    loud = run_mgit("checkout", "main", cwd=committed, check=True)
+    loud = invoke("checkout", "main", cwd=committed, check=True)
     assert "Switched to branch 'main'" in loud.stderr
 
 
 def test_quiet_before_the_command_keeps_results_and_warnings(committed: Path) -> None:
-    detached = run_mgit("-q", "checkout", "HEAD~0", cwd=committed, check=True)
+    detached = invoke("-q", "checkout", "HEAD~0", cwd=committed, check=True)
     assert detached.stderr.startswith("warning: HEAD is now detached")
-    run_mgit("checkout", "main", cwd=committed, check=True)
+    invoke("checkout", "main", cwd=committed, check=True)
     (committed / "notes.txt").write_text("hello\n")
-    run_mgit("add", "notes.txt", "--quiet", cwd=committed, check=True)
-    done = run_mgit("commit", "-m", "notes", "-q", cwd=committed, check=True)
+    invoke("add", "notes.txt", "--quiet", cwd=committed, check=True)
+    done = invoke("commit", "-m", "notes", "-q", cwd=committed, check=True)
     assert done.stdout.startswith("[main ") and done.stderr == ""
 
 
 def test_debug_after_the_command_shows_the_traceback(committed: Path) -> None:
-    plain = run_mgit("reflog", "show", "nope", cwd=committed)
+    plain = invoke("reflog", "show", "nope", cwd=committed)
     assert plain.returncode != 0 and "Traceback" not in plain.stderr
     debug = run_mgit("reflog", "show", "nope", "--debug", cwd=committed)
     assert debug.returncode != 0 and "Traceback" in debug.stderr
@@ -138,45 +139,45 @@ def test_every_command_takes_the_global_flags() -> None:
 def test_merge_summary_is_a_result_on_stdout_and_quiet_keeps_stderr_empty(committed: Path) -> None:
     from helpers.models import frozen_finetune, llama_state_dict, write_model
 
-    run_mgit("checkout", "-b", "tuned", cwd=committed, check=True)
+    invoke("checkout", "-b", "tuned", cwd=committed, check=True)
     write_model(committed / "model", frozen_finetune(llama_state_dict(), {0}))
-    run_mgit("add", "model", cwd=committed, check=True)
-    run_mgit("commit", "-m", "tuned", cwd=committed, check=True)
-    run_mgit("checkout", "main", cwd=committed, check=True)
-    done = run_mgit("merge", "tuned", "--method", "task_arithmetic", "--weights", "0.5", "-q", cwd=committed)
+    invoke("add", "model", cwd=committed, check=True)
+    invoke("commit", "-m", "tuned", cwd=committed, check=True)
+    invoke("checkout", "main", cwd=committed, check=True)
+    done = invoke("merge", "tuned", "--method", "task_arithmetic", "--weights", "0.5", "-q", cwd=committed)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "" and done.stdout.startswith("merged 1 expert(s) with task_arithmetic")
-    assert "merge tuned" in run_mgit("log", "--oneline", "-n", "1", cwd=committed, check=True).stdout
+    assert "merge tuned" in invoke("log", "--oneline", "-n", "1", cwd=committed, check=True).stdout
 
 
 # -- item 8: reflog takes short ref names; unknown ones are an error ----------------------------
 
 
 def test_reflog_short_names(committed: Path) -> None:
-    full = run_mgit("reflog", "show", "refs/heads/main", cwd=committed, check=True).stdout
-    short = run_mgit("reflog", "show", "main", cwd=committed, check=True).stdout
+    full = invoke("reflog", "show", "refs/heads/main", cwd=committed, check=True).stdout
+    short = invoke("reflog", "show", "main", cwd=committed, check=True).stdout
     assert short.strip() and len(short.splitlines()) == len(full.splitlines())
     assert short.split()[0] == full.split()[0] and "main@{0}" in short
-    assert run_mgit("reflog", "show", "HEAD", cwd=committed, check=True).stdout.strip()
-    assert run_mgit("reflog", cwd=committed, check=True).stdout.strip()
+    assert invoke("reflog", "show", "HEAD", cwd=committed, check=True).stdout.strip()
+    assert invoke("reflog", cwd=committed, check=True).stdout.strip()
 
 
 def test_reflog_remote_tracking_and_tag_names(committed: Path, tmp_path: Path) -> None:
-    run_mgit("remote", "add", "origin", str(tmp_path / "remote"), cwd=committed, check=True)
-    run_mgit("push", "origin", "main", cwd=committed, check=True)
+    invoke("remote", "add", "origin", str(tmp_path / "remote"), cwd=committed, check=True)
+    invoke("push", "origin", "main", cwd=committed, check=True)
     clone = tmp_path / "clone"
-    run_mgit("clone", str(tmp_path / "remote"), str(clone), cwd=tmp_path, check=True)
+    invoke("clone", str(tmp_path / "remote"), str(clone), cwd=tmp_path, check=True)
     for where in (committed, clone):
         for name in ("origin/main", "remotes/origin/main", "refs/remotes/origin/main"):
-            proc = run_mgit("reflog", "show", name, cwd=where)
+            proc = invoke("reflog", "show", name, cwd=where)
             assert proc.returncode == 0 and proc.stderr == "", (where, name, proc.stderr)
-    run_mgit("tag", "v1", cwd=committed, check=True)
-    assert run_mgit("reflog", "show", "v1", cwd=committed).returncode == 0
+    invoke("tag", "v1", cwd=committed, check=True)
+    assert invoke("reflog", "show", "v1", cwd=committed).returncode == 0
 
 
 def test_reflog_unknown_ref_is_an_error(committed: Path) -> None:
     for name in ("nope", "origin/main", "../config"):
-        proc = run_mgit("reflog", "show", name, cwd=committed)
+        proc = invoke("reflog", "show", name, cwd=committed)
         assert proc.returncode != 0 and proc.stdout == ""
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: unknown ref"), proc.stderr
@@ -186,20 +187,20 @@ def test_reflog_unknown_ref_is_an_error(committed: Path) -> None:
 
 
 def test_init_inside_a_repository_needs_force(committed: Path) -> None:
-    refused = run_mgit("init", "inner", cwd=committed)
+    refused = invoke("init", "inner", cwd=committed)
     assert refused.returncode != 0
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and "--force" in lines[0] and str(committed) in lines[0]
     assert not (committed / "inner" / ".mgit").exists()
     (committed / "model" / "deep").mkdir()
-    assert run_mgit("init", cwd=committed / "model" / "deep").returncode != 0
-    forced = run_mgit("init", "inner", "--force", cwd=committed, check=True)
+    assert invoke("init", cwd=committed / "model" / "deep").returncode != 0
+    forced = invoke("init", "inner", "--force", cwd=committed, check=True)
     assert forced.stderr.startswith("warning: creating a repository nested")
     assert (committed / "inner" / ".mgit" / "HEAD").is_file()
 
 
 def test_init_outside_any_repository_is_quiet(tmp_path: Path) -> None:
-    done = run_mgit("init", "fresh", cwd=tmp_path, check=True)
+    done = invoke("init", "fresh", cwd=tmp_path, check=True)
     assert done.stderr == "" and "Initialized empty mgit repository" in done.stdout
 
 
@@ -213,16 +214,16 @@ def test_stat_after_reshard_counts_moves(committed: Path) -> None:
     write_model(committed / "model", llama_state_dict(), shards=2)
     for f in (committed / "model").iterdir():
         touch_later(f)
-    run_mgit("add", "model", cwd=committed, check=True)
-    run_mgit("commit", "-m", "two shards", cwd=committed, check=True)
-    stat = run_mgit("diff", "HEAD~1", "HEAD", "--stat", cwd=committed, check=True).stdout
+    invoke("add", "model", cwd=committed, check=True)
+    invoke("commit", "-m", "two shards", cwd=committed, check=True)
+    stat = invoke("diff", "HEAD~1", "HEAD", "--stat", cwd=committed, check=True).stdout
     lines = stat.splitlines()
     assert len(lines) == 5, stat  # 4 files + totals
     assert " model/model.safetensors | removed: 39 tensor(s) moved" in lines
     assert any(line.startswith(" model/model.safetensors.index.json | added: +") for line in lines)
     assert "changed:" not in stat and "@@" not in stat and "+++" not in stat
     assert lines[-1].startswith(" 4 file(s) changed; 39 tensor(s) moved; 0 chunk(s)")
-    doc = json.loads(run_mgit("diff", "HEAD~1", "HEAD", "--stat", "--json", cwd=committed, check=True).stdout)
+    doc = json.loads(invoke("diff", "HEAD~1", "HEAD", "--stat", "--json", cwd=committed, check=True).stdout)
     old = next(f for f in doc["files"] if f["path"] == "model/model.safetensors")
     assert old["tensors_moved"] == 39 and old["tensors_changed"] == 0
 
@@ -235,7 +236,7 @@ def test_stat_counts_changed_added_removed(committed: Path) -> None:
     sd["extra.weight"] = sd.pop("model.norm.weight")[:8].clone()
     write_model(committed / "model", sd)
     touch_later(committed / "model" / "model.safetensors")
-    stat = run_mgit("diff", "--stat", cwd=committed, check=True).stdout
+    stat = invoke("diff", "--stat", cwd=committed, check=True).stdout
     assert " model/model.safetensors | modified: 3 tensor(s): 1 changed, 1 added, 1 removed, " in stat
 
 
@@ -321,13 +322,13 @@ def test_light_command_not_paged(committed: Path, tmp_path: Path) -> None:
 def test_long_text_diff_summarised_unless_full(committed: Path) -> None:
     vocab = committed / "vocab.txt"
     vocab.write_text("".join(f"token{i}\n" for i in range(3000)))
-    run_mgit("add", "vocab.txt", cwd=committed, check=True)
-    run_mgit("commit", "-m", "vocab", cwd=committed, check=True)
+    invoke("add", "vocab.txt", cwd=committed, check=True)
+    invoke("commit", "-m", "vocab", cwd=committed, check=True)
     vocab.write_text("".join(f"token{i}{'x' if i % 2 else ''}\n" for i in range(3000)))
-    short = run_mgit("diff", cwd=committed, check=True).stdout
+    short = invoke("diff", cwd=committed, check=True).stdout
     assert len(short.splitlines()) <= 202
     assert "more diff line(s) not shown" in short and "+1500 -1500" in short and "--full" in short
-    full = run_mgit("diff", "--full", cwd=committed, check=True).stdout
+    full = invoke("diff", "--full", cwd=committed, check=True).stdout
     assert len(full.splitlines()) > 3000 and "not shown" not in full
     assert "token2999x" in full and "token2999x" not in short
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.shell_completion import ShellComplete
+from helpers.cli import invoke
 from helpers.models import (
     LlamaSpec,
     commit_model,
@@ -72,7 +73,7 @@ def test_reset_soft_moves_the_branch_only(two):
 
 def test_reset_mixed_unstages_and_keeps_the_working_files(two):
     repo, a, b, _, b_files = two
-    proc = run_mgit("reset", a[:10], cwd=repo.root)
+    proc = invoke("reset", a[:10], cwd=repo.root)
     assert proc.returncode == 0, proc.stderr
     assert "Unstaged changes after reset:" in proc.stdout and "M\tmodel/model.safetensors" in proc.stdout
     assert repo.refs.head() == a
@@ -119,7 +120,7 @@ def test_reset_mixed_refuses_to_drop_staged_tensors_no_commit_holds(two):
     with pytest.raises(DirtyWorktreeError, match="model/model.safetensors.*--hard"):
         repo.reset(a)
     assert repo.refs.head() == b and (repo.git_dir / "mgit-index.json").read_bytes() == before
-    proc = run_mgit("reset", a, cwd=repo.root)
+    proc = invoke("reset", a, cwd=repo.root)
     assert proc.returncode != 0 and proc.stderr.startswith("error: reset would drop staged changes")
     assert "Traceback" not in proc.stderr
     repo.reset(a, mode="soft")  # soft keeps the index: nothing is lost
@@ -182,7 +183,7 @@ def test_reset_bad_input(two):
     repo, *_ = two
     with pytest.raises(BadInputError, match="unknown reset mode"):
         repo.reset("HEAD", mode="keep")
-    proc = run_mgit("reset", "--hard", "nope", cwd=repo.root)
+    proc = invoke("reset", "--hard", "nope", cwd=repo.root)
     assert proc.returncode != 0 and "unknown revision 'nope'" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -207,7 +208,7 @@ def test_reset_hard_head_1_undoes_a_merge(repo):
     base_commit = repo.refs.head()
     merged = repo.merge(["e1"], "linear", weight=0.5)
     assert repo.refs.head() == merged and tree_hashes(repo.root) != before
-    proc = run_mgit("reset", "--hard", "HEAD^1", cwd=repo.root)
+    proc = invoke("reset", "--hard", "HEAD^1", cwd=repo.root)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"HEAD is now at {base_commit[:12]} base")
     assert repo.refs.head() == base_commit and tree_hashes(repo.root) == before and repo.status().clean
@@ -218,19 +219,19 @@ def test_reset_hard_head_1_undoes_a_merge(repo):
 
 def test_branch_force_moves_a_branch(two):
     repo, a, b, _, _ = two
-    run_mgit("branch", "exp", a, cwd=repo.root, check=True)
-    refused = run_mgit("branch", "exp", b, cwd=repo.root)
+    invoke("branch", "exp", a, cwd=repo.root, check=True)
+    refused = invoke("branch", "exp", b, cwd=repo.root)
     assert refused.returncode != 0 and "already exists" in refused.stderr
-    run_mgit("branch", "-f", "exp", b, cwd=repo.root, check=True)
+    invoke("branch", "-f", "exp", b, cwd=repo.root, check=True)
     assert repo.branches()["exp"] == b
     assert repo.reflog("refs/heads/exp")[0][3] == f"branch: Reset to {b}"
-    run_mgit("branch", "-f", "new", a, cwd=repo.root, check=True)  # -f creates, too
+    invoke("branch", "-f", "new", a, cwd=repo.root, check=True)  # -f creates, too
     assert repo.branches()["new"] == a
 
 
 def test_branch_force_refuses_the_checked_out_branch_unless_unchanged(two):
     repo, a, b, _, _ = two
-    proc = run_mgit("branch", "-f", "main", a, cwd=repo.root)
+    proc = invoke("branch", "-f", "main", a, cwd=repo.root)
     assert proc.returncode != 0 and "checked-out branch 'main'" in proc.stderr and "mgit reset" in proc.stderr
     assert repo.branches()["main"] == b
     repo.create_branch("main", b, force=True)  # to the commit it holds: allowed, as git
@@ -240,13 +241,13 @@ def test_branch_force_refuses_the_checked_out_branch_unless_unchanged(two):
 def test_branch_rename_moves_the_reflog_and_head(two):
     repo, a, b, _, _ = two
     moves = repo.reflog("refs/heads/main")
-    run_mgit("branch", "-m", "main", "trunk", cwd=repo.root, check=True)
+    invoke("branch", "-m", "main", "trunk", cwd=repo.root, check=True)
     assert "main" not in repo.branches() and repo.branches()["trunk"] == b
     assert repo.refs.current_branch() == "trunk"
     assert repo.reflog("refs/heads/trunk")[1:] == moves
     assert repo.reflog("refs/heads/trunk")[0][3] == "Branch: renamed refs/heads/main to refs/heads/trunk"
     assert not (repo.git_dir / "logs" / "refs" / "heads" / "main").exists()
-    assert run_mgit("status", cwd=repo.root, check=True).stdout.startswith("On branch trunk")
+    assert invoke("status", cwd=repo.root, check=True).stdout.startswith("On branch trunk")
     repo.create_branch("side", a)
     repo.rename_branch("side", "other")  # not the current one: HEAD stays
     assert repo.refs.current_branch() == "trunk" and repo.branches()["other"] == a
@@ -254,7 +255,7 @@ def test_branch_rename_moves_the_reflog_and_head(two):
         repo.rename_branch("other", "trunk")
     with pytest.raises(BadInputError, match="not found"):
         repo.rename_branch("ghost", "x")
-    run_mgit("branch", "-m", "main", cwd=repo.root, check=True)  # one name: the current branch
+    invoke("branch", "-m", "main", cwd=repo.root, check=True)  # one name: the current branch
     assert repo.refs.current_branch() == "main"
 
 
@@ -266,16 +267,16 @@ def test_branch_delete_refuses_an_unmerged_branch(two):
     repo.add(["model"])
     repo.commit("only on exp")
     repo.checkout("main")
-    proc = run_mgit("branch", "-d", "exp", cwd=repo.root)
+    proc = invoke("branch", "-d", "exp", cwd=repo.root)
     assert proc.returncode != 0
     assert proc.stderr.strip() == (
         "error: the branch 'exp' is not fully merged; if you are sure you want to delete it, run `mgit branch -D exp`"
     )
     assert "exp" in repo.branches()
-    run_mgit("branch", "-D", "exp", cwd=repo.root, check=True)
+    invoke("branch", "-D", "exp", cwd=repo.root, check=True)
     assert "exp" not in repo.branches()
     repo.create_branch("old", a)  # reachable from HEAD: -d deletes it
-    run_mgit("branch", "-d", "old", cwd=repo.root, check=True)
+    invoke("branch", "-d", "old", cwd=repo.root, check=True)
     assert "old" not in repo.branches()
 
 
@@ -306,11 +307,11 @@ def cloned(two, tmp_path):
 
 def test_branch_lists_remote_tracking_branches(cloned):
     _, clone, a, b = cloned
-    plain = run_mgit("branch", cwd=clone.root, check=True).stdout
+    plain = invoke("branch", cwd=clone.root, check=True).stdout
     assert plain == "* main\n"
-    assert run_mgit("branch", "-r", cwd=clone.root, check=True).stdout == "  origin/main\n"
-    assert run_mgit("branch", "-a", cwd=clone.root, check=True).stdout == "* main\n  remotes/origin/main\n"
-    doc = _json(run_mgit("branch", "--json", cwd=clone.root))
+    assert invoke("branch", "-r", cwd=clone.root, check=True).stdout == "  origin/main\n"
+    assert invoke("branch", "-a", cwd=clone.root, check=True).stdout == "* main\n  remotes/origin/main\n"
+    doc = _json(invoke("branch", "--json", cwd=clone.root))
     assert doc == {
         "schema": "mgit.branch/1",
         "current": "main",
@@ -329,9 +330,9 @@ def test_remote_tracking_names_resolve_as_revisions(cloned):
     assert clone.resolve("remotes/origin/exp") == a
     assert [c.id for c in clone.log("origin/exp")] == [a]
     assert clone.state_dict("origin/exp", names=["lm_head.weight"])["lm_head.weight"].shape[0] == SPEC.vocab
-    shown = _json(run_mgit("show", "--json", "origin/exp", cwd=clone.root))
+    shown = _json(invoke("show", "--json", "origin/exp", cwd=clone.root))
     assert shown["id"] == a
-    assert _json(run_mgit("log", "--json", "origin/main", cwd=clone.root))["commits"][0]["id"] == b
+    assert _json(invoke("log", "--json", "origin/main", cwd=clone.root))["commits"][0]["id"] == b
     clone.checkout("origin/exp")
     assert clone.refs.current_branch() is None and clone.refs.head() == a
 
@@ -341,13 +342,13 @@ def test_remote_tracking_names_resolve_as_revisions(cloned):
 
 def test_fetch_prints_which_refs_moved(cloned):
     origin, clone, a, b = cloned
-    quiet = run_mgit("fetch", cwd=clone.root, check=True)
+    quiet = invoke("fetch", cwd=clone.root, check=True)
     assert "->" not in quiet.stderr  # nothing moved
     c = commit_model(origin, _sd(11), "c")
     origin.push()
     origin.create_branch("exp", a)
     origin.push("origin", "exp")
-    proc = run_mgit("fetch", cwd=clone.root, check=True)
+    proc = invoke("fetch", cwd=clone.root, check=True)
     lines = proc.stderr.splitlines()
     assert f"   {b[:7]}..{c[:7]}  main -> origin/main" in lines
     assert " * [new branch]      exp -> origin/exp" in lines
@@ -355,12 +356,12 @@ def test_fetch_prints_which_refs_moved(cloned):
     origin.push("origin", "exp")  # unchanged
     origin.create_branch("exp", b, force=True)
     origin.push("origin", "exp", force=True)  # a rewind: forced
-    doc = _json(run_mgit("fetch", "--json", cwd=clone.root))
+    doc = _json(invoke("fetch", "--json", cwd=clone.root))
     assert doc["refs"]["refs/heads/exp"] == {"old": a, "new": b}
     assert doc["refs"]["refs/heads/main"] == {"old": c, "new": c}
     origin.create_branch("exp", a, force=True)
     origin.push("origin", "exp", force=True)
-    proc = run_mgit("fetch", cwd=clone.root, check=True)
+    proc = invoke("fetch", cwd=clone.root, check=True)
     assert f" + {b[:7]}...{a[:7]} exp -> origin/exp  (forced update)" in proc.stderr.splitlines()
 
 
@@ -370,14 +371,14 @@ def test_pull_prints_the_moves_and_the_fast_forward(cloned):
     origin.push()
     origin.tag("v1", c)
     origin.push("origin", "v1")
-    proc = run_mgit("pull", cwd=clone.root, check=True)
+    proc = invoke("pull", cwd=clone.root, check=True)
     assert f"   {b[:7]}..{c[:7]}  main -> origin/main" in proc.stderr.splitlines()
     assert " * [new tag]         v1 -> v1" in proc.stderr.splitlines()
     assert proc.stdout == f"Updating {b[:7]}..{c[:7]}\nFast-forward\n"
-    again = _json(run_mgit("pull", "--json", cwd=clone.root))
+    again = _json(invoke("pull", "--json", cwd=clone.root))
     assert again["schema"] == "mgit.transfer/1" and again["kind"] == "pull"
     assert again["head"] == {"branch": "main", "old": c, "new": c}
-    assert run_mgit("pull", cwd=clone.root, check=True).stdout == "Already up to date.\n"
+    assert invoke("pull", cwd=clone.root, check=True).stdout == "Already up to date.\n"
 
 
 # -- --json on every listing and result --------------------------------------------------------
@@ -388,8 +389,8 @@ def test_json_listings(two, tmp_path):
     repo.tag("v1", a)
     repo.remote_add("origin", str(tmp_path / "r.mgit"))
     root = repo.root
-    assert _json(run_mgit("tag", "--json", cwd=root)) == {"schema": "mgit.tag/1", "tags": [{"name": "v1", "commit": a}]}
-    assert _json(run_mgit("remote", "--json", cwd=root)) == {
+    assert _json(invoke("tag", "--json", cwd=root)) == {"schema": "mgit.tag/1", "tags": [{"name": "v1", "commit": a}]}
+    assert _json(invoke("remote", "--json", cwd=root)) == {
         "schema": "mgit.remote/1",
         "remotes": [{"name": "origin", "url": str((tmp_path / "r.mgit").resolve())}],
     }
@@ -397,13 +398,13 @@ def test_json_listings(two, tmp_path):
         (("reflog", "--json"), "HEAD"),
         (("reflog", "show", "refs/heads/main", "--json"), "refs/heads/main"),
     ):
-        doc = _json(run_mgit(*args, cwd=root))
+        doc = _json(invoke(*args, cwd=root))
         assert doc["schema"] == "mgit.reflog/1" and doc["ref"] == ref
         assert [(e["old"], e["new"]) for e in doc["entries"]] == [(a, b), (None, a)]
         assert doc["entries"][0]["message"] == "commit: b" and isinstance(doc["entries"][0]["time"], int)
     # the listings without --json stay as they were
-    assert run_mgit("tag", cwd=root, check=True).stdout == "v1\n"
-    assert run_mgit("remote", cwd=root, check=True).stdout.split() == ["origin", str((tmp_path / "r.mgit").resolve())]
+    assert invoke("tag", cwd=root, check=True).stdout == "v1\n"
+    assert invoke("remote", cwd=root, check=True).stdout.split() == ["origin", str((tmp_path / "r.mgit").resolve())]
 
 
 def test_json_results(two):
@@ -411,18 +412,18 @@ def test_json_results(two):
     root = repo.root
     write_model(root / "model", _sd(3))
     touch_later(root / "model" / "model.safetensors")
-    added = _json(run_mgit("add", "model", "--json", cwd=root))
+    added = _json(invoke("add", "model", "--json", cwd=root))
     assert added["schema"] == "mgit.add/1" and added["added"] == ["model/model.safetensors"]
     assert added["removed"] == [] and added["new_chunks"] > 0 and added["logical_bytes"] > 0
-    committed = _json(run_mgit("commit", "-m", "c", "--json", cwd=root))
+    committed = _json(invoke("commit", "-m", "c", "--json", cwd=root))
     c = repo.refs.head()
     assert committed == {"schema": "mgit.commit/1", "commit": c, "branch": "main", "parents": [b]}
-    out = _json(run_mgit("checkout", a, "--json", cwd=root))
+    out = _json(invoke("checkout", a, "--json", cwd=root))
     assert out["schema"] == "mgit.checkout/1" and out["commit"] == a and out["detached"] is True
     assert out["branch"] is None and "model/model.safetensors" in out["written"] and out["removed"] == ["notes.txt"]
     assert out["bytes_read"] > 0 and out["cost"] is None
-    run_mgit("checkout", "main", cwd=root, check=True)
-    reset = _json(run_mgit("reset", "--hard", "HEAD~2", "--json", cwd=root))
+    invoke("checkout", "main", cwd=root, check=True)
+    reset = _json(invoke("reset", "--hard", "HEAD~2", "--json", cwd=root))
     assert reset["schema"] == "mgit.reset/1" and (reset["old"], reset["commit"], reset["mode"]) == (c, a, "hard")
     assert reset["branch"] == "main" and reset["removed"] == ["notes.txt"]
 
@@ -430,7 +431,7 @@ def test_json_results(two):
 def test_merge_json_result(repo):
     base = _sd(0)
     _base_and_expert(repo, base)
-    proc = run_mgit("merge", "--method", "task_arithmetic", "--weights", "0.5", "e1", "--json", cwd=repo.root)
+    proc = invoke("merge", "--method", "task_arithmetic", "--weights", "0.5", "e1", "--json", cwd=repo.root)
     doc = _json(proc)
     record = repo.merge_record("HEAD")
     assert doc["schema"] == "mgit.merge/1" and doc["commit"] == repo.refs.head() and doc["branch"] == "main"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.cli import invoke
 from helpers.models import LlamaSpec, commit_model, llama_state_dict
 from helpers.run import run_mgit
 
@@ -63,7 +64,7 @@ def test_push_fetch_pull_and_clone_log_the_tracking_branch(origin, tmp_path):
         repo.push("origin", "exp", force=True)
         clone.fetch()
         assert _messages(clone, "origin/exp")[0] == "fetch: forced-update"
-        shown = run_mgit("reflog", "show", "origin/main", cwd=clone.root, check=True).stdout.splitlines()
+        shown = invoke("reflog", "show", "origin/main", cwd=clone.root, check=True).stdout.splitlines()
         assert len(shown) == 3 and shown[0].startswith(f"{c[:12]} origin/main@{{0}} ")
         assert shown[0].endswith(" pull: fast-forward") and shown[-1].endswith(f" clone: from {url}")
 
@@ -71,7 +72,7 @@ def test_push_fetch_pull_and_clone_log_the_tracking_branch(origin, tmp_path):
 def test_reflog_of_a_tag_says_tags_keep_none(origin):
     repo, _ = origin
     repo.tag("v1")
-    proc = run_mgit("reflog", "show", "v1", cwd=repo.root)
+    proc = invoke("reflog", "show", "v1", cwd=repo.root)
     assert proc.returncode == 0 and proc.stdout == ""
     assert proc.stderr.strip() == "refs/tags/v1 has no reflog: tags keep none (as in git); `mgit show v1` shows it"
 
@@ -85,21 +86,21 @@ def test_branch_force_rename_replaces_an_existing_branch(origin):
     repo.create_branch("old")
     b = commit_model(repo, _sd(1), "b")
     repo.create_branch("new", b)
-    refused = run_mgit("branch", "-m", "old", "new", cwd=repo.root)
+    refused = invoke("branch", "-m", "old", "new", cwd=repo.root)
     assert refused.returncode != 0 and refused.stderr.strip() == "error: branch 'new' already exists"
-    run_mgit("branch", "-M", "old", "new", cwd=repo.root, check=True)
+    invoke("branch", "-M", "old", "new", cwd=repo.root, check=True)
     assert repo.branches() == {"main": b, "new": a}
     renamed = "Branch: renamed refs/heads/old to refs/heads/new"
     assert _messages(repo, "new") == [renamed, f"branch: created from {a[:12]}"]  # old's history, not new's
-    current = run_mgit("branch", "-M", "new", "main", cwd=repo.root)
+    current = invoke("branch", "-M", "new", "main", cwd=repo.root)
     assert current.returncode != 0
     assert current.stderr.strip() == (
         "error: cannot force-rename onto the checked-out branch 'main'; switch to another branch first"
     )
     assert repo.branches() == {"main": b, "new": a}
-    run_mgit("branch", "-M", "main", "trunk", cwd=repo.root, check=True)  # the current one: HEAD follows
+    invoke("branch", "-M", "main", "trunk", cwd=repo.root, check=True)  # the current one: HEAD follows
     assert repo.refs.current_branch() == "trunk" and repo.branches() == {"trunk": b, "new": a}
-    run_mgit("branch", "-M", "trunk", cwd=repo.root, check=True)  # itself: nothing to do
+    invoke("branch", "-M", "trunk", cwd=repo.root, check=True)  # itself: nothing to do
     assert repo.branches() == {"trunk": b, "new": a}
 
 
@@ -133,10 +134,10 @@ def test_reflog_positions_in_the_cli_and_their_errors(origin):
     repo, _ = origin
     a = repo.resolve("HEAD")
     b = commit_model(repo, _sd(1), "b")
-    shown = run_mgit("log", "--oneline", "main@{1}", cwd=repo.root, check=True).stdout
+    shown = invoke("log", "--oneline", "main@{1}", cwd=repo.root, check=True).stdout
     assert shown.splitlines()[0].startswith(a[:12]) and len(shown.splitlines()) == 1
-    assert run_mgit("diff", "--stat", "HEAD@{1}", "HEAD@{0}", cwd=repo.root).returncode == 0
-    run_mgit("branch", "old", "main@{1}", cwd=repo.root, check=True)
+    assert invoke("diff", "--stat", "HEAD@{1}", "HEAD@{0}", cwd=repo.root).returncode == 0
+    invoke("branch", "old", "main@{1}", cwd=repo.root, check=True)
     assert repo.branches()["old"] == a and repo.branches()["main"] == b
     repo.tag("v1")
     for rev, message in [
@@ -145,7 +146,7 @@ def test_reflog_positions_in_the_cli_and_their_errors(origin):
         ("main@{yesterday}", "invalid revision 'main@{yesterday}': mgit reads reflog positions, REF@{N} (N = 0, 1, …)"),
         ("nope@{1}", "unknown ref 'nope' (a branch, tag, remote-tracking branch such as origin/main, or HEAD)"),
     ]:
-        proc = run_mgit("show", rev, cwd=repo.root)
+        proc = invoke("show", rev, cwd=repo.root)
         assert proc.returncode != 0 and proc.stdout == ""
         assert proc.stderr.strip() == f"error: {message}", rev
 
@@ -167,7 +168,7 @@ def test_reset_paths_unstages_and_leaves_files_and_head(origin):
     (repo.root / "keep.txt").write_text("stays staged\n")
     repo.add(["model/config.json", "notes.txt", "keep.txt"])
     weights = (repo.root / "model" / "model.safetensors").read_bytes()
-    proc = run_mgit("reset", "--", "model/config.json", "notes.txt", cwd=repo.root, check=True)
+    proc = invoke("reset", "--", "model/config.json", "notes.txt", cwd=repo.root, check=True)
     assert proc.stdout == "Unstaged changes after reset:\nM\tmodel/config.json\n"
     assert repo.resolve("HEAD") == head and repo.refs.current_branch() == "main"
     assert _status(repo) == ({"keep.txt": "added"}, {"model/config.json": "modified"}, ["notes.txt"])
@@ -190,16 +191,16 @@ def test_reset_rev_paths_stages_that_revisions_entries(origin):
     assert staged == {"model/model.safetensors": "modified"} and unstaged == {"model/model.safetensors": "modified"}
     assert repo._index().entries["model/model.safetensors"].entry == a_snap["model/model.safetensors"]
     assert (repo.root / "model" / "model.safetensors").read_bytes() == b_weights
-    refused = run_mgit("reset", "--", "model", cwd=repo.root)  # a's weights: in the index only, as staged here
+    refused = invoke("reset", "--", "model", cwd=repo.root)  # a's weights: in the index only, as staged here
     assert refused.returncode != 0 and refused.stderr.strip() == (
         "error: reset would drop staged changes in model/model.safetensors that no commit or working file holds; "
         "commit them, or `mgit add` the working file over them first"
     )
-    doc = json.loads(run_mgit("reset", "--json", "HEAD", "--", "model/config.json", cwd=repo.root, check=True).stdout)
+    doc = json.loads(invoke("reset", "--json", "HEAD", "--", "model/config.json", cwd=repo.root, check=True).stdout)
     assert doc["schema"] == "mgit.reset/1" and doc["paths"] == ["model/config.json"] and doc["unstaged"] == []
     assert doc["commit"] == doc["old"] == b
     repo.add(["model"])
-    run_mgit("reset", "--", "model", cwd=repo.root, check=True)
+    invoke("reset", "--", "model", cwd=repo.root, check=True)
     assert _status(repo)[:2] == ({}, {})
 
 
@@ -207,7 +208,7 @@ def test_reset_paths_on_an_unborn_branch_unstages_the_first_files(repo):
     (repo.root / "notes.txt").write_text("oops\n")
     (repo.root / "keep.txt").write_text("keep\n")
     repo.add(["notes.txt", "keep.txt"])
-    run_mgit("reset", "--", "notes.txt", cwd=repo.root, check=True)
+    invoke("reset", "--", "notes.txt", cwd=repo.root, check=True)
     assert _status(repo) == ({"keep.txt": "added"}, {}, ["notes.txt"])
 
 
@@ -220,7 +221,7 @@ def test_reset_paths_refuses_modes_and_unmatched_paths(origin):
         (("--soft",), "reset --soft does not take paths; `mgit reset -- PATH` unstages them"),
         ((), "pathspec 'nope.txt' did not match any file in the index or in HEAD"),
     ]:
-        proc = run_mgit("reset", *args, "--", "notes.txt", "nope.txt", cwd=repo.root)
+        proc = invoke("reset", *args, "--", "notes.txt", "nope.txt", cwd=repo.root)
         assert proc.returncode != 0 and proc.stderr.strip() == f"error: {message}", args
         assert _status(repo)[0] == {"notes.txt": "added"}  # nothing was changed
 
@@ -242,5 +243,5 @@ def test_removing_a_remote_forgets_its_tracking_reflogs(origin, tmp_path):
     assert (repo.git_dir / "logs" / "refs" / "remotes" / "origin" / "main").exists()
     repo.remote_remove("origin")
     assert not (repo.git_dir / "logs" / "refs" / "remotes" / "origin").exists()
-    shown = run_mgit("reflog", "show", "origin/main", cwd=repo.root)
+    shown = invoke("reflog", "show", "origin/main", cwd=repo.root)
     assert shown.returncode != 0 and shown.stdout == ""

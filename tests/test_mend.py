@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.cli import invoke
 from helpers.models import LlamaSpec, commit_model, llama_state_dict, tree_hashes
 from helpers.run import run_mgit
 
@@ -382,9 +383,9 @@ def test_data_math_enters_a_fresh_errstate_per_call(monkeypatch) -> None:
 def test_a_ref_name_clash_is_one_line(repo: Repository, setup: list[str], args: list[str], message: str) -> None:
     commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
     repo.close()
-    assert run_mgit(*setup, cwd=repo.root).returncode == 0
+    assert invoke(*setup, cwd=repo.root).returncode == 0
     refs_before = sorted(p.relative_to(repo.git_dir).as_posix() for p in (repo.git_dir / "refs").rglob("*"))
-    proc = run_mgit(*args, cwd=repo.root)
+    proc = invoke(*args, cwd=repo.root)
     assert proc.returncode == 2 and proc.stderr == f"error: {message}\n", proc.stderr
     assert sorted(p.relative_to(repo.git_dir).as_posix() for p in (repo.git_dir / "refs").rglob("*")) == refs_before
 

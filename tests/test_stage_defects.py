@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.cli import invoke
 from helpers.models import commit_model, frozen_finetune, sha256, touch_later, tree_hashes, write_model
 from helpers.run import run_mgit
 from safetensors.torch import load_file, save_file
@@ -62,12 +63,12 @@ def test_commit_state_dict_then_cli_add_and_commit_keeps_a_sharded_checkpoint(re
         weight_map
         == json.loads(repo.graph.blob(repo.snapshot()["model/model.safetensors.index.json"].oid))["weight_map"]
     )
-    run_mgit("add", "model", cwd=repo.root, check=True)
-    proc = run_mgit("commit", "-m", "plain commit", cwd=repo.root)
+    invoke("add", "model", cwd=repo.root, check=True)
+    proc = invoke("commit", "-m", "plain commit", cwd=repo.root)
     assert proc.returncode != 0 and "nothing to commit" in proc.stderr  # nothing was stale
     (repo.root / "notes.txt").write_text("n")
-    run_mgit("add", ".", cwd=repo.root, check=True)
-    run_mgit("commit", "-m", "notes", cwd=repo.root, check=True)
+    invoke("add", ".", cwd=repo.root, check=True)
+    invoke("commit", "-m", "notes", cwd=repo.root, check=True)
     assert _same(repo.state_dict("HEAD"), tuned)
 
 
@@ -112,12 +113,12 @@ def test_commit_with_nothing_staged_after_a_tensor_change_is_refused(repo, llama
     commit_model(repo, llama, "base")
     head = commit_model(repo, frozen_finetune(llama, {0}), "tuned")
     assert repo.commit_stats("HEAD")  # HEAD's tree holds a stats record a new commit would drop
-    proc = run_mgit("commit", "-m", "again", cwd=repo.root)
+    proc = invoke("commit", "-m", "again", cwd=repo.root)
     assert proc.returncode == 1 and "nothing to commit" in proc.stderr
     assert repo.refs.head() == head
     with pytest.raises(MgitError, match="nothing to commit"):
         repo.commit("again")
-    run_mgit("commit", "--allow-empty", "-m", "empty on purpose", cwd=repo.root, check=True)
+    invoke("commit", "--allow-empty", "-m", "empty on purpose", cwd=repo.root, check=True)
     assert repo.graph.commit(repo.refs.head()).parents == (head,)
 
 
@@ -131,13 +132,13 @@ def test_a_large_bin_file_status_and_diff_agree(repo):
     repo.commit("bin")
     touch_later(path)  # stat-only change: neither reports it
     assert repo.status().clean
-    assert run_mgit("diff", cwd=repo.root).stderr.startswith("no differences")
+    assert invoke("diff", cwd=repo.root).stderr.startswith("no differences")
     with open(path, "r+b") as f:  # a real change: both report it
         f.seek(100)
         f.write(b"\xff" if f.read(1) != b"\xff" else b"\x00")
     touch_later(path)
     assert [f.path for f in repo.status().unstaged] == ["pytorch_model.bin"]
-    proc = run_mgit("diff", cwd=repo.root)
+    proc = invoke("diff", cwd=repo.root)
     assert "no differences" not in proc.stderr and "pytorch_model.bin" in proc.stdout
 
 
@@ -148,7 +149,7 @@ def test_an_executable_bit_change_shows_in_status_and_diff(repo):
     repo.commit("small bin")
     path.chmod(0o755)
     assert [f.path for f in repo.status().unstaged] == ["tokenizer.bin"]
-    proc = run_mgit("diff", cwd=repo.root)
+    proc = invoke("diff", cwd=repo.root)
     assert "old mode 100644, new mode 100755" in proc.stdout and "no differences" not in proc.stderr
 
 
@@ -228,7 +229,7 @@ def test_an_unreadable_directory_is_named_by_the_cli(repo, llama):
     target = repo.root / "models" / "llama"
     target.chmod(0)
     try:
-        proc = run_mgit("add", "models", cwd=repo.root)
+        proc = invoke("add", "models", cwd=repo.root)
     finally:
         target.chmod(0o755)
     assert proc.returncode == 2 and proc.stderr.startswith("error: cannot read models/llama")
@@ -245,7 +246,7 @@ def _raw_safetensors(path: Path, header: bytes) -> None:
 def test_a_deeply_nested_header_is_one_line_naming_the_file(repo):
     (repo.root / "m").mkdir()
     _raw_safetensors(repo.root / "m" / "model.safetensors", b"[" * 200_000 + b"]" * 200_000)
-    proc = run_mgit("add", "m", cwd=repo.root)
+    proc = invoke("add", "m", cwd=repo.root)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "m/model.safetensors" in lines[0] and "nests JSON 200000 levels deep" in lines[0]
@@ -318,6 +319,6 @@ def test_adding_nan_and_inf_data_prints_no_numpy_warning(repo):
         proc = run_mgit("add", "model", cwd=repo.root, env={"PYTHONWARNINGS": "default"})
         assert proc.returncode == 0, proc.stderr
         assert "Warning" not in proc.stderr, proc.stderr
-        run_mgit("commit", "-m", f"step {step}", cwd=repo.root, check=True)
+        invoke("commit", "-m", f"step {step}", cwd=repo.root, check=True)
     proc = run_mgit("diff", "HEAD~1", "HEAD", cwd=repo.root, env={"PYTHONWARNINGS": "default"})
     assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from helpers.cli import invoke
 from helpers.models import LlamaSpec, frozen_finetune, llama_state_dict, touch_later, tree_hashes, write_model
 from helpers.run import run_mgit
 from hypothesis import given, settings
@@ -106,7 +107,7 @@ def test_add_base_deltas_against_another_revision(base_repo):
     repo.commit("unrelated weights")
     write_model(repo.root / "model", dense_finetune(sd, seed=2))
     touch_later(repo.root / "model" / "model.safetensors")
-    proc = run_mgit("add", "--base", "main", "model", cwd=repo.root)
+    proc = invoke("add", "--base", "main", "model", cwd=repo.root)
     assert proc.returncode == 0, proc.stderr
     with Repository(repo.root) as fresh:
         commit = fresh.commit("dense sft of main, on this branch")
@@ -271,17 +272,17 @@ def test_a_corrupted_byte_anywhere_in_a_pack_is_found(tmp_path_factory, fraction
         hit = [c for c, where in loc.items() if where.offset <= offset < where.offset + where.length]
         if hit:  # a chunk's bytes: checkout names the tensor that uses it
             (repo.root / "model" / "model.safetensors").unlink()
-            proc = run_mgit("checkout", "HEAD", "--", "model", cwd=repo.root)
+            proc = invoke("checkout", "HEAD", "--", "model", cwd=repo.root)
             assert proc.returncode == 1 and "tensor '" in proc.stderr and len(proc.stderr.splitlines()) == 1
             assert any("tensor '" in p for p in problems)
 
 
 def test_fsck_cli_reports_each_problem_and_fails(base_repo):
     repo, _ = base_repo
-    assert run_mgit("fsck", cwd=repo.root).returncode == 0
+    assert invoke("fsck", cwd=repo.root).returncode == 0
     (idx,) = (repo.git_dir / "chunks" / "packs").glob("*.idx")
     corrupt(idx, 40)
-    proc = run_mgit("fsck", cwd=repo.root)
+    proc = invoke("fsck", cwd=repo.root)
     assert proc.returncode == 1 and "damaged" in proc.stdout
 
 
@@ -297,12 +298,12 @@ def test_du_and_show_stats(base_repo):
     assert base.compression_ratio > 1.2  # bf16 N(0, 0.02), byte-grouped zstd
     import json
 
-    doc = json.loads(run_mgit("du", "--json", cwd=repo.root, check=True).stdout)
+    doc = json.loads(invoke("du", "--json", cwd=repo.root, check=True).stdout)
     assert doc["schema"] == "mgit.du/1" and len(doc["commits"]) == 2
     assert doc["store"]["chunks_by_encoding"]["delta"] > 0
-    show = json.loads(run_mgit("show", "--stats", "--json", cwd=repo.root, check=True).stdout)
+    show = json.loads(invoke("show", "--stats", "--json", cwd=repo.root, check=True).stdout)
     assert show["usage"]["new_stored_bytes"] == head.new_stored_bytes
-    assert "dedup" in run_mgit("du", cwd=repo.root, check=True).stdout
+    assert "dedup" in invoke("du", cwd=repo.root, check=True).stdout
 
 
 def test_a_reader_sees_only_sealed_packs_while_a_writer_appends(base_repo):
@@ -358,11 +359,11 @@ def test_gc_cli(base_repo):
     save_file({"junk": torch.randn(64, 64)}, repo.root / "junk.safetensors")
     repo.add(["junk.safetensors"])
     repo.rm(["junk.safetensors"])
-    young = run_mgit("gc", cwd=repo.root, check=True)
+    young = invoke("gc", cwd=repo.root, check=True)
     assert "removed 0 chunk(s)" in young.stderr
-    now = run_mgit("gc", "--now", cwd=repo.root, check=True)
+    now = invoke("gc", "--now", cwd=repo.root, check=True)
     assert "removed 1 chunk(s)" in now.stderr
-    assert run_mgit("fsck", cwd=repo.root).returncode == 0
+    assert invoke("fsck", cwd=repo.root).returncode == 0
 
 
 def test_appended_rows_delta_against_the_old_last_chunk(repo):
@@ -401,9 +402,9 @@ def test_expired_reflogs_let_gc_reclaim_a_deleted_branch(base_repo):
     assert repo.fsck() == [] and not repo.graph.has(lost)
     repo.checkout("main", force=True)
     assert tree_hashes(repo.root) == main_files
-    listed = run_mgit("reflog", cwd=repo.root, check=True)
+    listed = invoke("reflog", cwd=repo.root, check=True)
     assert listed.returncode == 0
-    expired = run_mgit("reflog", "expire", "--all", cwd=repo.root, check=True)
+    expired = invoke("reflog", "expire", "--all", cwd=repo.root, check=True)
     assert "reflog entr" in expired.stderr
 
 

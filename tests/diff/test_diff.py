@@ -9,8 +9,8 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from helpers.cli import invoke
 from helpers.models import commit_model, llama_state_dict, touch_later, write_model
-from helpers.run import run_mgit
 from safetensors.torch import save_file
 
 from mgit.errors import BadInputError, RevisionError
@@ -148,23 +148,23 @@ def test_cli_views_json_and_plot(repo, tmp_path):
     commit_model(repo, sd, "a")
     b = {k: (v.float() * (1.01 if ".layers.2." in k else 1.0)).to(v.dtype) for k, v in sd.items()}
     commit_model(repo, b, "b")
-    table = run_mgit("diff", "HEAD~1", "HEAD", cwd=repo.root, check=True).stdout
+    table = invoke("diff", "HEAD~1", "HEAD", cwd=repo.root, check=True).stdout
     assert "model.layers.2.mlp.up_proj.weight" in table and "‖Δ‖/‖A‖" in table
-    stat = run_mgit("diff", "HEAD~1", "HEAD", "--stat", cwd=repo.root, check=True).stdout
+    stat = invoke("diff", "HEAD~1", "HEAD", "--stat", cwd=repo.root, check=True).stdout
     assert "model/model.safetensors | modified" in stat
-    layers = run_mgit("diff", "HEAD~1", "HEAD", "--by-layer", cwd=repo.root, check=True).stdout
+    layers = invoke("diff", "HEAD~1", "HEAD", "--by-layer", cwd=repo.root, check=True).stdout
     assert "█" in layers and "mlp" in layers
-    doc = json.loads(run_mgit("diff", "HEAD~1", "HEAD", "--json", cwd=repo.root, check=True).stdout)
+    doc = json.loads(invoke("diff", "HEAD~1", "HEAD", "--json", cwd=repo.root, check=True).stdout)
     assert doc["schema"] == "mgit.diff/1" and len(doc["tensors"]) == len(sd)
     changed = [t for t in doc["tensors"] if t["status"] == "changed"]
     assert changed and all(".layers.2." in t["name"] for t in changed)
     png = tmp_path / "change.png"
-    run_mgit("diff", "HEAD~1", "HEAD", "--plot", str(png), cwd=repo.root, check=True)
+    invoke("diff", "HEAD~1", "HEAD", "--plot", str(png), cwd=repo.root, check=True)
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) > 1000
-    bad = run_mgit("diff", "HEAD~1", "nope", cwd=repo.root)
+    bad = invoke("diff", "HEAD~1", "nope", cwd=repo.root)
     assert bad.returncode == 1 and bad.stderr.startswith("error: unknown revision")
-    bad = run_mgit("diff", "-k", "zzz*", cwd=repo.root)
+    bad = invoke("diff", "-k", "zzz*", cwd=repo.root)
     assert bad.returncode == 2 and "no tensor matches" in bad.stderr
 
 

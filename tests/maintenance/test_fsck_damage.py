@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers.cli import Result, invoke
 from helpers.models import LlamaSpec, commit_model, llama_state_dict, tree_hashes
-from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.errors import CorruptObjectError, MgitError
@@ -184,8 +184,8 @@ DAMAGE = {
 }
 
 
-def _fsck(root: Path) -> subprocess.CompletedProcess:
-    proc = run_mgit("fsck", cwd=root)
+def _fsck(root: Path) -> Result:
+    proc = invoke("fsck", cwd=root)
     assert "internal error" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
     return proc
 
@@ -199,7 +199,7 @@ def test_fsck_names_the_damage_and_repair_restores_it_from_the_remote(setup, kin
     found = _fsck(root)
     assert found.returncode == 1 and name in found.stdout, found.stdout + found.stderr
 
-    repaired = run_mgit("fsck", "--repair", cwd=root)
+    repaired = invoke("fsck", "--repair", cwd=root)
     assert "internal error" not in repaired.stderr and "Traceback" not in repaired.stderr, repaired.stderr
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr  # its closing fsck found nothing
 
@@ -217,7 +217,7 @@ def test_commands_meeting_damage_say_so_in_one_line(setup, kind):
     root = setup.repo.root
     setup.repo.close()
     for command in (["status"], ["log"], ["checkout", setup.first]):
-        proc = run_mgit(*command, cwd=root)
+        proc = invoke(*command, cwd=root)
         if kind.startswith("tree") and command == ["log"]:
             assert proc.returncode == 0  # log reads no tree
             continue
@@ -243,7 +243,7 @@ def test_repair_without_a_remote_names_what_is_still_damaged(setup):
     setup.repo.remote_remove("origin")
     root = setup.repo.root
     setup.repo.close()
-    proc = run_mgit("fsck", "--repair", cwd=root)
+    proc = invoke("fsck", "--repair", cwd=root)
     assert proc.returncode == 1 and "internal error" not in proc.stderr
     assert f"still damaged: git object {tree[:12]}" in proc.stderr
     assert tree[:12] in proc.stdout  # the fsck after the repair still reports it
@@ -327,7 +327,7 @@ def test_a_single_pack_with_damaged_magic_is_rewritten(setup, command):
     root = setup.repo.root
     setup.repo.close()
     assert pack in _fsck(root).stdout
-    run_mgit(*command, cwd=root, check=True)
+    invoke(*command, cwd=root, check=True)
     assert _fsck(root).returncode == 0
     assert not (root / ".mgit/chunks/packs" / pack).exists()
     with Repository(root) as fresh:
@@ -401,7 +401,7 @@ def test_an_emptied_packed_refs_gets_the_checked_out_branch_back_from_its_reflog
     found = _fsck(root)
     assert found.returncode == 1 and "packed-refs is damaged: is empty" in found.stdout
     assert "ref HEAD is damaged: names refs/heads/main, which does not exist though its reflog does" in found.stdout
-    repaired = run_mgit("fsck", "--repair", cwd=root)
+    repaired = invoke("fsck", "--repair", cwd=root)
     assert repaired.returncode == 0 and "restored: refs/heads/main from its reflog" in repaired.stderr, repaired.stderr
     with Repository(root) as fresh:
         assert fresh.refs.resolve("HEAD") == setup.second and fresh.refs.current_branch() == "main"
@@ -415,9 +415,9 @@ def test_reflog_commands_name_a_damaged_reflog_and_repair_mends_it(setup):
     root = setup.repo.root
     setup.repo.close()
     for command in (["reflog"], ["reflog", "expire", "--all"]):
-        proc = run_mgit(*command, cwd=root)
+        proc = invoke(*command, cwd=root)
         assert proc.returncode == 1 and proc.stderr.strip() == (
             "error: reflog logs/HEAD is damaged (line 3 cannot be read); run `mgit fsck --repair`"
         ), proc.stderr
-    run_mgit("fsck", "--repair", cwd=root, check=True)
-    assert len(run_mgit("reflog", cwd=root, check=True).stdout.strip().splitlines()) == 2
+    invoke("fsck", "--repair", cwd=root, check=True)
+    assert len(invoke("reflog", cwd=root, check=True).stdout.strip().splitlines()) == 2

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
+from helpers.cli import invoke
 from helpers.models import frozen_finetune, llama_state_dict, touch_later, write_model
-from helpers.run import run_mgit
 from mergekit.config import ConditionalParameter, evaluate_setting
 from mergekit.merge_methods.api import merge_tensors
 
@@ -131,7 +131,7 @@ def test_bad_configs(setup, tmp_path):
     (tmp_path / "broken.yml").write_text("merge_method: [unclosed")
     with pytest.raises(BadInputError, match="not valid YAML"):
         repo.merge([], None, config=tmp_path / "broken.yml")
-    proc = run_mgit("merge", "--config", str(tmp_path / "slices.yml"), cwd=repo.root)
+    proc = invoke("merge", "--config", str(tmp_path / "slices.yml"), cwd=repo.root)
     assert proc.returncode == 2 and "slices" in proc.stderr and len(proc.stderr.splitlines()) == 1
 
 
@@ -139,7 +139,7 @@ def test_cli_config_dry_run(setup, tmp_path):
     repo, _, _ = setup
     path = tmp_path / "merge.yml"
     path.write_text(yaml.safe_dump(CONFIG))
-    proc = run_mgit("merge", "--config", str(path), "--dry-run", "--json", cwd=repo.root, check=True)
+    proc = invoke("merge", "--config", str(path), "--dry-run", "--json", cwd=repo.root, check=True)
     assert '"config"' in proc.stdout and '"merge_method": "ties"' in proc.stdout
-    done = run_mgit("merge", "--config", str(path), "-b", "cfg", cwd=repo.root, check=True)
+    done = invoke("merge", "--config", str(path), "-b", "cfg", cwd=repo.root, check=True)
     assert "merged 2 expert(s) with ties" in done.stdout

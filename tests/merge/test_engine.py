@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from helpers.cli import invoke
 from helpers.models import frozen_finetune, llama_state_dict, touch_later, tree_hashes, write_model
 from helpers.run import run_mgit
 from mergekit.merge_methods.api import merge_state_dicts
@@ -252,11 +253,11 @@ def test_lineage_and_log_graph(experts):
     roles = [n["role"] for n in tree["inputs"]]
     assert roles == ["base", "expert math (weight 0.6)", "expert code (weight 0.4)"]
     assert tree["inputs"][1]["inputs"][0]["seen"]  # math's parent is the base, already shown
-    text = run_mgit("lineage", cwd=repo.root, check=True).stdout
+    text = invoke("lineage", cwd=repo.root, check=True).stdout
     assert "merge: task_arithmetic" in text and "expert code (weight 0.4)" in text
-    doc = json.loads(run_mgit("lineage", "--json", cwd=repo.root, check=True).stdout)
+    doc = json.loads(invoke("lineage", "--json", cwd=repo.root, check=True).stdout)
     assert doc["schema"] == "mgit.lineage/1" and doc["root"]["commit"] == merged
-    graph = run_mgit("log", "--graph", "--oneline", cwd=repo.root, check=True).stdout
+    graph = invoke("log", "--graph", "--oneline", cwd=repo.root, check=True).stdout
     assert "merge [v1]" in graph and "| + math" in graph and "× 0.6" in graph
 
 

@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 import yaml
+from helpers.cli import invoke
 from helpers.models import commit_model, frozen_finetune, llama_state_dict, touch_later, uneven_finetune, write_model
 from helpers.run import run_mgit
 from mergekit.merge_methods.api import merge_state_dicts
@@ -56,7 +57,7 @@ def test_cli_refuses_a_bare_budget_before_reading(experts):
         ("merge", "--method", "task_arithmetic", "--weights", "0.5", "math", "code", "--budget", "10"),
         ("checkout", "math", "--budget", "10"),
     ):
-        proc = run_mgit(*cmd, cwd=repo.root)
+        proc = invoke(*cmd, cwd=repo.root)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and "needs a unit or %" in lines[0] and "10%" in lines[0], proc.stderr
@@ -151,7 +152,7 @@ def test_in_range_edges_are_accepted(experts):
 
 def test_cli_density_out_of_range_is_one_line_without_torch(experts):
     repo = experts[0]
-    proc = run_mgit("merge", "--method", "ties", "--weights", "0.5", "--density", "1.5", "math", "code", cwd=repo.root)
+    proc = invoke("merge", "--method", "ties", "--weights", "0.5", "--density", "1.5", "math", "code", cwd=repo.root)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "density = 1.5" in lines[0] and "(0, 1]" in lines[0], proc.stderr
@@ -271,13 +272,13 @@ def test_linear_config_without_base_model_takes_nothing_from_head(bf16_experts_o
         "models": [{"model": m, "parameters": {"weight": w}} for m, w in (("a", 0.7), ("b", 0.3))],
     }
     path = _config(tmp_path, doc)
-    proc = run_mgit("merge", "--config", str(path), "--dry-run", cwd=repo.root)
+    proc = invoke("merge", "--config", str(path), "--dry-run", cwd=repo.root)
     assert proc.returncode == 0 and "reference" in proc.stdout, proc.stderr
     sha = repo.merge([], None, config=path)
     _check_no_base_merge(repo, tuned, sha, parent)
-    shown = run_mgit("show", sha, cwd=repo.root, check=True).stdout
+    shown = invoke("show", sha, cwd=repo.root, check=True).stdout
     assert "base    none" in shown
-    graph = run_mgit("log", "--graph", cwd=repo.root, check=True).stdout
+    graph = invoke("log", "--graph", cwd=repo.root, check=True).stdout
     assert f"merge (linear) of reference {repo.resolve('a')[:12]}" in graph
 
 

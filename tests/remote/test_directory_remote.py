@@ -7,6 +7,7 @@ import threading
 
 import pytest
 import safetensors.torch
+from helpers.cli import invoke
 from helpers.models import commit_model, frozen_finetune, llama_state_dict, tree_hashes
 from helpers.remotes import cut_after
 from helpers.run import run_mgit
@@ -265,13 +266,13 @@ def test_a_sparse_partial_clone_fetches_only_the_selected_tensors(pushed):
 
 def test_a_clone_over_its_budget_leaves_nothing(pushed):
     _, _, _, tmp = pushed
-    proc = run_mgit("clone", "--partial", "--budget", "1kB", str(tmp / "remote.mgit"), "small", cwd=tmp)
+    proc = invoke("clone", "--partial", "--budget", "1kB", str(tmp / "remote.mgit"), "small", cwd=tmp)
     assert proc.returncode != 0 and "budget" in proc.stderr and "--include" in proc.stderr
     assert not (tmp / "small").exists()
     for args in (["--budget", "1GB"], ["--partial", "--budget", "10%"], ["--include", ""]):
-        bad = run_mgit("clone", *args, str(tmp / "remote.mgit"), "never", cwd=tmp)  # refused before anything travels
+        bad = invoke("clone", *args, str(tmp / "remote.mgit"), "never", cwd=tmp)  # refused before anything travels
         assert bad.returncode != 0 and "Traceback" not in bad.stderr and not (tmp / "never").exists()
-    ok = run_mgit(
+    ok = invoke(
         "clone", "--partial", "--include", "lm_head.*", "--budget", "1GB", str(tmp / "remote.mgit"), "s2", cwd=tmp
     )
     assert ok.returncode == 0, ok.stderr

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
+from helpers.cli import invoke
 from helpers.models import commit_model, frozen_finetune, llama_state_dict, tree_hashes
 from helpers.run import run_mgit
 
@@ -300,7 +301,7 @@ def test_a_garbage_ref_on_the_remote_is_named_by_the_client(served, tmp_path, ki
     srv, _, _ = served
     (Path(srv.root) / "llama" / "refs" / "heads" / "broken").write_text('{"not": "a commit"}\n')
     url = f"{srv.url}/llama" if kind == "http" else str(Path(srv.root) / "llama")
-    proc = run_mgit("clone", url, str(tmp_path / "clone"), cwd=tmp_path)
+    proc = invoke("clone", url, str(tmp_path / "clone"), cwd=tmp_path)
     assert proc.returncode != 0
     assert "malformed ref 'refs/heads/broken'" in proc.stderr and "mgit serve` running" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "clone").exists()
@@ -394,13 +395,13 @@ def upstream(tmp_path):
 
 def test_a_working_repository_can_be_cloned_fetched_and_pulled(upstream, tmp_path):
     repo, base = upstream
-    proc = run_mgit("clone", str(repo.root), str(tmp_path / "clone"), cwd=tmp_path)
+    proc = invoke("clone", str(repo.root), str(tmp_path / "clone"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert tree_hashes(tmp_path / "clone") == tree_hashes(repo.root)
     clone = Repository(tmp_path / "clone")
     assert clone.fsck() == [] and clone.refs.current_branch() == "main"
     newer = commit_model(repo, frozen_finetune(base, {0, 1}, seed=5), "fine-tune")
-    run_mgit("pull", cwd=clone.root, check=True)
+    invoke("pull", cwd=clone.root, check=True)
     assert Repository(clone.root).refs.head() == newer and tree_hashes(clone.root) == tree_hashes(repo.root)
     partial = Repository.clone(str(repo.root), tmp_path / "partial", partial=True)
     assert tree_hashes(partial.root) == tree_hashes(repo.root)
@@ -411,7 +412,7 @@ def test_pushing_into_a_working_repository_refuses_only_its_checked_out_branch(u
     before = repo.refs.head()
     clone = Repository.clone(str(repo.root), tmp_path / "clone")
     commit_model(clone, frozen_finetune(base, {2}, seed=6), "theirs")
-    proc = run_mgit("push", cwd=clone.root)
+    proc = invoke("push", cwd=clone.root)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "pushing into its checked-out branch main is refused" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

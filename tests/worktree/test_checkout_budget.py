@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from helpers.cli import invoke
 from helpers.models import commit_model, frozen_finetune, llama_state_dict, tree_hashes
 from helpers.run import run_mgit
 
@@ -144,7 +145,7 @@ def test_a_fetch_that_outgrows_its_budget_keeps_nothing(remote, tmp_path):
 
 def test_cli_budget(work):
     repo, _ = work
-    proc = run_mgit("checkout", "sft", "--budget", "1kB", cwd=repo.root)
+    proc = invoke("checkout", "sft", "--budget", "1kB", cwd=repo.root)
     assert proc.returncode != 0 and proc.stderr.startswith("error: checkout needs")
     assert len(proc.stderr.strip().splitlines()) == 1 and "1.0 kB (1000 bytes)" in proc.stderr
     proc = run_mgit("checkout", "sft", "--budget", "50MB", cwd=repo.root, check=True)

@@ -8,6 +8,7 @@ from fnmatch import fnmatchcase
 
 import pytest
 import torch
+from helpers.cli import invoke
 from helpers.models import commit_model, frozen_finetune, llama_state_dict, touch_later, tree_hashes
 from helpers.run import run_mgit
 from safetensors import safe_open
@@ -257,16 +258,16 @@ def test_cli_sparse_checkout_status_and_full(work):
     root = repo.root
     proc = run_mgit("checkout", "main", "--include", INCLUDE[0], "--exclude", EXCLUDE[0], cwd=root, check=True)
     assert "sparse checkout" in proc.stderr and "left out" in proc.stderr
-    text = run_mgit("status", cwd=root, check=True).stdout
+    text = invoke("status", cwd=root, check=True).stdout
     assert "Sparse checkout" in text and f"12 of {len(llama_state_dict())} tensors present" in text
     assert "nothing to commit" in text
-    st = json.loads(run_mgit("status", "--json", cwd=root, check=True).stdout)
+    st = json.loads(invoke("status", "--json", cwd=root, check=True).stdout)
     assert st["sparse"] == {"include": INCLUDE, "exclude": EXCLUDE, "tensors_present": 12, "tensors_total": 39}
-    bad = run_mgit("checkout", "main", "--include", "zzz*", cwd=root)
+    bad = invoke("checkout", "main", "--include", "zzz*", cwd=root)
     assert bad.returncode != 0 and bad.stderr.startswith("error: no tensor") and "Traceback" not in bad.stderr
-    run_mgit("checkout", "--full", cwd=root, check=True)
+    invoke("checkout", "--full", cwd=root, check=True)
     assert tree_hashes(root) == files
-    assert json.loads(run_mgit("status", "--json", cwd=root, check=True).stdout)["sparse"] is None
+    assert json.loads(invoke("status", "--json", cwd=root, check=True).stdout)["sparse"] is None
 
 
 def _header(repo: Repository, rev: str, path: str) -> bytes:
