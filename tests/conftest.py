@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from helpers.models import llama_state_dict
-from helpers.run import run_mgit
 from hypothesis import settings
 
 from mgit import Repository
@@ -39,14 +38,3 @@ def s3_endpoint():
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"
     server.stop()
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    """An initialised repository directory with a committer configured, made by the real CLI."""
-    d = tmp_path / "work"
-    d.mkdir()
-    run_mgit("init", cwd=d, check=True)
-    run_mgit("config", "user.name", "Ada", cwd=d, check=True)
-    run_mgit("config", "user.email", "ada@example.com", cwd=d, check=True)
-    return d
