@@ -7,6 +7,7 @@ are absolute or relative to the repository root.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -54,7 +55,7 @@ def _op(op: Callable[Concatenate[Context, P], R]) -> Callable[Concatenate[Reposi
     def method(self: Repository, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return op(self.ctx, *args, **kwargs)
 
-    return method
+    return _as_method(method, op)
 
 
 def _reading(op: Callable[Concatenate[Context, P], R]) -> Callable[Concatenate[Repository, P], R]:
@@ -66,6 +67,14 @@ def _reading(op: Callable[Concatenate[Context, P], R]) -> Callable[Concatenate[R
         with self.ctx.reading():
             return op(self.ctx, *args, **kwargs)
 
+    return _as_method(method, op)
+
+
+def _as_method(method: Callable[..., R], op: Callable[..., R]) -> Callable[..., R]:
+    """``help()`` and ``inspect.signature`` show the operation's parameters, ``self`` first."""
+    sig = inspect.signature(op)
+    first, *rest = sig.parameters.values()
+    method.__signature__ = sig.replace(parameters=[first.replace(name="self", annotation=first.empty), *rest])  # type: ignore[attr-defined]
     return method
 
 
