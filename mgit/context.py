@@ -2,20 +2,22 @@
 
 It holds the root and ``.mgit/``, the git graph, the refs, the chunk store, the lock, the
 config and identity, the thread pool, a partial clone's promisor (the remote it fetches
-missing chunks from, composed into the store) and what a clone fetched. ``writing()`` is a write command's frame: the
-lock (whose taking finishes an interrupted journaled operation: the recovery the facade
-hands in, since it lives above this module in mgit.ops), then seal or abort the store.
-Nothing here knows a porcelain command.
+missing chunks from, composed into the store; set by mgit.ops.opening) and what a clone
+fetched. ``writing()`` is a write command's frame: the lock (whose taking finishes an
+interrupted journaled operation: the recovery the opener hands in, since it lives above
+this module in mgit.ops), then seal or abort the store. Nothing here knows a porcelain
+command.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from dulwich.repo import get_user_identity
 
@@ -31,42 +33,12 @@ from mgit.store.gc import consolidate
 from mgit.worktree.index import Index
 
 if TYPE_CHECKING:
-    from mgit.remote.backend import Backend
     from mgit.remote.promisor import Promisor
 
 GIT_DIR = ".mgit"
 FORMAT_VERSION = 2  # docs/format.md; bumped on incompatible changes
 READABLE_FORMATS = (1, 2)  # format 1 (loose chunks) is read, and upgraded on the first write
 AUTO_REPACK_PACKS = 32  # more sealed packs than this after a write: merge them into one
-
-
-class Remotes(Protocol):
-    """What the operations need of the remotes: the repository's remote operations (the
-    Sync mixin of :class:`mgit.repo.Repository`, which sets itself as ``Context.remote``)."""
-
-    def remotes(self) -> dict[str, str]: ...
-
-    def remote_branch_for(self, name: str) -> str | None: ...
-
-    def _backend(self, name: str, create: bool = False) -> Backend: ...
-
-    def _recover_from_remotes(self, wanted: set[str]) -> dict[str, set[str]]: ...
-
-
-class NoRemotes:
-    """The remotes of a context opened without the remote operations: none."""
-
-    def remotes(self) -> dict[str, str]:
-        return {}
-
-    def remote_branch_for(self, name: str) -> str | None:
-        return None
-
-    def _backend(self, name: str, create: bool = False) -> Backend:
-        raise BadInputError(f"no remote named {name!r} (known: none); add one with `mgit remote add`")
-
-    def _recover_from_remotes(self, wanted: set[str]) -> dict[str, set[str]]:
-        return {}
 
 
 def find_root(start: Path) -> Path:
@@ -101,7 +73,6 @@ class Context:
         self.lock = RepoLock(self.git_dir / "lock", on_acquire=self._locked)
         self.refs = Refs(self.graph, self.identity())
         self._pool: ThreadPoolExecutor | None = None
-        self.remote: Remotes = NoRemotes()
         self.promisor: Promisor | None = None  # a partial clone's source of chunks not here (set by the opener)
         self.cloned = Transfer()  # what clone() received (empty unless this object made the clone)
 
@@ -207,6 +178,13 @@ class Context:
         if rel == ".." or rel.startswith("../"):
             raise BadInputError(f"path {str(path)!r} is outside the repository {self.root}")
         return validate_path(rel)
+
+    def clear_staging(self) -> Path:
+        """The staging directory of merged files, emptied of what a killed merge left (the
+        lock is held: no merge is running)."""
+        staging = self.git_dir / "staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        return staging
 
     def index(self) -> Index:
         return Index.load(self.git_dir / "mgit-index.json")

@@ -20,6 +20,7 @@ import mgit.ops.recover
 import mgit.ops.workfiles
 from mgit import Repository
 from mgit.cli import _os_error_message
+from mgit.context import Context
 from mgit.errors import DirtyWorktreeError, MgitError, RefUpdateError
 from mgit.parallel import make_pool, ordered_map
 from mgit.worktree import journal
@@ -197,7 +198,7 @@ def test_merge_refuses_a_head_that_moved_while_it_planned(repo: Repository, monk
         repo.checkout(create_branch=name)
         commit_model(repo, llama_state_dict(TINY, seed=seed), name)
         repo.checkout("main")
-    writing = Repository._writing
+    writing = Context.writing
     after_other: dict = {}
 
     def race_then_lock(self):
@@ -210,7 +211,7 @@ def test_merge_refuses_a_head_that_moved_while_it_planned(repo: Repository, monk
             after_other["index"] = (self.git_dir / "mgit-index.json").read_bytes()
         return writing(self)
 
-    monkeypatch.setattr(Repository, "_writing", race_then_lock)
+    monkeypatch.setattr(Context, "writing", race_then_lock)
     with pytest.raises(RefUpdateError) as caught:
         repo.merge(["e1", "e2"], "linear", weight=[0.5, 0.5])
     assert tree_hashes(repo.root) == after_other["tree"]  # nothing written: neither tree nor index

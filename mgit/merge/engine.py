@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -39,7 +40,7 @@ from mgit.merge.plan import MergePlan, TensorPlan
 from mgit.merge.request import MergeSetup
 from mgit.merge.sparsify import seeded_generator
 from mgit.model.chunking import chunk_ranges, chunk_size_for
-from mgit.model.dtypes import lookup
+from mgit.model.dtypes import DType, lookup
 from mgit.model.filetree import load_safetensors
 from mgit.model.ingest import Ingestor
 from mgit.model.manifest import TensorManifest
@@ -49,6 +50,7 @@ from mgit.model.torch_io import dtype_name, tensor_bytes, tensor_from_bytes, tor
 from mgit.parallel import WORKERS, ordered_map
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore, ReadCounters
+from mgit.store.record import RawBytes
 
 # Sparsifiers decide on whole deltas; TIES sorts one single-threaded, so experts are decided
 # concurrently while their scratch fits in DECIDE_MEMORY: measured ~22 bytes per element for a
@@ -90,6 +92,25 @@ def _starts(m: TensorManifest) -> list[int]:
 
 def _what(tp: TensorPlan) -> str:
     return f"tensor {tp.name!r} in {tp.file}"
+
+
+# The type checker's view of the layers below, no run-time effect: a plan's dtypes are known
+# (the headers they came from were read), and every chunk buffer the store returns is what
+# the model layer's narrower signatures (bytes | memoryview, bytearray) take.
+
+
+def _dtype(name: str) -> DType:
+    """The DType of a name from a plan (known: ``lookup`` finds it)."""
+    return cast("DType", lookup(name))
+
+
+def _buffer(raw: RawBytes) -> bytes | memoryview:
+    return cast("bytes | memoryview", raw)
+
+
+def _tensor(raw: RawBytes, dtype: str) -> torch.Tensor:
+    """A flat tensor over a chunk's bytes."""
+    return tensor_from_bytes(cast(bytearray, raw), dtype, (-1,))
 
 
 def merge_one(
@@ -144,7 +165,7 @@ def _read_into(
             k = where.get(cid)
             return None if k is None else view[base_starts[k] : base_starts[k + 1]]
 
-    def read(i: int) -> bytes | memoryview:
+    def read(i: int) -> RawBytes:
         return store.get(m.chunks[i].id, what, known=known, counters=counters)
 
     results = ordered_map(pool, read, indexes) if pool is not None else map(read, indexes)
@@ -193,7 +214,7 @@ def _by_chunk(tp: TensorPlan, setup: MergeSetup) -> bool:
     if any([c.size for c in m.chunks] != sizes for m in tp.experts):
         return False
     out = lookup(setup.result_dtype(tp.base.dtype))
-    if out is None or out.bits != lookup(tp.base.dtype).bits:
+    if out is None or out.bits != _dtype(tp.base.dtype).bits:
         return False
     size = chunk_size_for(tp.base.shape, out.bits)
     return [e - s for s, e in chunk_ranges(tp.base.nbytes, size)] == sizes
@@ -216,7 +237,7 @@ def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: _Inputs) -> Prepared:
     experts read one at a time, or several at once (deterministic methods, memory permitting)."""
     method = setup.method
     base_t = inputs.read_base() if method.decides_per_expert else None
-    numel = max(1, tp.base.nbytes * 8 // lookup(tp.base.dtype).bits)
+    numel = max(1, tp.base.nbytes * 8 // _dtype(tp.base.dtype).bits)
     workers = min(WORKERS, DECIDE_MEMORY // (DECIDE_BYTES_PER_ELEMENT * numel))
     each = None
     if base_t is not None and not method.random and workers >= 2:
@@ -258,11 +279,11 @@ def _merge_by_chunk(
     base_index = {c.id: k for k, c in enumerate(tp.base.chunks)}
     held: dict[int, bytes | memoryview] = {}  # chunk index → base bytes, until the ingestor takes them
     dtype = tp.base.dtype
-    itemsize = lookup(dtype).bits // 8
+    itemsize = _dtype(dtype).bits // 8
     result_dtype = torch_dtype(setup.result_dtype(dtype))
     what = inputs.what
 
-    def base_chunk(i: int, counters: ReadCounters) -> bytes | memoryview:
+    def base_chunk(i: int, counters: ReadCounters) -> RawBytes:
         if inputs.base is not None:  # already in memory
             return memoryview(inputs.base)[starts[i] : starts[i + 1]]
         return store.get(tp.base.chunks[i].id, what, counters=counters)
@@ -272,20 +293,20 @@ def _merge_by_chunk(
         base_id = tp.base.chunks[i].id
         base_costs, expert_costs = ReadCounters(), ReadCounters()
         base_raw = base_chunk(i, base_costs)
-        base_t = tensor_from_bytes(base_raw, dtype, (-1,))
+        base_t = _tensor(base_raw, dtype)
 
-        def known(cid: str) -> bytes | memoryview | None:
+        def known(cid: str) -> RawBytes | None:
             if cid == base_id:
                 return base_raw
             k = base_index.get(cid) if inputs.base is not None else None
-            return None if k is None else memoryview(inputs.base)[starts[k] : starts[k + 1]]
+            return None if k is None or inputs.base is None else memoryview(inputs.base)[starts[k] : starts[k + 1]]
 
         present = [k for k in range(len(tp.experts)) if skipped is None or i not in skipped[k]]
         experts = []
         for k in present:
             cid = tp.experts[k].chunks[i].id
             raw = store.get(cid, what, known=known, counters=expert_costs) if i in wanted[k] else None
-            experts.append(base_t if raw is None else tensor_from_bytes(raw, dtype, (-1,)))
+            experts.append(base_t if raw is None else _tensor(raw, dtype))
         which = None if skipped is None else present
         merged = torch.empty(base_t.shape, dtype=result_dtype)
         first = offset // itemsize
@@ -300,13 +321,13 @@ def _merge_by_chunk(
             staged.write(tp.name, offset, out)
         run.count(base_costs, expert_costs, sum(i in w for w in wanted))
         if not np.array_equal(np.frombuffer(out, np.uint8), np.frombuffer(base_raw, np.uint8)):
-            held[i] = base_raw  # the ingestor will want it as the delta base
+            held[i] = _buffer(base_raw)  # the ingestor will want it as the delta base
         return out
 
     def parent_bytes(i: int, cid: str) -> bytes | memoryview | None:
         return held.pop(i, None) if cid == tp.base.chunks[i].id else None
 
-    out = lookup(setup.result_dtype(dtype))
+    out = _dtype(setup.result_dtype(dtype))
     with _one_torch_thread():
         try:
             return ingestor.tensor(tp.name, out, tp.base.shape, tp.base.nbytes, read, parent_bytes)
@@ -335,11 +356,12 @@ def _merge_whole(
     result = merge_one(tp, setup, base_t, experts)
     del experts
     raw = tensor_bytes(result)
-    out = lookup(dtype_name(result.dtype))
+    out = _dtype(dtype_name(result.dtype))
     if staged is not None and out.name == setup.result_dtype(tp.base.dtype):
         staged.write(tp.name, 0, raw)
+    assert inputs.base is not None  # read_base() holds it
     base_starts, view = _starts(tp.base), memoryview(inputs.base)
-    same_width = out.bits == lookup(tp.base.dtype).bits
+    same_width = out.bits == _dtype(tp.base.dtype).bits
 
     def parent_bytes(i: int, cid: str) -> memoryview | None:
         ok = same_width and i < len(tp.base.chunks) and tp.base.chunks[i].id == cid
@@ -358,7 +380,7 @@ def _copy(tp: TensorPlan, store: ChunkStore, run: Execution, staged: StagedFile 
         return
     offset, costs = 0, ReadCounters()
     for c in tp.base.chunks:
-        staged.write(tp.name, offset, store.get(c.id, _what(tp), counters=costs))
+        staged.write(tp.name, offset, _buffer(store.get(c.id, _what(tp), counters=costs)))
         offset += c.size
     run.count(costs, ReadCounters(), 0)
 
@@ -408,7 +430,7 @@ def _execute_file(
     metadata = load_safetensors(ingestor.graph, base_entries[file].oid, file).layout.metadata
     floating = {tp.name: torch_dtype(tp.base.dtype).is_floating_point for tp in tensors}
     predicted = [
-        (tp.name, lookup(setup.result_dtype(tp.base.dtype) if floating[tp.name] else tp.base.dtype), tp.base.shape)
+        (tp.name, _dtype(setup.result_dtype(tp.base.dtype) if floating[tp.name] else tp.base.dtype), tp.base.shape)
         for tp in tensors
     ]
     header = build_header(predicted, metadata)
@@ -421,7 +443,7 @@ def _execute_file(
                 if any(tp.reads):
                     raise BadInputError(f"tensor {tp.name!r} ({tp.base.dtype}) differs between inputs; cannot merge it")
                 _copy(tp, store, run, staged)
-                specs.append((tp.name, lookup(tp.base.dtype), tp.base.shape))
+                specs.append((tp.name, _dtype(tp.base.dtype), tp.base.shape))
                 ids[tp.name] = ingestor.graph.put_blob(tp.base.to_bytes())
                 run.decisions[tp.name] = "copied"
                 bar.advance(tp.base.nbytes)
@@ -431,7 +453,7 @@ def _execute_file(
                 out = setup.result_dtype(tp.base.dtype)
             else:
                 ids[tp.name], out = _merge_whole(tp, setup, ingestor, store, pool, run, staged)
-            specs.append((tp.name, lookup(out), tp.base.shape))
+            specs.append((tp.name, _dtype(out), tp.base.shape))
             run.decisions[tp.name] = "merged"
         actual = build_header(specs, metadata)
         run.files[file] = Entry("safetensors", ingestor.safetensors_tree(actual, ids))

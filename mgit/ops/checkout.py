@@ -17,7 +17,7 @@ from mgit.graph import records
 from mgit.graph.refs import check_ref_name
 from mgit.graph.snapshot import Entry, Snapshot
 from mgit.model.materialize import LocalChunks, StagedFile, entry_size, local_chunks, store_reads, write_entry
-from mgit.ops import workfiles
+from mgit.ops import remotes, workfiles
 from mgit.ops.paths import prune_dirs, under
 from mgit.ops.workfiles import CheckoutResult, WorkForm, clean, finish_command, holds, shown
 from mgit.progress import byte_progress
@@ -43,8 +43,15 @@ def checkout(
     full: bool = False,
     budget: str | int | Budget | None = None,
 ) -> CheckoutResult:
-    """Switch to ``rev`` (or create a branch there), or with ``paths`` restore them from it
-    (see :meth:`mgit.repo.Repository.checkout`)."""
+    """Switch to ``rev`` (or create a branch there), or with ``paths`` restore them from it.
+    A ``rev`` that names no branch but one remote's branch (``origin/rev``) creates the
+    local branch from it, as git does.
+
+    ``include``/``exclude`` (fnmatch patterns on tensor names) make the checkout sparse:
+    safetensors files hold only the tensors matching some include (any, if none is given)
+    and no exclude; the patterns stay for later checkouts until changed, or until ``full``.
+    ``budget`` (``"500MB"``, bytes) refuses, before writing anything, a checkout that would
+    read and fetch more than that; measured reads and fetches stay within it."""
     patterns = requested_patterns(include, exclude, full, paths)
     limit = checkout_budget(budget)
     if rev is None and patterns is not KEEP:
@@ -52,7 +59,7 @@ def checkout(
     with ctx.lock:
         before = ctx.store.reads.chunks, ctx.store.reads.stored_bytes
         fetched_before = ctx.fetched.bytes
-        tracked = ctx.remote.remote_branch_for(rev) if paths is None and create_branch is None and rev else None
+        tracked = remotes.remote_branch_for(ctx, rev) if paths is None and create_branch is None and rev else None
         if tracked is not None:
             rev, create_branch = tracked, rev
         if paths is not None:

@@ -5,7 +5,6 @@ The work is mgit.maintenance's; here it is framed by the lock and the store's se
 from __future__ import annotations
 
 import functools
-import shutil
 import time
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ from mgit.maintenance.repair import (
     settle,
 )
 from mgit.model.ingest import recover_chunks
+from mgit.ops import remotes
 from mgit.store.gc import repack
 from mgit.worktree.scan import walk
 
@@ -45,7 +45,7 @@ class Repair:
 def gc(ctx: Context, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> GcReport:
     """Remove what no ref, reflog entry or the index reaches (older than the grace period)."""
     with ctx.writing():
-        shutil.rmtree(ctx.git_dir / "staging", ignore_errors=True)  # what a killed merge staged
+        ctx.clear_staging()  # what a killed merge staged
         remove_stale_git_locks(ctx.git_dir, warn)  # the object directories too
         return collect(ctx.graph, ctx.store, ctx.index(), grace_seconds)
 
@@ -70,7 +70,7 @@ def fsck_repair(ctx: Context) -> Repair:
             missing = {c: who for c, who in missing.items() if c in bad}
         files = walk(ctx.root)
         from_tree = recover_chunks(ctx.root, sorted(files), set(missing), ctx.store, ctx.pool)
-        from_remotes = ctx.remote._recover_from_remotes(set(missing) - from_tree)
+        from_remotes = remotes.recover_from_remotes(ctx, set(missing) - from_tree)
         recovered = from_tree | {c for got in from_remotes.values() for c in got}
         return Repair(
             rebuilt_indexes=rebuilt,
@@ -86,16 +86,16 @@ def fsck_repair(ctx: Context) -> Repair:
 def _repair_graph(ctx: Context) -> GraphRepair:
     """Git objects from the remotes, then refs (their reflog, tracking refs, the remotes)."""
     report = GraphRepair()
-    remotes = Remotes({name: functools.partial(ctx.remote._backend, name) for name in ctx.remote.remotes()})
+    sources = Remotes({name: functools.partial(remotes.backend, ctx, name) for name in remotes.remotes(ctx)})
     try:
-        restore_objects(ctx.graph, ctx.index(), remotes, report)
-        restore_refs(ctx.graph, remotes, ctx.identity(), report)
+        restore_objects(ctx.graph, ctx.index(), sources, report)
+        restore_refs(ctx.graph, sources, ctx.identity(), report)
         if report.refs:  # restored refs may name commits whose objects are elsewhere
-            restore_objects(ctx.graph, ctx.index(), remotes, report)
+            restore_objects(ctx.graph, ctx.index(), sources, report)
         drop_lost_index_stats(ctx.index(), report)
         settle(ctx.graph, ctx.index(), report)
     finally:
-        remotes.close()
+        sources.close()
     ctx.graph._cache.clear()
     return report
 

@@ -19,13 +19,15 @@ def create_branch(ctx: Context, name: str, rev: str = "HEAD", force: bool = Fals
 
 
 def delete_branch(ctx: Context, name: str, force: bool = True) -> None:
-    """Delete a branch; ``force=False`` refuses one not merged into HEAD or its upstream."""
+    """Delete a branch; ``force=False`` refuses one not merged into HEAD or its upstream
+    (``mgit branch -d``; ``-D`` forces)."""
     with ctx.lock:
         ctx.refs.delete_branch(name, force=force)
 
 
 def rename_branch(ctx: Context, old: str, new: str, force: bool = False) -> None:
-    """Rename a branch with its reflog; HEAD follows when it is the current one."""
+    """Rename a branch with its reflog; HEAD follows when it is the current one. ``force``
+    (``branch -M``) replaces a branch ``new`` that exists, as git does."""
     with ctx.lock:
         ctx.refs.rename_branch(old, new, force=force)
 

@@ -40,7 +40,12 @@ class ResetResult:
 def reset(
     ctx: Context, rev: str = "HEAD", mode: str = "mixed", paths: Iterable[str | os.PathLike[str]] | None = None
 ) -> ResetResult:
-    """Move HEAD's branch to ``rev`` (see :meth:`mgit.repo.Repository.reset`)."""
+    """Move the current branch (or a detached HEAD) to ``rev``, as git's reset: ``soft``
+    keeps the index and the working tree, ``mixed`` makes the index ``rev``'s and keeps the
+    working files (they show as modified), ``hard`` makes both ``rev``'s (written by the
+    checkout machinery). Without ``hard``, staged changes held by no commit and no working
+    file are never dropped. ``paths`` (``reset REV -- PATH``): only their index entries
+    become ``rev``'s; HEAD and the working files stay."""
     if mode not in RESET_MODES:
         raise BadInputError(f"unknown reset mode {mode!r}; use one of {', '.join(RESET_MODES)}")
     if paths is not None:

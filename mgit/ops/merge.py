@@ -1,0 +1,370 @@
+"""Merges as commits: plan (from manifests alone), budget, fetch in a partial clone, execute,
+commit and install in the working tree, journaled. The layers below do the work: mgit.merge
+(request, plan, budget, engine, record), the model and store layers. Merge inputs that are
+directories are mgit.ops.merge_inputs; the records merges leave, mgit.ops.lineage."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import secrets
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from mgit.budget import parse_budget
+from mgit.context import Context
+from mgit.errors import BadInputError, MgitError, RefUpdateError
+from mgit.graph import records
+from mgit.graph.refs import check_ref_name
+from mgit.graph.snapshot import Snapshot, write_snapshot
+from mgit.model.ingest import Ingestor
+from mgit.model.materialize import StagedFile
+from mgit.ops import checkout, inspect, merge_inputs, workfiles
+from mgit.ops.stage import parent_lookup
+from mgit.ops.workfiles import CheckoutResult
+from mgit.progress import byte_progress
+from mgit.remote.transfer import Transfer
+from mgit.version import __version__
+from mgit.worktree import journal
+from mgit.worktree.journal import Journal, Write
+from mgit.worktree.sparse import load_patterns
+
+if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
+    from mgit.merge.engine import Execution
+    from mgit.merge.plan import MergePlan
+    from mgit.merge.request import MergeRequest, MergeSetup
+
+
+def _with_model(head: Snapshot, reference: Snapshot, model_dir: str) -> Snapshot:
+    """HEAD's files with its model directory replaced by the reference's: what a merge without
+    a base starts from (its model, config and tokenizer are the first expert's; the files
+    beside the model stay the branch's)."""
+
+    def in_model(path: str) -> bool:
+        return not model_dir or path.startswith(model_dir + "/")
+
+    return {p: e for p, e in head.items() if not in_model(p)} | {p: e for p, e in reference.items() if in_model(p)}
+
+
+def merge(
+    ctx: Context,
+    experts: Sequence[str],
+    method: str,
+    base: str | None = None,
+    *,
+    branch: str | None = None,
+    message: str | None = None,
+    seed: int | None = None,
+    dtype: str | None = None,
+    out_dtype: str | None = None,
+    model: str | None = None,
+    allow_missing: bool = False,
+    config: str | os.PathLike[str] | None = None,
+    budget: str | int | None = None,
+    budget_select: str = "importance",
+    **params: Any,
+) -> str:
+    """Merge expert revisions into ``base`` (default HEAD) as a commit with parents
+    [base, *experts] holding the merged model and its plan; returns the commit id.
+
+    On HEAD the current branch advances; on another base ``branch`` is required and
+    created. Either way the working tree then holds the merged model. Parameters are
+    mergekit's (weight, density, lambda, normalize, rescale, epsilon, gamma, t, ...).
+    With ``config`` (a mergekit YAML file) method, base, experts and parameters come
+    from it instead, with per-tensor filters and per-layer gradients. With ``budget``
+    (``"2GB"``, ``"10%"``, an int of bytes) expert chunk reads stay within it, the most important
+    chunks chosen first (``budget_select="uniform"``: at random, for comparisons).
+    """
+    from mgit.merge.methods.registry import get_method
+    from mgit.merge.request import MergeRequest
+
+    request = MergeRequest(
+        tuple(experts), method, base, params, model, allow_missing, config, budget, budget_select,
+        seed=seed, dtype=dtype, out_dtype=out_dtype,
+    )  # fmt: skip
+    cfg = request.check()  # bad input refused before torch loads
+    if seed is None:  # deterministic methods need none: keep their commits reproducible
+        named = cfg.method if cfg is not None else method
+        request = dataclasses.replace(request, seed=secrets.randbits(31) if get_method(named).random else 0)
+    plan, setup = resolve_plan(ctx, request)
+    from mgit.merge.engine import execute  # torch: only once the inputs are valid
+
+    base = setup.base_ref
+    on_head = setup.base_commit == ctx.refs.head() and base in (None, "HEAD", ctx.refs.current_branch())
+    if not on_head and not branch:
+        raise BadInputError("merging into a base other than HEAD needs -b NAME for the new branch")
+    if branch is not None:
+        check_ref_name(branch, "branch")
+        if branch in ctx.refs.branches():
+            raise BadInputError(f"branch {branch!r} already exists")
+        ctx.refs.refuse_clash(f"refs/heads/{branch}")  # before any work: one line
+    with ctx.writing():
+        _refuse_stale_base(ctx, setup.base_commit, on_head, branch)
+        inspect.refuse_dirty(ctx, "merge")
+        base_snap = setup.base_snap
+        bar_total = sum(tp.base.nbytes for tp in plan.tensors)
+        staging = ctx.clear_staging()
+
+        def stage_file(file: str, header: bytes, size: int) -> StagedFile:
+            return StagedFile(ctx.root / file, staging, header, size)
+
+        fetched = {"base": Transfer(), "experts": Transfer()}
+        if ctx.is_partial:
+            _fetch_planned(ctx, plan, fetched)
+        with byte_progress("merge", bar_total) as bar:
+            ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parent_lookup(ctx, base_snap))
+            run = execute(plan, setup, ingestor, ctx.store, ctx.pool, base_snap, bar, stage_file)
+        if ctx.is_partial:
+            run.base_bytes_fetched, run.expert_bytes_fetched = fetched["base"].bytes, fetched["experts"].bytes
+        try:
+            return _commit_merge(ctx, plan, setup, run, base, branch, on_head, message)
+        finally:
+            for staged in run.staged.values():
+                staged.discard()  # those not installed
+
+
+def _refuse_stale_base(ctx: Context, base_commit: str, on_head: bool, branch: str | None) -> None:
+    """Under the lock, before any write: the plan was made from HEAD (and the new branch
+    was free) when no lock was held; another command may have moved them since."""
+    head = ctx.refs.head()
+    if on_head and head != base_commit:
+        raise RefUpdateError(
+            f"HEAD moved to {str(head)[:12]} while this merge was being planned (from {base_commit[:12]}); "
+            "nothing was changed, run it again"
+        )
+    if branch is not None and branch in ctx.refs.branches():
+        raise BadInputError(f"branch {branch!r} already exists")
+
+
+def _commit_merge(
+    ctx: Context,
+    plan: MergePlan,
+    setup: MergeSetup,
+    run: Execution,
+    base: str | None,
+    branch: str | None,
+    on_head: bool,
+    message: str | None,
+) -> str:
+    """Record an executed merge: seal chunks, write tree and commit, then update the
+    working tree (from the staged files) and the refs."""
+    from mgit.merge.record import plan_record
+
+    base_snap = setup.base_snap
+    merged = dict(base_snap) | run.files
+    record = plan_record(plan, setup, run, __version__)
+    extra = records.stats_entries(ctx.graph, run.stats) + records.plan_entries(ctx.graph, record)
+    ctx.store.seal()
+    tree = write_snapshot(ctx.graph, merged, extra)
+    text = message or f"merge {', '.join(setup.expert_names)} into {base or 'HEAD'} ({setup.method.name})"
+    who = ctx.identity()
+    parents = [setup.base_commit, *setup.expert_commits]
+    commit = ctx.graph.put_commit(tree, parents, text, who, who)
+    if on_head and branch is None:
+        head_snap = base_snap if setup.reference is None else ctx.snapshot(setup.base_commit)
+        _install_merge(ctx, commit, head_snap, merged, setup.base_commit, text, run.staged)
+    else:
+        assert branch is not None
+        # journaled: a killed run's branch is checked out by the next command
+        pending = Journal("merge", branch, commit, head="create", branch=branch, switch_after=True)
+        journal.save(ctx.git_dir, pending)
+        ctx.refs.create_branch(branch, commit)
+        try:
+            checkout.switch(ctx, branch, None, force=False, staged=run.staged)
+        except MgitError:
+            left = journal.load(ctx.git_dir)
+            if left is not None and left.op == "merge":  # refused before writing anything
+                journal.clear(ctx.git_dir)
+            raise
+    return commit
+
+
+def _install_merge(
+    ctx: Context,
+    commit: str,
+    head_snap: Snapshot,
+    merged: Snapshot,
+    base_commit: str,
+    text: str,
+    staged: dict[str, StagedFile],
+) -> None:
+    """Move the current branch to the merge, then bring the working tree and index to it,
+    journaled: the branch moves first (a lost compare-and-swap leaves tree and index as
+    they were), and a killed run's working tree is finished by the next command. Files
+    of HEAD the merge's tree lacks (a no-base merge's tree is the first expert's) go, as
+    a checkout of the merge would remove them."""
+    index = ctx.index()
+    patterns = load_patterns(ctx.git_dir)
+    changes = {p: e for p, e in merged.items() if head_snap.get(p) != e}
+    forms = {p: workfiles.form(ctx, e, p, patterns) for p, e in changes.items()}
+    message = f"merge: {text.splitlines()[0]}"
+    plan = Journal(
+        "merge", "HEAD", commit, writes={p: Write(e, forms[p].entry, forms[p].written) for p, e in changes.items()},
+        removes=sorted(set(head_snap) - set(merged)), head="advance", old_head=base_commit, message=message,
+    )  # fmt: skip
+    journal.save(ctx.git_dir, plan)
+    try:
+        ctx.refs.advance_head(base_commit, commit, message)
+    except RefUpdateError:
+        journal.clear(ctx.git_dir)
+        raise
+    result = CheckoutResult(commit)
+    checkout.write_files(ctx, index, changes, result, staged, forms)
+    workfiles.complete(ctx, plan, index, result)
+
+
+def merge_plan(
+    ctx: Context,
+    experts: Sequence[str],
+    method: str,
+    base: str | None = None,
+    *,
+    model: str | None = None,
+    allow_missing: bool = False,
+    config: str | os.PathLike[str] | None = None,
+    budget: str | int | None = None,
+    budget_select: str = "importance",
+    explain: bool = False,
+    seed: int = 0,
+    dtype: str | None = None,
+    out_dtype: str | None = None,
+    **params: Any,
+) -> tuple[MergePlan, MergeSetup]:
+    """What a merge would read, from manifests alone (``mgit merge --dry-run``); with a
+    ``budget`` (or ``explain``) also which expert chunks are worth reading (``plan.budget``),
+    which may analyze chunk pairs no commit recorded (counted apart)."""
+    from mgit.merge.request import MergeRequest
+
+    request = MergeRequest(
+        tuple(experts), method, base, params, model, allow_missing, config, budget, budget_select, explain,
+        seed, dtype, out_dtype,
+    )  # fmt: skip
+    return resolve_plan(ctx, request)
+
+
+def resolve_plan(ctx: Context, request: MergeRequest) -> tuple[MergePlan, MergeSetup]:
+    """The request resolved into a setup, and the plan (restricted when budgeted). In a partial
+    clone under the lock: pricing and analysis may fetch chunks, published when done."""
+    with ctx.reading():
+        return _resolve_plan(ctx, request)
+
+
+def _resolve_plan(ctx: Context, request: MergeRequest) -> tuple[MergePlan, MergeSetup]:
+    from mgit.merge.config import num_layers, tensor_parameters
+    from mgit.merge.methods.registry import get_method
+    from mgit.merge.plan import model_tensors, plan_merge
+    from mgit.merge.request import MergeSetup
+
+    cfg = request.check()  # bad input refused before torch loads
+    experts, method, base, params = list(request.experts), request.method, request.base, dict(request.params)
+    config, allow_missing = request.config, request.allow_missing
+    if cfg is not None:
+        if experts or params:
+            raise BadInputError("with a merge config, name experts and parameters in the config only")
+        method, base = cfg.method, cfg.base
+    assert method is not None  # merge() and merge_plan() take a method's name; a config names one
+    chosen = get_method(method)
+    base_commit = merge_inputs.merge_input(ctx, base or "HEAD", None)  # the first parent
+    reference = None
+    if not chosen.needs_base and base is None:  # nothing of HEAD is used: the first expert is the reference
+        first = cfg.models[0].ref if cfg is not None else next(iter(experts), None)
+        if first is None:
+            raise BadInputError("name at least one expert revision to merge")
+        reference = merge_inputs.merge_input(ctx, first, None)
+    base_snap = ctx.snapshot(reference or base_commit)
+    model_dir, _ = inspect.pick_model(ctx, base_snap, request.model)
+    if reference is not None:
+        base_snap = _with_model(ctx.snapshot(base_commit), base_snap, model_dir)
+    params_for = None
+    if cfg is not None:
+        entries = [m for m in cfg.models if not (chosen.needs_base and m.ref == cfg.base)]
+        experts = [m.ref for m in entries]
+        if not experts:
+            raise BadInputError(f"{config}: no model to merge besides the base")
+        names = list(model_tensors(ctx.graph, base_snap, model_dir)[1])
+        params_for = tensor_parameters(chosen, cfg, entries, num_layers(names))
+        params = params_for("")
+    if not experts:
+        raise BadInputError("name at least one expert revision to merge")
+    resolved = chosen.resolve(params, len(experts)) if params_for is None else params
+    chosen.check_params(resolved, chosen.name)  # with the defaults filled in (DELLA's epsilon)
+    expert_commits = [
+        reference if k == 0 and reference else merge_inputs.merge_input(ctx, e, model_dir)
+        for k, e in enumerate(experts)
+    ]
+    snaps = [ctx.snapshot(c) for c in expert_commits]
+    passes = 2 if chosen.decides_per_expert else 1
+    plan = plan_merge(ctx.graph, ctx.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes)
+    if ctx.promisor is not None:  # price the chunks not here at what fetching them costs
+        sizes = _fetch_sizes(ctx, plan)
+        plan = plan_merge(
+            ctx.graph, ctx.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes,
+            ctx.promisor.pricing(sizes),
+        )  # fmt: skip
+        plan.fetch_sizes = sizes
+    if params_for is not None:  # every tensor's parameters must resolve before anything is written
+        for tp in plan.tensors:
+            chosen.check_params(chosen.resolve(params_for(tp.name), len(experts)), f"{config}: tensor {tp.name}")
+    setup = MergeSetup(
+        chosen, resolved, base_commit, expert_commits, list(experts), base_snap,
+        base_ref=base, params_for=params_for, config=cfg.source if cfg else None,
+        dtype=request.dtype or (cfg.dtype if cfg else None),
+        out_dtype=request.out_dtype or (cfg.out_dtype if cfg else None),
+        reference=reference, seed=request.seed or 0,
+    )  # fmt: skip
+    if request.wants_budget:
+        plan = _plan_budget(ctx, plan, setup, request.budget, request.budget_select)
+    return plan, setup
+
+
+def _fetch_sizes(ctx: Context, plan: MergePlan) -> dict[str, int]:
+    """Record sizes on the remote of the base and candidate expert chunks not here (one batch)."""
+    wanted = [c.id for tp in plan.tensors for c in tp.base.chunks]
+    wanted += [tp.experts[k].chunks[i].id for tp in plan.tensors for k, r in enumerate(tp.reads) for i in r]
+    assert ctx.promisor is not None
+    return ctx.promisor.sizes(wanted)
+
+
+def _fetch_planned(ctx: Context, plan: MergePlan, run_report: dict[str, Transfer]) -> None:
+    """A partial clone fetches what the merge reads before it runs: the base's chunks, then
+    the chosen expert chunks, the latter capped at the budget."""
+    assert ctx.promisor is not None
+    base_ids = [c.id for tp in plan.tensors for c in tp.base.chunks]
+    expert_ids = [tp.experts[k].chunks[i].id for tp in plan.tensors for k, reads in enumerate(tp.reads) for i in reads]
+    limit = plan.budget.limit if plan.budget is not None else None
+    ctx.promisor.fetch_for_merge(
+        base_ids, expert_ids, limit, plan.fetch_sizes, run_report["base"], run_report["experts"]
+    )
+
+
+def _plan_budget(
+    ctx: Context,
+    plan: MergePlan,
+    setup: MergeSetup,
+    budget: str | int | None,
+    select: str,
+) -> MergePlan:
+    """``plan`` restricted to the expert chunks a budget affords, a new plan carrying its
+    report (see mgit.merge.budget)."""
+    from mgit.merge.budget.analyze import pair_norms
+    from mgit.merge.budget.restrict import check_selection, restrict
+    from mgit.store.paircache import PairCache
+
+    check_selection(select)
+    given = parse_budget(budget) if budget is not None else None
+    full = plan.expert_bytes
+    limit = given.resolve(full) if given is not None else None
+    # analysis never reads more than the merge it plans: at most the budget, at most a full merge
+    price = ctx.promisor.pricing(plan.fetch_sizes) if ctx.promisor is not None else ctx.store.read_cost
+    analysis = pair_norms(
+        ctx.graph, ctx.store, ctx.pool, PairCache(ctx.git_dir / "cache" / "pair-norms.sqlite"),
+        plan, setup.reference or setup.base_commit, setup.expert_commits, functools.partial(inspect.commit_stats, ctx),
+        full if limit is None else min(limit, full), price,
+    )  # fmt: skip
+    restricted, _ = restrict(
+        plan, setup.method, lambda tp: setup.resolved_params(tp.name), analysis,
+        given=str(budget) if budget is not None else None, limit=limit, select=select, seed=setup.seed,
+        dtypes=(setup.dtype, setup.out_dtype),
+    )  # fmt: skip
+    return restricted

@@ -1,0 +1,49 @@
+"""Merge inputs: a revision, or a model directory on disk, imported as a root commit under
+refs/imports/ so that a merge's parents and its lineage stay in the graph."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from pathlib import Path
+
+from mgit.context import Context
+from mgit.errors import RevisionError
+from mgit.graph.ids import object_id, ref_name
+from mgit.graph.snapshot import Snapshot, validate_path, write_snapshot
+from mgit.model.ingest import Ingestor
+from mgit.progress import byte_progress
+from mgit.worktree.scan import walk
+
+
+def merge_input(ctx: Context, ref: str, model_dir: str | None) -> str:
+    """A merge input: a revision, or a model directory on disk imported as a root commit
+    under refs/imports/ (so the merge's parents and lineage stay in the graph)."""
+    path = Path(ref).expanduser()
+    if ref.startswith(("/", "./", "../", "~")) and path.is_dir():
+        return import_directory(ctx, path.resolve(), model_dir or "model")
+    try:
+        return ctx.refs.resolve(ref)
+    except RevisionError:
+        if not path.is_dir():
+            raise
+    return import_directory(ctx, path.resolve(), model_dir or "model")
+
+
+def import_directory(ctx: Context, path: Path, model_dir: str) -> str:
+    """The model directory at ``path`` as a root commit whose files lie under ``model_dir``."""
+    with ctx.writing():
+        files = walk(path)
+        snap: Snapshot = {}
+        with byte_progress("import", sum(st.st_size for st in files.values())) as bar:
+            ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar)
+            for rel in sorted(files):
+                target = validate_path(posixpath.join(model_dir, rel) if model_dir else rel)
+                snap[target] = ingestor.file(path / rel, target)
+        ctx.store.seal()
+        tree = write_snapshot(ctx.graph, snap)
+        who = ctx.identity()
+        commit = ctx.graph.put_commit(tree, [], f"import {path}", who, who)
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", path.name).strip("-.") or "model"
+        ctx.graph.repo.refs[ref_name(f"refs/imports/{name}-{tree[:8]}".encode())] = object_id(commit.encode())
+        return commit

@@ -1,0 +1,27 @@
+"""Opening a repository: its Context with the journal recovery that taking the lock runs
+(mgit.ops.recover) and, in a partial clone, the promisor composed into its store; and
+laying out a new one (``mgit init``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mgit.context import FORMAT_VERSION, Context
+from mgit.ops import recover, remotes
+
+
+def open_repository(path: str | os.PathLike[str] = ".") -> Context:
+    """The repository holding ``path``, opened."""
+    ctx = Context(path, on_lock=recover.recover)
+    ctx.promisor = remotes.open_promisor(ctx)
+    return ctx
+
+
+def init(path: str | os.PathLike[str] = ".") -> Context:
+    """A new, empty repository at ``path`` (refused if there is one), opened."""
+    root = Path(path).resolve()
+    Context.create(root)
+    ctx = open_repository(root)
+    ctx.set_format(FORMAT_VERSION)
+    return ctx

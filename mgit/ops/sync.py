@@ -1,0 +1,190 @@
+"""Push, fetch, pull and clone: the graph and chunks travelling between this repository and
+its remotes (mgit.remote.transfer does the moving), and the tracking refs and reflogs they
+leave, as git writes them. The remotes' configuration is mgit.ops.remotes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from mgit.context import Context
+from mgit.errors import BadInputError, NonFastForwardError, RemoteError
+from mgit.graph.ids import object_id, ref_name
+from mgit.ops import checkout, opening, remotes
+from mgit.ops.remotes import TRACKING
+from mgit.progress import byte_progress
+from mgit.remote.open import is_url, open_backend
+from mgit.remote.promisor import PARTIAL_KEY
+from mgit.remote.transfer import Transfer, chunks_of, fetch_chunks, fetch_graph, is_ancestor, plan_push
+from mgit.remote.transfer import push as send
+from mgit.worktree.cost import checkout_budget
+from mgit.worktree.sparse import make_patterns
+
+
+def push(ctx: Context, remote: str = "origin", branch: str | None = None, force: bool = False) -> Transfer:
+    """Send ``branch`` (default: the current one) and what it needs; move the remote's branch."""
+    branch = branch or ctx.refs.current_branch()
+    if branch is None:
+        raise BadInputError("HEAD is detached: name the branch to push")
+    tags = ctx.refs.tags()
+    ref = f"refs/tags/{branch}" if branch in tags and branch not in ctx.refs.branches() else f"refs/heads/{branch}"
+    commit = ctx.refs.resolve(branch)
+    backend = remotes.backend(ctx, remote, create=True)
+    try:
+        with ctx.lock:
+            plan = plan_push(ctx.graph, ctx.store, backend, commit, ref, force)
+            with byte_progress("push", plan.chunk_bytes) as bar:
+                report = send(ctx.graph, ctx.store, backend, plan, bar)
+            track(ctx, remote, {ref: commit}, "push")
+    finally:
+        backend.close()  # a working repository as the remote: release its lock, even after a failure
+    return report
+
+
+def fetch(ctx: Context, remote: str = "origin", chunks: str | None = None, *, action: str = "fetch") -> Transfer:
+    """Every branch and tag of the remote, with their chunks (a partial clone: graph only).
+    ``chunks``: instead, fill in every chunk of that revision (a partial clone's).
+    ``action`` names the command in the tracking branches' reflogs (pull, clone: as git)."""
+    backend = remotes.backend(ctx, remote)
+    report = Transfer()
+    with ctx.writing():
+        if chunks is not None:
+            needed = chunks_of(ctx.graph, [ctx.refs.resolve(chunks)])
+            with byte_progress("fetch", 0) as bar:
+                fetch_chunks(ctx.store, backend, needed, report, bar)
+            return report
+        complete = {sha.decode() for sha in ctx.graph.repo.refs.as_dict().values()}  # chunks all here
+        refs = backend.refs()
+        fetch_graph(ctx.graph, backend, set(refs.values()), report)
+        for ref, sha in refs.items():
+            kind = ctx.graph.read(sha).type_name
+            if kind != b"commit" and not (kind == b"tag" and ref.startswith("refs/tags/")):
+                raise RemoteError(f"the remote's {ref} names a {kind.decode()}, not a commit (a damaged remote)")
+        if remotes.setting(ctx, remote, PARTIAL_KEY) != "true":
+            with byte_progress("fetch", 0) as bar:
+                needed = chunks_of(ctx.graph, set(refs.values()), stop=complete)
+                fetch_chunks(ctx.store, backend, needed, report, bar)
+        ctx.store.seal()  # chunks are visible before any ref names them
+        held = {k.decode(): v.decode() for k, v in ctx.graph.repo.refs.as_dict().items()}
+        before = {r: held.get(remotes.tracking_ref(remote, r) or "") for r in refs}  # old values: what moved
+        track(ctx, remote, refs, action)
+        report.refs = {r: (before[r], c) for r, c in refs.items()}
+    return report
+
+
+def track(ctx: Context, remote: str, refs: dict[str, str], action: str) -> None:
+    """Remote-tracking refs (refs/remotes/NAME/BRANCH), each move logged in its reflog as
+    git logs it; tags as local tags unless present (git keeps no reflog for tags)."""
+    held = ctx.graph.repo.refs.as_dict(ref_name(TRACKING.encode()))
+    for ref, commit in refs.items():
+        if ref.startswith("refs/heads/"):
+            name = f"{TRACKING}{remote}/{ref.removeprefix('refs/heads/')}".encode()
+            old = held.get(ref_name(name.removeprefix(TRACKING.encode())))
+            if old == commit.encode():
+                continue  # unchanged: no reflog entry, as in git
+            message = _tracking_message(ctx, action, old.decode() if old else None, commit)
+            ctx.graph.repo.refs.set_if_equals(
+                ref_name(name), None, object_id(commit.encode()), committer=ctx.identity(), message=message.encode()
+            )
+        elif ref.startswith("refs/tags/") and ref_name(ref.encode()) not in ctx.graph.repo.refs:
+            ctx.graph.repo.refs[ref_name(ref.encode())] = object_id(commit.encode())
+
+
+def _tracking_message(ctx: Context, action: str, old: str | None, new: str) -> str:
+    """A tracking branch's reflog message, as git writes it: ``update by push``, ``clone: from
+    URL``, else ``ACTION: storing head`` (new), ``fast-forward`` or ``forced-update``."""
+    if action == "push":
+        return "update by push"
+    if action.startswith("clone:"):
+        return action
+    if old is None:
+        how = "storing head"
+    else:
+        how = "fast-forward" if is_ancestor(ctx.graph, old, new) else "forced-update"
+    return f"{action}: {how}"
+
+
+def pull(ctx: Context, remote: str = "origin", branch: str | None = None) -> Transfer:
+    """Fetch, then fast-forward the current branch to the remote's ``branch`` (default: same name)."""
+    current = ctx.refs.current_branch()
+    if current is None:
+        raise BadInputError("HEAD is detached: check out a branch to pull into")
+    report = fetch(ctx, remote, action="pull")
+    theirs_ref = f"{TRACKING}{remote}/{branch or current}"
+    try:
+        theirs = ctx.graph.repo.refs[ref_name(theirs_ref.encode())].decode()
+    except KeyError:
+        raise RemoteError(f"the remote {remote!r} has no branch {branch or current!r}") from None
+    ours = ctx.refs.head()
+    if ours == theirs or (ours is not None and is_ancestor(ctx.graph, theirs, ours)):
+        return report  # up to date (or ahead)
+    if ours is not None and not is_ancestor(ctx.graph, ours, theirs):
+        raise NonFastForwardError(
+            f"{current} and {remote}/{branch or current} have diverged; merge them with `mgit merge` "
+            f"(e.g. mgit merge {remote}/{branch or current}), then push"
+        )
+    with ctx.reading():  # updates the working tree (refuses to overwrite local changes)
+        checkout.checkout(ctx, theirs_ref)
+    ctx.refs.point_head_at_branch(current)
+    ctx.refs.advance_head(ours, theirs, f"pull: fast-forward to {remote}/{branch or current}")
+    return report
+
+
+def clone(
+    url: str,
+    path: str | os.PathLike[str],
+    partial: bool = False,
+    branch: str | None = None,
+    token_file: str | None = None,
+    include: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+    budget: str | int | None = None,
+) -> Context:
+    """A new repository at ``path`` with ``url`` as remote ``origin``, its branches fetched
+    and ``branch`` (default: the remote's HEAD) checked out. ``partial``: the graph only;
+    chunks are fetched when a command needs them. ``include``/``exclude`` make the checkout
+    sparse (a partial clone then fetches only the selected tensors' chunks); ``budget``
+    refuses a checkout that would read and fetch more (and then no clone is left)."""
+    dest = Path(path)
+    if dest.exists() and any(dest.iterdir()):
+        raise BadInputError(f"{dest} exists and is not empty; clone into a new directory")
+    if budget is not None:  # checked before anything travels
+        if not partial:
+            raise BadInputError("a full clone fetches every chunk: a budget needs --partial")
+        checkout_budget(budget)
+    if include or exclude:
+        make_patterns([include] if isinstance(include, str) else include,
+                      [exclude] if isinstance(exclude, str) else exclude)  # fmt: skip
+    backend = open_backend(url if is_url(url) else str(Path(url).resolve()), token_file)
+    refs = backend.refs()
+    branch = branch or backend.head() or "main"
+    if f"refs/heads/{branch}" not in refs:
+        raise RemoteError(f"the remote has no branch {branch!r} (it has: {_names(refs)})")
+    created = not dest.exists()
+    ctx = opening.init(dest)
+    try:
+        remotes.remote_add(ctx, "origin", url, token_file)
+        if partial:
+            config = ctx.graph.repo.get_config()
+            config.set((b"remote", b"origin"), PARTIAL_KEY.encode(), b"true")
+            config.write_to_path()
+            ctx.promisor = remotes.open_promisor(ctx)
+        ctx.cloned = fetch(ctx, "origin", action=f"clone: from {remotes.remotes(ctx)['origin']}")
+        commit = refs[f"refs/heads/{branch}"]
+        ctx.refs.create_branch(branch, commit)
+        ctx.refs.point_head_at_branch(branch)
+        with ctx.reading():
+            checkout.checkout(ctx, branch, force=True, include=include, exclude=exclude, budget=budget)
+    except BaseException:
+        ctx.close()
+        shutil.rmtree(dest / ".mgit", ignore_errors=True)  # no half-cloned repository
+        if created:
+            shutil.rmtree(dest, ignore_errors=True)
+        raise
+    return ctx
+
+
+def _names(refs: dict[str, str]) -> str:
+    return ", ".join(r.removeprefix("refs/heads/") for r in refs if r.startswith("refs/heads/")) or "no branches"

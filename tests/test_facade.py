@@ -1,0 +1,43 @@
+"""The facade (mgit.repo.Repository) stays thin: no mixins, its public names as they were,
+and each operation it forwards shows the operation's signature (``self`` first) and
+docstring; repo.py stays short (issue 13)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import mgit.repo
+from mgit import Repository
+from mgit.ops import merge, stage
+
+PUBLIC = {
+    "add", "branches", "checkout", "clone", "cloned", "close", "commit", "commit_state_dict", "commit_stats",
+    "config_get", "config_set", "create_branch", "delete_branch", "delete_tag", "diff", "du", "fetch", "fetched",
+    "format", "fsck", "fsck_repair", "gc", "git_dir", "graph", "identity", "init", "is_partial", "leftovers",
+    "lineage", "lock", "log", "merge", "merge_plan", "merge_record", "models", "pool", "promisor", "pull", "push",
+    "reflog", "reflog_expire", "reflog_ref", "refs", "relpath", "remote_add", "remote_branch_for",
+    "remote_branches", "remote_remove", "remotes", "rename_branch", "reset", "resolve", "rm", "root", "show",
+    "snapshot", "sparse_patterns", "state_dict", "status", "store", "store_usage", "tag", "tags", "tracking_ref",
+}  # fmt: skip
+
+
+def test_the_repository_inherits_nothing() -> None:
+    assert Repository.__bases__ == (object,)
+
+
+def test_the_public_names_stay() -> None:
+    assert {n for n in dir(Repository) if not n.startswith("_")} == PUBLIC
+
+
+def test_a_forwarded_operation_shows_its_signature_and_docstring(tmp_path: Path) -> None:
+    assert list(inspect.signature(Repository.merge).parameters)[:3] == ["self", "experts", "method"]
+    assert Repository.add.__doc__ == stage.add.__doc__
+    assert Repository.merge.__doc__ == merge.merge.__doc__
+    with Repository.init(tmp_path) as repo:
+        assert list(inspect.signature(repo.add).parameters) == ["paths", "base"]
+        assert repo.status().head is None
+
+
+def test_repo_py_stays_short() -> None:
+    assert len(Path(mgit.repo.__file__).read_text().splitlines()) <= 300
