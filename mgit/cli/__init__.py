@@ -15,10 +15,11 @@ import sys
 
 import click
 
-from mgit import __version__, _crashpoints
+from mgit import _crashpoints
 from mgit.cli import complete, inspect, maintain, merge, refs, stage, sync
 from mgit.cli.state import CliState
 from mgit.errors import MgitError
+from mgit.version import __version__
 
 QUIET_HELP = "No progress bars or notes on stderr (warnings and errors still print)."
 NO_PAGER_HELP = "Do not page long output (diff, log, show, reflog, lineage)."

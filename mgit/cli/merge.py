@@ -8,10 +8,10 @@ from typing import cast
 
 import click
 
-from mgit import __version__
 from mgit.cli.complete import complete_rev
 from mgit.cli.state import CliState, pass_state
 from mgit.cli.views import merge as views
+from mgit.version import __version__
 
 
 def _numbers(text: str | None) -> float | list[float] | None:

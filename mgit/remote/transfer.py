@@ -23,7 +23,7 @@ from dulwich.objects import ShaFile
 
 from mgit.errors import CorruptObjectError, MgitError, NonFastForwardError, RemoteError
 from mgit.graph.objects import Graph
-from mgit.maintenance.reach import reachable
+from mgit.model.reach import walk
 from mgit.progress import Bar
 from mgit.remote.backend import (
     Backend,
@@ -114,7 +114,7 @@ def plan_push(graph: Graph, store: ChunkStore, backend: Backend, commit: str, re
             "fetch and merge first, or push --force to discard them"
         )
     known = {sha for sha in refs.values() if graph.has(sha)}  # the remote holds everything they reach
-    reach = reachable(graph, None, {commit: ref}, stop=known - {commit})
+    reach = walk(graph, {commit: ref}, stop=known - {commit})
     if reach.missing:
         raise RemoteError(f"cannot push: {reach.missing[0]}")
     objects = sorted(reach.objects)
@@ -231,7 +231,7 @@ _children = children  # its former name here
 def chunks_of(graph: Graph, commits: Iterable[str], stop: Set[str] = frozenset()) -> set[str]:
     """Chunk ids the commits' manifests name, not walking into the commits of ``stop`` (whose
     chunks are known to be here already)."""
-    reach = reachable(graph, None, {c: "fetched commit" for c in commits}, stop=stop)
+    reach = walk(graph, {c: "fetched commit" for c in commits}, stop=stop)
     if reach.missing:
         raise CorruptObjectError(reach.missing[0])
     return set(reach.chunks)
