@@ -5,7 +5,7 @@ needed; the remote it came from is marked ``partial = true`` in ``.mgit/config``
 repository opens, a :class:`Promisor` for that remote is composed into its ChunkStore as the
 store's miss hook (``ChunkStore.fallback``): reading a chunk not here fetches it, with the
 delta bases its record names, verified, into the store's write session, where it stays.
-Commands that read chunks therefore hold the lock and seal what they fetched (:func:`on_demand`).
+Commands that read chunks therefore hold the lock and seal what they fetched (``Context.reading()``).
 
 Budgeted commands ask before they fetch, and fetch capped: :meth:`Promisor.sizes` (the
 records' sizes on the remote), :meth:`Promisor.quote` (a checkout's fetch and its reads after),
@@ -16,11 +16,9 @@ refusals are mgit.worktree.cost's; this module only adds what the remote says.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from mgit.errors import BudgetExceededError, RemoteError
 from mgit.progress import Bar, byte_progress
@@ -178,31 +176,3 @@ class Promisor:
                     f"history first (`mgit fetch {self.remote} --chunks REV`) or raise --budget"
                 ) from None
         self.store.seal()
-
-
-class _Reader(Protocol):
-    """What :func:`on_demand` needs of the object whose method it wraps (a Repository)."""
-
-    @property
-    def promisor(self) -> Promisor | None: ...
-
-    @property
-    def lock(self) -> AbstractContextManager[Any]: ...
-
-
-def on_demand(method: F) -> F:
-    """For commands that read chunks: in a partial clone they may fetch some, so they hold
-    the lock and publish (seal) what they fetched when done, even after an error."""
-
-    @functools.wraps(method)
-    def wrapper(self: _Reader, *args: Any, **kwargs: Any) -> Any:
-        promisor = self.promisor
-        if promisor is None:
-            return method(self, *args, **kwargs)
-        with self.lock:
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                promisor.store.seal()
-
-    return wrapper  # type: ignore[return-value]

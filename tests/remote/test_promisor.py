@@ -8,10 +8,11 @@ import threading
 
 import pytest
 
+from mgit.context import Context
 from mgit.errors import BadInputError, CorruptObjectError, RemoteError
 from mgit.remote.backend import chunk_key, pack_chunk
 from mgit.remote.local import DirectoryBackend
-from mgit.remote.promisor import Promisor, on_demand
+from mgit.remote.promisor import Promisor
 from mgit.remote.transfer import LimitReached, Transfer
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.record import BASE_LEN
@@ -193,17 +194,19 @@ def test_a_merge_fetch_refuses_expert_deltas_over_its_budget(remote, local):
 
 
 class _Reader:
-    def __init__(self, promisor: Promisor | None):
-        self.promisor = promisor
+    """Just what Context.reading() looks at: the promisor, the lock and the store."""
+
+    def __init__(self, promisor: Promisor | None, store):
+        self.promisor, self.store = promisor, store
         self.lock = _Lock()
         self.held: list[bool] = []
 
-    @on_demand
     def read(self, fail: bool = False) -> str:
-        self.held.append(self.lock.depth > 0)
-        if fail:
-            raise ValueError("boom")
-        return "read"
+        with Context.reading(self):  # type: ignore[arg-type]
+            self.held.append(self.lock.depth > 0)
+            if fail:
+                raise ValueError("boom")
+            return "read"
 
 
 class _Lock:
@@ -216,13 +219,13 @@ class _Lock:
         self.depth -= 1
 
 
-def test_on_demand_holds_the_lock_and_seals_only_in_a_partial_clone(remote, local, monkeypatch):
+def test_reading_holds_the_lock_and_seals_only_in_a_partial_clone(remote, local, monkeypatch):
     backend, _, _ = remote
-    full = _Reader(None)
+    full = _Reader(None, local)
     assert full.read() == "read" and full.held == [False]
     sealed: list = []
     monkeypatch.setattr(local, "seal", lambda: sealed.append(1))
-    partial = _Reader(promisor_of(local, backend))
+    partial = _Reader(promisor_of(local, backend), local)
     assert partial.read() == "read" and partial.held == [True] and sealed == [1]
     with pytest.raises(ValueError):
         partial.read(fail=True)
