@@ -67,10 +67,15 @@ class RssSampler:
     def __init__(self, interval: float = 0.1) -> None:
         self.interval = interval
         self.peaks = {"RssAnon": 0, "RssFile": 0}
+        self._earlier: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> RssSampler:
+        # Children from before the timed command (e.g. multiprocessing's resource tracker) are not
+        # it. Listed here, before the command starts: listed in the thread, the command might
+        # already run and be taken for one of them (then nothing is sampled).
+        self._earlier = children(os.getpid())
         self._thread.start()
         return self
 
@@ -79,9 +84,7 @@ class RssSampler:
         self._thread.join()
 
     def _run(self) -> None:
-        # Children from before the timed command (e.g. multiprocessing's resource tracker) are not it.
-        me, pid = os.getpid(), None
-        earlier = children(me)
+        me, pid, earlier = os.getpid(), None, self._earlier
         while not self._stop.wait(self.interval):
             pid = pid or min(children(me) - earlier, default=None)
             if pid is None:

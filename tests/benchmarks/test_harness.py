@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH_DIR))
 
 from harness import cli, machine, models, report  # noqa: E402
-from harness.runner import Proc, Result, Runner, best_of  # noqa: E402
+from harness.runner import Proc, Result, RssSampler, Runner, best_of  # noqa: E402
 
 SCRIPTS = ["bench_core", "bench_storage", "bench_diff", "bench_merge", "bench_remote", "bench_budget", "crash_points"]
 
@@ -188,3 +189,13 @@ def test_bench_diff_keeps_its_old_wait_option() -> None:
     bench_diff = importlib.import_module("bench_diff")
     assert bench_diff.parse_args([]).other_wait == 1800
     assert bench_diff.parse_args(["--bench-wait", "5"]).other_wait == 5
+
+
+def test_the_sampler_follows_a_command_started_right_after_it():
+    """The timed command starts at once after the sampler (the runner's order): it must still be
+    the process sampled (before, the sampler's thread could list it among the earlier children and
+    report no peaks, so a merge table lost its anonymous-memory figures)."""
+    grab = "import time; x = bytearray(60_000_000); x[::4096] = b'1' * len(x[::4096]); time.sleep(0.6)"
+    with RssSampler(interval=0.02) as sampler:
+        subprocess.run([sys.executable, "-c", grab], check=True)
+    assert sampler.peaks["RssAnon"] > 50_000_000, sampler.peaks
