@@ -4,22 +4,9 @@ writing it back gives the same JSON, byte for byte, for every shape of record mg
 from __future__ import annotations
 
 import pytest
-from helpers.models import commit_model, frozen_finetune, llama_state_dict
 
 from mgit.graph.objects import canonical_json
 from mgit.merge.record import PLAN_SCHEMA, PlanRecord
-
-
-@pytest.fixture
-def experts(repo):
-    base = llama_state_dict(seed=3)
-    commit_model(repo, base, "base")
-    for i, name in enumerate(("math", "code")):
-        repo.checkout("main")
-        repo.checkout(create_branch=name)
-        commit_model(repo, frozen_finetune(base, {i}, seed=30 + i), name)
-    repo.checkout("main")
-    return repo
 
 
 @pytest.mark.parametrize(

@@ -6,23 +6,8 @@ from __future__ import annotations
 import copy
 import json
 
-import pytest
 import yaml
-from helpers.models import commit_model, frozen_finetune, llama_state_dict
 from helpers.run import run_mgit
-
-
-@pytest.fixture
-def experts(repo):
-    """main: a bf16 base; math and code: fine-tunes of it."""
-    base = llama_state_dict(seed=3)
-    commit_model(repo, base, "base")
-    for i, name in enumerate(("math", "code")):
-        repo.checkout("main")
-        repo.checkout(create_branch=name)
-        commit_model(repo, frozen_finetune(base, {i}, seed=30 + i), name)
-    repo.checkout("main")
-    return repo
 
 
 def test_a_dry_run_records_the_configs_dtypes_as_the_merge_does(experts, tmp_path):
