@@ -27,6 +27,7 @@ around them. Method modules import torch inside their functions for the same rea
 from __future__ import annotations
 
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,7 @@ class Weights:
     base: float  # s
 
 
-class MergeMethod:
+class MergeMethod(ABC):
     """A named merge method: its declared properties and its tensor kernels (subclasses)."""
 
     name: str
@@ -93,7 +94,7 @@ class MergeMethod:
         check_params(params, where)
         self.check_together(params, where)
 
-    def check_together(self, params: Mapping[str, Any], where: str) -> None:
+    def check_together(self, params: Mapping[str, Any], where: str) -> None:  # noqa: B027 (a hook: most methods have none)
         """Conditions on several parameters at once (none by default)."""
 
     def effective_weights(self, params: Mapping[str, Any], count: int) -> Weights:
@@ -135,15 +136,15 @@ class MergeMethod:
 
     # -- kernels (subclasses; tensors in the working dtype, parameters resolved) -----------
 
+    @abstractmethod
     def merge(
         self, base: torch.Tensor | None, experts: list[torch.Tensor], p: Mapping[str, Any], s: Sampling
     ) -> torch.Tensor:
-        """One output tensor from whole input tensors."""
-        raise NotImplementedError
+        """One output tensor from whole input tensors (every method implements it)."""
 
     def decide(self, delta: torch.Tensor, k: int, p: Mapping[str, Any], s: Sampling) -> Sparsity:
         """Methods that :attr:`decides_per_expert`: the decision on expert ``k``'s whole delta."""
-        raise NotImplementedError(f"{self.name} decides nothing per expert")
+        raise TypeError(f"{self.name} decides nothing per expert (decides_per_expert is False)")
 
     def merge_part(
         self,
