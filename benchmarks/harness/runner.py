@@ -154,19 +154,20 @@ class Runner:
     waited: float = 0.0  # seconds spent waiting for other benchmarks so far
     cold: bool = False  # drop the page cache before every timed run (needs root: see machine.can_drop_caches)
 
-    def quiet(self) -> None:
+    def quiet(self, drop: bool = True) -> None:
         """The quiet-machine policy (untimed): no other benchmark, written data synced (and, when
-        ``cold``, the page cache dropped), idle CPUs."""
+        ``cold`` and ``drop``, the page cache dropped), idle CPUs."""
         self.waited += machine.wait_for_other_benchmarks(self.other_wait)
         os.sync()
-        if self.cold:
+        if self.cold and drop:
             machine.drop_caches()
         machine.wait_for_idle(self.idle_wait)
 
-    def run(self, cmd: Sequence[str], cwd: Path, timed: bool = False) -> Proc:
-        """Run a command (failing loudly); with ``timed``, after the quiet-machine policy."""
+    def run(self, cmd: Sequence[str], cwd: Path, timed: bool = False, *, drop: bool = True) -> Proc:
+        """Run a command (failing loudly); with ``timed``, after the quiet-machine policy (``drop``: False
+        keeps the page cache of a cold runner, for the later commands of one measurement)."""
         if timed:
-            self.quiet()
+            self.quiet(drop)
         sampler = RssSampler() if timed and self.sample else None
         # the output goes to a temporary file, not into cwd, where `git add .` would pick it up
         with tempfile.TemporaryFile() as out, sampler or contextlib.nullcontext():
@@ -184,8 +185,9 @@ class Runner:
         return Proc(seconds, usage.ru_maxrss * 1024, background, text, peaks=peaks, io=io)
 
     def steps(self, cmds: Sequence[Sequence[str]], cwd: Path) -> Proc:
-        """Several timed commands as one measurement: times, background and I/O add up, RSS is the peak."""
-        procs = [self.run(cmd, cwd, timed=True) for cmd in cmds]
+        """Several timed commands as one measurement: times, background and I/O add up, RSS is the peak.
+        A cold runner drops the page cache before the first only (as a user runs `add` then `commit`)."""
+        procs = [self.run(cmd, cwd, timed=True, drop=i == 0) for i, cmd in enumerate(cmds)]
         return Proc(
             sum(p.seconds for p in procs),
             max(p.max_rss for p in procs),
