@@ -51,6 +51,11 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--param", "extra", multiple=True, metavar="NAME=VALUE", help="any other mergekit parameter")
 @click.option("--base", metavar="REV", shell_complete=complete_rev, help="base revision (default HEAD)")
 @click.option("-b", "branch", metavar="NAME", help="put the merge on a new branch NAME")
+@click.option(
+    "--no-checkout",
+    is_flag=True,
+    help="with -b NAME: create the branch only; the working tree, index and HEAD stay as they are",
+)
 @click.option("-m", "--message", help="commit message")
 @click.option("--seed", type=int, help="seed of random methods (recorded; default random)")
 @click.option("--dtype", help="working dtype, e.g. F32 (default: promotion of the inputs)")
@@ -94,6 +99,7 @@ def cmd_merge(
     extra: tuple[str, ...],
     base: str | None,
     branch: str | None,
+    no_checkout: bool,
     message: str | None,
     seed: int | None,
     dtype: str | None,
@@ -109,6 +115,8 @@ def cmd_merge(
     """Merge EXPERTS (revisions) into the base as a commit with parents [base, experts...]."""
     if (method is None) == (config is None):
         raise click.UsageError("give --method with EXPERTS, or --config FILE")
+    if no_checkout and not branch:
+        raise click.UsageError("--no-checkout puts the merge on a new branch: give -b NAME")
     config = os.path.abspath(config) if config else None
     repo = state.repo
     given = {
@@ -145,14 +153,15 @@ def cmd_merge(
     sha = repo.merge(
         list(experts), method, base, branch=branch, message=message, seed=seed, dtype=dtype,
         out_dtype=out_dtype, model=model_dir, allow_missing=allow_missing, config=config, budget=budget,
-        budget_select=budget_select, **params,
+        budget_select=budget_select, checkout=not no_checkout, **params,
     )  # fmt: skip
     merged = repo.merge_record(sha)
     assert merged is not None  # a merge commit always has its plan record
+    on = branch if no_checkout else repo.refs.current_branch()
     if as_json:
-        state.echo_json(views.merge_json(sha, repo.refs.current_branch(), merged))
+        state.echo_json(views.merge_json(sha, on, merged, checked_out=not no_checkout))
         return
-    state.emit(views.merge_text(sha, repo.refs.current_branch(), merged))
+    state.emit(views.merge_text(sha, on, merged, checked_out=not no_checkout))
 
 
 COMMANDS = [cmd_merge]

@@ -49,8 +49,6 @@ class StoreUsage:
         return self.raw_bytes / self.stored_bytes if self.stored_bytes else 1.0
 
 
-
-
 def commit_chunks(graph: Graph, commit: str) -> tuple[int, dict[str, int], int]:
     """(logical bytes, distinct chunk id → raw size, blob bytes) of one commit."""
     logical, chunks, blobs = 0, {}, 0

@@ -35,6 +35,7 @@ import torch
 
 from mgit.errors import BadInputError
 from mgit.graph.snapshot import Entry
+from mgit.merge.carry import carried_chunks
 from mgit.merge.methods.inputs import Prepared
 from mgit.merge.plan import MergePlan, TensorPlan
 from mgit.merge.request import MergeSetup
@@ -43,7 +44,7 @@ from mgit.model.chunking import chunk_ranges, chunk_size_for
 from mgit.model.dtypes import DType, lookup
 from mgit.model.filetree import load_safetensors
 from mgit.model.ingest import Ingestor
-from mgit.model.manifest import TensorManifest
+from mgit.model.manifest import ChunkRef, TensorManifest
 from mgit.model.materialize import StagedFile
 from mgit.model.safetensors_file import build_header
 from mgit.model.torch_io import dtype_name, tensor_bytes, tensor_from_bytes, torch_dtype
@@ -70,6 +71,9 @@ class Execution:
     base_bytes_read: int = 0
     expert_bytes_read: int = 0
     expert_chunks_read: int = 0
+    chunks_computed: int = 0  # output chunks merged (read, computed, stored)
+    chunks_carried: int = 0  # output chunks that are the base's, carried without reading anything
+    bytes_computed: int = 0  # raw bytes of the merged chunks (what was encoded and hashed)
     base_bytes_fetched: int | None = None  # in a partial clone: bytes fetched before the merge ran
     expert_bytes_fetched: int | None = None
     staged: dict[str, StagedFile] = field(default_factory=dict)  # file → written beside the store, complete
@@ -81,6 +85,13 @@ class Execution:
             self.base_bytes_read += base.stored_bytes
             self.expert_bytes_read += experts.stored_bytes
             self.expert_chunks_read += expert_chunks
+
+    def tally(self, computed: int = 0, carried: int = 0, computed_bytes: int = 0) -> None:
+        """Add output chunks merged (and their bytes) and chunks carried."""
+        with self._lock:
+            self.chunks_computed += computed
+            self.chunks_carried += carried
+            self.bytes_computed += computed_bytes
 
 
 def _starts(m: TensorManifest) -> list[int]:
@@ -270,8 +281,18 @@ def _merge_by_chunk(
     staged: StagedFile | None,
 ) -> str:
     inputs = _Inputs(tp, store, pool, run)
-    prepared = _prepare(tp, setup, inputs)
     starts = _starts(tp.base)
+    carried = carried_chunks(tp, setup)
+    computed_bytes = sum(c.size for i, c in enumerate(tp.base.chunks) if i not in carried)
+    run.tally(len(tp.base.chunks) - len(carried), len(carried), computed_bytes)
+    if staged is not None:
+        for i in sorted(carried):
+            c = tp.base.chunks[i]
+            staged.carry(tp.name, starts[i], c.id, c.size, inputs.what)
+    out = _dtype(setup.result_dtype(tp.base.dtype))
+    if len(carried) == len(tp.base.chunks):  # nothing to merge: the base's manifest as it is
+        return ingestor.tensor(tp.name, out, tp.base.shape, tp.base.nbytes, _unread, carried=tp.base.chunks.__getitem__)
+    prepared = _prepare(tp, setup, inputs)
     index = {start: i for i, start in enumerate(starts[:-1])}
     wanted = [set(r) for r in tp.reads]
     # Experts a budget skipped at a chunk add exactly nothing there: left out of its math.
@@ -327,12 +348,18 @@ def _merge_by_chunk(
     def parent_bytes(i: int, cid: str) -> bytes | memoryview | None:
         return held.pop(i, None) if cid == tp.base.chunks[i].id else None
 
-    out = _dtype(setup.result_dtype(dtype))
+    def carry(i: int) -> ChunkRef | None:
+        return tp.base.chunks[i] if i in carried else None
+
     with _one_torch_thread():
         try:
-            return ingestor.tensor(tp.name, out, tp.base.shape, tp.base.nbytes, read, parent_bytes)
+            return ingestor.tensor(tp.name, out, tp.base.shape, tp.base.nbytes, read, parent_bytes, carry)
         finally:
             held.clear()
+
+
+def _unread(offset: int, size: int) -> bytes:  # pragma: no cover - every chunk is carried
+    raise AssertionError(f"a carried tensor's bytes were read (offset {offset})")
 
 
 # -- whole tensors -------------------------------------------------------------------------
@@ -351,6 +378,7 @@ def _merge_whole(
     every expert are held at once (the methods that need it are those comparing whole
     tensors: SLERP, Model Stock; and any merge whose result is chunked unlike its inputs)."""
     inputs = _Inputs(tp, store, pool, run)
+    run.tally(len(tp.base.chunks), 0, tp.base.nbytes)
     base_t = inputs.read_base()
     experts = [inputs.expert(k, base_t) for k in range(len(tp.experts))]
     result = merge_one(tp, setup, base_t, experts)
@@ -374,15 +402,16 @@ def _merge_whole(
 # -- the plan ------------------------------------------------------------------------------
 
 
-def _copy(tp: TensorPlan, store: ChunkStore, run: Execution, staged: StagedFile | None) -> None:
-    """A tensor every input agrees on is copied as is; only a staged file needs its bytes."""
+def _copy(tp: TensorPlan, run: Execution, staged: StagedFile | None) -> None:
+    """A tensor every input agrees on is copied as is: its chunks are carried (only a staged
+    file needs their bytes, which it copies from the working tree or reads when it is filled)."""
+    run.tally(carried=len(tp.base.chunks))
     if staged is None:
         return
-    offset, costs = 0, ReadCounters()
+    offset = 0
     for c in tp.base.chunks:
-        staged.write(tp.name, offset, _buffer(store.get(c.id, _what(tp), counters=costs)))
+        staged.carry(tp.name, offset, c.id, c.size, _what(tp))
         offset += c.size
-    run.count(costs, ReadCounters(), 0)
 
 
 def execute(
@@ -442,7 +471,7 @@ def _execute_file(
             if not floating[tp.name]:
                 if any(tp.reads):
                     raise BadInputError(f"tensor {tp.name!r} ({tp.base.dtype}) differs between inputs; cannot merge it")
-                _copy(tp, store, run, staged)
+                _copy(tp, run, staged)
                 specs.append((tp.name, _dtype(tp.base.dtype), tp.base.shape))
                 ids[tp.name] = ingestor.graph.put_blob(tp.base.to_bytes())
                 run.decisions[tp.name] = "copied"

@@ -31,6 +31,7 @@ class TensorPlan:
     costs: list[list[int]] = field(default_factory=list)  # per expert: each of those chunks' bytes
     skipped: list[list[int]] = field(default_factory=list)  # per expert: differing chunks a budget left out
     missing: list[int] = field(default_factory=list)  # experts lacking the tensor (treated as the base)
+    base_costs: list[int] = field(default_factory=list)  # per base chunk: what reading it costs
 
 
 @dataclass
@@ -38,7 +39,7 @@ class MergePlan:
     model: str
     files: dict[str, list[str]]  # base file → tensor names in data order
     tensors: list[TensorPlan]
-    base_bytes: int = 0  # stored bytes of every base chunk (read once)
+    base_bytes: int = 0  # stored bytes of every base chunk (what reading the whole base costs)
     # How often each differing expert chunk is read: 2 for sparsifying methods (TIES, DARE, ...),
     # which decide on an expert's whole delta first, then merge chunk by chunk.
     expert_passes: int = 1
@@ -112,6 +113,7 @@ def plan_merge(
                 held = {c.id for c in b.chunks}  # decoded base chunks serve as delta bases
                 tp.costs.append([cost(m.chunks[i].id, held) for i in idx])
                 tp.read_bytes.append(sum(tp.costs[-1]))
-            plan.base_bytes += sum(cost(c.id, set()) for c in b.chunks)
+            tp.base_costs = [cost(c.id, set()) for c in b.chunks]
+            plan.base_bytes += sum(tp.base_costs)
             plan.tensors.append(tp)
     return plan

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from mgit.merge.carry import base_reads
 from mgit.merge.plan import MergePlan
 from mgit.model.dtypes import lookup
 from mgit.model.manifest import TensorManifest
@@ -130,7 +131,7 @@ def build_record(plan: MergePlan, setup: MergeSetup, run: Execution | None, vers
             entry["decision"] = run.decisions.get(tp.name)
         tensors.append(entry)
     sizes: dict[str, Any] = {
-        "base_estimated": plan.base_bytes,
+        "base_estimated": sum(base_reads(tp, setup) for tp in plan.tensors),
         "output_logical": sum(_output_bytes(tp.base, setup) for tp in plan.tensors),
         "experts_estimated": plan.expert_bytes,
         "expert_chunks_estimated": plan.expert_chunks,
@@ -141,6 +142,9 @@ def build_record(plan: MergePlan, setup: MergeSetup, run: Execution | None, vers
             "base_measured": run.base_bytes_read,
             "experts_measured": run.expert_bytes_read,
             "expert_chunks_measured": run.expert_chunks_read,
+            "output_chunks_computed": run.chunks_computed,
+            "output_chunks_carried": run.chunks_carried,
+            "output_bytes_computed": run.bytes_computed,
         }
         if run.expert_bytes_fetched is not None:
             sizes |= {"base_fetched": run.base_bytes_fetched, "experts_fetched": run.expert_bytes_fetched}

@@ -61,6 +61,8 @@ ParentLookup = Callable[[str], dict[str, TensorManifest]]
 DeltaStat = list[str | float | None]
 # (chunk index, parent chunk id) → that parent chunk's raw bytes if the caller holds them, else None
 ParentBytes = Callable[[int, str], bytes | memoryview | None]
+# chunk index → the chunk already known to be the result there (a merge carrying the base's), else None
+Carried = Callable[[int], ChunkRef | None]
 
 
 class Ingestor:
@@ -96,11 +98,16 @@ class Ingestor:
         parent: TensorManifest | None = None,
         what: str = "",
         parent_bytes: ParentBytes | None = None,
+        carried: Carried | None = None,
     ) -> tuple[ChunkRef, ...]:
         group = dtype.group if dtype else 1
 
         def one(item: tuple[int, tuple[int, int]]) -> tuple[ChunkRef, int, DeltaStat | None]:
             i, (start, end) = item
+            known = carried(i) if carried is not None else None
+            if known is not None:  # stored already, its statistics with it: nothing to read or hash
+                assert known.size == end - start, "a carried chunk covers the range it replaces"
+                return known, 0, None
             raw = read(start, end - start)
             cid = chunk_id(raw)
             l2, max_abs = chunk_stats(raw, dtype) if dtype is not None else (None, None)
@@ -134,19 +141,22 @@ class Ingestor:
         nbytes: int,
         read: ReadAt,
         parent_bytes: ParentBytes | None = None,
+        carried: Carried | None = None,
     ) -> str:
         """Store one tensor's chunks and manifest; returns the manifest blob id.
 
         ``read`` is called on the pool's threads, one chunk's range at a time. A caller
         holding the parent tensor's chunks decoded (a merge holds the base) passes
-        ``parent_bytes`` so they are not read from the store again."""
+        ``parent_bytes`` so they are not read from the store again; one that already knows
+        the stored chunk at an index (a merge where no expert changed the base) passes
+        ``carried``, and ``read`` is not called there."""
         size = chunk_size_for(shape, dtype.bits)
         parent = self._parent_tensors.get(name)
         # Same dtype, row shape and chunk size: chunk i covers the same rows in both, also
         # when rows were appended (vocabulary extension), so chunk i is a good delta base.
         if parent is not None and (parent.dtype, parent.shape[1:], parent.chunk_size) != (dtype.name, shape[1:], size):
             parent = None
-        chunks = self._chunks(read, nbytes, size, dtype, parent, f"tensor {name!r}", parent_bytes)
+        chunks = self._chunks(read, nbytes, size, dtype, parent, f"tensor {name!r}", parent_bytes, carried)
         return self.graph.put_blob(TensorManifest(dtype.name, shape, size, chunks).to_bytes())
 
     def begin_file(self, rel: str) -> None:

@@ -95,28 +95,52 @@ def _write_chunks(
         offsets.append(start)
         start += size
     os.ftruncate(fd, start)
-    local_fd = os.open(reuse[0], os.O_RDONLY) if reuse else None
-    local_chunks = reuse[1] if reuse else {}
 
-    def fetch(cid: str, size: int, what: str) -> RawBytes:
-        if local_fd is not None and cid in local_chunks:
-            data = os.pread(local_fd, size, local_chunks[cid][0])
-            if len(data) == size and chunk_id(data) == cid:  # the local file may have changed
-                return data
-        return store.get(cid, what)
+    with ChunkSource(store, reuse, missing_ok=False) as source:
 
-    def one(i: int) -> int:
-        cid, size, what = parts[i]
-        data = fetch(cid, size, what)
-        _pwrite_all(fd, data, offsets[i], dest)
-        return len(data)
+        def one(i: int) -> int:
+            cid, size, what = parts[i]
+            data = source.get(cid, size, what)
+            _pwrite_all(fd, data, offsets[i], dest)
+            return len(data)
 
-    try:
         for n in ordered_map(pool, one, range(len(parts))):
             bar.advance(n)
-    finally:
-        if local_fd is not None:
-            os.close(local_fd)
+
+
+class ChunkSource:
+    """Chunk bytes by id for writing a file: copied from a local file that holds them (re-verified
+    by hash: it may have changed since), else read and decoded from the store."""
+
+    def __init__(self, store: ChunkStore, reuse: tuple[Path, LocalChunks] | None, missing_ok: bool = True):
+        self.store = store
+        self.local = reuse[1] if reuse else {}
+        self.fd: int | None = None
+        if reuse is not None:
+            try:
+                self.fd = os.open(reuse[0], os.O_RDONLY)
+            except OSError:
+                if not missing_ok:
+                    raise
+                self.local = {}
+
+    def get(self, cid: str, size: int, what: str) -> RawBytes:
+        if self.fd is not None and cid in self.local:
+            data = os.pread(self.fd, size, self.local[cid][0])
+            if len(data) == size and chunk_id(data) == cid:
+                return data
+        return self.store.get(cid, what)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> ChunkSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _pwrite_all(fd: int, data: RawBytes, offset: int, dest: Path | None) -> None:
@@ -149,8 +173,10 @@ class StagedFile:
     repository (same file system) until installed; a killed merge leaves it there, and the
     next merge or gc clears that directory."""
 
-    def __init__(self, dest: Path, staging: Path, header: bytes, data_size: int):
+    def __init__(self, dest: Path, staging: Path, header: bytes, data_size: int, source: ChunkSource | None = None):
         self.dest = dest
+        self.source = source  # where carried chunks' bytes come from
+        self.carried: list[tuple[int, str, int, str]] = []  # (file offset, chunk id, size, what) still to write
         layout = parse_header(header, len(header) + data_size, str(dest))
         self.offsets = {t.name: layout.data_start + t.begin for t in layout.tensors}
         staging.mkdir(parents=True, exist_ok=True)
@@ -160,15 +186,42 @@ class StagedFile:
         self._pwrite(header, 0)
         self.entry_oid: str | None = None  # set once every tensor is written and the entry is known
 
-    def _pwrite(self, data: bytes | memoryview, offset: int) -> None:
+    def _pwrite(self, data: RawBytes, offset: int) -> None:
         _pwrite_all(self.fd, data, offset, self.tmp)
 
     def write(self, tensor: str, offset: int, data: bytes | memoryview) -> None:
         """Bytes of ``tensor`` at ``offset`` within it (from any thread)."""
         self._pwrite(data, self.offsets[tensor] + offset)
 
-    def install(self) -> os.stat_result:
-        """Move into place (the file's entry is committed); returns the new file's stat."""
+    def carry(self, tensor: str, offset: int, cid: str, size: int, what: str) -> None:
+        """A chunk of ``tensor`` at ``offset`` that is already stored (a merge carried the base's):
+        its bytes are written when the file is installed (a file that is not, because the merge
+        left it as the working tree holds it, costs nothing more)."""
+        self.carried.append((self.offsets[tensor] + offset, cid, size, what))
+
+    def _fill(self, pool: ThreadPoolExecutor | None) -> None:
+        """Write every carried chunk (copied from the source's local file, else decoded)."""
+        todo, self.carried = self.carried, []
+        if not todo:
+            return
+        if self.source is None:
+            raise AssertionError("a staged file with carried chunks needs a chunk source")
+        source = self.source
+
+        def one(item: tuple[int, str, int, str]) -> None:
+            at, cid, size, what = item
+            self._pwrite(source.get(cid, size, what), at)
+
+        try:
+            for _ in ordered_map(pool, one, todo) if pool is not None else map(one, todo):
+                pass
+        finally:
+            source.close()
+
+    def install(self, pool: ThreadPoolExecutor | None = None) -> os.stat_result:
+        """Write the carried chunks, then move into place (the file's entry is committed);
+        returns the new file's stat."""
+        self._fill(pool)
         os.close(self.fd)
         self.fd = -1
         self.dest.parent.mkdir(parents=True, exist_ok=True)
@@ -176,6 +229,8 @@ class StagedFile:
         return os.stat(self.dest)
 
     def discard(self) -> None:
+        if self.source is not None:
+            self.source.close()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

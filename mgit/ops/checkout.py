@@ -254,7 +254,7 @@ def write_files(
                 continue
             ready = staged.get(p)
             if ready is not None and ready.entry_oid == entry.oid and form.entry == entry:
-                index.set(p, entry, ready.install())
+                index.set(p, entry, ready.install(ctx.pool))
                 result.written.append(p)
                 bar.advance(sizes[p])
                 continue
@@ -264,10 +264,14 @@ def write_files(
 
 
 def _reusable(ctx: Context, index: Index, rel: str, form: WorkForm) -> tuple[Path, LocalChunks] | None:
-    """The local file to copy unchanged chunks from, with where its chunks lie (as the
-    index says it was checked out)."""
+    return None if form.entry.kind == "blob" else local_file(ctx, index, rel)
+
+
+def local_file(ctx: Context, index: Index, rel: str) -> tuple[Path, LocalChunks] | None:
+    """The working file to copy unchanged chunks from, with where its chunks lie (as the
+    index says it was checked out); the copies are re-verified by hash."""
     old, dest = index.entries.get(rel), ctx.root / rel
-    if old is None or old.worktree.kind == "blob" or form.entry.kind == "blob" or not dest.is_file():
+    if old is None or old.worktree.kind == "blob" or not dest.is_file():
         return None
     return dest, local_chunks(ctx.graph, old.worktree)
 

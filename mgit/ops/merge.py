@@ -19,8 +19,9 @@ from mgit.graph import records
 from mgit.graph.refs import check_ref_name
 from mgit.graph.snapshot import Snapshot, write_snapshot
 from mgit.model.ingest import Ingestor
-from mgit.model.materialize import StagedFile
+from mgit.model.materialize import ChunkSource, StagedFile
 from mgit.ops import checkout, inspect, merge_inputs, workfiles
+from mgit.ops.checkout import local_file
 from mgit.ops.stage import parent_lookup
 from mgit.ops.workfiles import CheckoutResult
 from mgit.progress import byte_progress
@@ -63,13 +64,16 @@ def merge(
     config: str | os.PathLike[str] | None = None,
     budget: str | int | None = None,
     budget_select: str = "importance",
+    checkout: bool = True,
     **params: Any,
 ) -> str:
     """Merge expert revisions into ``base`` (default HEAD) as a commit with parents
     [base, *experts] holding the merged model and its plan; returns the commit id.
 
     On HEAD the current branch advances; on another base ``branch`` is required and
-    created. Either way the working tree then holds the merged model. Parameters are
+    created. Either way the working tree then holds the merged model; with
+    ``checkout=False`` (``branch`` required) the branch is created and the working tree,
+    the index and HEAD stay as they are (many candidate merges, none written out). Parameters are
     mergekit's (weight, density, lambda, normalize, rescale, epsilon, gamma, t, ...).
     With ``config`` (a mergekit YAML file) method, base, experts and parameters come
     from it instead, with per-tensor filters and per-layer gradients. With ``budget``
@@ -92,6 +96,8 @@ def merge(
 
     base = setup.base_ref
     on_head = setup.base_commit == ctx.refs.head() and base in (None, "HEAD", ctx.refs.current_branch())
+    if not checkout and not branch:
+        raise BadInputError("a merge that is not checked out goes on a new branch: give -b NAME")
     if not on_head and not branch:
         raise BadInputError("merging into a base other than HEAD needs -b NAME for the new branch")
     if branch is not None:
@@ -101,24 +107,27 @@ def merge(
         ctx.refs.refuse_clash(f"refs/heads/{branch}")  # before any work: one line
     with ctx.writing():
         _refuse_stale_base(ctx, setup.base_commit, on_head, branch)
-        inspect.refuse_dirty(ctx, "merge")
+        if checkout:  # a merge left on its branch touches nothing of the working tree
+            inspect.refuse_dirty(ctx, "merge")
         base_snap = setup.base_snap
         bar_total = sum(tp.base.nbytes for tp in plan.tensors)
         staging = ctx.clear_staging()
+        index = ctx.index()
 
         def stage_file(file: str, header: bytes, size: int) -> StagedFile:
-            return StagedFile(ctx.root / file, staging, header, size)
+            local = ChunkSource(ctx.store, local_file(ctx, index, file))  # unchanged chunks: copied from it
+            return StagedFile(ctx.root / file, staging, header, size, local)
 
         fetched = {"base": Transfer(), "experts": Transfer()}
         if ctx.is_partial:
-            _fetch_planned(ctx, plan, fetched)
+            _fetch_planned(ctx, plan, setup, fetched)
         with byte_progress("merge", bar_total) as bar:
             ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parent_lookup(ctx, base_snap))
-            run = execute(plan, setup, ingestor, ctx.store, ctx.pool, base_snap, bar, stage_file)
+            run = execute(plan, setup, ingestor, ctx.store, ctx.pool, base_snap, bar, stage_file if checkout else None)
         if ctx.is_partial:
             run.base_bytes_fetched, run.expert_bytes_fetched = fetched["base"].bytes, fetched["experts"].bytes
         try:
-            return _commit_merge(ctx, plan, setup, run, base, branch, on_head, message)
+            return _commit_merge(ctx, plan, setup, run, base, branch, on_head, message, checkout)
         finally:
             for staged in run.staged.values():
                 staged.discard()  # those not installed
@@ -146,9 +155,11 @@ def _commit_merge(
     branch: str | None,
     on_head: bool,
     message: str | None,
+    checkout_after: bool = True,
 ) -> str:
     """Record an executed merge: seal chunks, write tree and commit, then update the
-    working tree (from the staged files) and the refs."""
+    working tree (from the staged files) and the refs (without ``checkout_after``: only
+    create the branch)."""
     from mgit.merge.record import plan_record
 
     base_snap = setup.base_snap
@@ -161,7 +172,10 @@ def _commit_merge(
     who = ctx.identity()
     parents = [setup.base_commit, *setup.expert_commits]
     commit = ctx.graph.put_commit(tree, parents, text, who, who)
-    if on_head and branch is None:
+    if not checkout_after:
+        assert branch is not None
+        ctx.refs.create_branch(branch, commit)
+    elif on_head and branch is None:
         head_snap = base_snap if setup.reference is None else ctx.snapshot(setup.base_commit)
         _install_merge(ctx, commit, head_snap, merged, setup.base_commit, text, run.staged)
     else:
@@ -326,11 +340,17 @@ def _fetch_sizes(ctx: Context, plan: MergePlan) -> dict[str, int]:
     return ctx.promisor.sizes(wanted)
 
 
-def _fetch_planned(ctx: Context, plan: MergePlan, run_report: dict[str, Transfer]) -> None:
-    """A partial clone fetches what the merge reads before it runs: the base's chunks, then
-    the chosen expert chunks, the latter capped at the budget."""
+def _fetch_planned(ctx: Context, plan: MergePlan, setup: MergeSetup, run_report: dict[str, Transfer]) -> None:
+    """A partial clone fetches what the merge reads before it runs: the base's chunks it
+    computes from (not those it carries), then the chosen expert chunks, the latter capped at
+    the budget."""
+    from mgit.merge.carry import carried_chunks
+
     assert ctx.promisor is not None
-    base_ids = [c.id for tp in plan.tensors for c in tp.base.chunks]
+    base_ids = []
+    for tp in plan.tensors:
+        carried = carried_chunks(tp, setup)
+        base_ids += [c.id for i, c in enumerate(tp.base.chunks) if i not in carried]
     expert_ids = [tp.experts[k].chunks[i].id for tp in plan.tensors for k, reads in enumerate(tp.reads) for i in reads]
     limit = plan.budget.limit if plan.budget is not None else None
     ctx.promisor.fetch_for_merge(

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from helpers.models import commit_model, frozen_finetune, llama_state_dict
+
+from mgit.merge import engine
+from mgit.model import ingest
+from mgit.model.chunking import chunk_size_for
 
 
 @pytest.fixture
@@ -17,3 +23,11 @@ def experts(repo):
         commit_model(repo, frozen_finetune(base, {i}, seed=30 + i), name)
     repo.checkout("main")
     return repo
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of ~4 KB: every tensor has several, so a budget chooses within tensors too."""
+    small = functools.partial(chunk_size_for, target=4000)
+    monkeypatch.setattr(ingest, "chunk_size_for", small)
+    monkeypatch.setattr(engine, "chunk_size_for", small)

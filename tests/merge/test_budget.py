@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import subprocess
@@ -19,21 +18,10 @@ from hypothesis import strategies as st
 from mgit import Repository
 from mgit.budget import Budget, parse_budget
 from mgit.errors import BadInputError
-from mgit.merge import engine
 from mgit.merge.budget.knapsack import Item, choose_by_density, choose_uniform, fractional_bound
-from mgit.model import ingest
-from mgit.model.chunking import chunk_size_for
 
 NAMES = ("math", "code", "chat", "law")
 WEIGHTS = [0.4, 0.3, 0.2, 0.1]
-
-
-@pytest.fixture
-def small_chunks(monkeypatch):
-    """Chunks of ~4 KB: every tensor has several, so a budget chooses within tensors too."""
-    small = functools.partial(chunk_size_for, target=4000)
-    monkeypatch.setattr(ingest, "chunk_size_for", small)
-    monkeypatch.setattr(engine, "chunk_size_for", small)
 
 
 def _experts(repo, dtype=torch.bfloat16):

@@ -127,13 +127,14 @@ def reads_table(plan: MergePlan, record: dict) -> Printout:
     return p
 
 
-def merge_json(sha: str, branch: str | None, record: dict) -> dict:
+def merge_json(sha: str, branch: str | None, record: dict, checked_out: bool = True) -> dict:
     """A merge's result for scripts: the commit, the bytes read and the plan in summary."""
     return document(
         "mgit.merge/1",
         {
             "commit": sha,
             "branch": branch,
+            "checked_out": checked_out,
             "method": record["method"],
             "parameters": record["parameters"],
             "seed": record["seed"],
@@ -150,16 +151,21 @@ def merge_json(sha: str, branch: str | None, record: dict) -> dict:
     )
 
 
-def merge_text(sha: str, branch: str | None, record: dict) -> Printout:
+def merge_text(sha: str, branch: str | None, record: dict, checked_out: bool = True) -> Printout:
     """The merge's result: stdout, as every result (progress and warnings go to stderr)."""
     p = Printout()
     b = record["bytes"]
     p.out(
         f"merged {len(record['experts'])} expert(s) with {record['method']} → {sha[:12]} "
-        f"on {branch or 'HEAD'}; "
+        f"on {branch or 'HEAD'}{'' if checked_out else ' (not checked out)'}; "
         f"read {decimal(b['experts_measured'])} of expert chunks ({b['expert_chunks_measured']}), "
         f"{decimal(b['base_measured'])} of base chunks"
     )
+    if "output_chunks_computed" in b:  # recorded since mgit computes only what the plan changes
+        p.out(
+            f"  output: {b['output_chunks_computed']} chunk(s) computed, {b['output_chunks_carried']} carried "
+            f"from the base ({decimal(b['output_bytes_computed'])} computed)"
+        )
     if "budget" in record:
         p.out("  " + budget_line(record["budget"]))
     return p

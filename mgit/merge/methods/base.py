@@ -11,6 +11,8 @@ A method declares everything the rest of mgit needs to know about it, so nothing
   slice by slice; ``decides_per_expert``: it looks at each expert's whole delta first (a
   sparsifier), which costs the engine a second pass over the experts; ``skips_zero_deltas``: an
   expert equal to the base may be left out of a slice's math (it adds nothing);
+  :meth:`MergeMethod.keeps_base_where_unchanged`: where no expert differs from the base, the
+  result is the base exactly, so the engine carries the base's chunk instead of computing it;
 * ``affine``: the result is affine in the experts, M = s·base + Σ a_k·Δ_k, so a budget's error
   bound holds; :meth:`MergeMethod.effective_weights` gives the a_k (for other methods: a ranking);
 * :meth:`MergeMethod.check_params`: the parameters' ranges, and any condition joining several.
@@ -96,6 +98,14 @@ class MergeMethod(ABC):
 
     def check_together(self, params: Mapping[str, Any], where: str) -> None:  # noqa: B027 (a hook: most methods have none)
         """Conditions on several parameters at once (none by default)."""
+
+    def keeps_base_where_unchanged(self, params: Mapping[str, Any]) -> bool:
+        """Whether, with these (resolved) parameters, a slice where every expert equals the base
+        (or was left out by a budget, for methods that :attr:`skips_zero_deltas`) merges to the base's
+        own values, bit for bit in the working dtype. The engine then carries the base's chunk into the
+        result without reading or computing it. False by default: a weighted mean of equal inputs
+        need not round back to them."""
+        return False
 
     def effective_weights(self, params: Mapping[str, Any], count: int) -> Weights:
         """Each expert's weight in the merged tensor (resolved ``params``); for methods that are

@@ -26,6 +26,10 @@ class Passthrough(MergeMethod):
     elementwise = True
     affine = True
 
+    def keeps_base_where_unchanged(self, params: Mapping[str, Any]) -> bool:
+        """Unscaled, the result is the input itself (the reference a merge without a base starts from)."""
+        return params.get("scale", (None,))[0] is None
+
     def effective_weights(self, params: Mapping[str, Any], count: int) -> Weights:
         scale = params.get("scale", (None,))[0]
         return Weights((1.0 if scale is None else float(scale),), 0.0)

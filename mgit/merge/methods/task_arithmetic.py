@@ -187,6 +187,12 @@ class TaskArithmetic(MergeMethod):
         if self.sparsifier is not None and self.sparsifier.joint_check is not None:
             self.sparsifier.joint_check(params, where)
 
+    def keeps_base_where_unchanged(self, params: Mapping[str, Any]) -> bool:
+        """Yes: with no expert present :meth:`combine_slice` returns the base itself, and every
+        expert equal to the base adds a zero delta (so leaving it out changes nothing but the sign
+        of a zero the base holds, which carrying keeps as the base has it)."""
+        return True
+
     def effective_weights(self, params: Mapping[str, Any], count: int) -> Weights:
         w = [float(x) for x in params["weight"]]
         total = sum(w) if params.get("normalize") else 1.0

@@ -1,0 +1,204 @@
+"""A merge's work follows its plan: output chunks no chosen expert chunk changes are the base's,
+carried into the merged manifest without being read, computed or stored; `--no-checkout` leaves
+the working tree alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers.cli import invoke
+from helpers.models import commit_model, llama_state_dict, tree_hashes, uneven_finetune
+
+from mgit.merge.carry import carried_chunks
+from mgit.merge.methods.task_arithmetic import TaskArithmetic
+from mgit.store.chunkstore import ChunkStore
+
+NAMES = ("math", "code", "chat")
+WEIGHTS = [0.5, 0.3, 0.2]
+
+
+@pytest.fixture
+def uneven(repo, small_chunks):
+    base = llama_state_dict(seed=3)
+    commit_model(repo, base, "base")
+    for k, name in enumerate(NAMES):
+        repo.checkout("main")
+        repo.checkout(create_branch=name)
+        commit_model(repo, uneven_finetune(base, seed=50 + k), name)
+    repo.checkout("main")
+    return repo
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Every chunk id the store is asked to read, and every chunk it is asked to store."""
+    reads: list[str] = []
+    writes: list[str] = []
+    real_get, real_put = ChunkStore.get, ChunkStore.put
+
+    def get(self, cid, *args, **kwargs):
+        reads.append(cid)
+        return real_get(self, cid, *args, **kwargs)
+
+    def put(self, raw, group, cid=None, *args, **kwargs):
+        writes.append(cid)
+        return real_put(self, raw, group, cid, *args, **kwargs)
+
+    monkeypatch.setattr(ChunkStore, "get", get)
+    monkeypatch.setattr(ChunkStore, "put", put)
+    return reads, writes
+
+
+def _model_entries(repo, rev):
+    return {p: e for p, e in repo.snapshot(rev).items() if p.startswith("model/")}
+
+
+def _old_way(monkeypatch):
+    """Execute every chunk, as mgit did before carrying: the method claims nothing."""
+    monkeypatch.setattr(TaskArithmetic, "keeps_base_where_unchanged", lambda self, params: False)
+
+
+@pytest.mark.parametrize("checkout", [True, False])
+def test_a_budgeted_merge_reads_and_stores_nothing_where_no_expert_chunk_was_chosen(uneven, spy, checkout):
+    repo = uneven
+    plan, setup = repo.merge_plan(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
+    carried = {tp.name: carried_chunks(tp, setup) for tp in plan.tensors}
+    total = sum(len(tp.base.chunks) for tp in plan.tensors)
+    n_carried = sum(len(c) for c in carried.values())
+    assert 0 < n_carried < total  # the budget chose some chunks, and left most
+    carried_ids = {tp.base.chunks[i].id for tp in plan.tensors for i in carried[tp.name]}
+    computed_ids = {c.id for tp in plan.tensors for i, c in enumerate(tp.base.chunks) if i not in carried[tp.name]}
+    only_carried = carried_ids - computed_ids  # a chunk id can appear at both kinds of places
+
+    reads, writes = spy
+    reads.clear(), writes.clear()
+    sha = repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS, branch="m", checkout=checkout)
+    assert not only_carried & set(reads)  # the working tree supplied what a checkout wrote
+    record = repo.merge_record(sha)
+    b = record["bytes"]
+    assert (b["output_chunks_carried"], b["output_chunks_computed"]) == (n_carried, total - n_carried)
+    assert len([w for w in writes if w in carried_ids]) == 0  # nothing of the base stored again
+    assert b["base_measured"] < plan.base_bytes * (total - n_carried) / total * 1.5 + 1
+
+
+def test_carrying_is_bit_identical_to_computing_every_chunk(uneven, monkeypatch):
+    repo = uneven
+    for budget, branch in ((None, "exact"), ("10%", "budgeted")):
+        repo.checkout("main")
+        repo.merge(list(NAMES), "task_arithmetic", budget=budget, weight=WEIGHTS, branch=branch)
+    with monkeypatch.context() as m:
+        _old_way(m)
+        for budget, branch in ((None, "exact-old"), ("10%", "budgeted-old")):
+            repo.checkout("main")
+            repo.merge(list(NAMES), "task_arithmetic", budget=budget, weight=WEIGHTS, branch=branch)
+    assert _model_entries(repo, "exact") == _model_entries(repo, "exact-old")
+    assert _model_entries(repo, "budgeted") == _model_entries(repo, "budgeted-old")
+    old = repo.merge_record("budgeted-old")["bytes"]
+    new = repo.merge_record("budgeted")["bytes"]
+    assert old["output_chunks_carried"] < new["output_chunks_carried"]
+    assert new["base_measured"] < old["base_measured"]
+
+
+@pytest.mark.parametrize("method", ["ties", "dare_ties"])
+def test_sparsifiers_carry_unchanged_chunks_bit_identically(uneven, monkeypatch, method):
+    repo = uneven
+    params = {"weight": WEIGHTS, "density": 0.5, "seed": 7}
+    repo.merge(list(NAMES), method, branch="new", budget="20%", **params)
+    with monkeypatch.context() as m:
+        _old_way(m)
+        repo.checkout("main")
+        repo.merge(list(NAMES), method, branch="old", budget="20%", **params)
+    assert _model_entries(repo, "new") == _model_entries(repo, "old")
+    assert repo.merge_record("new")["bytes"]["output_chunks_carried"] > 0
+
+
+def test_frozen_tensors_keep_the_bases_manifest(uneven):
+    repo = uneven
+    sha = repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, branch="m")
+    record = repo.merge_record(sha)
+    untouched = [t for t in record["tensors"] if not any(t["expert_chunks_read"])]
+    assert untouched  # a third of each fine-tune is frozen; some tensors are frozen in all
+    assert record["bytes"]["output_chunks_carried"] >= sum(t["chunks"] for t in untouched)
+
+
+def test_a_working_dtype_that_rounds_the_base_computes_every_chunk(uneven):
+    repo = uneven
+    plan, setup = repo.merge_plan(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS, dtype="F16")
+    assert all(not carried_chunks(tp, setup) for tp in plan.tensors)  # bf16 → f16 → bf16 is not exact
+    plan, setup = repo.merge_plan(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS, dtype="F32")
+    assert all(not carried_chunks(tp, setup) for tp in plan.tensors)  # the result is F32: nothing is the base's
+    plan, setup = repo.merge_plan(
+        list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS, dtype="F32", out_dtype="BF16"
+    )
+    assert any(carried_chunks(tp, setup) for tp in plan.tensors)  # bf16 → f32 → bf16 is exact
+    plan, setup = repo.merge_plan(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS, out_dtype="F32")
+    assert all(not carried_chunks(tp, setup) for tp in plan.tensors)
+
+
+def test_linear_claims_nothing():
+    from mgit.merge.methods.registry import get_method
+
+    linear = get_method("linear")
+    assert not linear.keeps_base_where_unchanged(linear.resolve({"weight": [0.3, 0.7]}, 2))
+
+
+# -- --no-checkout -----------------------------------------------------------------------------
+
+
+def _state(repo):
+    return (
+        tree_hashes(repo.root),
+        {p.name: p.stat().st_mtime_ns for p in (repo.root / "model").iterdir()},
+        (repo.git_dir / "mgit-index.json").read_bytes(),
+        repo.refs.head(),
+        repo.refs.current_branch(),
+    )
+
+
+def test_no_checkout_leaves_working_tree_index_and_head_alone(uneven):
+    repo = uneven
+    before = _state(repo)
+    sha = repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, branch="cand", checkout=False)
+    assert _state(repo) == before
+    assert repo.refs.branches()["cand"] == sha
+    repo.checkout("cand")  # what it made is a normal commit: check it out, it is the merge
+    assert repo.status().clean
+    repo.checkout("main")
+    again = repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, branch="checked")
+    assert _model_entries(repo, again) == _model_entries(repo, sha)
+
+
+def test_no_checkout_works_with_a_dirty_working_tree(uneven):
+    repo = uneven
+    (repo.root / "notes.txt").write_text("work in progress\n")
+    repo.add(["notes.txt"])
+    (repo.root / "notes.txt").write_text("more\n")
+    repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, branch="cand", checkout=False)
+    assert (repo.root / "notes.txt").read_text() == "more\n"
+
+
+def test_no_checkout_cli(uneven):
+    repo = uneven
+    args = ("merge", *NAMES, "--method", "task_arithmetic", "--weights", "0.5,0.3,0.2")
+    refused = invoke(*args, "--no-checkout", cwd=repo.root)
+    assert refused.returncode == 2 and "-b NAME" in refused.stderr
+    done = invoke(*args, "--budget", "10%", "-b", "cand", "--no-checkout", "--json", cwd=repo.root)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["branch"], doc["checked_out"]) == ("cand", False)
+    assert doc["bytes"]["output_chunks_carried"] > 0
+    assert repo.refs.current_branch() == "main"
+    text = invoke(*args, "-b", "c2", "--no-checkout", cwd=repo.root)
+    assert "on c2 (not checked out)" in text.stdout and "carried from the base" in text.stdout
+
+
+def test_a_checked_out_budgeted_merge_matches_a_fresh_checkout(uneven, tmp_path):
+    repo = uneven
+    repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="10%")
+    written = tree_hashes(repo.root, "model")
+    for f in (repo.root / "model").iterdir():
+        f.unlink()
+    repo.checkout("HEAD", ["model"])
+    assert tree_hashes(repo.root, "model") == written
+    assert repo.status().clean
