@@ -422,6 +422,14 @@ def ratio(a: float | None, b: float | None, digits: int = 2) -> str:
     return "" if not a or not b else f"{a / b:.{digits}f}"
 
 
+def chunks_cell(record: dict[str, Any]) -> str:
+    """An mgit merge's output chunks computed and carried over from the base (its record), if it counts them."""
+    b = record.get("bytes", {})
+    if "output_chunks_computed" not in b:
+        return ""
+    return f"{b['output_chunks_computed']} / {b.get('output_chunks_carried', 0)}"
+
+
 def same_cell(c: Sameness | None) -> str:
     if c is None:
         return ""
@@ -439,7 +447,8 @@ def find(results: Sequence[Merged], k: int, method: str, tool: str, budget: int 
 def merges_table(results: Sequence[Merged]) -> str:
     header = ["K", "method", "run", "wall time (s)", "× faster than mergekit", "time / mgit exact",
               "peak RSS (MB)", "read from disk (GB)", "written to disk (GB)", "disk read / mergekit's",
-              "bytes the tool reads (GB)", "equal to mergekit", "other load"]  # fmt: skip
+              "bytes the tool reads (GB)", "output chunks computed / carried", "equal to mergekit",
+              "other load"]  # fmt: skip
     rows = []
     for m in results:
         r = m.run
@@ -457,10 +466,11 @@ def merges_table(results: Sequence[Merged]) -> str:
             fmt_gb(m.proc.disk_written),
             ratio(m.proc.disk_read, mk.proc.disk_read, 3) if mk and m is not mk else "",
             fmt_gb(m.planned_read),
+            chunks_cell(m.record),
             same_cell(m.same),
             f"{m.proc.load_share:.0%}",
         ])  # fmt: skip
-    return table(header, "rllrrrrrrrrlr", rows)
+    return table(header, "rllrrrrrrrrrlr", rows)
 
 
 def store_table(results: Sequence[Result], raw: int) -> str:
@@ -617,7 +627,8 @@ def report(merged: Sequence[Merged], stored: Sequence[Result], c: Context) -> st
             "from a checkout of `main`. A checked-out merge also writes the merged model into the working tree; "
             "with `-b NAME --no-checkout` it only commits. Read from / written to disk: the process's (and its "
             "children's) `read_bytes` / `write_bytes` in `/proc/<pid>/io`; bytes the tool reads: mergekit's input "
-            "files, mgit's merge record (`plan.bytes`, stored chunk bytes of the base and the experts). Equal to "
+            "files, mgit's merge record (`plan.bytes`, stored chunk bytes of the base and the experts), which also "
+            "counts the output chunks it computed and those it carried over from the base unread. Equal to "
             "mergekit: the checked-out exact merge's tensors (`Repository.state_dict`) against mergekit's output, "
             "bit for bit.",
             "",
