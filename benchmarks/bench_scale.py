@@ -103,6 +103,15 @@ def parts_list(text: str) -> tuple[str, ...]:
     return parts
 
 
+def methods_list(text: str) -> tuple[str, ...]:
+    methods = tuple(m.strip() for m in text.split(",") if m.strip())
+    if unknown := set(methods) - set(METHODS):
+        raise cli.argparse.ArgumentTypeError(
+            f"unknown method(s) {', '.join(sorted(unknown))}; of: {', '.join(METHODS)}"
+        )
+    return methods
+
+
 def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
     p = cli.parser(__doc__)
     cli.add_common(
@@ -125,6 +134,8 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
         help="budgets in percent, e.g. 25%%,10%%,5%% (default; '' for none)",
     )
     p.add_argument("--parts", type=parts_list, default=PARTS, help="what to run, of: store, merge (default both)")
+    p.add_argument("--methods", type=methods_list, default=tuple(METHODS), help="merge methods, of: "
+                   + ", ".join(METHODS) + f" (default both; budgets apply to {BUDGET_METHOD})")  # fmt: skip
     p.add_argument("--no-mergekit", action="store_true", help="skip mergekit (and its installation)")
     p.add_argument("--no-dvc", action="store_true", help="skip the DVC baseline (and its installation)")
     p.add_argument("--warm", action="store_true", help="leave the page cache as it is (default: drop it, when root)")
@@ -143,14 +154,19 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
 # -- the disk it needs ----------------------------------------------------------------------
 
 
-def merge_outputs(ks: Sequence[int], budgets: Sequence[int]) -> int:
+def merge_outputs(ks: Sequence[int], budgets: Sequence[int], methods: Sequence[str] = tuple(METHODS)) -> int:
     """Distinct merge results the run stores: per K, each method exact and each budget (a merge
     with and without --no-checkout writes the same chunks)."""
-    return len(ks) * (len(METHODS) + len(budgets))
+    return len(ks) * (len(methods) + (len(budgets) if BUDGET_METHOD in methods else 0))
 
 
 def disk_need(
-    raw: int, ks: Sequence[int], budgets: Sequence[int], parts: Sequence[str], mergekit: bool
+    raw: int,
+    ks: Sequence[int],
+    budgets: Sequence[int],
+    parts: Sequence[str],
+    mergekit: bool,
+    methods: Sequence[str] = tuple(METHODS),
 ) -> dict[str, int]:
     """Bytes the run holds at its peak, by what, for a model of ``raw`` bytes, experts up to max(ks)
     and the parts run: the generated inputs (kept, cached), then the larger of the storage part
@@ -164,7 +180,9 @@ def disk_need(
     storage = 3 * raw if "store" in parts else 0
     merging = 0
     if "merge" in parts:
-        shares = BASE_STORE_SHARE + max(ks) * EXPERT_STORE_SHARE + merge_outputs(ks, budgets) * OUTPUT_STORE_SHARE
+        shares = (
+            BASE_STORE_SHARE + max(ks) * EXPERT_STORE_SHARE + merge_outputs(ks, budgets, methods) * OUTPUT_STORE_SHARE
+        )
         merging = round(raw * (shares + 1)) + (raw if mergekit else 0)  # + the working tree, mergekit's output
     if merging >= storage and merging:
         need["merges (mgit repository, working tree" + (", mergekit's output)" if mergekit else ")")] = merging
@@ -312,12 +330,14 @@ class MergeRun:
         return f"mgit merge{budget}" + ("" if self.checkout else " --no-checkout")
 
 
-def merge_runs(k: int, budgets: Sequence[int], mergekit: bool, no_checkout: bool) -> list[MergeRun]:
+def merge_runs(
+    k: int, budgets: Sequence[int], mergekit: bool, no_checkout: bool, methods: Sequence[str] = tuple(METHODS)
+) -> list[MergeRun]:
     """Per method: mergekit, mgit exact, then (task_arithmetic) every budget, largest first; each mgit
     merge checked out and, when the flag exists, with --no-checkout."""
     modes = (True, False) if no_checkout else (True,)
     runs = []
-    for method in METHODS:
+    for method in (m for m in METHODS if m in methods):
         if mergekit:
             runs.append(MergeRun(k, method, "mergekit"))
         runs += [MergeRun(k, method, "mgit", None, co) for co in modes]
@@ -391,10 +411,10 @@ def run_mgit(s: Setup, run: MergeRun) -> Merged:
                   record)  # fmt: skip
 
 
-def bench_merges(s: Setup, k: int, budgets: Sequence[int], no_checkout: bool) -> list[Merged]:
+def bench_merges(s: Setup, k: int, budgets: Sequence[int], no_checkout: bool, methods: Sequence[str]) -> list[Merged]:
     found: list[Merged] = []
     outs: dict[str, Path] = {}
-    for run in merge_runs(k, budgets, s.mergekit is not None, no_checkout):
+    for run in merge_runs(k, budgets, s.mergekit is not None, no_checkout, methods):
         print(f"K = {k}, {run.method}: {run.label} ...", flush=True)
         if run.tool == "mergekit":
             m, outs[run.method] = run_mergekit(s, run)
@@ -488,7 +508,7 @@ def store_table(results: Sequence[Result], raw: int) -> str:
             r.step,
             f"{p.seconds:.2f}",
             f"{raw / MB / p.seconds:.0f}" if p.seconds > 0 else "",
-            ratio(same_step.best.seconds, p.seconds) if same_step and r.tool != "git + git-lfs" else "",
+            ratio(same_step.best.seconds, p.seconds) if same_step and r.tool not in ("git + git-lfs", "cp -r") else "",
             ratio(p.seconds, cp.best.seconds) if cp and r.store_bytes is None and r is not cp else "",
             fmt_rss(p),
             fmt_gb(p.disk_read),
@@ -643,8 +663,8 @@ def report(merged: Sequence[Merged], stored: Sequence[Result], c: Context) -> st
                   *c.example_cmds, "```", ""]  # fmt: skip
     lines.append(
         "How it was measured: every step is a separate process timed by wall clock, after untimed waits until no "
-        f"other benchmark of this repository runs and under {IDLE_BELOW:.0%} of the CPUs are busy, an untimed "
-        "`sync`" + (" and a dropped page cache" if c.cold else "") + ". "
+        f"other benchmark of this repository runs and under {IDLE_BELOW:.0%} of the CPUs are busy, and an untimed "
+        "`sync`" + (", then the page cache dropped" if c.cold else "") + ". "
         + (f"Each step ran {c.reps} times; the time columns show every run, the others the fastest. "
            if c.reps > 1 else "Each step ran once. ")
         + "Peak RSS as the kernel reports it (`wait4`, the process and its children), in parentheses the sampled "
@@ -675,7 +695,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cache_note = (
             "**could not be dropped** (not root): files written or read minutes before may be read from memory."  # noqa: E501
         )
-    need = disk_need(plan.nbytes, ks, budgets, parts, not args.no_mergekit)
+    need = disk_need(plan.nbytes, ks, budgets, parts, not args.no_mergekit, args.methods)
     cached = cached_inputs(workdir, plan, parts)
     print(describe_need(need, cached, cli.free_disk(workdir)), flush=True)
     cli.check_free_disk(workdir, disk_total(need, cached), "pass --quick, fewer --ks or --layers")
@@ -712,7 +732,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.no_mergekit:
             skipped.append("mergekit (--no-mergekit)")
         for k in ks:
-            merged += bench_merges(s, k, budgets, no_checkout)
+            merged += bench_merges(s, k, budgets, no_checkout, args.methods)
         waited += s.runner.waited
         kmax = max(ks)
         run = MergeRun(kmax, BUDGET_METHOD, "mgit", 10 if 10 in budgets else None, not no_checkout)

@@ -61,14 +61,14 @@ def line_chart(
     y_label: str,
     x_ticks: Sequence[tuple[float, str]],
     log_x: bool = False,
-    width: int = 760,
+    width: int = 800,
     height: int = 440,
 ) -> str:
     """The chart as SVG text. x spans the ticks given (log scale with ``log_x``); y spans 0 to the
     largest value, with ticks of 1, 2 or 5 × 10^n."""
     if not x_ticks:
         raise ValueError("a chart needs x ticks")
-    left, right, top, bottom = 64, 250, 40, 56  # the legend sits in the right margin
+    left, right, top, bottom = 64, 280, 40, 56  # the legend sits in the right margin
     pw, ph = width - left - right, height - top - bottom
     fx = math.log10 if log_x else float
     xs = [fx(x) for x, _ in x_ticks] + [fx(x) for s in series for x, _ in s.points]

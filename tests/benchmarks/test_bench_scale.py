@@ -150,6 +150,9 @@ def test_disk_need_follows_the_size_and_k() -> None:
     assert "experts" not in store_only and sum(store_only.values()) == 5 * raw  # base, dense, one tool's run
     assert bench_scale.disk_total(full, 10 * GB) == bench_scale.disk_total(full, 0) - 10 * GB  # cached inputs
     assert bench_scale.merge_outputs((8, 16), (25, 10, 5)) == 2 * (2 + 3)
+    assert bench_scale.merge_outputs((8,), (25, 10, 5), ("ties",)) == 1
+    ta_only = bench_scale.disk_need(raw, (8, 16), (25, 10, 5), ("merge",), True, ("task_arithmetic",))
+    assert bench_scale.disk_total(ta_only, 0) < bench_scale.disk_total(full, 0)
 
 
 def test_cached_inputs_count_what_is_on_disk(tmp_path: Path) -> None:
@@ -252,7 +255,11 @@ def test_budgets_ks_and_parts_parse_and_are_checked() -> None:
     assert bench_scale.parse_args(["--budgets", "5,50"]).budgets == (50, 5)
     assert bench_scale.parse_args(["--budgets", ""]).budgets == ()
     assert bench_scale.parse_args(["--parts", "merge"]).parts == ("merge",)
-    for bad in (["--budgets", "100"], ["--budgets", "ten"], ["--ks", "0"], ["--parts", "diff"], ["--layers", "-1"]):
+    assert bench_scale.parse_args([]).methods == ("task_arithmetic", "ties")
+    assert bench_scale.parse_args(["--methods", "ties"]).methods == ("ties",)
+    bad_args = (["--budgets", "100"], ["--budgets", "ten"], ["--ks", "0"], ["--parts", "diff"], ["--layers", "-1"],
+                ["--methods", "slerp"])  # fmt: skip
+    for bad in bad_args:
         with pytest.raises(SystemExit):
             bench_scale.parse_args(bad)
 
@@ -275,6 +282,8 @@ def test_every_mgit_merge_runs_with_and_without_checkout_when_it_can() -> None:
     assert len({r.branch for r in runs if r.tool == "mgit"}) == 8
     without = bench_scale.merge_runs(8, (10,), mergekit=False, no_checkout=False)
     assert [r.label for r in without] == ["mgit merge", "mgit merge --budget 10%", "mgit merge"]
+    ties = bench_scale.merge_runs(8, (10,), mergekit=False, no_checkout=False, methods=("ties",))
+    assert [(r.method, r.label) for r in ties] == [("ties", "mgit merge")]
 
 
 def test_the_mgit_merge_command() -> None:
@@ -300,17 +309,20 @@ def test_the_mergekit_config_matches_the_mgit_merge(tmp_path: Path) -> None:
 
 @pytest.mark.bench_smoke
 def test_a_tiny_run_end_to_end(tmp_path: Path, capsys) -> None:
-    """A 4 MB model, K = 2, one budget, no mergekit or DVC (not installed from the network here), warm
-    cache: every table is printed, the chart written, the checkouts byte-identical."""
+    """A 4 MB model, K = 2, task_arithmetic exact and at one budget, no mergekit or DVC (not installed
+    from the network here), warm cache: every table is printed, the chart written, the checkouts
+    byte-identical, each merge with and without --no-checkout."""
     workdir = tmp_path / "scale"
     argv = ["--workdir", str(workdir), "--shape", "tiny", "--layers", "2", "--ks", "2", "--budgets", "10",
-            "--no-mergekit", "--no-dvc", "--warm", "--idle-wait", "0", "--other-wait", "0"]  # fmt: skip
+            "--methods", "task_arithmetic", "--no-mergekit", "--no-dvc", "--warm", "--idle-wait", "0",
+            "--other-wait", "0"]  # fmt: skip
     assert bench_scale.main(argv) == 0
     out = capsys.readouterr().out
     assert bench_scale.SECTION_TITLE in out
     assert "| mgit | add + commit: base |" in out and "| mgit | add + commit: dense fine-tune |" in out
     assert "| cp -r | copy the model directory |" in out
-    assert "| 2 | task_arithmetic | mgit merge --budget 10% |" in out and "| 2 | ties | mgit merge |" in out
+    assert "| 2 | task_arithmetic | mgit merge --budget 10% |" in out
+    assert "| 2 | task_arithmetic | mgit merge --budget 10% --no-checkout |" in out
     assert "**NO**" not in out
     root = ET.fromstring((workdir / "bench_scale.svg").read_text())
     assert root.findall(f"{SVG}polyline")
