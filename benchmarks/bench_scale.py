@@ -76,12 +76,14 @@ METHODS: dict[str, dict[str, float]] = {"task_arithmetic": {}, "ties": {"density
 BUDGET_METHOD = "task_arithmetic"  # the budgeted merges' method (ties: exact only)
 PARTS = ("store", "merge")
 
-# What the disk must hold, as shares of the model's raw size (measured at 0.25-0.6 GB by bench_merge and
-# bench_budget: the base stores at 0.68 of it, an expert committed on it at 0.16; a merge's result is taken
-# to store like the base, a budgeted one too).
+# What the disk must hold, as shares of the model's raw size (measured at 0.25-0.6 GB by bench_merge,
+# bench_budget and a --quick run: the base stores at 0.68 of it, an expert committed on it at 0.16, a
+# merge's result, stored as XOR deltas against the base's chunks and carrying the base's where it keeps
+# them, at about 0.2).
 BASE_STORE_SHARE = 0.7
 EXPERT_STORE_SHARE = 0.2
-OUTPUT_STORE_SHARE = 0.7
+OUTPUT_STORE_SHARE = 0.4
+NC_REPO = "repo-nc"  # the copy of the repository the --no-checkout merges run in
 DISK_MARGIN = 1.1  # and 10% for what these shares miss (pack files being rewritten, logs, the index)
 
 
@@ -180,10 +182,11 @@ def disk_need(
     storage = 3 * raw if "store" in parts else 0
     merging = 0
     if "merge" in parts:
-        shares = (
-            BASE_STORE_SHARE + max(ks) * EXPERT_STORE_SHARE + merge_outputs(ks, budgets, methods) * OUTPUT_STORE_SHARE
-        )
-        merging = round(raw * (shares + 1)) + (raw if mergekit else 0)  # + the working tree, mergekit's output
+        # two repositories (for the merges checked out and those with --no-checkout), each with its store of
+        # the base and the experts and its working tree; each merge's result stored in one of them
+        inputs = BASE_STORE_SHARE + max(ks) * EXPERT_STORE_SHARE + 1
+        shares = 2 * inputs + merge_outputs(ks, budgets, methods) * OUTPUT_STORE_SHARE
+        merging = round(raw * shares) + (raw if mergekit else 0)  # and mergekit's output
     if merging >= storage and merging:
         need["merges (mgit repository, working tree" + (", mergekit's output)" if mergekit else ")")] = merging
     elif storage:
@@ -397,15 +400,22 @@ def run_mergekit(s: Setup, run: MergeRun) -> tuple[Merged, Path]:
     return Merged(run, best, [p.seconds for p in procs], safetensors_bytes([s.base, *s.experts[: run.k]])), out
 
 
+def repo_of(s: Setup, run: MergeRun) -> Path:
+    """The repository a merge runs in: the --no-checkout merges in a copy made before the first merge, so
+    that neither variant of a merge finds the other's result already stored (and skips writing it)."""
+    return s.repo if run.checkout else s.scratch / NC_REPO
+
+
 def run_mgit(s: Setup, run: MergeRun) -> Merged:
     procs = []
+    repo = repo_of(s, run)
     for rep in range(s.reps):
-        s.runner.run([*s.mgit, "-q", "checkout", "main"], s.repo)  # every merge starts from the base's tree
+        s.runner.run([*s.mgit, "-q", "checkout", "main"], repo)  # every merge starts from the base's tree
         if rep:  # the previous repetition's branch
-            s.runner.run([*s.mgit, "-q", "branch", "-D", run.branch], s.repo)
-        procs.append(s.runner.run(mgit_merge_cmd(s.mgit, run), s.repo, timed=True))
+            s.runner.run([*s.mgit, "-q", "branch", "-D", run.branch], repo)
+        procs.append(s.runner.run(mgit_merge_cmd(s.mgit, run), repo, timed=True))
     best = min(procs, key=lambda p: p.seconds)
-    record = json_output(s.runner.run([*s.mgit, "show", "--json", run.branch], s.repo).output).get("plan", {})
+    record = json_output(s.runner.run([*s.mgit, "show", "--json", run.branch], repo).output).get("plan", {})
     b = record.get("bytes", {})
     return Merged(run, best, [p.seconds for p in procs], b.get("base_measured", 0) + b.get("experts_measured", 0),
                   record)  # fmt: skip
@@ -645,7 +655,9 @@ def report(merged: Sequence[Merged], stored: Sequence[Result], c: Context) -> st
             "expert bytes the exact merge reads), ties (density 0.5) exact; mergekit reads the model directories, "
             "mgit has the base on `main` and expert N on branch `expert-N` of one repository, and each merge starts "
             "from a checkout of `main`. A checked-out merge also writes the merged model into the working tree; "
-            "with `-b NAME --no-checkout` it only commits. Read from / written to disk: the process's (and its "
+            "with `-b NAME --no-checkout` it only commits; those run in a copy of the repository made before the "
+            "first merge, so neither variant finds the other's result already stored. Read from / written to disk: "
+            "the process's (and its "
             "children's) `read_bytes` / `write_bytes` in `/proc/<pid>/io`; bytes the tool reads: mergekit's input "
             "files, mgit's merge record (`plan.bytes`, stored chunk bytes of the base and the experts), which also "
             "counts the output chunks it computed and those it carried over from the base unread. Equal to "
@@ -729,6 +741,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         s = merges.prepare(args, workdir, None, max(ks), check_mgit, plan=plan, with_mergekit=not args.no_mergekit,
                            cold=cold)  # fmt: skip
         versions = {**s.versions, **{k: v for k, v in versions.items() if k != "mgit"}}
+        if no_checkout:
+            print("copying the repository for the --no-checkout merges (untimed) ...", flush=True)
+            shutil.copytree(s.repo, s.scratch / NC_REPO, symlinks=True)
         if args.no_mergekit:
             skipped.append("mergekit (--no-mergekit)")
         for k in ks:
@@ -740,7 +755,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             mk = MergeRun(kmax, BUDGET_METHOD, "mergekit")
             yml, out = s.scratch / f"mergekit-{mk.method}-{kmax}.yml", s.scratch / f"mergekit-{mk.method}-{kmax}"
             example.append(relative(shlex.join(mergekit_cmd(s.mergekit, yml, out))))
-        example.append(relative(shlex.join(mgit_merge_cmd([*s.mgit, "-C", str(s.repo)], run))))
+        example.append(relative(shlex.join(mgit_merge_cmd([*s.mgit, "-C", str(repo_of(s, run))], run))))
         if not args.keep:
             shutil.rmtree(s.scratch, ignore_errors=True)
     wall = time.perf_counter() - started - waited

@@ -75,6 +75,8 @@ def line_chart(
     x0, x1 = min(xs), max(xs)
     if x1 == x0:
         x0, x1 = x0 - 1, x1 + 1
+    pad = (x1 - x0) * 0.05  # points at the ends stay off the frame
+    x0, x1 = x0 - pad, x1 + pad
     ymax = max([y for s in series for _, y in s.points] + [h.y for h in hlines] + [0.0])
     step = nice_step(ymax or 1.0)
     ytop = step * math.ceil((ymax or 1.0) * 1.05 / step)

@@ -145,7 +145,7 @@ def test_disk_need_follows_the_size_and_k() -> None:
     fewer = bench_scale.disk_need(raw, (8,), (25, 10, 5), ("store", "merge"), True)
     assert bench_scale.disk_total(fewer, 0) < bench_scale.disk_total(full, 0)
     quick = bench_scale.disk_need(plan(3).nbytes, bench_scale.QUICK_KS, (25, 10, 5), ("store", "merge"), True)
-    assert bench_scale.disk_total(quick, 0) < 8 * GB  # a few GB
+    assert bench_scale.disk_total(quick, 0) < 10 * GB  # a few GB
     store_only = bench_scale.disk_need(raw, (8, 16), (), ("store",), False)
     assert "experts" not in store_only and sum(store_only.values()) == 5 * raw  # base, dense, one tool's run
     assert bench_scale.disk_total(full, 10 * GB) == bench_scale.disk_total(full, 0) - 10 * GB  # cached inputs
