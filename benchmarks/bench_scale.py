@@ -503,16 +503,21 @@ def merges_table(results: Sequence[Merged]) -> str:
     return table(header, "rllrrrrrrrrrlr", rows)
 
 
+def step_kind(r: Result) -> str:
+    """What a storage step did, whatever the tool calls it: "base", "dense fine-tune" or "checkout"."""
+    return r.step.rsplit(": ", 1)[-1] if r.store_bytes is not None else "checkout"
+
+
 def store_table(results: Sequence[Result], raw: int) -> str:
     header = ["tool", "step", "wall time (s)", "MB/s", "× faster than git-lfs", "time / cp -r", "peak RSS (MB)",
               "read from disk (GB)", "written to disk (GB)", "store (GB)", "byte-identical", "other load",
               "all runs (s)"]  # fmt: skip
     rows = []
-    lfs = {r.step: r for r in results if r.tool == "git + git-lfs"}
+    lfs = {step_kind(r): r for r in results if r.tool == "git + git-lfs"}
     cp = next((r for r in results if r.tool == "cp -r"), None)
     for r in results:
         p = r.best
-        same_step = lfs.get(r.step) if r.store_bytes is not None else lfs.get("checkout -- model")
+        same_step = lfs.get(step_kind(r))
         rows.append([
             r.tool,
             r.step,
@@ -700,7 +705,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ks, budgets, parts = args.ks, args.budgets, args.parts
     cold = not args.warm and can_drop_caches()
     if cold:
-        cache_note = "dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before every timed step: every tool reads from the disk."  # noqa: E501
+        cache_note = (
+            "dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before every timed step (before the first command "
+            "of a step of several, e.g. add + commit): every tool reads its inputs from the disk."
+        )
     elif args.warm:
         cache_note = "left warm (`--warm`): files written or read minutes before may be read from memory."
     else:

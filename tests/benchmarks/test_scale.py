@@ -16,7 +16,7 @@ import pytest
 BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH_DIR))
 
-from harness import cli, machine, models, plot, runner  # noqa: E402
+from harness import cli, machine, merges, models, plot, runner  # noqa: E402
 from harness.runner import Proc, Runner  # noqa: E402
 
 bench_scale = importlib.import_module("bench_scale")
@@ -326,3 +326,60 @@ def test_a_tiny_run_end_to_end(tmp_path: Path, capsys) -> None:
     assert "**NO**" not in out
     root = ET.fromstring((workdir / "bench_scale.svg").read_text())
     assert root.findall(f"{SVG}polyline")
+
+
+# -- the bit-for-bit check against another tool's output ------------------------------------
+
+
+def test_same_main_tells_bit_identical_from_nearly_equal(tmp_path: Path, monkeypatch, capsys) -> None:
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from mgit import Repository
+
+    tensors = {"a": torch.randn(64, 32).to(torch.bfloat16), "b": torch.ones(16, dtype=torch.bfloat16)}
+    with Repository.init(tmp_path / "repo") as repo:
+        rev = repo.commit_state_dict(tensors, model="model", message="m")
+
+    def check(theirs: dict[str, torch.Tensor]) -> merges.Sameness:
+        out = tmp_path / "out"
+        out.mkdir(exist_ok=True)
+        save_file(theirs, str(out / "model.safetensors"))
+        monkeypatch.setattr(sys, "argv", ["-c", str(tmp_path / "repo"), rev, str(out)])
+        merges.same_main()
+        return merges.Sameness(**json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+
+    same = check(tensors)
+    assert same.bit_identical and (same.tensors, same.identical, same.max_abs) == (2, 2, 0.0)
+    nudged = {**tensors, "a": tensors["a"].clone()}
+    nudged["a"][0, 0] = nudged["a"][0, 0] + 1
+    off = check(nudged)
+    assert not off.bit_identical and off.identical == 1 and off.max_abs >= 0.5
+    missing = check({"a": tensors["a"]})
+    assert not missing.bit_identical and missing.problems == ["b"]
+
+
+def test_the_storage_table_compares_each_tool_with_git_lfs_at_the_same_step() -> None:
+    from harness.runner import Result
+
+    def step(tool: str, name: str, seconds: float, stored: bool) -> Result:
+        return Result(tool, name, Proc(seconds, 0, 0.0, ""), [seconds], 1 if stored else None)
+
+    results = [
+        step("mgit", "add + commit: base", 2.0, True),
+        step("mgit", "checkout --force main", 1.0, False),
+        step("git + git-lfs", "add + commit: base", 4.0, True),
+        step("git + git-lfs", "checkout -- model", 3.0, False),
+        step("dvc", "add: base", 8.0, True),
+        step("dvc", "checkout", 6.0, False),
+        step("cp -r", "copy the model directory", 0.5, False),
+    ]
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line.split("|")[5:7]
+            for line in bench_scale.store_table(results, 10**9).splitlines()[2:]}  # fmt: skip
+    assert [c.strip() for c in rows[("mgit", "add + commit: base")]] == ["2.00", ""]
+    assert [c.strip() for c in rows[("dvc", "add: base")]] == ["0.50", ""]
+    assert [c.strip() for c in rows[("mgit", "checkout --force main")]] == ["3.00", "2.00"]
+    assert [c.strip() for c in rows[("dvc", "checkout")]] == ["0.50", "12.00"]
+    assert [c.strip() for c in rows[("cp -r", "copy the model directory")]] == ["", ""]
