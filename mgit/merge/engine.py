@@ -35,7 +35,7 @@ import torch
 
 from mgit.errors import BadInputError
 from mgit.graph.snapshot import Entry
-from mgit.merge.carry import carried_chunks
+from mgit.merge.carry import base_chunks_read, carried_chunks
 from mgit.merge.methods.inputs import Prepared
 from mgit.merge.plan import MergePlan, TensorPlan
 from mgit.merge.request import MergeSetup
@@ -159,17 +159,18 @@ def _read_into(
     buf: bytearray,
     what: str,
     counters: ReadCounters,
-    base: tuple[TensorManifest, bytearray] | None = None,
+    base: tuple[TensorManifest, bytearray, set[int]] | None = None,
 ) -> None:
     """Read the chunks at ``indexes`` of ``m`` into their places in ``buf`` (on the pool, or
-    here without one). With ``base`` (the base tensor's manifest and bytes, in memory),
-    expert chunks stored as deltas against a base chunk are decoded from those bytes."""
+    here without one). With ``base`` (the base tensor's manifest, its bytes in memory and the
+    indexes of the chunks read into them), expert chunks stored as deltas against one of those
+    base chunks are decoded from those bytes."""
     starts = _starts(m)
     known = None
     if base is not None:
-        base_manifest, base_bytes = base
+        base_manifest, base_bytes, held = base
         base_starts = _starts(base_manifest)
-        where = {c.id: k for k, c in enumerate(base_manifest.chunks)}
+        where = {c.id: k for k, c in enumerate(base_manifest.chunks) if k in held}
         view = memoryview(base_bytes)
 
         def known(cid: str) -> memoryview | None:
@@ -191,12 +192,17 @@ class _Inputs:
         self.tp, self.store, self.pool, self.run = tp, store, pool, run
         self.what = _what(tp)
         self.base: bytearray | None = None
+        self.held: set[int] = set()  # indexes of the base chunks read into ``base``
 
-    def read_base(self) -> torch.Tensor:
+    def read_base(self, only: set[int] | None = None) -> torch.Tensor:
+        """The base tensor; with ``only``, just those chunks are read and the others are zeros
+        (where every expert equals the base too, its delta is exactly 0 either way)."""
         tp = self.tp
         self.base = bytearray(tp.base.nbytes)
+        indexes = [i for i in range(len(tp.base.chunks)) if only is None or i in only]
+        self.held = set(indexes)
         costs = ReadCounters()
-        _read_into(self.store, self.pool, tp.base, list(range(len(tp.base.chunks))), self.base, self.what, costs)
+        _read_into(self.store, self.pool, tp.base, indexes, self.base, self.what, costs)
         self.run.count(costs, ReadCounters(), 0)
         return tensor_from_bytes(self.base, tp.base.dtype, tp.base.shape)
 
@@ -208,7 +214,7 @@ class _Inputs:
         assert self.base is not None
         buf, costs = bytearray(self.base), ReadCounters()
         pool = self.pool if use_pool else None
-        _read_into(self.store, pool, tp.experts[k], tp.reads[k], buf, self.what, costs, (tp.base, self.base))
+        _read_into(self.store, pool, tp.experts[k], tp.reads[k], buf, self.what, costs, (tp.base, self.base, self.held))
         self.run.count(ReadCounters(), costs, len(tp.reads[k]))
         return tensor_from_bytes(buf, tp.base.dtype, tp.base.shape)
 
@@ -245,9 +251,11 @@ def _one_torch_thread() -> Iterator[None]:
 
 def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: _Inputs) -> Prepared:
     """The method's per-tensor decisions; sparsifiers see the base and each expert whole, the
-    experts read one at a time, or several at once (deterministic methods, memory permitting)."""
+    experts read one at a time, or several at once (deterministic methods, memory permitting).
+    Of the base, only the chunks the merge computes (and non-finite ones) are read: everywhere
+    else every expert equals it, so the deltas there are 0 whatever the base holds."""
     method = setup.method
-    base_t = inputs.read_base() if method.decides_per_expert else None
+    base_t = inputs.read_base(base_chunks_read(tp, setup)) if method.decides_per_expert else None
     numel = max(1, tp.base.nbytes * 8 // _dtype(tp.base.dtype).bits)
     workers = min(WORKERS, DECIDE_MEMORY // (DECIDE_BYTES_PER_ELEMENT * numel))
     each = None
@@ -305,7 +313,7 @@ def _merge_by_chunk(
     what = inputs.what
 
     def base_chunk(i: int, counters: ReadCounters) -> RawBytes:
-        if inputs.base is not None:  # already in memory
+        if inputs.base is not None and i in inputs.held:  # already in memory
             return memoryview(inputs.base)[starts[i] : starts[i + 1]]
         return store.get(tp.base.chunks[i].id, what, counters=counters)
 
@@ -320,7 +328,9 @@ def _merge_by_chunk(
             if cid == base_id:
                 return base_raw
             k = base_index.get(cid) if inputs.base is not None else None
-            return None if k is None or inputs.base is None else memoryview(inputs.base)[starts[k] : starts[k + 1]]
+            if k is None or inputs.base is None or k not in inputs.held:
+                return None
+            return memoryview(inputs.base)[starts[k] : starts[k + 1]]
 
         present = [k for k in range(len(tp.experts)) if skipped is None or i not in skipped[k]]
         experts = []

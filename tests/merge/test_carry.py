@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from helpers.cli import invoke
 from helpers.models import commit_model, llama_state_dict, tree_hashes, uneven_finetune
 
@@ -202,3 +203,44 @@ def test_a_checked_out_budgeted_merge_matches_a_fresh_checkout(uneven, tmp_path)
     repo.checkout("HEAD", ["model"])
     assert tree_hashes(repo.root, "model") == written
     assert repo.status().clean
+
+
+def test_a_budgeted_sparsifier_reads_only_the_base_chunks_it_computes(uneven):
+    repo = uneven
+    params = {"weight": WEIGHTS, "density": 0.5}
+    exact = repo.merge_record(repo.merge(list(NAMES), "ties", branch="exact", **params))["bytes"]
+    repo.checkout("main")
+    budgeted = repo.merge_record(repo.merge(list(NAMES), "ties", branch="b", budget="10%", **params))["bytes"]
+    assert budgeted["base_measured"] == budgeted["base_estimated"]
+    assert budgeted["base_measured"] < exact["base_measured"] / 2
+
+
+def test_a_non_finite_base_value_under_unchanged_experts_is_still_seen_by_the_decision(repo, small_chunks, monkeypatch):
+    base = llama_state_dict(seed=3)
+    name = "model.layers.0.mlp.down_proj.weight"
+    base[name] = base[name].clone()
+    base[name].view(-1)[0] = float("nan")  # in the first chunk, which no expert changes
+    commit_model(repo, base, "base")
+    for k, branch in enumerate(("a", "b")):
+        repo.checkout("main")
+        repo.checkout(create_branch=branch)
+        tuned = {n: t.clone() for n, t in base.items()}
+        flat = tuned[name].view(-1)
+        half = flat.numel() // 2
+        flat[half:] += (
+            torch.randn(flat.numel() - half, generator=torch.Generator().manual_seed(k)).to(flat.dtype) * 0.01
+        )
+        commit_model(repo, tuned, branch)
+    repo.checkout("main")
+    plan, setup = repo.merge_plan(["a", "b"], "ties", weight=0.5, density=0.3)
+    tp = next(t for t in plan.tensors if t.name == name)
+    assert 0 in carried_chunks(tp, setup)
+    repo.merge(["a", "b"], "ties", weight=0.5, density=0.3, branch="new")
+    with monkeypatch.context() as m:
+        _old_way(m)
+        repo.checkout("main")
+        repo.merge(["a", "b"], "ties", weight=0.5, density=0.3, branch="old")
+    new, old = (repo.state_dict(rev)[name].view(torch.int16).view(-1) for rev in ("new", "old"))
+    assert new[0] == base[name].view(torch.int16).view(-1)[0]  # the base's NaN, carried as it is
+    assert torch.isnan(repo.state_dict("old")[name].view(-1)[0])  # computed: a NaN too
+    assert torch.equal(new[1:], old[1:])  # and every other element as computing it gives
