@@ -15,7 +15,9 @@ expert identical to the base costs nothing). Two ways through a tensor:
 * **whole tensor** otherwise (SLERP and Model Stock compare whole tensors; a result chunked
   unlike its inputs): the base and all K experts are in memory.
 
-Results go into the chunk store as deltas against the base where that is smaller; the
+Output chunks where no expert chunk is read are the base's own when the method says so
+(:mod:`mgit.merge.carry`): their ids go into the manifest as they are, nothing read or
+computed. Results go into the chunk store as deltas against the base where that is smaller; the
 base chunks already in memory serve as delta bases and for the ‖Δ‖ statistics. Nothing
 here moves a ref.
 """
