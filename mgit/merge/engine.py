@@ -305,8 +305,9 @@ def _merge_by_chunk(
     prepared = _prepare(tp, setup, inputs)
     index = {start: i for i, start in enumerate(starts[:-1])}
     wanted = [set(r) for r in tp.reads]
-    # Experts a budget skipped at a chunk add exactly nothing there: left out of its math.
-    skipped = [set(r) for r in tp.skipped] if tp.skipped and setup.method.skips_zero_deltas else None
+    # Experts equal to the base at a chunk (unchanged there, or left out by a budget) add exactly
+    # nothing there to a method that skips zero deltas: they are left out of its math.
+    skips = setup.method.skips_zero_deltas
     base_index = {c.id: k for k, c in enumerate(tp.base.chunks)}
     held: dict[int, bytes | memoryview] = {}  # chunk index → base bytes, until the ingestor takes them
     dtype = tp.base.dtype
@@ -334,13 +335,13 @@ def _merge_by_chunk(
                 return None
             return memoryview(inputs.base)[starts[k] : starts[k + 1]]
 
-        present = [k for k in range(len(tp.experts)) if skipped is None or i not in skipped[k]]
+        present = [k for k in range(len(tp.experts)) if not skips or i in wanted[k]]
         experts = []
         for k in present:
             cid = tp.experts[k].chunks[i].id
             raw = store.get(cid, what, known=known, counters=expert_costs) if i in wanted[k] else None
             experts.append(base_t if raw is None else _tensor(raw, dtype))
-        which = None if skipped is None else present
+        which = None if len(present) == len(tp.experts) else present
         merged = torch.empty(base_t.shape, dtype=result_dtype)
         first = offset // itemsize
         for start in range(0, base_t.numel(), SLICE_ELEMENTS):

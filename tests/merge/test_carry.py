@@ -12,6 +12,7 @@ from helpers.cli import invoke
 from helpers.models import commit_model, llama_state_dict, tree_hashes, uneven_finetune
 
 from mgit.merge.carry import carried_chunks
+from mgit.merge.methods.registry import get_method
 from mgit.merge.methods.task_arithmetic import TaskArithmetic
 from mgit.store.chunkstore import ChunkStore
 
@@ -138,8 +139,6 @@ def test_a_working_dtype_that_rounds_the_base_computes_every_chunk(uneven):
 
 
 def test_linear_claims_nothing():
-    from mgit.merge.methods.registry import get_method
-
     linear = get_method("linear")
     assert not linear.keeps_base_where_unchanged(linear.resolve({"weight": [0.3, 0.7]}, 2))
 
@@ -244,3 +243,25 @@ def test_a_non_finite_base_value_under_unchanged_experts_is_still_seen_by_the_de
     assert new[0] == base[name].view(torch.int16).view(-1)[0]  # the base's NaN, carried as it is
     assert torch.isnan(repo.state_dict("old")[name].view(-1)[0])  # computed: a NaN too
     assert torch.equal(new[1:], old[1:])  # and every other element as computing it gives
+
+
+def test_experts_equal_to_the_base_at_a_chunk_are_left_out_of_its_math(uneven, monkeypatch):
+    repo = uneven
+    seen: list[int] = []
+    real = TaskArithmetic.combine_slice
+
+    def counting(self, base, experts, *args, **kwargs):
+        seen.append(len(experts))
+        return real(self, base, experts, *args, **kwargs)
+
+    monkeypatch.setattr(TaskArithmetic, "combine_slice", counting)
+    repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, branch="m")
+    assert seen and min(seen) < len(NAMES)  # a third of each fine-tune's tensors are frozen
+    monkeypatch.undo()
+    merged = repo.state_dict("m")
+    sds = [repo.state_dict(n) for n in NAMES]
+    base = repo.state_dict("main")
+    method = get_method("task_arithmetic")
+    for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.up_proj.weight"):
+        whole = method(base[name], [sd[name] for sd in sds], {"weight": WEIGHTS})
+        assert torch.equal(whole.view(torch.int16), merged[name].view(torch.int16))
