@@ -69,7 +69,7 @@ class IndexEntry:
 
     def with_stat(self, st: os.stat_result | None, since: Reading | None = None) -> IndexEntry:
         """This entry with the working file's stat ``st``, taken after the clock ``since`` was
-        read (None: no reading; ``Index.save`` re-takes the stat after one)."""
+        read (None: no reading; ``Index.refresh`` leaves such a stat for ``Index.settle``)."""
         key = StatKey.of(st) if st is not None else None
         marker = since.ns if since is not None and st is not None and st.st_dev == since.dev else None
         return IndexEntry(self.entry, key, time.time_ns(), False, self.stats, self.projection, marker)
@@ -180,7 +180,7 @@ class Index:
 
     def read_clock(self, seen: Iterable[os.stat_result] = ()) -> Reading | None:
         """The filesystem's clock, read by touching the marker beside the index (clock.py):
-        past the timestamps of the files ``seen``, if that costs less than hashing them twice."""
+        past the timestamps of the files ``seen``, where waiting costs less than hashing them again."""
         return clock.read_past(self.path.parent, [(max(st.st_mtime_ns, st.st_ctime_ns), st.st_size) for st in seen])
 
     def settle(self) -> None:
