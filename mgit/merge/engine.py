@@ -25,11 +25,9 @@ here moves a ref.
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import cast
 
 import numpy as np
@@ -38,19 +36,21 @@ import torch
 from mgit.errors import BadInputError
 from mgit.graph.snapshot import Entry
 from mgit.merge.carry import base_chunks_read, carried_chunks
+from mgit.merge.execution import Execution
 from mgit.merge.methods.inputs import Prepared
 from mgit.merge.plan import MergePlan, TensorPlan
 from mgit.merge.request import MergeSetup
 from mgit.merge.sparsify import seeded_generator
+from mgit.merge.tensor_inputs import TensorInputs, chunk_starts, tensor_what
 from mgit.model.chunking import chunk_ranges, chunk_size_for
 from mgit.model.dtypes import DType, lookup
 from mgit.model.filetree import load_safetensors
 from mgit.model.ingest import Ingestor
-from mgit.model.manifest import ChunkRef, TensorManifest
+from mgit.model.manifest import ChunkRef
 from mgit.model.materialize import StagedFile
 from mgit.model.safetensors_file import build_header
 from mgit.model.torch_io import dtype_name, tensor_bytes, tensor_from_bytes, torch_dtype
-from mgit.parallel import WORKERS, ordered_map
+from mgit.parallel import WORKERS
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore, ReadCounters
 from mgit.store.record import RawBytes
@@ -63,48 +63,6 @@ DECIDE_BYTES_PER_ELEMENT = 22
 # Elements of a chunk merged at a time: the method's scratch (K deltas and more) stays in the
 # caches and below malloc's mmap threshold, instead of fresh, page-faulting buffers per chunk.
 SLICE_ELEMENTS = 1 << 19
-
-
-@dataclass
-class Execution:
-    files: dict[str, Entry] = field(default_factory=dict)
-    stats: dict[str, list] = field(default_factory=dict)  # file → relative chunk statistics vs the base
-    decisions: dict[str, str] = field(default_factory=dict)  # tensor → merged | copied
-    base_bytes_read: int = 0
-    expert_bytes_read: int = 0
-    expert_chunks_read: int = 0
-    chunks_computed: int = 0  # output chunks merged (read, computed, stored)
-    chunks_carried: int = 0  # output chunks that are the base's, carried without reading anything
-    bytes_computed: int = 0  # raw bytes of the merged chunks (what was encoded and hashed)
-    base_bytes_fetched: int | None = None  # in a partial clone: bytes fetched before the merge ran
-    expert_bytes_fetched: int | None = None
-    staged: dict[str, StagedFile] = field(default_factory=dict)  # file → written beside the store, complete
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def count(self, base: ReadCounters, experts: ReadCounters, expert_chunks: int) -> None:
-        """Add one read's costs (called from the pool's threads)."""
-        with self._lock:
-            self.base_bytes_read += base.stored_bytes
-            self.expert_bytes_read += experts.stored_bytes
-            self.expert_chunks_read += expert_chunks
-
-    def tally(self, computed: int = 0, carried: int = 0, computed_bytes: int = 0) -> None:
-        """Add output chunks merged (and their bytes) and chunks carried."""
-        with self._lock:
-            self.chunks_computed += computed
-            self.chunks_carried += carried
-            self.bytes_computed += computed_bytes
-
-
-def _starts(m: TensorManifest) -> list[int]:
-    starts = [0]
-    for c in m.chunks:
-        starts.append(starts[-1] + c.size)
-    return starts
-
-
-def _what(tp: TensorPlan) -> str:
-    return f"tensor {tp.name!r} in {tp.file}"
 
 
 # The type checker's view of the layers below, no run-time effect: a plan's dtypes are known
@@ -153,74 +111,6 @@ def merge_one(
         )
 
 
-def _read_into(
-    store: ChunkStore,
-    pool: ThreadPoolExecutor | None,
-    m: TensorManifest,
-    indexes: list[int],
-    buf: bytearray,
-    what: str,
-    counters: ReadCounters,
-    base: tuple[TensorManifest, bytearray, set[int]] | None = None,
-) -> None:
-    """Read the chunks at ``indexes`` of ``m`` into their places in ``buf`` (on the pool, or
-    here without one). With ``base`` (the base tensor's manifest, its bytes in memory and the
-    indexes of the chunks read into them), expert chunks stored as deltas against one of those
-    base chunks are decoded from those bytes."""
-    starts = _starts(m)
-    known = None
-    if base is not None:
-        base_manifest, base_bytes, held = base
-        base_starts = _starts(base_manifest)
-        where = {c.id: k for k, c in enumerate(base_manifest.chunks) if k in held}
-        view = memoryview(base_bytes)
-
-        def known(cid: str) -> memoryview | None:
-            k = where.get(cid)
-            return None if k is None else view[base_starts[k] : base_starts[k + 1]]
-
-    def read(i: int) -> RawBytes:
-        return store.get(m.chunks[i].id, what, known=known, counters=counters)
-
-    results = ordered_map(pool, read, indexes) if pool is not None else map(read, indexes)
-    for i, data in zip(indexes, results, strict=True):
-        buf[starts[i] : starts[i] + len(data)] = data
-
-
-class _Inputs:
-    """One tensor's inputs as the store holds them: the base whole (when read), experts on demand."""
-
-    def __init__(self, tp: TensorPlan, store: ChunkStore, pool: ThreadPoolExecutor, run: Execution):
-        self.tp, self.store, self.pool, self.run = tp, store, pool, run
-        self.what = _what(tp)
-        self.base: bytearray | None = None
-        self.held: set[int] = set()  # indexes of the base chunks read into ``base``
-
-    def read_base(self, only: set[int] | None = None) -> torch.Tensor:
-        """The base tensor; with ``only``, just those chunks are read and the others are zeros
-        (where every expert equals the base too, its delta is exactly 0 either way)."""
-        tp = self.tp
-        self.base = bytearray(tp.base.nbytes)
-        indexes = [i for i in range(len(tp.base.chunks)) if only is None or i in only]
-        self.held = set(indexes)
-        costs = ReadCounters()
-        _read_into(self.store, self.pool, tp.base, indexes, self.base, self.what, costs)
-        self.run.count(costs, ReadCounters(), 0)
-        return tensor_from_bytes(self.base, tp.base.dtype, tp.base.shape)
-
-    def expert(self, k: int, base_t: torch.Tensor, use_pool: bool = True) -> torch.Tensor:
-        """Expert k whole: the base's bytes with its differing chunks read over them."""
-        tp = self.tp
-        if not tp.reads[k]:
-            return base_t
-        assert self.base is not None
-        buf, costs = bytearray(self.base), ReadCounters()
-        pool = self.pool if use_pool else None
-        _read_into(self.store, pool, tp.experts[k], tp.reads[k], buf, self.what, costs, (tp.base, self.base, self.held))
-        self.run.count(ReadCounters(), costs, len(tp.reads[k]))
-        return tensor_from_bytes(buf, tp.base.dtype, tp.base.shape)
-
-
 # -- chunk by chunk ------------------------------------------------------------------------
 
 
@@ -251,7 +141,7 @@ def _one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: _Inputs) -> Prepared:
+def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs) -> Prepared:
     """The method's per-tensor decisions; sparsifiers see the base and each expert whole, the
     experts read one at a time, or several at once (deterministic methods, memory permitting).
     Of the base, only the chunks the merge computes (and non-finite ones) are read: everywhere
@@ -290,8 +180,8 @@ def _merge_by_chunk(
     run: Execution,
     staged: StagedFile | None,
 ) -> str:
-    inputs = _Inputs(tp, store, pool, run)
-    starts = _starts(tp.base)
+    inputs = TensorInputs(tp, store, pool, run)
+    starts = chunk_starts(tp.base)
     carried = carried_chunks(tp, setup)
     computed_bytes = sum(c.size for i, c in enumerate(tp.base.chunks) if i not in carried)
     run.tally(len(tp.base.chunks) - len(carried), len(carried), computed_bytes)
@@ -390,7 +280,7 @@ def _merge_whole(
     """(manifest id, result dtype) of one tensor merged in memory as a whole: the base and
     every expert are held at once (the methods that need it are those comparing whole
     tensors: SLERP, Model Stock; and any merge whose result is chunked unlike its inputs)."""
-    inputs = _Inputs(tp, store, pool, run)
+    inputs = TensorInputs(tp, store, pool, run)
     run.tally(len(tp.base.chunks), 0, tp.base.nbytes)
     base_t = inputs.read_base()
     experts = [inputs.expert(k, base_t) for k in range(len(tp.experts))]
@@ -401,7 +291,7 @@ def _merge_whole(
     if staged is not None and out.name == setup.result_dtype(tp.base.dtype):
         staged.write(tp.name, 0, raw)
     assert inputs.base is not None  # read_base() holds it
-    base_starts, view = _starts(tp.base), memoryview(inputs.base)
+    base_starts, view = chunk_starts(tp.base), memoryview(inputs.base)
     same_width = out.bits == _dtype(tp.base.dtype).bits
 
     def parent_bytes(i: int, cid: str) -> memoryview | None:
@@ -423,7 +313,7 @@ def _copy(tp: TensorPlan, run: Execution, staged: StagedFile | None) -> None:
         return
     offset = 0
     for c in tp.base.chunks:
-        staged.carry(tp.name, offset, c.id, c.size, _what(tp))
+        staged.carry(tp.name, offset, c.id, c.size, tensor_what(tp))
         offset += c.size
 
 

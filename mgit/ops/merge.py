@@ -32,7 +32,7 @@ from mgit.worktree.journal import Journal, Write
 from mgit.worktree.sparse import load_patterns
 
 if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
-    from mgit.merge.engine import Execution
+    from mgit.merge.execution import Execution
     from mgit.merge.plan import MergePlan
     from mgit.merge.request import MergeRequest, MergeSetup
 
