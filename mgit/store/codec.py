@@ -10,7 +10,6 @@ delta compresses far better than the chunk alone (the idea of ZipNN / BitX).
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -58,24 +57,6 @@ def group_bytes(raw: bytes | bytearray | memoryview, group: int) -> bytes | memo
     return out.data.cast("B")  # .data is memoryview(out); numpy declares ndarray a Buffer for Python >= 3.12 only
 
 
-def ungroup_bytes(planes: bytes, group: int) -> bytes | memoryview:
-    """Interleave the planes back into elements: each element assembled from its planes'
-    bytes with shifts of little-endian words (~3x faster than strided copies)."""
-    if group <= 1 or not len(planes) or len(planes) % group:
-        return planes
-    src = np.frombuffer(planes, dtype=np.uint8).reshape(group, -1)
-    if group not in (2, 4, 8):
-        out = np.empty((src.shape[1], group), dtype=np.uint8)
-        for i in range(group):
-            out[:, i] = src[i]
-        return out.data.cast("B")
-    words: npt.NDArray[np.unsignedinteger[Any]] = src[group - 1].astype(f"<u{group}")
-    for i in range(group - 2, -1, -1):
-        words <<= 8
-        words |= src[i]
-    return words.data.cast("B")
-
-
 def encode(raw: bytes | bytearray | memoryview, group: int) -> tuple[int, bytes]:
     """Pick the smaller of grouped+zstd and raw; returns (encoding, payload)."""
     packed = _compressor().compress(group_bytes(raw, group))
@@ -116,11 +97,22 @@ def inflate(payload: bytes | memoryview, raw_size: int) -> bytes:
     announces more is refused from its header, one that does not is read in bounded pieces
     and refused as soon as it goes past (a decompression bomb costs nothing)."""
     check_raw_size(raw_size)
-    declared = zstandard.frame_content_size(payload)
-    if declared > raw_size:
-        raise ChunkTooLargeError(f"its zstd frame announces {declared} bytes, more than the {raw_size} declared")
+    declared = _declared_size(payload, raw_size)
     if declared >= 0:  # the allocation is the announced size, which is within bounds
         return _decompressor().decompress(payload, max_output_size=raw_size)
+    return _inflate_unsized(payload, raw_size)
+
+
+def _declared_size(payload: bytes | memoryview, raw_size: int) -> int:
+    """The size the zstd frame announces (-1: none), refused when more than ``raw_size``."""
+    declared: int = zstandard.frame_content_size(payload)
+    if declared > raw_size:
+        raise ChunkTooLargeError(f"its zstd frame announces {declared} bytes, more than the {raw_size} declared")
+    return declared
+
+
+def _inflate_unsized(payload: bytes | memoryview, raw_size: int) -> bytes:
+    """A frame that does not announce its size (mgit never writes one), read in bounded pieces."""
     reader = _decompressor().stream_reader(payload, read_across_frames=True)
     pieces, got = [], 0
     while piece := reader.read(min(raw_size + 1 - got, 2**20) or 1):
@@ -131,6 +123,69 @@ def inflate(payload: bytes | memoryview, raw_size: int) -> bytes:
     return b"".join(pieces)
 
 
+def _inflate_into(payload: bytes | memoryview, out: npt.NDArray[np.uint8]) -> int:
+    """Decompress the zstd frame straight into ``out`` (its length bounds the output: a
+    frame announcing more is refused from its header); returns the bytes written.
+
+    python-zstandard has no decompress-into, but a stream reader over an in-memory frame
+    hands ``readinto``'s buffer to ZSTD_decompressStream, which decodes a whole frame that
+    fits in one pass with the GIL released: no output allocation, no copy."""
+    declared = _declared_size(payload, len(out))
+    if declared < 0:
+        data = _inflate_unsized(payload, len(out))
+        out[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+        return len(data)
+    if declared == 0:
+        return 0
+    got: int = _decompressor().stream_reader(payload).readinto(out)
+    return got
+
+
+def _scratch(size: int) -> npt.NDArray[np.uint8]:
+    """This thread's reusable buffer of ``size`` bytes for the byte planes a frame inflates
+    to: a fresh buffer per chunk would cost a page fault per 4 KiB on first touch."""
+    buf: npt.NDArray[np.uint8] | None = getattr(_local, "planes", None)
+    if buf is None or len(buf) < size:
+        buf = _local.planes = np.empty(max(size, MAX_CHUNK_BYTES), dtype=np.uint8)
+    return buf[:size]
+
+
+# Elements un-grouped per step: a step's words, planes and base slice stay in the L2 cache
+# across the shift, OR and XOR passes instead of streaming the whole chunk through memory each time.
+_BLOCK = 1 << 16
+_NO_BASE = np.empty(0, dtype=np.uint8)
+
+
+def _ungroup_into(
+    planes: npt.NDArray[np.uint8], group: int, out: npt.NDArray[np.uint8], base: npt.NDArray[np.uint8]
+) -> None:
+    """``out`` = ungroup(planes) XOR ``base`` over their common length (an empty ``base``: no
+    XOR), in blocks; ``len(planes) == len(out)``, a multiple of ``group`` (2 or more). Elements
+    are assembled with shifts of little-endian words (~3x faster than strided byte copies)."""
+    m = len(out) // group
+    src = planes.reshape(group, m)
+    common = min(len(out), len(base))
+    if group not in (2, 4, 8):
+        out.reshape(m, group)[:] = src.T
+        _xor_into(out, base, 0, common)
+        return
+    words = out.view(f"<u{group}")
+    for s in range(0, m, _BLOCK):
+        e = min(s + _BLOCK, m)
+        w = words[s:e]
+        np.copyto(w, src[group - 1, s:e])
+        for i in range(group - 2, -1, -1):
+            w <<= 8
+            w |= src[i, s:e]
+        _xor_into(out, base, s * group, min(e * group, common))
+
+
+def _xor_into(out: npt.NDArray[np.uint8], base: npt.NDArray[np.uint8], lo: int, hi: int) -> None:
+    """``out[lo:hi] ^= base[lo:hi]``, in place (nothing when ``hi <= lo``)."""
+    if hi > lo:
+        np.bitwise_xor(out[lo:hi], base[lo:hi], out=out[lo:hi])
+
+
 def decode(
     encoding: int,
     payload: bytes | memoryview,
@@ -139,15 +194,27 @@ def decode(
     base: bytes | bytearray | memoryview | None = None,
 ) -> bytearray | memoryview:
     """The raw bytes, always in a new writable buffer (callers may wrap it in a tensor).
-    ``raw_size`` bounds the output: ChunkTooLargeError beyond it or beyond MAX_CHUNK_BYTES."""
+    ``raw_size`` bounds the output: ChunkTooLargeError beyond it or beyond MAX_CHUNK_BYTES.
+
+    Each byte is written once into the result: the frame inflates into a reused per-thread
+    buffer of planes (or, ungrouped, straight into the result), un-grouping writes the
+    result from it, and the delta's XOR is applied there in place."""
     check_raw_size(raw_size)
     if encoding == RAW:
         return bytearray(payload)
-    if encoding in (GROUPED_ZSTD, XOR_DELTA):
-        plain = ungroup_bytes(inflate(payload, raw_size), group)
-        if encoding == GROUPED_ZSTD:
-            return plain if isinstance(plain, memoryview) else bytearray(plain)
-        if base is None:
-            raise ValueError("delta chunk without its base")
-        return _xor_prefix(plain, base)
-    raise ValueError(f"unknown chunk encoding {encoding}")
+    if encoding not in (GROUPED_ZSTD, XOR_DELTA):
+        raise ValueError(f"unknown chunk encoding {encoding}")
+    if encoding == XOR_DELTA and base is None:
+        raise ValueError("delta chunk without its base")
+    out = np.empty(raw_size, dtype=np.uint8)
+    ref = np.frombuffer(base, dtype=np.uint8) if encoding == XOR_DELTA and base is not None else _NO_BASE
+    grouped = group > 1 and raw_size > 0 and raw_size % group == 0  # as group_bytes grouped them
+    planes = _scratch(raw_size) if grouped else out
+    got = _inflate_into(payload, planes)
+    if got != raw_size:
+        raise ValueError(f"the zstd frame holds {got} bytes, not the {raw_size} declared")
+    if grouped:
+        _ungroup_into(planes, group, out, ref)
+    else:
+        _xor_into(out, ref, 0, min(raw_size, len(ref)))
+    return out.data
