@@ -262,6 +262,17 @@ class PackReader:
         data = os.pread(self._random_fd(), loc.length, loc.offset)
         return record.parse(memoryview(data))
 
+    def read_into(self, loc: Location, buf: bytearray | memoryview) -> Record:
+        """``read_exact`` into the caller's buffer (at least ``loc.length`` bytes): the
+        record's payload is then a view of ``buf``, valid until the caller reuses it."""
+        view = memoryview(buf)[: loc.length]
+        if len(view) < loc.length:
+            raise ValueError(f"a buffer of {len(view)} bytes cannot hold a record of {loc.length}")
+        got = os.preadv(self._random_fd(), [view], loc.offset)
+        if got != loc.length:
+            raise ValueError("record runs past the end of its pack")
+        return record.parse(view)
+
     def _random_fd(self) -> int:
         with self._fd_lock:
             if self._fd is None:

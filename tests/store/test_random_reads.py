@@ -4,12 +4,14 @@ outside it, reads go through the pack's mapping as before. prefetch() hints exac
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
 import numpy as np
 import pytest
 
+from mgit.errors import CorruptObjectError
 from mgit.store import pack
 from mgit.store.chunkstore import ChunkStore
 
@@ -26,14 +28,20 @@ def _store(tmp_path, n: int = 6) -> tuple[ChunkStore, list[bytes], list[str]]:
 
 @pytest.fixture
 def preads(monkeypatch):
+    """Every exact read of a pack: (fd, length, offset), by pread or by preadv into a buffer."""
     calls: list[tuple[int, int, int]] = []
-    real = os.pread
+    real_pread, real_preadv = os.pread, os.preadv
 
-    def spy(fd: int, length: int, offset: int) -> bytes:
+    def pread(fd: int, length: int, offset: int) -> bytes:
         calls.append((fd, length, offset))
-        return real(fd, length, offset)
+        return real_pread(fd, length, offset)
 
-    monkeypatch.setattr(pack.os, "pread", spy)
+    def preadv(fd: int, buffers, offset: int) -> int:
+        calls.append((fd, sum(len(memoryview(b)) for b in buffers), offset))
+        return real_preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(pack.os, "pread", pread)
+    monkeypatch.setattr(pack.os, "preadv", preadv)
     return calls
 
 
@@ -43,8 +51,12 @@ def test_random_reads_pread_exactly_each_record(tmp_path, preads):
         for k in (4, 1):
             assert bytes(store.get(ids[k])) == raws[k]
         assert bytes(store.get(ids[-1])) == raws[-1]  # a delta: itself, then its base, each exactly
-    locs = [store.location(ids[k]) for k in (4, 1, -1, 0)]
+    locs = [store.location(ids[k]) for k in (4, 1, 0, -1)]  # a delta's base is read before the delta
     assert [(length, offset) for _, length, offset in preads] == [(loc.length, loc.offset) for loc in locs]
+    with store.random_reads():
+        rec = store.read_record(locs[1])  # a record handed out is its own bytes, not a reused buffer
+        store.get(ids[2])
+    assert rec.cid == ids[1] and bytes(rec.payload) == bytes(store.export(ids[1]).payload)
 
 
 def test_outside_random_reads_records_come_from_the_mapping(tmp_path, preads):
@@ -86,8 +98,6 @@ def test_random_reads_from_several_threads(tmp_path, preads):
 
 
 def test_a_truncated_pack_read_exactly_is_corrupt(tmp_path):
-    from mgit.errors import CorruptObjectError
-
     store, raws, ids = _store(tmp_path)
     loc = store.location(ids[-2])
     os.truncate(loc.pack, loc.offset + loc.length - 1)
@@ -103,3 +113,16 @@ def test_prefetch_advises_exactly_each_record(tmp_path, monkeypatch):
     want = [(store.location(c).offset, store.location(c).length) for c in (ids[3], ids[0])]
     assert [(o, n) for o, n, how in advice if how == os.POSIX_FADV_WILLNEED] == want
     assert bytes(store.get(ids[3])) == raws[3]
+
+
+def test_get_decodes_into_the_callers_buffer(tmp_path):
+    store, raws, ids = _store(tmp_path)
+    buf = bytearray(len(raws[0]) + 10)
+    for k in (0, 3, len(ids) - 1):  # a keyframe, another, a delta
+        for exact in (False, True):
+            with store.random_reads() if exact else contextlib.nullcontext():
+                got = store.get(ids[k], out=buf)
+            assert bytes(got) == raws[k] and bytes(buf[: len(raws[k])]) == raws[k]
+            buf[:] = bytes(len(buf))
+    with pytest.raises(CorruptObjectError):
+        store.get(ids[0], out=bytearray(10))  # too small a buffer is refused, not overrun
