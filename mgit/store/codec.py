@@ -153,9 +153,9 @@ def thread_buffer(name: str, size: int) -> npt.NDArray[np.uint8]:
     return buf
 
 
-# Elements un-grouped per step: a step's words, planes and base slice stay in the L2 cache
-# across the shift, OR and XOR passes instead of streaming the whole chunk through memory each time.
-_BLOCK = 1 << 16
+# Elements un-grouped per step, so that a step's words, planes and base slice stay in cache across
+# the shift, OR and XOR passes (2^16 … 2^21 measured within noise of each other on 4 MiB chunks).
+_BLOCK = 1 << 18
 _NO_BASE = np.empty(0, dtype=np.uint8)
 
 
