@@ -124,5 +124,9 @@ def test_get_decodes_into_the_callers_buffer(tmp_path):
                 got = store.get(ids[k], out=buf)
             assert bytes(got) == raws[k] and bytes(buf[: len(raws[k])]) == raws[k]
             buf[:] = bytes(len(buf))
+    whole = bytearray(b"\xee" * (2 * len(raws[0]) + 3))  # a tensor's bytes: chunks decode into their places
+    n = len(raws[0])
+    store.get(ids[-1], out=memoryview(whole)[3 : 3 + n])
+    assert whole[:3] == b"\xee" * 3 and bytes(whole[3 : 3 + n]) == raws[-1] and whole[3 + n :] == b"\xee" * n
     with pytest.raises(CorruptObjectError):
         store.get(ids[0], out=bytearray(10))  # too small a buffer is refused, not overrun
