@@ -92,17 +92,6 @@ def check_raw_size(raw_size: int) -> None:
         raise ChunkTooLargeError(f"declares {raw_size} raw bytes, more than the {MAX_CHUNK_BYTES} a chunk may hold")
 
 
-def inflate(payload: bytes | memoryview, raw_size: int) -> bytes:
-    """The zstd frame's bytes, never more than ``raw_size`` of them in memory: a frame that
-    announces more is refused from its header, one that does not is read in bounded pieces
-    and refused as soon as it goes past (a decompression bomb costs nothing)."""
-    check_raw_size(raw_size)
-    declared = _declared_size(payload, raw_size)
-    if declared >= 0:  # the allocation is the announced size, which is within bounds
-        return _decompressor().decompress(payload, max_output_size=raw_size)
-    return _inflate_unsized(payload, raw_size)
-
-
 def _declared_size(payload: bytes | memoryview, raw_size: int) -> int:
     """The size the zstd frame announces (-1: none), refused when more than ``raw_size``."""
     declared: int = zstandard.frame_content_size(payload)
@@ -202,9 +191,12 @@ def decode(
     then a view of it). ``raw_size`` bounds the output: ChunkTooLargeError beyond it or
     beyond MAX_CHUNK_BYTES.
 
-    Each byte is written once into the result: the frame inflates into a reused per-thread
-    buffer of planes (or, ungrouped, straight into the result), un-grouping writes the
-    result from it, and the delta's XOR is applied there in place."""
+    Nothing is allocated but the result, and the chunk passes through memory once more
+    than zstd alone needs: the frame inflates into this thread's reused buffer of planes
+    (ungrouped chunks: straight into the result), un-grouping assembles the result from it
+    in cache-sized blocks, and a delta's XOR is applied to each block in place. A decode
+    bomb costs nothing: a frame announcing more than ``raw_size`` is refused from its
+    header, one announcing nothing is read in bounded pieces."""
     check_raw_size(raw_size)
     if encoding not in ENCODINGS:
         raise ValueError(f"unknown chunk encoding {encoding}")
