@@ -25,6 +25,7 @@ here moves a ref.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -112,6 +113,24 @@ def merge_one(
 
 
 # -- chunk by chunk ------------------------------------------------------------------------
+
+_buffers = threading.local()
+
+
+def _scratch(slot: int, size: int) -> memoryview:
+    """This thread's reusable buffer number ``slot``, ``size`` bytes of it. A chunk merge decodes its
+    inputs and writes its result into these instead of fresh allocations: first touches of fresh
+    memory cost a page fault per 4 KiB, dearer here than decoding. Everything a chunk's merge puts
+    in them is used before the same thread merges its next chunk (the ingestor hashes, measures and
+    stores the result, and takes the base chunk as its delta base, in the same call)."""
+    held: list[bytearray] | None = getattr(_buffers, "held", None)
+    if held is None:
+        held = _buffers.held = []
+    while len(held) <= slot:
+        held.append(bytearray())
+    if len(held[slot]) < size:
+        held[slot] = bytearray(size)
+    return memoryview(held[slot])[:size]
 
 
 def _by_chunk(tp: TensorPlan, setup: MergeSetup) -> bool:
@@ -208,7 +227,7 @@ def _merge_by_chunk(
     def base_chunk(i: int, counters: ReadCounters) -> RawBytes:
         if inputs.base is not None and i in inputs.held:  # already in memory
             return memoryview(inputs.base)[starts[i] : starts[i + 1]]
-        return store.get(tp.base.chunks[i].id, what, counters=counters)
+        return store.get(tp.base.chunks[i].id, what, counters=counters, out=_scratch(0, starts[i + 1] - starts[i]))
 
     def read(offset: int, size: int) -> bytes | memoryview:
         i = index[offset]
@@ -227,12 +246,15 @@ def _merge_by_chunk(
 
         present = [k for k in range(len(tp.experts)) if not skips or i in wanted[k]]
         experts = []
-        for k in present:
+        for slot, k in enumerate(present, start=2):
             cid = tp.experts[k].chunks[i].id
-            raw = store.get(cid, what, known=known, counters=expert_costs) if i in wanted[k] else None
-            experts.append(base_t if raw is None else _tensor(raw, dtype))
+            if i in wanted[k]:
+                raw = store.get(cid, what, known=known, counters=expert_costs, out=_scratch(slot, size))
+                experts.append(_tensor(raw, dtype))
+            else:
+                experts.append(base_t)
         which = None if len(present) == len(tp.experts) else present
-        merged = torch.empty(base_t.shape, dtype=result_dtype)
+        merged = _tensor(_scratch(1, size), dtype).view(result_dtype)  # same width: by-chunk merges keep it
         first = offset // itemsize
         for start in range(0, base_t.numel(), SLICE_ELEMENTS):
             part = slice(start, start + SLICE_ELEMENTS)

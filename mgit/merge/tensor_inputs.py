@@ -13,7 +13,6 @@ from mgit.model.manifest import TensorManifest
 from mgit.model.torch_io import tensor_from_bytes
 from mgit.parallel import ordered_map
 from mgit.store.chunkstore import ChunkStore, ReadCounters
-from mgit.store.record import RawBytes
 
 if TYPE_CHECKING:
     import torch
@@ -58,12 +57,13 @@ def read_into(
             k = where.get(cid)
             return None if k is None else view[base_starts[k] : base_starts[k + 1]]
 
-    def read(i: int) -> RawBytes:
-        return store.get(m.chunks[i].id, what, known=known, counters=counters)
+    whole = memoryview(buf)
 
-    results = ordered_map(pool, read, indexes) if pool is not None else map(read, indexes)
-    for i, data in zip(indexes, results, strict=True):
-        buf[starts[i] : starts[i] + len(data)] = data
+    def read(i: int) -> None:  # decoded in place: no fresh buffer, no copy
+        store.get(m.chunks[i].id, what, known=known, counters=counters, out=whole[starts[i] : starts[i + 1]])
+
+    for _ in ordered_map(pool, read, indexes) if pool is not None else map(read, indexes):
+        pass
 
 
 class TensorInputs:
