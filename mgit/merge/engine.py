@@ -211,6 +211,7 @@ def _merge_by_chunk(
     out = _dtype(setup.result_dtype(tp.base.dtype))
     if len(carried) == len(tp.base.chunks):  # nothing to merge: the base's manifest as it is
         return ingestor.tensor(tp.name, out, tp.base.shape, tp.base.nbytes, _unread, carried=tp.base.chunks.__getitem__)
+    _prefetch(tp, store, {i for i in range(len(tp.base.chunks)) if i not in carried})
     prepared = _prepare(tp, setup, inputs)
     index = {start: i for i, start in enumerate(starts[:-1])}
     wanted = [set(r) for r in tp.reads]
@@ -283,6 +284,14 @@ def _merge_by_chunk(
             held.clear()
 
 
+def _prefetch(tp: TensorPlan, store: ChunkStore, computed: set[int]) -> None:
+    """Ask for the tensor's planned chunks (base chunks it computes from, chosen expert chunks)
+    to be read in the background: their disk reads overlap the merging of the first ones."""
+    ids = [tp.base.chunks[i].id for i in sorted(computed)]
+    ids += [tp.experts[k].chunks[i].id for k, reads in enumerate(tp.reads) for i in reads]
+    store.prefetch(ids)
+
+
 def _unread(offset: int, size: int) -> bytes:  # pragma: no cover - every chunk is carried
     raise AssertionError(f"a carried tensor's bytes were read (offset {offset})")
 
@@ -304,6 +313,7 @@ def _merge_whole(
     tensors: SLERP, Model Stock; and any merge whose result is chunked unlike its inputs)."""
     inputs = TensorInputs(tp, store, pool, run)
     run.tally(len(tp.base.chunks), 0, tp.base.nbytes)
+    _prefetch(tp, store, set(range(len(tp.base.chunks))))
     base_t = inputs.read_base()
     experts = [inputs.expert(k, base_t) for k in range(len(tp.experts))]
     result = merge_one(tp, setup, base_t, experts)

@@ -265,3 +265,14 @@ def test_experts_equal_to_the_base_at_a_chunk_are_left_out_of_its_math(uneven, m
     for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.up_proj.weight"):
         whole = method(base[name], [sd[name] for sd in sds], {"weight": WEIGHTS})
         assert torch.equal(whole.view(torch.int16), merged[name].view(torch.int16))
+
+
+def test_a_merge_asks_the_kernel_for_exactly_its_planned_chunks(uneven, monkeypatch):
+    repo = uneven
+    plan, setup = repo.merge_plan(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
+    planned = {tp.experts[k].chunks[i].id for tp in plan.tensors for k, r in enumerate(tp.reads) for i in r}
+    computed = {c.id for tp in plan.tensors for i, c in enumerate(tp.base.chunks) if i not in carried_chunks(tp, setup)}
+    asked: list[str] = []
+    monkeypatch.setattr(ChunkStore, "prefetch", lambda self, cids: asked.extend(cids))
+    repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS, branch="m", checkout=False)
+    assert set(asked) == planned | computed
