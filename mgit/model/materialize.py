@@ -19,12 +19,16 @@ from mgit.graph.objects import MODE_EXEC, Graph
 from mgit.graph.snapshot import Entry
 from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.safetensors_file import parse_header
-from mgit.parallel import ordered_map
+from mgit.parallel import WORKERS, ordered_map
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.record import RawBytes, chunk_id
 
 TMP_MARK = ".mgit-tmp-"
+# Chunks in flight while writing a file. A chunk's bytes live only while its worker decodes and
+# writes it; the rest of the window is results (byte counts) waiting for an earlier, slower
+# chunk, so a long window costs no memory and keeps every worker busy past a slow chunk.
+WINDOW = 8 * WORKERS
 
 # chunk id → (offset, size) in a local file known to be clean
 LocalChunks = dict[str, tuple[int, int]]
@@ -112,7 +116,7 @@ def _write_chunks(
         return len(data)
 
     try:
-        for n in ordered_map(pool, one, range(len(parts))):
+        for n in ordered_map(pool, one, range(len(parts)), window=WINDOW):
             bar.advance(n)
     finally:
         if local_fd is not None:

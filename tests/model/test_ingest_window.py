@@ -16,7 +16,7 @@ from mgit.model import ingest
 from mgit.model.ingest import Ingestor
 from mgit.model.manifest import TensorManifest
 from mgit.model.safetensors_file import read_layout
-from mgit.parallel import make_pool
+from mgit.parallel import WORKERS, make_pool
 from mgit.store.chunkstore import ChunkStore
 
 
@@ -165,3 +165,27 @@ def test_a_file_that_shrinks_while_read_is_an_error(tmp_path):
             assert "shrank" in str(exc)
         else:
             raise AssertionError("a shrunk file was stored")
+
+
+def test_workers_run_on_past_a_slow_chunk(tmp_path, monkeypatch):
+    """The first chunk's read is held up until more chunks than the default window (two per
+    worker) were read after it: with only that window, the workers would stop and wait."""
+    monkeypatch.setattr("mgit.model.ingest.chunk_size_for", lambda shape, bits: 1024)
+    path = _model(tmp_path / "m.safetensors", 4, tensors=2)
+    others, go = [], threading.Event()
+    read = ingest.FileReader.__call__
+
+    def slow_first(self, offset, size):
+        if self.base + offset == read_layout(path, "m").data_start:
+            assert go.wait(timeout=20), "no worker ran past the slow chunk"
+        else:
+            others.append(offset)
+            if len(others) > 2 * WORKERS:
+                go.set()
+        return read(self, offset, size)
+
+    monkeypatch.setattr(ingest.FileReader, "__call__", slow_first)
+    graph, store = _setup(tmp_path)
+    with make_pool() as pool:
+        Ingestor(graph, store, pool).file(path, "m.safetensors")
+    assert go.is_set()
