@@ -161,7 +161,8 @@ def _widen(block: memoryview, dtype: DType, out: np.ndarray) -> np.ndarray:
     if dtype.name == "BF16":
         bits = np.frombuffer(block, dtype="<u2")
         wide = _scratch.bits[: bits.size]
-        np.left_shift(bits, 16, out=wide, dtype=np.uint32)  # bf16 is the top half of a float32
+        np.copyto(wide, bits)
+        wide <<= 16  # bf16 is the top half of a float32
         x = out[: bits.size]
         np.copyto(x, wide.view(np.float32))
         return x
