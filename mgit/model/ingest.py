@@ -234,7 +234,7 @@ class Ingestor:
         layout = layout or read_layout(path, rel)
         with open(path, "rb") as f:
             pieces = [
-                self._piece(t.name, t.dtype, t.shape, t.nbytes, FileReader(f.fileno(), layout.data_start + t.begin))
+                self._piece(t.name, t.dtype, t.shape, t.nbytes, _file_reader(f.fileno(), layout.data_start + t.begin))
                 for t in layout.tensors
             ]
             chunks = self._store(pieces)  # all tensors of the file in one window
@@ -248,7 +248,7 @@ class Ingestor:
     def chunked_file(self, path: Path) -> Entry:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            refs = self._chunks(FileReader(f.fileno(), 0), size, DEFAULT_CHUNK_BYTES, None)
+            refs = self._chunks(_file_reader(f.fileno(), 0), size, DEFAULT_CHUNK_BYTES, None)
         manifest = FileManifest(size, DEFAULT_CHUNK_BYTES, refs)
         blob = self.graph.put_blob(manifest.to_bytes())
         return Entry("chunked", self.graph.put_tree([(CHUNKED_ENTRY, MODE_FILE, blob)]))
