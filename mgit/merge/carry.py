@@ -28,14 +28,25 @@ def carried_chunks(tp: TensorPlan, setup: MergeSetup) -> set[int]:
     return {i for i in range(len(tp.base.chunks)) if i not in chosen}
 
 
-def base_reads(tp: TensorPlan, setup: MergeSetup) -> int:
-    """What the engine reads of the base for one tensor: nothing where every chunk is carried; the
-    computed chunks only for a method merging slice by slice; the whole tensor for a method that
-    decides on whole deltas first (a sparsifier), compares whole tensors, or carries nothing."""
+def base_chunks_read(tp: TensorPlan, setup: MergeSetup) -> set[int]:
+    """Indexes of the base chunks the engine reads for one tensor: none where every chunk is
+    carried; the computed chunks for a method merging slice by slice — and for one deciding on
+    whole deltas first (a sparsifier) also the carried chunks holding a non-finite value (a NaN
+    of the base makes a NaN delta even where the experts equal it, which its decision sees);
+    the whole tensor for a method that compares whole tensors."""
     carried = carried_chunks(tp, setup)
-    if len(carried) == len(tp.base.chunks):
-        return 0
+    count = len(tp.base.chunks)
+    if len(carried) == count:
+        return set()
     method = setup.method
-    if carried and method.elementwise and not method.decides_per_expert:
-        return sum(cost for i, cost in enumerate(tp.base_costs) if i not in carried)
-    return sum(tp.base_costs)
+    if not method.elementwise:
+        return set(range(count))
+    needed = set(range(count)) - carried
+    if method.decides_per_expert:
+        needed |= {i for i in carried if tp.base.chunks[i].l2 is None or tp.base.chunks[i].max_abs is None}
+    return needed
+
+
+def base_reads(tp: TensorPlan, setup: MergeSetup) -> int:
+    """What reading :func:`base_chunks_read` costs (the plan's estimate of base bytes read)."""
+    return sum(tp.base_costs[i] for i in base_chunks_read(tp, setup))

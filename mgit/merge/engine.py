@@ -15,7 +15,9 @@ expert identical to the base costs nothing). Two ways through a tensor:
 * **whole tensor** otherwise (SLERP and Model Stock compare whole tensors; a result chunked
   unlike its inputs): the base and all K experts are in memory.
 
-Results go into the chunk store as deltas against the base where that is smaller; the
+Output chunks where no expert chunk is read are the base's own when the method says so
+(:mod:`mgit.merge.carry`): their ids go into the manifest as they are, nothing read or
+computed. Results go into the chunk store as deltas against the base where that is smaller; the
 base chunks already in memory serve as delta bases and for the ‖Δ‖ statistics. Nothing
 here moves a ref.
 """
@@ -27,7 +29,6 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import cast
 
 import numpy as np
@@ -35,20 +36,22 @@ import torch
 
 from mgit.errors import BadInputError
 from mgit.graph.snapshot import Entry
-from mgit.merge.carry import carried_chunks
+from mgit.merge.carry import base_chunks_read, carried_chunks
+from mgit.merge.execution import Execution
 from mgit.merge.methods.inputs import Prepared
 from mgit.merge.plan import MergePlan, TensorPlan
 from mgit.merge.request import MergeSetup
 from mgit.merge.sparsify import seeded_generator
+from mgit.merge.tensor_inputs import TensorInputs, chunk_starts, tensor_what
 from mgit.model.chunking import chunk_ranges, chunk_size_for
 from mgit.model.dtypes import DType, lookup
 from mgit.model.filetree import load_safetensors
 from mgit.model.ingest import Ingestor
-from mgit.model.manifest import ChunkRef, TensorManifest
+from mgit.model.manifest import ChunkRef
 from mgit.model.materialize import StagedFile
 from mgit.model.safetensors_file import build_header
 from mgit.model.torch_io import dtype_name, tensor_bytes, tensor_from_bytes, torch_dtype
-from mgit.parallel import WORKERS, ordered_map
+from mgit.parallel import WORKERS
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore, ReadCounters
 from mgit.store.record import RawBytes
@@ -61,48 +64,6 @@ DECIDE_BYTES_PER_ELEMENT = 22
 # Elements of a chunk merged at a time: the method's scratch (K deltas and more) stays in the
 # caches and below malloc's mmap threshold, instead of fresh, page-faulting buffers per chunk.
 SLICE_ELEMENTS = 1 << 19
-
-
-@dataclass
-class Execution:
-    files: dict[str, Entry] = field(default_factory=dict)
-    stats: dict[str, list] = field(default_factory=dict)  # file → relative chunk statistics vs the base
-    decisions: dict[str, str] = field(default_factory=dict)  # tensor → merged | copied
-    base_bytes_read: int = 0
-    expert_bytes_read: int = 0
-    expert_chunks_read: int = 0
-    chunks_computed: int = 0  # output chunks merged (read, computed, stored)
-    chunks_carried: int = 0  # output chunks that are the base's, carried without reading anything
-    bytes_computed: int = 0  # raw bytes of the merged chunks (what was encoded and hashed)
-    base_bytes_fetched: int | None = None  # in a partial clone: bytes fetched before the merge ran
-    expert_bytes_fetched: int | None = None
-    staged: dict[str, StagedFile] = field(default_factory=dict)  # file → written beside the store, complete
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def count(self, base: ReadCounters, experts: ReadCounters, expert_chunks: int) -> None:
-        """Add one read's costs (called from the pool's threads)."""
-        with self._lock:
-            self.base_bytes_read += base.stored_bytes
-            self.expert_bytes_read += experts.stored_bytes
-            self.expert_chunks_read += expert_chunks
-
-    def tally(self, computed: int = 0, carried: int = 0, computed_bytes: int = 0) -> None:
-        """Add output chunks merged (and their bytes) and chunks carried."""
-        with self._lock:
-            self.chunks_computed += computed
-            self.chunks_carried += carried
-            self.bytes_computed += computed_bytes
-
-
-def _starts(m: TensorManifest) -> list[int]:
-    starts = [0]
-    for c in m.chunks:
-        starts.append(starts[-1] + c.size)
-    return starts
-
-
-def _what(tp: TensorPlan) -> str:
-    return f"tensor {tp.name!r} in {tp.file}"
 
 
 # The type checker's view of the layers below, no run-time effect: a plan's dtypes are known
@@ -151,69 +112,25 @@ def merge_one(
         )
 
 
-def _read_into(
-    store: ChunkStore,
-    pool: ThreadPoolExecutor | None,
-    m: TensorManifest,
-    indexes: list[int],
-    buf: bytearray,
-    what: str,
-    counters: ReadCounters,
-    base: tuple[TensorManifest, bytearray] | None = None,
-) -> None:
-    """Read the chunks at ``indexes`` of ``m`` into their places in ``buf`` (on the pool, or
-    here without one). With ``base`` (the base tensor's manifest and bytes, in memory),
-    expert chunks stored as deltas against a base chunk are decoded from those bytes."""
-    starts = _starts(m)
-    known = None
-    if base is not None:
-        base_manifest, base_bytes = base
-        base_starts = _starts(base_manifest)
-        where = {c.id: k for k, c in enumerate(base_manifest.chunks)}
-        view = memoryview(base_bytes)
-
-        def known(cid: str) -> memoryview | None:
-            k = where.get(cid)
-            return None if k is None else view[base_starts[k] : base_starts[k + 1]]
-
-    def read(i: int) -> RawBytes:
-        return store.get(m.chunks[i].id, what, known=known, counters=counters)
-
-    results = ordered_map(pool, read, indexes) if pool is not None else map(read, indexes)
-    for i, data in zip(indexes, results, strict=True):
-        buf[starts[i] : starts[i] + len(data)] = data
-
-
-class _Inputs:
-    """One tensor's inputs as the store holds them: the base whole (when read), experts on demand."""
-
-    def __init__(self, tp: TensorPlan, store: ChunkStore, pool: ThreadPoolExecutor, run: Execution):
-        self.tp, self.store, self.pool, self.run = tp, store, pool, run
-        self.what = _what(tp)
-        self.base: bytearray | None = None
-
-    def read_base(self) -> torch.Tensor:
-        tp = self.tp
-        self.base = bytearray(tp.base.nbytes)
-        costs = ReadCounters()
-        _read_into(self.store, self.pool, tp.base, list(range(len(tp.base.chunks))), self.base, self.what, costs)
-        self.run.count(costs, ReadCounters(), 0)
-        return tensor_from_bytes(self.base, tp.base.dtype, tp.base.shape)
-
-    def expert(self, k: int, base_t: torch.Tensor, use_pool: bool = True) -> torch.Tensor:
-        """Expert k whole: the base's bytes with its differing chunks read over them."""
-        tp = self.tp
-        if not tp.reads[k]:
-            return base_t
-        assert self.base is not None
-        buf, costs = bytearray(self.base), ReadCounters()
-        pool = self.pool if use_pool else None
-        _read_into(self.store, pool, tp.experts[k], tp.reads[k], buf, self.what, costs, (tp.base, self.base))
-        self.run.count(ReadCounters(), costs, len(tp.reads[k]))
-        return tensor_from_bytes(buf, tp.base.dtype, tp.base.shape)
-
-
 # -- chunk by chunk ------------------------------------------------------------------------
+
+_buffers = threading.local()
+
+
+def _scratch(slot: int, size: int) -> memoryview:
+    """This thread's reusable buffer number ``slot``, ``size`` bytes of it. A chunk merge decodes its
+    inputs and writes its result into these instead of fresh allocations: first touches of fresh
+    memory cost a page fault per 4 KiB, dearer here than decoding. Everything a chunk's merge puts
+    in them is used before the same thread merges its next chunk (the ingestor hashes, measures and
+    stores the result, and takes the base chunk as its delta base, in the same call)."""
+    held: list[bytearray] | None = getattr(_buffers, "held", None)
+    if held is None:
+        held = _buffers.held = []
+    while len(held) <= slot:
+        held.append(bytearray())
+    if len(held[slot]) < size:
+        held[slot] = bytearray(size)
+    return memoryview(held[slot])[:size]
 
 
 def _by_chunk(tp: TensorPlan, setup: MergeSetup) -> bool:
@@ -243,11 +160,13 @@ def _one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: _Inputs) -> Prepared:
+def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs) -> Prepared:
     """The method's per-tensor decisions; sparsifiers see the base and each expert whole, the
-    experts read one at a time, or several at once (deterministic methods, memory permitting)."""
+    experts read one at a time, or several at once (deterministic methods, memory permitting).
+    Of the base, only the chunks the merge computes (and non-finite ones) are read: everywhere
+    else every expert equals it, so the deltas there are 0 whatever the base holds."""
     method = setup.method
-    base_t = inputs.read_base() if method.decides_per_expert else None
+    base_t = inputs.read_base(base_chunks_read(tp, setup)) if method.decides_per_expert else None
     numel = max(1, tp.base.nbytes * 8 // _dtype(tp.base.dtype).bits)
     workers = min(WORKERS, DECIDE_MEMORY // (DECIDE_BYTES_PER_ELEMENT * numel))
     each = None
@@ -280,8 +199,8 @@ def _merge_by_chunk(
     run: Execution,
     staged: StagedFile | None,
 ) -> str:
-    inputs = _Inputs(tp, store, pool, run)
-    starts = _starts(tp.base)
+    inputs = TensorInputs(tp, store, pool, run)
+    starts = chunk_starts(tp.base)
     carried = carried_chunks(tp, setup)
     computed_bytes = sum(c.size for i, c in enumerate(tp.base.chunks) if i not in carried)
     run.tally(len(tp.base.chunks) - len(carried), len(carried), computed_bytes)
@@ -292,11 +211,13 @@ def _merge_by_chunk(
     out = _dtype(setup.result_dtype(tp.base.dtype))
     if len(carried) == len(tp.base.chunks):  # nothing to merge: the base's manifest as it is
         return ingestor.tensor(tp.name, out, tp.base.shape, tp.base.nbytes, _unread, carried=tp.base.chunks.__getitem__)
+    _prefetch(tp, store, {i for i in range(len(tp.base.chunks)) if i not in carried})
     prepared = _prepare(tp, setup, inputs)
     index = {start: i for i, start in enumerate(starts[:-1])}
     wanted = [set(r) for r in tp.reads]
-    # Experts a budget skipped at a chunk add exactly nothing there: left out of its math.
-    skipped = [set(r) for r in tp.skipped] if tp.skipped and setup.method.skips_zero_deltas else None
+    # Experts equal to the base at a chunk (unchanged there, or left out by a budget) add exactly
+    # nothing there to a method that skips zero deltas: they are left out of its math.
+    skips = setup.method.skips_zero_deltas
     base_index = {c.id: k for k, c in enumerate(tp.base.chunks)}
     held: dict[int, bytes | memoryview] = {}  # chunk index → base bytes, until the ingestor takes them
     dtype = tp.base.dtype
@@ -305,9 +226,9 @@ def _merge_by_chunk(
     what = inputs.what
 
     def base_chunk(i: int, counters: ReadCounters) -> RawBytes:
-        if inputs.base is not None:  # already in memory
+        if inputs.base is not None and i in inputs.held:  # already in memory
             return memoryview(inputs.base)[starts[i] : starts[i + 1]]
-        return store.get(tp.base.chunks[i].id, what, counters=counters)
+        return store.get(tp.base.chunks[i].id, what, counters=counters, out=_scratch(0, starts[i + 1] - starts[i]))
 
     def read(offset: int, size: int) -> bytes | memoryview:
         i = index[offset]
@@ -320,16 +241,21 @@ def _merge_by_chunk(
             if cid == base_id:
                 return base_raw
             k = base_index.get(cid) if inputs.base is not None else None
-            return None if k is None or inputs.base is None else memoryview(inputs.base)[starts[k] : starts[k + 1]]
+            if k is None or inputs.base is None or k not in inputs.held:
+                return None
+            return memoryview(inputs.base)[starts[k] : starts[k + 1]]
 
-        present = [k for k in range(len(tp.experts)) if skipped is None or i not in skipped[k]]
+        present = [k for k in range(len(tp.experts)) if not skips or i in wanted[k]]
         experts = []
-        for k in present:
+        for slot, k in enumerate(present, start=2):
             cid = tp.experts[k].chunks[i].id
-            raw = store.get(cid, what, known=known, counters=expert_costs) if i in wanted[k] else None
-            experts.append(base_t if raw is None else _tensor(raw, dtype))
-        which = None if skipped is None else present
-        merged = torch.empty(base_t.shape, dtype=result_dtype)
+            if i in wanted[k]:
+                raw = store.get(cid, what, known=known, counters=expert_costs, out=_scratch(slot, size))
+                experts.append(_tensor(raw, dtype))
+            else:
+                experts.append(base_t)
+        which = None if len(present) == len(tp.experts) else present
+        merged = _tensor(_scratch(1, size), dtype).view(result_dtype)  # same width: by-chunk merges keep it
         first = offset // itemsize
         for start in range(0, base_t.numel(), SLICE_ELEMENTS):
             part = slice(start, start + SLICE_ELEMENTS)
@@ -358,6 +284,14 @@ def _merge_by_chunk(
             held.clear()
 
 
+def _prefetch(tp: TensorPlan, store: ChunkStore, computed: set[int]) -> None:
+    """Ask for the tensor's planned chunks (base chunks it computes from, chosen expert chunks)
+    to be read in the background: their disk reads overlap the merging of the first ones."""
+    ids = [tp.base.chunks[i].id for i in sorted(computed)]
+    ids += [tp.experts[k].chunks[i].id for k, reads in enumerate(tp.reads) for i in reads]
+    store.prefetch(ids)
+
+
 def _unread(offset: int, size: int) -> bytes:  # pragma: no cover - every chunk is carried
     raise AssertionError(f"a carried tensor's bytes were read (offset {offset})")
 
@@ -377,8 +311,9 @@ def _merge_whole(
     """(manifest id, result dtype) of one tensor merged in memory as a whole: the base and
     every expert are held at once (the methods that need it are those comparing whole
     tensors: SLERP, Model Stock; and any merge whose result is chunked unlike its inputs)."""
-    inputs = _Inputs(tp, store, pool, run)
+    inputs = TensorInputs(tp, store, pool, run)
     run.tally(len(tp.base.chunks), 0, tp.base.nbytes)
+    _prefetch(tp, store, set(range(len(tp.base.chunks))))
     base_t = inputs.read_base()
     experts = [inputs.expert(k, base_t) for k in range(len(tp.experts))]
     result = merge_one(tp, setup, base_t, experts)
@@ -388,7 +323,7 @@ def _merge_whole(
     if staged is not None and out.name == setup.result_dtype(tp.base.dtype):
         staged.write(tp.name, 0, raw)
     assert inputs.base is not None  # read_base() holds it
-    base_starts, view = _starts(tp.base), memoryview(inputs.base)
+    base_starts, view = chunk_starts(tp.base), memoryview(inputs.base)
     same_width = out.bits == _dtype(tp.base.dtype).bits
 
     def parent_bytes(i: int, cid: str) -> memoryview | None:
@@ -410,7 +345,7 @@ def _copy(tp: TensorPlan, run: Execution, staged: StagedFile | None) -> None:
         return
     offset = 0
     for c in tp.base.chunks:
-        staged.carry(tp.name, offset, c.id, c.size, _what(tp))
+        staged.carry(tp.name, offset, c.id, c.size, tensor_what(tp))
         offset += c.size
 
 

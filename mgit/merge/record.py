@@ -13,7 +13,7 @@ from mgit.model.dtypes import lookup
 from mgit.model.manifest import TensorManifest
 
 if TYPE_CHECKING:  # torch stays out of the everyday commands' start-up
-    from mgit.merge.engine import Execution
+    from mgit.merge.execution import Execution
     from mgit.merge.request import MergeSetup
 
 PLAN_SCHEMA = "mgit.plan/1"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import stat as stat_mode
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,12 +21,15 @@ from mgit.model.chunking import DEFAULT_CHUNK_BYTES, chunk_ranges, chunk_size_fo
 from mgit.model.dtypes import DType, chunk_stats, delta_l2
 from mgit.model.manifest import ChunkRef, FileManifest, TensorManifest
 from mgit.model.safetensors_file import SafetensorsLayout, read_layout
-from mgit.parallel import ordered_map
+from mgit.parallel import WORKERS, ordered_map
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.record import chunk_id
 
 LARGE_FILE_BYTES = DEFAULT_CHUNK_BYTES  # non-tensor files above this are chunked, not blobs
+# Chunks in flight: only the ones running (one per worker) hold their bytes; the queued ones
+# hold nothing but the read-ahead they asked the kernel for, so a longer window costs no memory.
+WINDOW = 4 * WORKERS
 ReadAt = Callable[[int, int], bytes | memoryview]  # (offset, size) → bytes
 
 
@@ -45,14 +48,28 @@ def classify(rel: str, size: int) -> str:
     return "chunked" if size > LARGE_FILE_BYTES else "blob"
 
 
-def _file_reader(fd: int, base: int) -> ReadAt:
-    def read(offset: int, size: int) -> bytes:
-        data = os.pread(fd, size, base + offset)
+class FileReader:
+    """Reads ranges of an open file relative to ``base`` (a ReadAt), from any thread."""
+
+    def __init__(self, fd: int, base: int):
+        self.fd, self.base = fd, base
+
+    def __call__(self, offset: int, size: int) -> bytes:
+        data = os.pread(self.fd, size, self.base + offset)
         if len(data) != size:
-            raise OSError(f"file shrank while being read (wanted {size} bytes at {base + offset})")
+            raise OSError(f"file shrank while being read (wanted {size} bytes at {self.base + offset})")
         return data
 
-    return read
+    def will_need(self, offset: int, size: int) -> None:
+        """Ask the kernel to start reading a range that will be read soon (read-ahead): a
+        cold file's disk reads then overlap the hashing and compression of earlier chunks
+        instead of stalling the worker that reads it."""
+        if size and hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(self.fd, self.base + offset, size, os.POSIX_FADV_WILLNEED)
+
+
+def _file_reader(fd: int, base: int) -> ReadAt:
+    return FileReader(fd, base)
 
 
 # file path → the tensors (by name) of the same model in the base revision
@@ -63,6 +80,20 @@ DeltaStat = list[str | float | None]
 ParentBytes = Callable[[int, str], bytes | memoryview | None]
 # chunk index → the chunk already known to be the result there (a merge carrying the base's), else None
 Carried = Callable[[int], ChunkRef | None]
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One tensor's (or large file's) chunks to store: where they are read and how they delta."""
+
+    read: ReadAt
+    nbytes: int
+    chunk_size: int
+    dtype: DType | None
+    parent: TensorManifest | None = None
+    what: str = ""
+    parent_bytes: ParentBytes | None = None
+    carried: Carried | None = None
 
 
 class Ingestor:
@@ -100,29 +131,53 @@ class Ingestor:
         parent_bytes: ParentBytes | None = None,
         carried: Carried | None = None,
     ) -> tuple[ChunkRef, ...]:
-        group = dtype.group if dtype else 1
+        return self._store([_Piece(read, nbytes, chunk_size, dtype, parent, what, parent_bytes, carried)])[0]
 
-        def one(item: tuple[int, tuple[int, int]]) -> tuple[ChunkRef, int, DeltaStat | None]:
-            i, (start, end) = item
-            known = carried(i) if carried is not None else None
-            if known is not None:  # stored already, its statistics with it: nothing to read or hash
-                assert known.size == end - start, "a carried chunk covers the range it replaces"
-                return known, 0, None
-            raw = read(start, end - start)
-            cid = chunk_id(raw)
-            l2, max_abs = chunk_stats(raw, dtype) if dtype is not None else (None, None)
-            base = parent.chunks[i] if parent is not None and i < len(parent.chunks) else None
-            if base is None or base.id == cid or not self.store.has(base.id):
-                return ChunkRef(cid, end - start, l2, max_abs), self.store.put(raw, group, cid).written, None
-            held = parent_bytes(i, base.id) if parent_bytes is not None else None
-            base_raw = held if held is not None else self.store.get(base.id, what)
-            # ‖Δ‖ pairs equal-sized chunks only; a grown last chunk (appended rows) still deltas
-            stat = [cid, base.id, delta_l2(raw, base_raw, dtype)] if base.size == end - start else None
-            written = self.store.put(raw, group, cid, base=(base.id, base_raw)).written
-            return ChunkRef(cid, end - start, l2, max_abs), written, stat
+    def _chunk(self, piece: _Piece, i: int, start: int, end: int) -> tuple[ChunkRef, int, DeltaStat | None]:
+        """Read, hash, measure and store chunk ``i`` of ``piece`` (on a pool thread)."""
+        dtype, parent = piece.dtype, piece.parent
+        group = dtype.group if dtype else 1
+        known = piece.carried(i) if piece.carried is not None else None
+        if known is not None:  # stored already, its statistics with it: nothing to read or hash
+            assert known.size == end - start, "a carried chunk covers the range it replaces"
+            return known, 0, None
+        raw = piece.read(start, end - start)
+        cid = chunk_id(raw)
+        l2, max_abs = chunk_stats(raw, dtype) if dtype is not None else (None, None)
+        base = parent.chunks[i] if parent is not None and i < len(parent.chunks) else None
+        if base is None or base.id == cid or not self.store.has(base.id):
+            return ChunkRef(cid, end - start, l2, max_abs), self.store.put(raw, group, cid).written, None
+        held = piece.parent_bytes(i, base.id) if piece.parent_bytes is not None else None
+        base_raw = held if held is not None else self.store.get(base.id, piece.what)
+        # ‖Δ‖ pairs equal-sized chunks only; a grown last chunk (appended rows) still deltas
+        stat = [cid, base.id, delta_l2(raw, base_raw, dtype)] if base.size == end - start else None
+        written = self.store.put(raw, group, cid, base=(base.id, base_raw)).written
+        return ChunkRef(cid, end - start, l2, max_abs), written, stat
+
+    def _store(self, pieces: list[_Piece]) -> list[tuple[ChunkRef, ...]]:
+        """Every chunk of ``pieces`` through one bounded window, in order: the workers go from
+        one tensor's last chunk straight to the next tensor's first instead of waiting for the
+        window to drain at every tensor (most tensors of a model are one or two chunks)."""
+        ranges = [chunk_ranges(p.nbytes, p.chunk_size) for p in pieces]
+        items = [(p, i, start, end) for p, rs in zip(pieces, ranges, strict=True) for i, (start, end) in enumerate(rs)]
+
+        def advise(k: int) -> None:
+            if k < len(items):
+                p, _, start, end = items[k]
+                if isinstance(p.read, FileReader):
+                    p.read.will_need(start, end - start)
+
+        def ahead() -> Iterator[tuple[_Piece, int, int, int]]:
+            """The items, each submitted once the one WINDOW places later is asked for: a
+            window's worth of reads is under way beyond the chunks being worked on."""
+            for k in range(min(WINDOW, len(items))):
+                advise(k)
+            for k, item in enumerate(items):
+                advise(k + WINDOW)
+                yield item
 
         refs = []
-        for ref, written, stat in ordered_map(self.pool, one, enumerate(chunk_ranges(nbytes, chunk_size))):
+        for ref, written, stat in ordered_map(self.pool, lambda item: self._chunk(*item), ahead(), window=WINDOW):
             refs.append(ref)
             if stat is not None:
                 self.file_stats.append(stat)
@@ -131,7 +186,29 @@ class Ingestor:
             self.stats.stored_bytes += written
             self.stats.logical_bytes += ref.size
             self.bar.advance(ref.size)
-        return tuple(refs)
+        out, at = [], 0
+        for rs in ranges:
+            out.append(tuple(refs[at : at + len(rs)]))
+            at += len(rs)
+        return out
+
+    def _piece(
+        self,
+        name: str,
+        dtype: DType,
+        shape: tuple[int, ...],
+        nbytes: int,
+        read: ReadAt,
+        parent_bytes: ParentBytes | None = None,
+    ) -> _Piece:
+        """One tensor's chunks to store, with the parent tensor its chunks delta against."""
+        size = chunk_size_for(shape, dtype.bits)
+        parent = self._parent_tensors.get(name)
+        # Same dtype, row shape and chunk size: chunk i covers the same rows in both, also
+        # when rows were appended (vocabulary extension), so chunk i is a good delta base.
+        if parent is not None and (parent.dtype, parent.shape[1:], parent.chunk_size) != (dtype.name, shape[1:], size):
+            parent = None
+        return _Piece(read, nbytes, size, dtype, parent, f"tensor {name!r}", parent_bytes)
 
     def tensor(
         self,
@@ -150,14 +227,11 @@ class Ingestor:
         ``parent_bytes`` so they are not read from the store again; one that already knows
         the stored chunk at an index (a merge where no expert changed the base) passes
         ``carried``, and ``read`` is not called there."""
-        size = chunk_size_for(shape, dtype.bits)
-        parent = self._parent_tensors.get(name)
-        # Same dtype, row shape and chunk size: chunk i covers the same rows in both, also
-        # when rows were appended (vocabulary extension), so chunk i is a good delta base.
-        if parent is not None and (parent.dtype, parent.shape[1:], parent.chunk_size) != (dtype.name, shape[1:], size):
-            parent = None
-        chunks = self._chunks(read, nbytes, size, dtype, parent, f"tensor {name!r}", parent_bytes, carried)
-        return self.graph.put_blob(TensorManifest(dtype.name, shape, size, chunks).to_bytes())
+        piece = self._piece(name, dtype, shape, nbytes, read, parent_bytes)
+        chunks = self._chunks(
+            piece.read, nbytes, piece.chunk_size, dtype, piece.parent, piece.what, parent_bytes, carried
+        )
+        return self.graph.put_blob(TensorManifest(dtype.name, shape, piece.chunk_size, chunks).to_bytes())
 
     def begin_file(self, rel: str) -> None:
         """Start a new file: look up its parent tensors, reset its statistics."""
@@ -172,10 +246,15 @@ class Ingestor:
     def safetensors_file(self, path: Path, rel: str, layout: SafetensorsLayout | None = None) -> Entry:
         layout = layout or read_layout(path, rel)
         with open(path, "rb") as f:
-            ids = {}
-            for t in layout.tensors:
-                read = _file_reader(f.fileno(), layout.data_start + t.begin)
-                ids[t.name] = self.tensor(t.name, t.dtype, t.shape, t.nbytes, read)
+            pieces = [
+                self._piece(t.name, t.dtype, t.shape, t.nbytes, _file_reader(f.fileno(), layout.data_start + t.begin))
+                for t in layout.tensors
+            ]
+            chunks = self._store(pieces)  # all tensors of the file in one window
+        ids = {}
+        for t, piece, refs in zip(layout.tensors, pieces, chunks, strict=True):
+            manifest = TensorManifest(t.dtype.name, t.shape, piece.chunk_size, refs)
+            ids[t.name] = self.graph.put_blob(manifest.to_bytes())
         self.bar.advance(layout.data_start)
         return Entry("safetensors", self.safetensors_tree(layout.header, ids))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from glob import escape as glob_escape
 from pathlib import Path
@@ -19,12 +20,16 @@ from mgit.graph.objects import MODE_EXEC, Graph
 from mgit.graph.snapshot import Entry
 from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.safetensors_file import parse_header
-from mgit.parallel import ordered_map
+from mgit.parallel import WORKERS, ordered_map
 from mgit.progress import Bar
-from mgit.store.chunkstore import ChunkStore
+from mgit.store.chunkstore import MAX_DELTA_DEPTH, ChunkStore
 from mgit.store.record import RawBytes, chunk_id
 
 TMP_MARK = ".mgit-tmp-"
+# Chunks in flight while writing a file. A chunk's bytes live only while its worker decodes and
+# writes it; the rest of the window is results (byte counts) waiting for an earlier, slower
+# chunk, so a long window costs no memory and keeps every worker busy past a slow chunk.
+WINDOW = 8 * WORKERS
 
 # chunk id → (offset, size) in a local file known to be clean
 LocalChunks = dict[str, tuple[int, int]]
@@ -104,8 +109,22 @@ def _write_chunks(
             _pwrite_all(fd, data, offsets[i], dest)
             return len(data)
 
-        for n in ordered_map(pool, one, range(len(parts))):
-            bar.advance(n)
+        ahead = _ReadAhead(store, source.fd, source.local)
+
+        def submitted() -> Iterator[int]:
+            """Chunk indexes, each submitted once the one WINDOW places later is asked for."""
+            for i in range(min(WINDOW, len(parts))):
+                ahead.advise(*parts[i][:2])
+            for i in range(len(parts)):
+                if i + WINDOW < len(parts):
+                    ahead.advise(*parts[i + WINDOW][:2])
+                yield i
+
+        try:
+            for n in ordered_map(pool, one, submitted(), window=WINDOW):
+                bar.advance(n)
+        finally:
+            ahead.close()
 
 
 class ChunkSource:
@@ -141,6 +160,39 @@ class ChunkSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _ReadAhead:
+    """Asks the kernel to start reading what a chunk's write will read, a window ahead: its
+    range in the clean local file, or its record in a pack and those of its delta bases. A cold
+    pack's disk reads then overlap the decoding of earlier chunks instead of stalling the
+    worker in a page fault. Only a hint: whatever fails here is left to the read itself."""
+
+    def __init__(self, store: ChunkStore, local_fd: int | None, local: LocalChunks):
+        self.store, self.local_fd, self.local = store, local_fd, local
+        self.fds: dict[Path, int] = {}
+
+    def advise(self, cid: str, size: int) -> None:
+        if not hasattr(os, "posix_fadvise"):
+            return
+        try:
+            if self.local_fd is not None and cid in self.local:
+                os.posix_fadvise(self.local_fd, self.local[cid][0], size, os.POSIX_FADV_WILLNEED)
+                return
+            loc, links = self.store.location(cid), 0
+            while loc is not None and links <= MAX_DELTA_DEPTH:
+                fd = self.fds.get(loc.pack)
+                if fd is None:
+                    fd = self.fds[loc.pack] = os.open(loc.pack, os.O_RDONLY)
+                os.posix_fadvise(fd, loc.offset, loc.length, os.POSIX_FADV_WILLNEED)
+                loc, links = (self.store.location(loc.base) if loc.base else None), links + 1
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
 
 
 def _pwrite_all(fd: int, data: RawBytes, offset: int, dest: Path | None) -> None:

@@ -32,7 +32,7 @@ from mgit.worktree.journal import Journal, Write
 from mgit.worktree.sparse import load_patterns
 
 if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
-    from mgit.merge.engine import Execution
+    from mgit.merge.execution import Execution
     from mgit.merge.plan import MergePlan
     from mgit.merge.request import MergeRequest, MergeSetup
 
@@ -121,7 +121,9 @@ def merge(
         fetched = {"base": Transfer(), "experts": Transfer()}
         if ctx.is_partial:
             _fetch_planned(ctx, plan, setup, fetched)
-        with byte_progress("merge", bar_total) as bar:
+        # A merge reads chosen chunks scattered over the packs: each record exactly, without the
+        # mapping's read-ahead into its neighbours (measured: 5.8x the planned bytes from disk).
+        with byte_progress("merge", bar_total) as bar, ctx.store.random_reads():
             ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parent_lookup(ctx, base_snap))
             run = execute(plan, setup, ingestor, ctx.store, ctx.pool, base_snap, bar, stage_file if checkout else None)
         if ctx.is_partial:

@@ -81,6 +81,7 @@ def add(ctx: Context, paths: Iterable[str | os.PathLike[str]] = (".",), base: st
                 if ie is None or not ie.matches(st):
                     todo[validate_path(r)] = st
         total = sum(st.st_size for st in todo.values())
+        since = index.read_clock(todo.values()) if todo else None  # before the files are read, their stats taken
         with byte_progress("add", total) as bar:
             ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parents)
             for rel, st in sorted(todo.items()):
@@ -93,7 +94,7 @@ def add(ctx: Context, paths: Iterable[str | os.PathLike[str]] = (".",), base: st
                 if old is not None and old.projection and got.kind == "safetensors":
                     entry, stats = _unproject(ctx, rel, old, got, stats)
                 projection = got.oid if entry != got else None
-                index.set(rel, entry, after, stats, projection)
+                index.set(rel, entry, after, stats, projection, since)
                 if old is None or old.entry != entry:
                     result.added.append(rel)
         ctx.store.seal()  # chunks become visible before anything refers to them

@@ -64,14 +64,24 @@ def shown(ie: IndexEntry) -> WorkForm:
 
 def clean(ctx: Context, rel: str, want: Entry, index: Index) -> bool:
     """Does the working file hold ``want`` (stat cache first, content if needed)? The
-    stat cache vouches for what the file holds: its projection in a sparse checkout."""
+    stat cache vouches for what the file holds: its projection in a sparse checkout. A
+    file whose content is compared and found to hold the entry gets its stat refreshed (in
+    ``index``: a caller that saves it spares the next command the hashing)."""
     path = ctx.root / rel
     if not path.is_file():
         return False
     ie = index.entries.get(rel)
-    if ie is not None and ie.worktree == want and ie.matches(os.stat(path)):
+    if ie is None or ie.worktree != want:
+        return working_matches(ctx.graph, ctx.pool, path, rel, want)[0]
+    seen = os.stat(path)
+    if ie.matches(seen):
         return True
-    return working_matches(ctx.graph, ctx.pool, path, rel, want)[0]
+    since = index.read_clock([seen])  # before the stat recorded and the content read
+    st = os.stat(path)
+    same = working_matches(ctx.graph, ctx.pool, path, rel, want)[0]
+    if same and since is not None:
+        index.refresh(rel, ie, st, since)
+    return same
 
 
 def holds(ctx: Context, rel: str, form: WorkForm, index: Index) -> bool:

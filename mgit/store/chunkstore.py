@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +63,7 @@ class ChunkStore:
         self._indexes: dict[Path, PackIndex] = {}
         self._readers: dict[Path, PackReader] = {}
         self._writer: PackWriter | None = None
+        self._random = 0  # open random_reads() contexts: while > 0, sealed records are read exactly
         # A partial clone's hook: called with the id of a chunk this store lacks, it fetches the
         # chunk (and its delta bases) into this store's write session, or raises.
         self.fallback: Callable[[str], None] | None = None
@@ -270,18 +272,62 @@ class ChunkStore:
             reader = self._readers[pack] = PackReader(pack)
         return reader
 
+    @contextmanager
+    def random_reads(self) -> Iterator[None]:
+        """While open (on any thread; contexts nest), read every sealed record with one
+        ``pread`` of exactly its bytes instead of through the pack's mapping, whose
+        read-ahead pulls up to 8 MiB around each record from disk. For reads scattered
+        over the packs, such as a budgeted merge's chosen chunks; reading whole packs in
+        order (checkout, fsck) is faster with the mapping's read-ahead, the default."""
+        with self._lock:
+            self._random += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._random -= 1
+
+    def prefetch(self, cids: Iterable[str]) -> None:
+        """Start reading these chunks' records (not their delta bases) into the page cache in
+        the background, each exactly its own bytes: a caller about to read scattered chunks
+        in random_reads() overlaps their disk reads with its work. Unknown ids are skipped."""
+        for cid in cids:
+            loc = self.locate(cid, refresh=False)
+            if loc is None:
+                continue
+            try:
+                with self._lock:
+                    if self._writer is not None and loc.pack == self._writer.path:
+                        continue  # this session's pack: just written, in the page cache
+                    reader = self._reader(loc.pack)
+                reader.prefetch(loc)
+            except OSError:
+                pass  # a hint only; the read itself reports what is wrong
+
     def read_record(self, loc: Location) -> Record:
-        """The record at ``loc``, from a sealed pack's mapping or from this session's pack."""
+        """The record at ``loc``, from a sealed pack (its mapping, or one exact read inside
+        random_reads()) or from this session's pack."""
+        return self._read(loc, False)[0]
+
+    def _read(self, loc: Location, scratch: bool) -> tuple[Record, bool]:
+        """The record at ``loc`` and whether its payload is a view of a pack's mapping; inside
+        random_reads() it is read exactly, with ``scratch`` into this thread's read buffer
+        (its payload is then valid until this thread's next such read)."""
         with self._lock:
             writer = self._writer if self._writer is not None and loc.pack == self._writer.path else None
             if writer is None:
                 reader = self._reader(loc.pack)
+                exact = self._random > 0
         if writer is None:
-            return reader.record(loc)
+            if not exact:
+                return reader.record(loc), True
+            if not scratch:
+                return reader.read_exact(loc), False
+            return reader.read_into(loc, codec.thread_buffer("read", loc.length).data), False
         with self._append_lock:  # the open pack: flush what is buffered, then read it back
             writer.flush()
             data = os.pread(writer.fileno(), loc.length, loc.offset)
-        return record.parse(data)
+        return record.parse(memoryview(data)), False  # a view: slicing bytes would copy the payload
 
     def _drop_pages(self, loc: Location) -> None:
         reader = self._readers.get(loc.pack)
@@ -295,6 +341,7 @@ class ChunkStore:
         _depth: int = 0,
         known: Callable[[str], RawBytes | None] | None = None,
         counters: ReadCounters | None = None,
+        out: bytearray | memoryview | None = None,
     ) -> RawBytes:
         """Read, decode and verify a chunk; ``what`` names the tensor or file for errors.
 
@@ -302,52 +349,71 @@ class ChunkStore:
         merge holds the base model's chunk that an expert's chunk is a delta against), so
         that base is not read and decoded again; the result is verified all the same.
         ``counters`` also receives this read's costs (``reads`` sums every read), for
-        callers that measure reads made concurrently.
+        callers that measure reads made concurrently. ``out``: a writable buffer of at least
+        the chunk's raw size to decode into (the result is then a view of its first raw-size
+        bytes; after an error its contents are undefined), so that a caller reading many
+        chunks reuses its buffers: a fresh one costs a page fault per 4 KiB on first touch.
         """
+        return self._get(cid, what, _depth, known, counters, out, True)
+
+    def _get(
+        self,
+        cid: str,
+        what: str,
+        depth: int,
+        known: Callable[[str], RawBytes | None] | None,
+        counters: ReadCounters | None,
+        out: bytearray | memoryview | None,
+        retry: bool,
+    ) -> RawBytes:
+        """``get``. A delta base it decodes itself goes into this thread's buffer for its depth,
+        before the record is read: nothing runs on this thread between reading a record (into
+        this thread's read buffer, inside random_reads()) and decoding it."""
         where = f" of {what}" if what else ""
         loc = self.locate(cid)
         if loc is None and self.fallback is not None and not self.loose.has(cid):
             self.fallback(cid)
             loc = self.locate(cid)
         if loc is None:
-            return self._get_loose(cid, where, counters)
-        if _depth > MAX_DELTA_DEPTH:
+            return self._get_loose(cid, where, counters, out)
+        if depth > MAX_DELTA_DEPTH:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} has a delta chain longer than {MAX_DELTA_DEPTH}")
         if loc.encoding not in codec.ENCODINGS:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} uses encoding {loc.encoding}, unknown to this mgit")
+        base = None
+        if loc.base is not None:
+            base = known(loc.base) if known is not None else None
+            if base is None:
+                scratch = codec.thread_buffer(f"base{depth + 1}", codec.MAX_CHUNK_BYTES).data
+                base = self._get(loc.base, what, depth + 1, known, counters, scratch, retry)
         rec: Record | None
         try:
-            try:
-                rec = self.read_record(loc)
-            except FileNotFoundError:  # another process's gc replaced the pack: look again
+            rec, mapped = self._read(loc, True)
+        except FileNotFoundError:  # another process's gc replaced the pack: look again
+            if retry:
                 self.forget_indexes()
-                again = self.locate(cid)
-                if again is None:
-                    return self._get_loose(cid, where, counters)
-                loc = again
-                rec = self.read_record(loc)
+                return self._get(cid, what, depth, known, counters, out, False)
+            rec = None
         except (OSError, ValueError, struct.error):
             rec = None
-        if rec is None or rec.cid != cid:
+        if rec is None or rec.cid != cid or rec.base != loc.base:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (bad record in its pack); run `mgit fsck`")
-        base = None
-        if rec.is_delta and rec.base is not None:
-            base = known(rec.base) if known is not None else None
-            if base is None:
-                base = self.get(rec.base, what, _depth + 1, known, counters)
         try:
-            raw = record.decode_verified(rec, base)
+            raw = record.decode_verified(rec, base, out)
         except (record.RecordError, codec.ChunkTooLargeError):
             raw = None
         finally:
-            del rec  # the payload is a view of the mapping: let go of it before its pages
-            self._drop_pages(loc)
+            del rec  # the payload may be a view of the mapping: let go of it before its pages
+            if mapped:
+                self._drop_pages(loc)
         if raw is None:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (fails verification); run `mgit fsck`")
         self._count(loc.length, len(raw), counters)
         return raw
 
-    def _get_loose(self, cid: str, where: str, counters: ReadCounters | None = None) -> RawBytes:
+    def _get_loose(
+        self, cid: str, where: str, counters: ReadCounters | None = None, out: bytearray | memoryview | None = None
+    ) -> RawBytes:
         if not self.loose.present():
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is missing from the store; run `mgit fsck`")
         try:
@@ -357,7 +423,7 @@ class ChunkStore:
         except record.RecordError:
             rec, stored = None, 0
         try:
-            raw = record.decode_verified(rec, None) if rec is not None else None
+            raw = record.decode_verified(rec, None, out) if rec is not None else None
         except (record.RecordError, codec.ChunkTooLargeError):
             raw = None
         if raw is None:

@@ -168,14 +168,18 @@ def check_header(record: Record) -> None:
         raise UnknownEncodingError(f"uses encoding {record.encoding}, unknown to this mgit")
 
 
-def decode_verified(record: Record, base: RawBytes | None = None) -> bytearray | memoryview:
-    """The record's raw bytes (a new writable buffer), checked against its id; ``base``: the
-    raw bytes of the delta base. codec.ChunkTooLargeError for a record whose raw size, or
-    zstd frame, claims more than a chunk may hold (refused before it inflates); MismatchError
-    for anything else that fails: an unknown encoding, a missing base, bytes that do not
-    decode, or that decode to a chunk other than ``record.cid``."""
+def decode_verified(
+    record: Record, base: RawBytes | None = None, out: bytearray | memoryview | None = None
+) -> bytearray | memoryview:
+    """The record's raw bytes (a new writable buffer, or a view of the first raw-size bytes
+    of ``out``), checked against its id; ``base``: the raw bytes of the delta base.
+    codec.ChunkTooLargeError for a record whose raw size, or zstd frame, claims more than a
+    chunk may hold (refused before it inflates); MismatchError for anything else that fails:
+    an unknown encoding, a missing base, bytes that do not decode, or that decode to a chunk
+    other than ``record.cid``. The check hashes on the calling thread with the GIL released
+    (blake3's default ``max_threads=1``: the callers already decode on every core)."""
     try:
-        raw = codec.decode(record.encoding, record.payload, record.group, record.raw_size, base)
+        raw = codec.decode(record.encoding, record.payload, record.group, record.raw_size, base, out)
     except codec.ChunkTooLargeError:
         raise
     except Exception:

@@ -109,8 +109,10 @@ def working_matches(
 def worktree_changes(
     graph: Graph, pool: ThreadPoolExecutor, root: Path, index: Index, files: dict[str, os.stat_result]
 ) -> tuple[list[FileStatus], list[str], list[str], bool]:
-    """(unstaged changes, untracked paths, not-checked-out paths, index stat cache refreshed)."""
-    unstaged, skipped = [], []
+    """(unstaged changes, untracked paths, not-checked-out paths, index stat cache refreshed).
+    The files the cache does not vouch for are stat'ed again after the filesystem's clock is
+    read, then hashed; that stat is recorded when the content matches."""
+    unstaged, skipped, suspect = [], [], []
     refreshed = False
     for rel, ie in sorted(index.entries.items()):
         st = files.get(rel)
@@ -119,14 +121,17 @@ def worktree_changes(
                 skipped.append(rel)
             else:
                 unstaged.append(FileStatus(rel, "deleted"))
-            continue
-        if ie.matches(st):
-            continue
+        elif not ie.matches(st):
+            suspect.append((rel, ie, st))
+    since = index.read_clock(st for _, _, st in suspect) if suspect else None
+    for rel, ie, _ in suspect:
+        st = os.stat(root / rel)  # after the reading, before the content is read
         same, tensors, note = working_matches(graph, pool, root / rel, rel, ie.worktree)
         if same:
-            index.entries[rel] = ie.with_stat(st)
+            index.refresh(rel, ie, st, since)
             refreshed = True
         else:
             unstaged.append(FileStatus(rel, "modified", tensors, note))
+    unstaged.sort(key=lambda f: f.path)
     untracked = sorted(rel for rel in files if rel not in index.entries)
     return unstaged, untracked, skipped, refreshed

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from helpers.cli import invoke
 from helpers.models import commit_model, llama_state_dict, tree_hashes, uneven_finetune
 
 from mgit.merge.carry import carried_chunks
+from mgit.merge.methods.registry import get_method
 from mgit.merge.methods.task_arithmetic import TaskArithmetic
 from mgit.store.chunkstore import ChunkStore
 
@@ -137,8 +139,6 @@ def test_a_working_dtype_that_rounds_the_base_computes_every_chunk(uneven):
 
 
 def test_linear_claims_nothing():
-    from mgit.merge.methods.registry import get_method
-
     linear = get_method("linear")
     assert not linear.keeps_base_where_unchanged(linear.resolve({"weight": [0.3, 0.7]}, 2))
 
@@ -202,3 +202,77 @@ def test_a_checked_out_budgeted_merge_matches_a_fresh_checkout(uneven, tmp_path)
     repo.checkout("HEAD", ["model"])
     assert tree_hashes(repo.root, "model") == written
     assert repo.status().clean
+
+
+def test_a_budgeted_sparsifier_reads_only_the_base_chunks_it_computes(uneven):
+    repo = uneven
+    params = {"weight": WEIGHTS, "density": 0.5}
+    exact = repo.merge_record(repo.merge(list(NAMES), "ties", branch="exact", **params))["bytes"]
+    repo.checkout("main")
+    budgeted = repo.merge_record(repo.merge(list(NAMES), "ties", branch="b", budget="10%", **params))["bytes"]
+    assert budgeted["base_measured"] == budgeted["base_estimated"]
+    assert budgeted["base_measured"] < exact["base_measured"] / 2
+
+
+def test_a_non_finite_base_value_under_unchanged_experts_is_still_seen_by_the_decision(repo, small_chunks, monkeypatch):
+    base = llama_state_dict(seed=3)
+    name = "model.layers.0.mlp.down_proj.weight"
+    base[name] = base[name].clone()
+    base[name].view(-1)[0] = float("nan")  # in the first chunk, which no expert changes
+    commit_model(repo, base, "base")
+    for k, branch in enumerate(("a", "b")):
+        repo.checkout("main")
+        repo.checkout(create_branch=branch)
+        tuned = {n: t.clone() for n, t in base.items()}
+        flat = tuned[name].view(-1)
+        half = flat.numel() // 2
+        flat[half:] += (
+            torch.randn(flat.numel() - half, generator=torch.Generator().manual_seed(k)).to(flat.dtype) * 0.01
+        )
+        commit_model(repo, tuned, branch)
+    repo.checkout("main")
+    plan, setup = repo.merge_plan(["a", "b"], "ties", weight=0.5, density=0.3)
+    tp = next(t for t in plan.tensors if t.name == name)
+    assert 0 in carried_chunks(tp, setup)
+    repo.merge(["a", "b"], "ties", weight=0.5, density=0.3, branch="new")
+    with monkeypatch.context() as m:
+        _old_way(m)
+        repo.checkout("main")
+        repo.merge(["a", "b"], "ties", weight=0.5, density=0.3, branch="old")
+    new, old = (repo.state_dict(rev)[name].view(torch.int16).view(-1) for rev in ("new", "old"))
+    assert new[0] == base[name].view(torch.int16).view(-1)[0]  # the base's NaN, carried as it is
+    assert torch.isnan(repo.state_dict("old")[name].view(-1)[0])  # computed: a NaN too
+    assert torch.equal(new[1:], old[1:])  # and every other element as computing it gives
+
+
+def test_experts_equal_to_the_base_at_a_chunk_are_left_out_of_its_math(uneven, monkeypatch):
+    repo = uneven
+    seen: list[int] = []
+    real = TaskArithmetic.combine_slice
+
+    def counting(self, base, experts, *args, **kwargs):
+        seen.append(len(experts))
+        return real(self, base, experts, *args, **kwargs)
+
+    monkeypatch.setattr(TaskArithmetic, "combine_slice", counting)
+    repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, branch="m")
+    assert seen and min(seen) < len(NAMES)  # a third of each fine-tune's tensors are frozen
+    monkeypatch.undo()
+    merged = repo.state_dict("m")
+    sds = [repo.state_dict(n) for n in NAMES]
+    base = repo.state_dict("main")
+    method = get_method("task_arithmetic")
+    for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.up_proj.weight"):
+        whole = method(base[name], [sd[name] for sd in sds], {"weight": WEIGHTS})
+        assert torch.equal(whole.view(torch.int16), merged[name].view(torch.int16))
+
+
+def test_a_merge_asks_the_kernel_for_exactly_its_planned_chunks(uneven, monkeypatch):
+    repo = uneven
+    plan, setup = repo.merge_plan(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
+    planned = {tp.experts[k].chunks[i].id for tp in plan.tensors for k, r in enumerate(tp.reads) for i in r}
+    computed = {c.id for tp in plan.tensors for i, c in enumerate(tp.base.chunks) if i not in carried_chunks(tp, setup)}
+    asked: list[str] = []
+    monkeypatch.setattr(ChunkStore, "prefetch", lambda self, cids: asked.extend(cids))
+    repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS, branch="m", checkout=False)
+    assert set(asked) == planned | computed

@@ -1,0 +1,100 @@
+"""One tensor's merge inputs as the store holds them: the base (whole, or just the chunks a merge
+computes from) and each expert as the base's bytes with its differing chunks read over them;
+expert chunks stored as deltas against a base chunk in memory are decoded from it."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from mgit.merge.execution import Execution
+from mgit.merge.plan import TensorPlan
+from mgit.model.manifest import TensorManifest
+from mgit.model.torch_io import tensor_from_bytes
+from mgit.parallel import ordered_map
+from mgit.store.chunkstore import ChunkStore, ReadCounters
+
+if TYPE_CHECKING:
+    import torch
+
+
+def chunk_starts(m: TensorManifest) -> list[int]:
+    """Byte offsets of each chunk of a tensor within it, and its end."""
+    starts = [0]
+    for c in m.chunks:
+        starts.append(starts[-1] + c.size)
+    return starts
+
+
+def tensor_what(tp: TensorPlan) -> str:
+    """How errors name a tensor of the plan."""
+    return f"tensor {tp.name!r} in {tp.file}"
+
+
+def read_into(
+    store: ChunkStore,
+    pool: ThreadPoolExecutor | None,
+    m: TensorManifest,
+    indexes: list[int],
+    buf: bytearray,
+    what: str,
+    counters: ReadCounters,
+    base: tuple[TensorManifest, bytearray, set[int]] | None = None,
+) -> None:
+    """Read the chunks at ``indexes`` of ``m`` into their places in ``buf`` (on the pool, or
+    here without one). With ``base`` (the base tensor's manifest, its bytes in memory and the
+    indexes of the chunks read into them), expert chunks stored as deltas against one of those
+    base chunks are decoded from those bytes."""
+    starts = chunk_starts(m)
+    known = None
+    if base is not None:
+        base_manifest, base_bytes, held = base
+        base_starts = chunk_starts(base_manifest)
+        where = {c.id: k for k, c in enumerate(base_manifest.chunks) if k in held}
+        view = memoryview(base_bytes)
+
+        def known(cid: str) -> memoryview | None:
+            k = where.get(cid)
+            return None if k is None else view[base_starts[k] : base_starts[k + 1]]
+
+    whole = memoryview(buf)
+
+    def read(i: int) -> None:  # decoded in place: no fresh buffer, no copy
+        store.get(m.chunks[i].id, what, known=known, counters=counters, out=whole[starts[i] : starts[i + 1]])
+
+    for _ in ordered_map(pool, read, indexes) if pool is not None else map(read, indexes):
+        pass
+
+
+class TensorInputs:
+    """One tensor's inputs as the store holds them: the base whole (when read), experts on demand."""
+
+    def __init__(self, tp: TensorPlan, store: ChunkStore, pool: ThreadPoolExecutor, run: Execution):
+        self.tp, self.store, self.pool, self.run = tp, store, pool, run
+        self.what = tensor_what(tp)
+        self.base: bytearray | None = None
+        self.held: set[int] = set()  # indexes of the base chunks read into ``base``
+
+    def read_base(self, only: set[int] | None = None) -> torch.Tensor:
+        """The base tensor; with ``only``, just those chunks are read and the others are zeros
+        (where every expert equals the base too, its delta is exactly 0 either way)."""
+        tp = self.tp
+        self.base = bytearray(tp.base.nbytes)
+        indexes = [i for i in range(len(tp.base.chunks)) if only is None or i in only]
+        self.held = set(indexes)
+        costs = ReadCounters()
+        read_into(self.store, self.pool, tp.base, indexes, self.base, self.what, costs)
+        self.run.count(costs, ReadCounters(), 0)
+        return tensor_from_bytes(self.base, tp.base.dtype, tp.base.shape)
+
+    def expert(self, k: int, base_t: torch.Tensor, use_pool: bool = True) -> torch.Tensor:
+        """Expert k whole: the base's bytes with its differing chunks read over them."""
+        tp = self.tp
+        if not tp.reads[k]:
+            return base_t
+        assert self.base is not None
+        buf, costs = bytearray(self.base), ReadCounters()
+        pool = self.pool if use_pool else None
+        read_into(self.store, pool, tp.experts[k], tp.reads[k], buf, self.what, costs, (tp.base, self.base, self.held))
+        self.run.count(ReadCounters(), costs, len(tp.reads[k]))
+        return tensor_from_bytes(buf, tp.base.dtype, tp.base.shape)
