@@ -83,11 +83,16 @@ def disk_shortfall(free: int, need: int) -> str | None:
     return f"needs about {need / GB:.1f} GB free, has {free / GB:.1f} GB"
 
 
-def check_free_disk(workdir: Path, need: int) -> None:
-    """Stop cleanly (SystemExit, before anything is written) when the workdir's disk lacks ``need`` bytes."""
+def free_disk(workdir: Path) -> int:
+    """Free bytes on the disk that holds (or will hold) ``workdir``."""
     probe = workdir
     while not probe.exists():
         probe = probe.parent
-    reason = disk_shortfall(shutil.disk_usage(probe).free, need)
+    return shutil.disk_usage(probe).free
+
+
+def check_free_disk(workdir: Path, need: int, hint: str = "pass a smaller --size-gb") -> None:
+    """Stop cleanly (SystemExit, before anything is written) when the workdir's disk lacks ``need`` bytes."""
+    reason = disk_shortfall(free_disk(workdir), need)
     if reason:
-        raise SystemExit(f"not enough disk in {workdir}: this run {reason}; free some or pass a smaller --size-gb")
+        raise SystemExit(f"not enough disk in {workdir}: this run {reason}; free some or {hint}")

@@ -20,6 +20,7 @@ from pathlib import Path
 IDLE_BELOW = 0.15  # the machine counts as idle below this fraction of all cores busy
 BENCH_SCRIPT = re.compile(r"bench_\w+\.py$")  # an argv element naming a benchmark script
 POLL_S = 10.0  # seconds between looks at the other benchmarks (measuring the CPU meanwhile)
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 
 
 def cpu_busy_seconds() -> float:
@@ -44,6 +45,18 @@ def wait_for_idle(limit: float) -> None:
         if not told:
             print(f"  waiting for the machine to go idle ({busy:.0%} of the CPUs busy)", flush=True)
             told = True
+
+
+def can_drop_caches(path: Path = DROP_CACHES) -> bool:
+    """Whether this process may drop the page cache (root, with /proc/sys writable)."""
+    return path.exists() and os.access(path, os.W_OK)
+
+
+def drop_caches(path: Path = DROP_CACHES) -> None:
+    """Write back dirty pages, then drop the page cache, dentries and inodes: the next read of any
+    file comes from the disk (a cold cache, as after a reboot, for every tool alike)."""
+    os.sync()
+    path.write_text("3\n")
 
 
 def process_table() -> tuple[dict[int, int], dict[int, list[str]]]:

@@ -75,6 +75,16 @@ SHAPES = (
 )
 
 
+# Shapes by name, for a benchmark that fixes the architecture and picks the layer count
+# (bench_scale: TinyLlama-1.1B's own 22 layers, or fewer for --quick); "tiny" is for tests.
+NAMED_SHAPES = {
+    "tinyllama": SHAPES[0],
+    "medium": SHAPES[1],
+    "small": SHAPES[2],
+    "tiny": Shape(hidden=256, intermediate=704, heads=4, kv_heads=4, vocab=1024),
+}
+
+
 @dataclass(frozen=True)
 class ModelPlan:
     shape: Shape
@@ -89,7 +99,13 @@ class ModelPlan:
 def plan_model(size_bytes: int) -> ModelPlan:
     """Pick the largest shape whose embeddings fit in 70% of the size, then the layer count."""
     shape = next((s for s in SHAPES if s.embedding_bytes() <= 0.7 * size_bytes), SHAPES[-1])
-    layers = max(1, round((size_bytes - shape.embedding_bytes()) / shape.layer_bytes()))
+    return plan_layers(shape, max(1, round((size_bytes - shape.embedding_bytes()) / shape.layer_bytes())))
+
+
+def plan_layers(shape: Shape, layers: int) -> ModelPlan:
+    """The model of ``shape`` with ``layers`` layers: embeddings, the layers, final norm, lm_head."""
+    if layers < 1:
+        raise ValueError("a model has at least one layer")
     tensors: Tensors = [("model.embed_tokens.weight", (shape.vocab, shape.hidden))]
     for i in range(layers):
         tensors += shape.layer_tensors(i)
@@ -214,12 +230,28 @@ def in_child(target: Callable[..., None], *args: object, what: str) -> None:
         raise RuntimeError(f"{what} failed (exit {child.exitcode})")
 
 
-def ensure_model(workdir: Path, size_gb: float, shards: int = SHARDS) -> tuple[Path, ModelPlan, dict[str, str]]:
-    """The generated model for this size (reused when already there): path, plan, sha256s."""
-    plan = plan_model(int(size_gb * GB))
-    home = workdir / f"model-{plan.nbytes}"
+def model_home(workdir: Path, plan: ModelPlan, sized: bool = True) -> Path:
+    """Where the model of ``plan`` is cached: by its size when the size chose the plan, else by shape too."""
+    if sized:
+        return workdir / f"model-{plan.nbytes}"
+    return workdir / f"model-h{plan.shape.hidden}-v{plan.shape.vocab}-l{plan.layers}-{plan.nbytes}"
+
+
+def ensure_model(
+    workdir: Path, size_gb: float | None, shards: int = SHARDS, plan: ModelPlan | None = None
+) -> tuple[Path, ModelPlan, dict[str, str]]:
+    """The generated model for this size, or of this ``plan`` (reused when already there): path, plan, sha256s."""
+    sized = plan is None
+    if plan is None:
+        if size_gb is None:
+            raise ValueError("ensure_model needs a size or a plan")
+        plan = plan_model(int(size_gb * GB))
+    home = model_home(workdir, plan, sized)
     meta_path = home / META_FILE
-    want = {"version": GEN_VERSION, "seed": SEED, "bytes": plan.nbytes, "shards": shards}
+    want: dict[str, object] = {"version": GEN_VERSION, "seed": SEED, "bytes": plan.nbytes, "shards": shards}
+    if not sized:
+        want["shape"] = [plan.shape.hidden, plan.shape.intermediate, plan.shape.heads, plan.shape.kv_heads]
+        want["vocab"], want["layers"] = plan.shape.vocab, plan.layers
     if meta_path.exists():
         meta = json.loads(meta_path.read_text())
         if {k: meta.get(k) for k in want} == want and sha256_files(home / MODEL_DIR) == meta["sha256"]:

@@ -3,7 +3,9 @@
 Why: every benchmark compares separate processes by wall clock, so every timed run must start
 alike: the quiet-machine policy first (machine.py: other benchmarks, ``sync``, idle CPUs; all
 untimed), then the command with its peak RSS (``wait4``) and the CPU other processes used
-meanwhile; optionally the peaks of its anonymous and file-backed memory, sampled from /proc.
+meanwhile, and what it read from and wrote to the disk (``/proc/<pid>/io``, read after it exited
+and before it is reaped, so its waited-for children count too); optionally the peaks of its
+anonymous and file-backed memory, sampled from /proc, and a cold page cache before it starts.
 """
 
 from __future__ import annotations
@@ -18,13 +20,45 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import machine
 
 MODEL_DIR = "model"  # the model directory inside every working tree
+IO_FIELDS = ("rchar", "wchar", "read_bytes", "write_bytes", "cancelled_write_bytes")
+
+
+def parse_proc_io(text: str) -> dict[str, int]:
+    """The counters of a ``/proc/<pid>/io`` file (``name: value`` lines), those of IO_FIELDS only.
+
+    read_bytes / write_bytes are what the process made the storage layer read / dirtied for it to
+    write (page-cache hits and tmpfs count nothing); rchar / wchar every byte passed to read/write.
+    """
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in IO_FIELDS and value.strip().isdigit():
+            out[name.strip()] = int(value)
+    return out
+
+
+def read_proc_io(pid: int) -> dict[str, int]:
+    """``/proc/<pid>/io`` of a process (a zombie's too: its reaped children are included); {} when unreadable."""
+    try:
+        return parse_proc_io(Path(f"/proc/{pid}/io").read_text())
+    except OSError:
+        return {}
+
+
+def wait_measured(pid: int) -> tuple[int, os.struct_rusage, dict[str, int]]:
+    """Wait for child ``pid`` to exit; read its I/O counters while it is a zombie, then reap it:
+    (wait status, resource usage, I/O counters)."""
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    io = read_proc_io(pid)
+    _, status, usage = os.wait4(pid, 0)
+    return status, usage, io
 
 
 @dataclass
@@ -37,6 +71,17 @@ class Proc:
     output: str
     parts: tuple[float, ...] = ()  # seconds of each command, when several make one measurement
     peaks: dict[str, int] = field(default_factory=dict)  # sampled RssAnon / RssFile peaks (bytes), if sampled
+    io: dict[str, int] = field(default_factory=dict)  # its /proc/<pid>/io counters at exit (IO_FIELDS), if readable
+
+    @property
+    def disk_read(self) -> int | None:
+        """Bytes it made the disk read (its read_bytes); None when the counters were unreadable."""
+        return self.io.get("read_bytes")
+
+    @property
+    def disk_written(self) -> int | None:
+        """Bytes it dirtied for writing to the disk (its write_bytes); None when the counters were unreadable."""
+        return self.io.get("write_bytes")
 
     @property
     def load_share(self) -> float:
@@ -107,23 +152,28 @@ class Runner:
     other_wait: float = 0.0  # most seconds to wait for other benchmarks before a timed run
     sample: bool = False  # sample the timed command's RssAnon / RssFile
     waited: float = 0.0  # seconds spent waiting for other benchmarks so far
+    cold: bool = False  # drop the page cache before every timed run (needs root: see machine.can_drop_caches)
 
-    def quiet(self) -> None:
-        """The quiet-machine policy (untimed): no other benchmark, written data synced, idle CPUs."""
+    def quiet(self, drop: bool = True) -> None:
+        """The quiet-machine policy (untimed): no other benchmark, written data synced (and, when
+        ``cold`` and ``drop``, the page cache dropped), idle CPUs."""
         self.waited += machine.wait_for_other_benchmarks(self.other_wait)
         os.sync()
+        if self.cold and drop:
+            machine.drop_caches()
         machine.wait_for_idle(self.idle_wait)
 
-    def run(self, cmd: Sequence[str], cwd: Path, timed: bool = False) -> Proc:
-        """Run a command (failing loudly); with ``timed``, after the quiet-machine policy."""
+    def run(self, cmd: Sequence[str], cwd: Path, timed: bool = False, *, drop: bool = True) -> Proc:
+        """Run a command (failing loudly); with ``timed``, after the quiet-machine policy (``drop``: False
+        keeps the page cache of a cold runner, for the later commands of one measurement)."""
         if timed:
-            self.quiet()
+            self.quiet(drop)
         sampler = RssSampler() if timed and self.sample else None
         # the output goes to a temporary file, not into cwd, where `git add .` would pick it up
         with tempfile.TemporaryFile() as out, sampler or contextlib.nullcontext():
             busy0, t0 = machine.cpu_busy_seconds(), time.perf_counter()
             proc = subprocess.Popen(list(cmd), cwd=cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT)
-            _, status, usage = os.wait4(proc.pid, 0)
+            status, usage, io = wait_measured(proc.pid)
             seconds, busy1 = time.perf_counter() - t0, machine.cpu_busy_seconds()
             out.seek(0)
             text = out.read().decode(errors="replace")
@@ -131,22 +181,33 @@ class Runner:
         if proc.returncode != 0:
             raise RuntimeError(f"`{shlex.join(cmd)}` failed in {cwd} (exit {proc.returncode}):\n{text}")
         background = max(0.0, busy1 - busy0 - usage.ru_utime - usage.ru_stime)
-        return Proc(seconds, usage.ru_maxrss * 1024, background, text, peaks=sampler.peaks if sampler else {})
+        peaks = sampler.peaks if sampler else {}
+        return Proc(seconds, usage.ru_maxrss * 1024, background, text, peaks=peaks, io=io)
 
     def steps(self, cmds: Sequence[Sequence[str]], cwd: Path) -> Proc:
-        """Several timed commands as one measurement: times and background add up, RSS is the peak."""
-        procs = [self.run(cmd, cwd, timed=True) for cmd in cmds]
+        """Several timed commands as one measurement: times, background and I/O add up, RSS is the peak.
+        A cold runner drops the page cache before the first only (as a user runs `add` then `commit`)."""
+        procs = [self.run(cmd, cwd, timed=True, drop=i == 0) for i, cmd in enumerate(cmds)]
         return Proc(
             sum(p.seconds for p in procs),
             max(p.max_rss for p in procs),
             sum(p.background for p in procs),
             "".join(p.output for p in procs),
             tuple(p.seconds for p in procs),
+            io=add_io(p.io for p in procs),
         )
 
     def rss_floor(self, cwd: Path) -> int:
         """The peak RSS a child inherits at fork (what `true` reports)."""
         return self.run(["true"], cwd).max_rss
+
+
+def add_io(ios: Iterable[dict[str, int]]) -> dict[str, int]:
+    """The I/O counters of several runs added up ({} when any run's were unreadable)."""
+    ios = list(ios)
+    if not ios or not all(ios):
+        return {}
+    return {k: sum(io.get(k, 0) for io in ios) for k in ios[0]}
 
 
 def best_of(reps: int, prepare: Callable[[], None], measure: Callable[[], Proc]) -> tuple[Proc, list[float]]:

@@ -307,23 +307,51 @@ def derive(kind: str, src: Path, dest: Path, seed: int) -> None:
 
 def ensure_versions(workdir: Path, base: Path, base_sums: dict[str, str]) -> list[Version]:
     """The base and every spec's model directory (each reused when already generated and intact)."""
-    root = workdir / f"variants-{sum((base / n).stat().st_size for n in base_sums)}"
-    versions = {"base": Version("base", "", "the generated base model", base, base_sums)}
-    for i, spec in enumerate(SPECS, 1):
-        home, parent = root / spec.name, versions[spec.parent]
-        want = {"version": VARIANT_VERSION, "seed": SEED + 1000 * i, "kind": spec.kind, "parent_sums": parent.sums}
-        meta_path = home / META_FILE
-        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-        if {k: meta.get(k) for k in want} != want or sha256_files(home / MODEL_DIR) != meta.get("sums"):
-            shutil.rmtree(home, ignore_errors=True)
-            print(f"generating {spec.name}: {spec.what}", flush=True)
-            t0 = time.perf_counter()
-            in_child(derive, spec.kind, parent.model, home / MODEL_DIR, want["seed"], what=f"generating {spec.name}")
-            changes = json.loads((home / CHANGES_FILE).read_text())
-            meta = {**want, "sums": sha256_files(home / MODEL_DIR), "changes": changes}
-            meta_path.write_text(json.dumps(meta, indent=2) + "\n")
-            print(f"  done in {time.perf_counter() - t0:.1f} s", flush=True)
-        versions[spec.name] = Version(
-            spec.name, spec.parent, spec.what, home / MODEL_DIR, meta["sums"], meta["changes"]
-        )
+    root = variants_root(workdir, base, base_sums)
+    versions = {"base": base_version(base, base_sums)}
+    for spec in SPECS:
+        versions[spec.name] = ensure_spec(root, spec, versions[spec.parent])
     return list(versions.values())
+
+
+def ensure_variant(workdir: Path, base: Path, base_sums: dict[str, str], name: str) -> Version:
+    """One spec's model directory and those it derives from (e.g. only "dense"), as ensure_versions makes them."""
+    specs = {s.name: s for s in SPECS}
+    if name not in specs:
+        raise ValueError(f"no variant {name!r}; there are: {', '.join(specs)}")
+    chain = [specs[name]]
+    while chain[-1].parent != "base":
+        chain.append(specs[chain[-1].parent])
+    root = variants_root(workdir, base, base_sums)
+    version = base_version(base, base_sums)
+    for spec in reversed(chain):
+        version = ensure_spec(root, spec, version)
+    return version
+
+
+def variants_root(workdir: Path, base: Path, base_sums: dict[str, str]) -> Path:
+    """Where the variants of this base are cached (by the base's size)."""
+    return workdir / f"variants-{sum((base / n).stat().st_size for n in base_sums)}"
+
+
+def base_version(base: Path, base_sums: dict[str, str]) -> Version:
+    return Version("base", "", "the generated base model", base, base_sums)
+
+
+def ensure_spec(root: Path, spec: Spec, parent: Version) -> Version:
+    """``spec``'s model directory under ``root``, derived from ``parent`` (reused when already generated and intact)."""
+    home = root / spec.name
+    want = {"version": VARIANT_VERSION, "seed": SEED + 1000 * (SPECS.index(spec) + 1), "kind": spec.kind,
+            "parent_sums": parent.sums}  # fmt: skip
+    meta_path = home / META_FILE
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    if {k: meta.get(k) for k in want} != want or sha256_files(home / MODEL_DIR) != meta.get("sums"):
+        shutil.rmtree(home, ignore_errors=True)
+        print(f"generating {spec.name}: {spec.what}", flush=True)
+        t0 = time.perf_counter()
+        in_child(derive, spec.kind, parent.model, home / MODEL_DIR, want["seed"], what=f"generating {spec.name}")
+        changes = json.loads((home / CHANGES_FILE).read_text())
+        meta = {**want, "sums": sha256_files(home / MODEL_DIR), "changes": changes}
+        meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+        print(f"  done in {time.perf_counter() - t0:.1f} s", flush=True)
+    return Version(spec.name, spec.parent, spec.what, home / MODEL_DIR, meta["sums"], meta["changes"])

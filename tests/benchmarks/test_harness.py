@@ -17,7 +17,16 @@ sys.path.insert(0, str(BENCH_DIR))
 from harness import cli, machine, models, report  # noqa: E402
 from harness.runner import Proc, Result, RssSampler, Runner, best_of  # noqa: E402
 
-SCRIPTS = ["bench_core", "bench_storage", "bench_diff", "bench_merge", "bench_remote", "bench_budget", "crash_points"]
+SCRIPTS = [
+    "bench_core",
+    "bench_storage",
+    "bench_diff",
+    "bench_merge",
+    "bench_remote",
+    "bench_budget",
+    "bench_scale",
+    "crash_points",
+]
 
 
 # -- report ---------------------------------------------------------------------------------

@@ -1,0 +1,793 @@
+"""Scale benchmark: merges and storage of a TinyLlama-1.1B-sized model, against mergekit, git-lfs, DVC and cp.
+
+Why: mgit claims that a merge costs what its plan reads and writes, not K + 1 whole models, and
+that storing and materialising a model keeps pace with the tools people use, at the size users
+merge (a 2.2 GB bf16 base, 8 or 16 experts, more than the page cache holds). bench_merge and
+bench_budget measure the same claims on small models, where every file sits in the page cache;
+here the cache is dropped before every timed step (when this process may: root), so reads come
+from the disk, and each step's bytes read from and written to the disk are counted. One run:
+
+1. generate a TinyLlama-1.1B-shaped bf16 base (hidden 2048, 22 layers, intermediate 5632, vocab
+   32000, ~2.2 GB; `--quick`: 3 layers, ~0.5 GB), K experts as bench_merge makes them (a third of
+   the tensors frozen, per-tensor noise scales log-uniform over 1e-4 … 1e-1 of the tensor's std)
+   and a dense fine-tune (every tensor + N(0, (2% σ)²)), all cached;
+2. storage: per tool, in a fresh directory holding a copy of the base, time storing the base,
+   then the dense fine-tune over it, then materialising it again into the working tree (mgit add
+   + commit and checkout; git + git-lfs add + commit and checkout; dvc add and checkout), beside
+   `cp -r` of the same files; check every file byte for byte;
+3. merges: the base on `main` and expert N on branch `expert-N` of one mgit repository (untimed);
+   for each K: `mergekit-yaml --no-cuda` against `mgit merge` exact (task_arithmetic and ties)
+   and `mgit merge --budget B%` (task_arithmetic), each mgit merge with and without
+   `--no-checkout` (skipped, saying why, when the mgit under test lacks the flag); the exact
+   merges are compared with mergekit's output bit for bit;
+4. per timed step: wall time, peak RSS, bytes read from and written to the disk
+   (`/proc/<pid>/io` read_bytes / write_bytes of the process and its children), ratios to
+   mergekit, git-lfs and `cp -r`;
+5. print Markdown tables, draw wall time against the budget for both tools (SVG; mergekit a
+   horizontal line) and, with ``--write-docs``, replace this benchmark's section of
+   docs/benchmarks.md and write docs/bench_scale.svg.
+
+The run checks the free disk first (the full size needs tens of GB: it prints what) and stops,
+before writing anything, when it is short. Targets (issue 14) are reported, never asserted.
+GB = 10^9 bytes, MB = 10^6 bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import cli, merges
+from harness.machine import IDLE_BELOW, can_drop_caches, lock_workdir
+from harness.merges import Sameness, Setup
+from harness.models import (
+    GB,
+    MB,
+    NAMED_SHAPES,
+    SEED,
+    SHARDS,
+    ModelPlan,
+    ensure_model,
+    model_home,
+    plan_layers,
+    safetensors_bytes,
+)
+from harness.plot import DASHED, PALETTE, HLine, Series, line_chart, write_svg
+from harness.report import REPO_ROOT, fmt_rss, header_lines, relative, table, took, update_docs
+from harness.runner import MODEL_DIR, Proc, Result, Runner, disk_usage, fresh_copy, place_model, sha256_files, time_cp
+from harness.tools import Tools, find_tools, json_output, mergekit_cmd, tool_env
+from harness.variants import DENSE_NOISE, EXPERT_SEED, SCALE_DECADES, Version, ensure_variant
+
+SECTION_TITLE = "## Merges and storage at scale (bench_scale.py)"
+DOCS_IMAGE = REPO_ROOT / "docs" / "bench_scale.svg"
+SHAPE, LAYERS, QUICK_LAYERS = "tinyllama", 22, 3
+KS, QUICK_KS = (8, 16), (4,)
+BUDGETS = (25, 10, 5)  # percent of the expert bytes the exact merge reads
+METHODS: dict[str, dict[str, float]] = {"task_arithmetic": {}, "ties": {"density": 0.5}}
+BUDGET_METHOD = "task_arithmetic"  # the budgeted merges' method (ties: exact only)
+PARTS = ("store", "merge")
+
+# What the disk must hold, as shares of the model's raw size (measured at 0.25-0.6 GB by bench_merge,
+# bench_budget and a --quick run: the base stores at 0.68 of it, an expert committed on it at 0.16, a
+# merge's result, stored as XOR deltas against the base's chunks and carrying the base's where it keeps
+# them, at about 0.2).
+BASE_STORE_SHARE = 0.7
+EXPERT_STORE_SHARE = 0.2
+OUTPUT_STORE_SHARE = 0.4
+NC_REPO = "repo-nc"  # the copy of the repository the --no-checkout merges run in
+DISK_MARGIN = 1.1  # and 10% for what these shares miss (pack files being rewritten, logs, the index)
+
+
+# -- arguments ------------------------------------------------------------------------------
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """ "25%,10%,5%" or "25,10,5" → (25, 10, 5); "" → ()."""
+    try:
+        return tuple(int(x.strip().removesuffix("%")) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise cli.argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+
+
+def parts_list(text: str) -> tuple[str, ...]:
+    parts = tuple(p.strip() for p in text.split(",") if p.strip())
+    if unknown := set(parts) - set(PARTS):
+        raise cli.argparse.ArgumentTypeError(f"unknown part(s) {', '.join(sorted(unknown))}; of: {', '.join(PARTS)}")
+    return parts
+
+
+def methods_list(text: str) -> tuple[str, ...]:
+    methods = tuple(m.strip() for m in text.split(",") if m.strip())
+    if unknown := set(methods) - set(METHODS):
+        raise cli.argparse.ArgumentTypeError(
+            f"unknown method(s) {', '.join(sorted(unknown))}; of: {', '.join(METHODS)}"
+        )
+    return methods
+
+
+def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
+    p = cli.parser(__doc__)
+    cli.add_common(
+        p,
+        workdir="bench-work/scale",
+        quick=f"{QUICK_LAYERS} layers (~0.5 GB) and K = {', '.join(map(str, QUICK_KS))}: a smoke test",
+        reps=(1, "runs of every timed step; the fastest is reported"),
+        other_wait=3600,
+        keep="keep the repositories and run directories afterwards",
+        write_docs="replace this benchmark's section in docs/benchmarks.md and write "
+        f"{DOCS_IMAGE.relative_to(REPO_ROOT)}",
+    )
+    p.add_argument("--shape", choices=sorted(NAMED_SHAPES), default=SHAPE, help=f"architecture; default {SHAPE}")
+    p.add_argument("--layers", type=int, help=f"layers of the model; default {LAYERS} ({QUICK_LAYERS} with --quick)")
+    p.add_argument("--ks", type=int_list, help="expert counts, e.g. 8,16 (default; 2,4 with --quick)")
+    p.add_argument(
+        "--budgets",
+        type=int_list,
+        default=BUDGETS,
+        help="budgets in percent, e.g. 25%%,10%%,5%% (default; '' for none)",
+    )
+    p.add_argument("--parts", type=parts_list, default=PARTS, help="what to run, of: store, merge (default both)")
+    p.add_argument("--methods", type=methods_list, default=tuple(METHODS), help="merge methods, of: "
+                   + ", ".join(METHODS) + f" (default both; budgets apply to {BUDGET_METHOD})")  # fmt: skip
+    p.add_argument("--no-mergekit", action="store_true", help="skip mergekit (and its installation)")
+    p.add_argument("--no-dvc", action="store_true", help="skip the DVC baseline (and its installation)")
+    p.add_argument("--warm", action="store_true", help="leave the page cache as it is (default: drop it, when root)")
+    cli.add_mergekit_venv(p)
+    args = p.parse_args(argv)
+    args.layers = args.layers or (QUICK_LAYERS if args.quick else LAYERS)
+    args.ks = tuple(sorted(set(args.ks or (QUICK_KS if args.quick else KS))))
+    args.budgets = tuple(sorted(set(args.budgets), reverse=True))
+    if args.layers < 1 or not args.ks or min(args.ks) < 1:
+        p.error("--layers and every K must be at least 1")
+    if any(not 0 < b < 100 for b in args.budgets):
+        p.error("budgets are percentages between 0 and 100 (the exact merge is always run)")
+    return args
+
+
+# -- the disk it needs ----------------------------------------------------------------------
+
+
+def merge_outputs(ks: Sequence[int], budgets: Sequence[int], methods: Sequence[str] = tuple(METHODS)) -> int:
+    """Distinct merge results the run stores: per K, each method exact and each budget (a merge
+    with and without --no-checkout writes the same chunks)."""
+    return len(ks) * (len(methods) + (len(budgets) if BUDGET_METHOD in methods else 0))
+
+
+def disk_need(
+    raw: int,
+    ks: Sequence[int],
+    budgets: Sequence[int],
+    parts: Sequence[str],
+    mergekit: bool,
+    methods: Sequence[str] = tuple(METHODS),
+) -> dict[str, int]:
+    """Bytes the run holds at its peak, by what, for a model of ``raw`` bytes, experts up to max(ks)
+    and the parts run: the generated inputs (kept, cached), then the larger of the storage part
+    (one tool at a time, each run directory deleted after it) and the merge part (which follows it)."""
+    need = {"base model": raw}
+    if "store" in parts:
+        need["dense fine-tune"] = raw
+    if "merge" in parts:
+        need["experts"] = max(ks) * raw
+    # storage: the copy in a tool's run directory and its store of both versions (git-lfs, DVC: whole files)
+    storage = 3 * raw if "store" in parts else 0
+    merging = 0
+    if "merge" in parts:
+        # two repositories (for the merges checked out and those with --no-checkout), each with its store of
+        # the base and the experts and its working tree; each merge's result stored in one of them
+        inputs = BASE_STORE_SHARE + max(ks) * EXPERT_STORE_SHARE + 1
+        shares = 2 * inputs + merge_outputs(ks, budgets, methods) * OUTPUT_STORE_SHARE
+        merging = round(raw * shares) + (raw if mergekit else 0)  # and mergekit's output
+    if merging >= storage and merging:
+        need["merges (mgit repository, working tree" + (", mergekit's output)" if mergekit else ")")] = merging
+    elif storage:
+        need["storage runs (one tool at a time)"] = storage
+    return need
+
+
+def disk_total(need: dict[str, int], cached: int) -> int:
+    """What must be free: the parts, plus a margin, less what is already on the disk (cached inputs)."""
+    return max(0, round(sum(need.values()) * DISK_MARGIN) - cached)
+
+
+def cached_inputs(workdir: Path, plan: ModelPlan, parts: Sequence[str]) -> int:
+    """Bytes of the generated inputs already cached in ``workdir`` (a rerun does not write them again)."""
+    home = model_home(workdir, plan, sized=False)
+    dirs = [home]
+    if "merge" in parts:
+        dirs.append(workdir / f"experts-{plan.nbytes}")
+    if "store" in parts and (home / MODEL_DIR).is_dir():
+        files = sum(f.stat().st_size for f in (home / MODEL_DIR).rglob("*") if f.is_file())
+        dirs.append(workdir / f"variants-{files}" / "dense")  # as variants.variants_root names it
+    return sum(disk_usage(d) for d in dirs if d.is_dir())
+
+
+def describe_need(need: dict[str, int], cached: int, free: int) -> str:
+    parts = ", ".join(f"{name} {n / GB:.1f}" for name, n in need.items())
+    return (
+        f"disk: this run needs about {disk_total(need, cached) / GB:.1f} GB ({parts} GB, + {DISK_MARGIN - 1:.0%}; "
+        f"{cached / GB:.1f} GB of inputs already cached); {free / GB:.1f} GB free"
+    )
+
+
+# -- storage: add + commit and checkout -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One tool storing the base, then the dense fine-tune over it, then materialising it again."""
+
+    name: str
+    setup: list[list[str]]  # untimed, in a fresh directory holding the base
+    store: list[list[str]]  # timed together, once per version
+    store_label: str
+    store_dir: str  # what holds the stored versions, measured like `du -s`
+    checkout: list[str]  # timed: bring back the deleted model directory (the dense fine-tune)
+    checkout_label: str
+
+
+STORE_STEPS = ("base", "dense fine-tune")
+
+
+def contenders(tools: Tools) -> list[Contender]:
+    mgit = [*tools.mgit, "-q"]
+    out = [
+        Contender("mgit", [[*mgit, "init"]], [[*mgit, "add", MODEL_DIR], [*mgit, "commit", "-m", "v"]],
+                  "add + commit", ".mgit", [*mgit, "checkout", "--force", "main"], "checkout --force main"),
+    ]  # fmt: skip
+    if tools.git_lfs:
+        out.append(Contender(
+            "git + git-lfs",
+            [["git", "init", "-q"], ["git", "lfs", "install", "--local"], ["git", "lfs", "track", "*.safetensors"]],
+            [["git", "add", "-A"], ["git", "commit", "-q", "-m", "v"]],
+            "add + commit", ".git", ["git", "checkout", "--", MODEL_DIR], "checkout -- model",
+        ))  # fmt: skip
+    if tools.dvc:
+        out.append(Contender("dvc", [[tools.dvc, "init", "--no-scm", "-q"]], [[tools.dvc, "add", "-q", MODEL_DIR]],
+                             "add", ".dvc/cache", [tools.dvc, "checkout", "-q"], "checkout"))  # fmt: skip
+    return out
+
+
+def bench_store(c: Contender, base: Version, dense: Version, run_dir: Path, runner: Runner, reps: int) -> list[Result]:
+    """Per repetition, in a fresh directory: store the base, then the dense fine-tune, then check it out.
+    Each step's fastest run is reported; the checkout must reproduce the fine-tune byte for byte."""
+    runs: list[list[Proc]] = [[], [], []]
+    stored: list[int] = [0, 0]
+    identical = True
+    for _ in range(reps):
+        fresh_copy(base.model, run_dir)
+        for cmd in c.setup:
+            runner.run(cmd, run_dir)
+        for i, version in enumerate((base, dense)):
+            if i:
+                place_model(version.model, run_dir)  # as a training run would overwrite it (untimed)
+            runs[i].append(runner.steps(c.store, run_dir))
+            stored[i] = disk_usage(run_dir / c.store_dir)
+        shutil.rmtree(run_dir / MODEL_DIR)
+        runs[2].append(runner.run(c.checkout, run_dir, timed=True))
+        identical &= sha256_files(run_dir / MODEL_DIR) == dense.sums
+    shutil.rmtree(run_dir, ignore_errors=True)
+    out = []
+    for i, what in enumerate(STORE_STEPS):
+        best = min(runs[i], key=lambda p: p.seconds)
+        out.append(Result(c.name, f"{c.store_label}: {what}", best, [p.seconds for p in runs[i]], stored[i]))
+    best = min(runs[2], key=lambda p: p.seconds)
+    out.append(Result(c.name, c.checkout_label, best, [p.seconds for p in runs[2]], identical=identical))
+    return out
+
+
+def run_store_part(args: Any, workdir: Path, plan: ModelPlan, cold: bool) -> tuple[list[Result], Tools, int, Runner]:
+    tools = find_tools(workdir, args.mgit_rev, not args.no_dvc)
+    base_dir, _, sums = ensure_model(workdir, None, plan=plan)
+    base = Version("base", "", "the generated base model", base_dir, sums)
+    dense = ensure_variant(workdir, base_dir, sums, "dense")
+    runner = Runner(tool_env(workdir), args.idle_wait, args.other_wait, sample=True, cold=cold)
+    runs = workdir / "store-runs"
+    results: list[Result] = []
+    for c in contenders(tools):
+        print(f"storage: {c.name} ...", flush=True)
+        results += bench_store(c, base, dense, runs / c.name.replace(" ", ""), runner, args.reps)
+        print("  " + ", ".join(f"{r.step} {r.best.seconds:.1f} s" for r in results[-3:]), flush=True)
+    print("storage: cp -r ...", flush=True)
+    results.append(time_cp(dense.model, runs / "cp", runner, dense.sums, args.reps))
+    shutil.rmtree(runs, ignore_errors=True)
+    return results, tools, base.raw, runner
+
+
+# -- merges ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MergeRun:
+    """One merge of experts 1..k: mergekit's, or mgit's exact (budget None) or under a budget (percent)."""
+
+    k: int
+    method: str
+    tool: str  # "mergekit" or "mgit"
+    budget: int | None = None
+    checkout: bool = True  # mgit: check the result out (without: -b NAME --no-checkout)
+
+    @property
+    def weight(self) -> float:
+        return 1 / self.k
+
+    @property
+    def branch(self) -> str:
+        kind = "exact" if self.budget is None else f"b{self.budget}"
+        return f"k{self.k}-{self.method}-{kind}-{'co' if self.checkout else 'nc'}"
+
+    @property
+    def label(self) -> str:
+        if self.tool == "mergekit":
+            return "mergekit-yaml"
+        budget = "" if self.budget is None else f" --budget {self.budget}%"
+        return f"mgit merge{budget}" + ("" if self.checkout else " --no-checkout")
+
+
+def merge_runs(
+    k: int, budgets: Sequence[int], mergekit: bool, no_checkout: bool, methods: Sequence[str] = tuple(METHODS)
+) -> list[MergeRun]:
+    """Per method: mergekit, mgit exact, then (task_arithmetic) every budget, largest first; each mgit
+    merge checked out and, when the flag exists, with --no-checkout."""
+    modes = (True, False) if no_checkout else (True,)
+    runs = []
+    for method in (m for m in METHODS if m in methods):
+        if mergekit:
+            runs.append(MergeRun(k, method, "mergekit"))
+        runs += [MergeRun(k, method, "mgit", None, co) for co in modes]
+        if method == BUDGET_METHOD:
+            runs += [MergeRun(k, method, "mgit", b, co) for b in budgets for co in modes]
+    return runs
+
+
+def mergekit_config(run: MergeRun, base: Path, experts: Sequence[Path]) -> str:
+    """mergekit's YAML (JSON is YAML): base, experts 1..k with weight 1/k (ties: density 0.5), bf16."""
+    params = {"weight": run.weight, **METHODS[run.method]}
+    doc = {
+        "merge_method": run.method,
+        "base_model": str(base),
+        "models": [{"model": str(e), "parameters": params} for e in experts[: run.k]],
+        "dtype": "bfloat16",
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def mgit_merge_cmd(mgit: list[str], run: MergeRun) -> list[str]:
+    flags = [f"--weights={run.weight!r}", *(f"--{k}={v!r}" for k, v in METHODS[run.method].items())]
+    budget = [] if run.budget is None else [f"--budget={run.budget}%"]
+    checkout = [] if run.checkout else ["--no-checkout"]
+    experts = [f"expert-{i}" for i in range(1, run.k + 1)]
+    return [*mgit, "-q", "merge", f"--method={run.method}", *flags, "--dtype=BF16", *budget, "--base=main",
+            "-b", run.branch, *checkout, "-m", f"bench {run.branch}", *experts]  # fmt: skip
+
+
+def has_no_checkout(mgit: list[str]) -> bool:
+    """Whether the mgit under test's `merge` takes --no-checkout."""
+    res = subprocess.run([*mgit, "merge", "--help"], capture_output=True, text=True)
+    return "--no-checkout" in res.stdout
+
+
+@dataclass
+class Merged:
+    run: MergeRun
+    proc: Proc
+    times: list[float]
+    planned_read: int  # mergekit: its input files; mgit: the record's measured chunk bytes (base + experts)
+    record: dict[str, Any] = field(default_factory=dict)  # mgit's merge record (`plan` of `mgit show --json`)
+    same: Sameness | None = None  # exact merges: against mergekit's output
+
+
+def run_mergekit(s: Setup, run: MergeRun) -> tuple[Merged, Path]:
+    assert s.mergekit is not None
+    config = s.scratch / f"mergekit-{run.method}-{run.k}.yml"
+    config.write_text(mergekit_config(run, s.base, s.experts))
+    out = s.scratch / f"mergekit-{run.method}-{run.k}"
+    cmd = mergekit_cmd(s.mergekit, config, out)
+    procs = []
+    for _ in range(s.reps):
+        shutil.rmtree(out, ignore_errors=True)
+        procs.append(s.runner.run(cmd, s.scratch, timed=True))
+    best = min(procs, key=lambda p: p.seconds)
+    return Merged(run, best, [p.seconds for p in procs], safetensors_bytes([s.base, *s.experts[: run.k]])), out
+
+
+def repo_of(s: Setup, run: MergeRun) -> Path:
+    """The repository a merge runs in: the --no-checkout merges in a copy made before the first merge, so
+    that neither variant of a merge finds the other's result already stored (and skips writing it)."""
+    return s.repo if run.checkout else s.scratch / NC_REPO
+
+
+def run_mgit(s: Setup, run: MergeRun) -> Merged:
+    procs = []
+    repo = repo_of(s, run)
+    for rep in range(s.reps):
+        s.runner.run([*s.mgit, "-q", "checkout", "main"], repo)  # every merge starts from the base's tree
+        if rep:  # the previous repetition's branch
+            s.runner.run([*s.mgit, "-q", "branch", "-D", run.branch], repo)
+        procs.append(s.runner.run(mgit_merge_cmd(s.mgit, run), repo, timed=True))
+    best = min(procs, key=lambda p: p.seconds)
+    record = json_output(s.runner.run([*s.mgit, "show", "--json", run.branch], repo).output).get("plan", {})
+    b = record.get("bytes", {})
+    return Merged(run, best, [p.seconds for p in procs], b.get("base_measured", 0) + b.get("experts_measured", 0),
+                  record)  # fmt: skip
+
+
+def bench_merges(s: Setup, k: int, budgets: Sequence[int], no_checkout: bool, methods: Sequence[str]) -> list[Merged]:
+    found: list[Merged] = []
+    outs: dict[str, Path] = {}
+    for run in merge_runs(k, budgets, s.mergekit is not None, no_checkout, methods):
+        print(f"K = {k}, {run.method}: {run.label} ...", flush=True)
+        if run.tool == "mergekit":
+            m, outs[run.method] = run_mergekit(s, run)
+        else:
+            m = run_mgit(s, run)
+            if run.budget is None and run.checkout and run.method in outs:
+                m.same = merges.same_as(s.runner, s.mgit, s.repo, run.branch, outs[run.method])
+        p = m.proc
+        print(f"  {p.seconds:.1f} s, {fmt_rss(p)} MB, disk read {fmt_gb(p.disk_read)} GB, written "
+              f"{fmt_gb(p.disk_written)} GB" + (f"; {same_cell(m.same)}" if m.same else ""), flush=True)  # fmt: skip
+        found.append(m)
+    for out in outs.values():
+        shutil.rmtree(out, ignore_errors=True)
+    return found
+
+
+# -- reporting ------------------------------------------------------------------------------
+
+
+def fmt_gb(n: int | None) -> str:
+    return "?" if n is None else f"{n / GB:.3f}"
+
+
+def ratio(a: float | None, b: float | None, digits: int = 2) -> str:
+    return "" if not a or not b else f"{a / b:.{digits}f}"
+
+
+def chunks_cell(record: dict[str, Any]) -> str:
+    """An mgit merge's output chunks computed and carried over from the base (its record), if it counts them."""
+    b = record.get("bytes", {})
+    if "output_chunks_computed" not in b:
+        return ""
+    return f"{b['output_chunks_computed']} / {b.get('output_chunks_carried', 0)}"
+
+
+def same_cell(c: Sameness | None) -> str:
+    if c is None:
+        return ""
+    if c.bit_identical:
+        return f"bit-identical ({c.tensors}/{c.tensors})"
+    missing = f", {len(c.problems)} missing/mismatched" if c.problems else ""
+    return f"**NO**: {c.identical}/{c.tensors} bit-identical, max abs diff {c.max_abs:.3g}{missing}"
+
+
+def find(results: Sequence[Merged], k: int, method: str, tool: str, budget: int | None = None,
+         checkout: bool = True) -> Merged | None:  # fmt: skip
+    return next((m for m in results if m.run == MergeRun(k, method, tool, budget, checkout)), None)
+
+
+def merges_table(results: Sequence[Merged]) -> str:
+    header = ["K", "method", "run", "wall time (s)", "× faster than mergekit", "time / mgit exact",
+              "peak RSS (MB)", "read from disk (GB)", "written to disk (GB)", "disk read / mergekit's",
+              "bytes the tool reads (GB)", "output chunks computed / carried", "equal to mergekit",
+              "other load"]  # fmt: skip
+    rows = []
+    for m in results:
+        r = m.run
+        mk = find(results, r.k, r.method, "mergekit")
+        exact = find(results, r.k, r.method, "mgit", None, r.checkout)
+        rows.append([
+            r.k,
+            r.method,
+            r.label,
+            " / ".join(f"{t:.1f}" for t in m.times),
+            ratio(mk.proc.seconds, m.proc.seconds) if mk and m is not mk else "",
+            ratio(m.proc.seconds, exact.proc.seconds) if exact and r.budget is not None else "",
+            fmt_rss(m.proc),
+            fmt_gb(m.proc.disk_read),
+            fmt_gb(m.proc.disk_written),
+            ratio(m.proc.disk_read, mk.proc.disk_read, 3) if mk and m is not mk else "",
+            fmt_gb(m.planned_read),
+            chunks_cell(m.record),
+            same_cell(m.same),
+            f"{m.proc.load_share:.0%}",
+        ])  # fmt: skip
+    return table(header, "rllrrrrrrrrrlr", rows)
+
+
+def step_kind(r: Result) -> str:
+    """What a storage step did, whatever the tool calls it: "base", "dense fine-tune" or "checkout"."""
+    return r.step.rsplit(": ", 1)[-1] if r.store_bytes is not None else "checkout"
+
+
+def store_table(results: Sequence[Result], raw: int) -> str:
+    header = ["tool", "step", "wall time (s)", "MB/s", "× faster than git-lfs", "time / cp -r", "peak RSS (MB)",
+              "read from disk (GB)", "written to disk (GB)", "store (GB)", "byte-identical", "other load",
+              "all runs (s)"]  # fmt: skip
+    rows = []
+    lfs = {step_kind(r): r for r in results if r.tool == "git + git-lfs"}
+    cp = next((r for r in results if r.tool == "cp -r"), None)
+    for r in results:
+        p = r.best
+        same_step = lfs.get(step_kind(r))
+        rows.append([
+            r.tool,
+            r.step,
+            f"{p.seconds:.2f}",
+            f"{raw / MB / p.seconds:.0f}" if p.seconds > 0 else "",
+            ratio(same_step.best.seconds, p.seconds) if same_step and r.tool not in ("git + git-lfs", "cp -r") else "",
+            ratio(p.seconds, cp.best.seconds) if cp and r.store_bytes is None and r is not cp else "",
+            fmt_rss(p),
+            fmt_gb(p.disk_read),
+            fmt_gb(p.disk_written),
+            "" if r.store_bytes is None else f"{r.store_bytes / GB:.3f}",
+            "" if r.identical is None else ("yes" if r.identical else "**NO**"),
+            f"{p.load_share:.0%}",
+            " / ".join(f"{t:.2f}" for t in r.times),
+        ])  # fmt: skip
+    return table(header, "llrrrrrrrrlrl", rows)
+
+
+def targets_table(merged: Sequence[Merged], stored: Sequence[Result], ks: Sequence[int]) -> str:
+    """Issue 14's targets, where this run measured what they need."""
+    rows = []
+
+    def row(metric: str, value: float | None, target: str, ok: bool | None, fmt: str = "{:.2f}") -> None:
+        shown = "n/a" if value is None else fmt.format(value)
+        rows.append([metric, shown, target, "n/a" if ok is None or value is None else "yes" if ok else "**no**"])
+
+    def speedup(k: int, method: str, budget: int | None, checkout: bool) -> float | None:
+        mk, mg = find(merged, k, method, "mergekit"), find(merged, k, method, "mgit", budget, checkout)
+        return mk.proc.seconds / mg.proc.seconds if mk and mg else None
+
+    ta, kmax = BUDGET_METHOD, max(ks)
+    for checkout, target in ((False, 15.0), (True, 8.0)):
+        v = speedup(kmax, ta, 10, checkout)
+        mode = "checked out" if checkout else "--no-checkout"
+        row(f"K = {kmax}, {ta} --budget 10%, {mode}: × faster than mergekit", v, f"≥ {target:g}",
+            v is not None and v >= target)  # fmt: skip
+    for checkout in (False, True):
+        cheap, exact = find(merged, kmax, ta, "mgit", 10, checkout), find(merged, kmax, ta, "mgit", None, checkout)
+        v = cheap.proc.seconds / exact.proc.seconds if cheap and exact else None
+        mode = "checked out" if checkout else "--no-checkout"
+        row(f"K = {kmax}, --budget 10% ({mode}): wall time / mgit exact", v, "≤ 0.2", v is not None and v <= 0.2)
+    for k in ks:
+        v = speedup(k, ta, None, True)
+        row(f"K = {k}, {ta} exact: × faster than mergekit", v, "≥ 2", v is not None and v >= 2)
+    k_ties = 8 if 8 in ks else kmax
+    v = speedup(k_ties, "ties", None, True)
+    row(f"K = {k_ties}, ties exact: × faster than mergekit", v, "≥ 2.5", v is not None and v >= 2.5)
+    mgit_rss = [m.proc.max_rss for m in merged if m.run.tool == "mgit"]
+    v = max(mgit_rss) / MB if mgit_rss else None
+    row("mgit merge peak RSS, largest of all runs (MB)", v, "≤ 1000", v is not None and v <= 1000, "{:.0f}")
+    steps = {(r.tool, r.step): r for r in stored}
+    for what in STORE_STEPS:
+        mg, lfs, dvc = (steps.get((t, f"{lbl}: {what}")) for t, lbl in
+                        (("mgit", "add + commit"), ("git + git-lfs", "add + commit"), ("dvc", "add")))  # fmt: skip
+        v = lfs.best.seconds / mg.best.seconds if mg and lfs else None
+        row(f"mgit add + commit, {what}: × faster than git + git-lfs", v, "≥ 2", v is not None and v >= 2)
+        v = dvc.best.seconds / mg.best.seconds if mg and dvc else None
+        row(f"mgit add + commit, {what}: × faster than dvc add", v, "≥ 1", v is not None and v >= 1)
+    co = next((r for r in stored if r.tool == "mgit" and r.store_bytes is None), None)
+    cp = next((r for r in stored if r.tool == "cp -r"), None)
+    v = co.best.seconds / cp.best.seconds if co and cp else None
+    row("mgit checkout time / cp -r time", v, "≤ 2.5", v is not None and v <= 2.5)
+    return table(["metric", "value", "target", "met"], "lrrl", rows)
+
+
+def plot(merged: Sequence[Merged], ks: Sequence[int], budgets: Sequence[int], title: str) -> str:
+    """Wall time against the budget (exact at the right), per K: mgit checked out (solid) and with
+    --no-checkout (dashed), mergekit a dotted horizontal line."""
+    exact_x = 100.0
+    series, hlines = [], []
+    for i, k in enumerate(ks):
+        color = PALETTE[i % len(PALETTE)]
+        for checkout, dash, marker in ((True, "", "circle"), (False, DASHED, "square")):
+            pts = [(float(m.run.budget or exact_x), m.proc.seconds) for m in merged
+                   if m.run.k == k and m.run.method == BUDGET_METHOD and m.run.tool == "mgit"
+                   and m.run.checkout == checkout]  # fmt: skip
+            if pts:
+                label = f"K = {k}: mgit merge" + ("" if checkout else " --no-checkout")
+                series.append(Series(label, pts, color, dash, marker))
+        if mk := find(merged, k, BUDGET_METHOD, "mergekit"):
+            hlines.append(HLine(f"K = {k}: mergekit-yaml", mk.proc.seconds, color))
+    ticks = [(float(b), f"{b}%") for b in sorted(budgets)] + [(exact_x, "exact")]
+    return line_chart(series, hlines, title=title, x_label="read budget (share of the exact merge's expert bytes)",
+                      y_label="wall time (s)", x_ticks=ticks, log_x=True)  # fmt: skip
+
+
+@dataclass
+class Context:
+    command: str
+    quick: bool
+    versions: dict[str, str]
+    plan: ModelPlan
+    raw: int
+    ks: tuple[int, ...]
+    budgets: tuple[int, ...]
+    workdir: Path
+    reps: int
+    cold: bool
+    cache_note: str
+    skipped: list[str]
+    example_cmds: list[str]
+    wall: float
+    waited: float
+    image: str  # the SVG, relative to docs/
+
+
+def report(merged: Sequence[Merged], stored: Sequence[Result], c: Context) -> str:
+    """This benchmark's docs section (also printed to stdout)."""
+    s = c.plan.shape
+    kmax = max(c.ks)
+    lines = [*header_lines(SECTION_TITLE, c.command, c.workdir, c.versions, took(c.wall, c.waited))]
+    if c.quick:
+        lines += ["**A `--quick` run** (a smoke test at a small size; the full run's numbers replace it).", ""]
+    lines += [
+        f"Input: a generated llama-like bf16 base model of {c.raw / GB:.3f} GB ({c.plan.layers} layers, hidden "
+        f"{s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, {len(c.plan.tensors)} tensors, weights "
+        f"N(0, 0.02) from seed {SEED}, norms ones; sharded in up to {SHARDS} safetensors files with index and "
+        f"config), a dense fine-tune of it (every tensor + N(0, ({DENSE_NOISE:.0%} σ)²)) and {kmax} experts made "
+        "like fine-tunes as in bench_merge.py (a random third of the tensors left byte for byte as the base's, "
+        f"every other tensor + Gaussian noise at a scale drawn log-uniformly from 1e{SCALE_DECADES[0]:.0f} to "
+        f"1e{SCALE_DECADES[1]:.0f} of its std; seeds {EXPERT_SEED + 1}…{EXPERT_SEED + kmax}).",
+        "",
+        f"Page cache: {c.cache_note}",
+        "",
+    ]
+    if stored:
+        lines += [
+            "**Storage.** Per tool, in a fresh directory holding a copy of the base: store the base, overwrite the "
+            "model directory with the dense fine-tune and store it, delete the model directory and materialise it "
+            "again (the fine-tune); `cp -r` copies the fine-tune's directory. × faster than git-lfs compares the "
+            "same step; time / cp -r the checkouts. Store: `du -s` of `.mgit/`, `.git/`, `.dvc/cache` after the "
+            "step (both versions after the second).",
+            "",
+            store_table(stored, c.raw),
+            "",
+        ]
+    if merged:
+        lines += [
+            "**Merges** of experts 1..K, weights 1/K, bf16: task_arithmetic exact and under `--budget B%` (of the "
+            "expert bytes the exact merge reads), ties (density 0.5) exact; mergekit reads the model directories, "
+            "mgit has the base on `main` and expert N on branch `expert-N` of one repository, and each merge starts "
+            "from a checkout of `main`. A checked-out merge also writes the merged model into the working tree; "
+            "with `-b NAME --no-checkout` it only commits; those run in a copy of the repository made before the "
+            "first merge, so neither variant finds the other's result already stored. Read from / written to disk: "
+            "the process's (and its "
+            "children's) `read_bytes` / `write_bytes` in `/proc/<pid>/io`; bytes the tool reads: mergekit's input "
+            "files, mgit's merge record (`plan.bytes`, stored chunk bytes of the base and the experts), which also "
+            "counts the output chunks it computed and those it carried over from the base unread. Equal to "
+            "mergekit: the checked-out exact merge's tensors (`Repository.state_dict`) against mergekit's output, "
+            "bit for bit.",
+            "",
+            merges_table(merged),
+            "",
+            f"![wall time against the budget]({c.image})",
+            "",
+        ]
+    lines += ["Targets (issue 14; reported, not asserted):", "", targets_table(merged, stored, c.ks), ""]
+    if c.example_cmds:
+        lines += [f"Commands, e.g. at K = {kmax} (paths relative to the repository root):", "", "```",
+                  *c.example_cmds, "```", ""]  # fmt: skip
+    lines.append(
+        "How it was measured: every step is a separate process timed by wall clock, after untimed waits until no "
+        f"other benchmark of this repository runs and under {IDLE_BELOW:.0%} of the CPUs are busy, and an untimed "
+        "`sync`" + (", then the page cache dropped" if c.cold else "") + ". "
+        + (f"Each step ran {c.reps} times; the time columns show every run, the others the fastest. "
+           if c.reps > 1 else "Each step ran once. ")
+        + "Peak RSS as the kernel reports it (`wait4`, the process and its children), in parentheses the sampled "
+        "peak of its anonymous part. write_bytes counts pages dirtied for writing (also those deleted before "
+        "writeback). Other load is the share of all CPUs that other processes used meanwhile."
+    )  # fmt: skip
+    if c.skipped:
+        lines += ["", "Skipped: " + "; ".join(c.skipped) + "."]
+    return "\n".join(lines) + "\n"
+
+
+# -- main -----------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    command = cli.command_line(argv, __file__)
+    workdir = args.workdir.resolve()
+    plan = plan_layers(NAMED_SHAPES[args.shape], args.layers)
+    ks, budgets, parts = args.ks, args.budgets, args.parts
+    cold = not args.warm and can_drop_caches()
+    if cold:
+        cache_note = (
+            "dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before every timed step (before the first command "
+            "of a step of several, e.g. add + commit): every tool reads its inputs from the disk."
+        )
+    elif args.warm:
+        cache_note = "left warm (`--warm`): files written or read minutes before may be read from memory."
+    else:
+        cache_note = (
+            "**could not be dropped** (not root): files written or read minutes before may be read from memory."  # noqa: E501
+        )
+    need = disk_need(plan.nbytes, ks, budgets, parts, not args.no_mergekit, args.methods)
+    cached = cached_inputs(workdir, plan, parts)
+    print(describe_need(need, cached, cli.free_disk(workdir)), flush=True)
+    cli.check_free_disk(workdir, disk_total(need, cached), "pass --quick, fewer --ks or --layers")
+    lock_workdir(workdir, "bench_scale.py")
+    skipped: list[str] = []
+    stored: list[Result] = []
+    versions: dict[str, str] = {}
+    waited = 0.0
+    raw = plan.nbytes
+    if "store" in parts:
+        stored, tools, raw, store_runner = run_store_part(args, workdir, plan, cold)
+        versions.update(tools.versions)
+        waited += store_runner.waited
+        skipped += [f"{n} (not installed)" for n, ok in (("git-lfs", tools.git_lfs), ("dvc", tools.dvc)) if not ok
+                    and not (n == "dvc" and args.no_dvc)]  # fmt: skip
+        if args.no_dvc:
+            skipped.append("dvc (--no-dvc)")
+    merged: list[Merged] = []
+    example: list[str] = []
+    no_checkout = False
+    if "merge" in parts:
+
+        def check_mgit(mgit: list[str], where: str) -> None:
+            nonlocal no_checkout
+            no_checkout = has_no_checkout(mgit)
+            if not no_checkout:
+                why = f"the mgit under test ({where}) has no `merge --no-checkout`"
+                print(f"skipping the --no-checkout merges: {why}", flush=True)
+                skipped.append(f"the `--no-checkout` merges ({why})")
+
+        s = merges.prepare(args, workdir, None, max(ks), check_mgit, plan=plan, with_mergekit=not args.no_mergekit,
+                           cold=cold)  # fmt: skip
+        versions = {**s.versions, **{k: v for k, v in versions.items() if k != "mgit"}}
+        if no_checkout:
+            print("copying the repository for the --no-checkout merges (untimed) ...", flush=True)
+            shutil.copytree(s.repo, s.scratch / NC_REPO, symlinks=True)
+        if args.no_mergekit:
+            skipped.append("mergekit (--no-mergekit)")
+        for k in ks:
+            merged += bench_merges(s, k, budgets, no_checkout, args.methods)
+        waited += s.runner.waited
+        kmax = max(ks)
+        run = MergeRun(kmax, BUDGET_METHOD, "mgit", 10 if 10 in budgets else None, not no_checkout)
+        if s.mergekit is not None:
+            mk = MergeRun(kmax, BUDGET_METHOD, "mergekit")
+            yml, out = s.scratch / f"mergekit-{mk.method}-{kmax}.yml", s.scratch / f"mergekit-{mk.method}-{kmax}"
+            example.append(relative(shlex.join(mergekit_cmd(s.mergekit, yml, out))))
+        example.append(relative(shlex.join(mgit_merge_cmd([*s.mgit, "-C", str(repo_of(s, run))], run))))
+        if not args.keep:
+            shutil.rmtree(s.scratch, ignore_errors=True)
+    wall = time.perf_counter() - started - waited
+    image = workdir / DOCS_IMAGE.name
+    ctx = Context(command, args.quick, versions, plan, raw, ks, budgets, workdir, args.reps, cold, cache_note,
+                  skipped, example, wall, waited, os.path.relpath(DOCS_IMAGE, DOCS_IMAGE.parent))  # fmt: skip
+    section = report(merged, stored, ctx)
+    kind = " (--quick)" if args.quick else ""
+    title = f"{BUDGET_METHOD}, {plan.nbytes / GB:.2f} GB bf16 base{kind}: wall time against the read budget"
+    if merged:
+        write_svg(image, plot(merged, ks, budgets, title))
+    print()
+    print(section)
+    if merged:
+        print(f"plot: {image}")
+    if args.write_docs:
+        update_docs(section, SECTION_TITLE)
+        if merged:
+            shutil.copyfile(image, DOCS_IMAGE)
+        print(f"updated docs/benchmarks.md{' and ' + str(DOCS_IMAGE.relative_to(REPO_ROOT)) if merged else ''}")
+    bad = [m for m in merged if m.same is not None and not m.same.bit_identical]
+    broken = [r for r in stored if r.identical is False]
+    return 1 if bad or broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
