@@ -163,3 +163,16 @@ def commit_model(repo, sd: dict, message: str, shards: int = 1, directory: str =
         touch_later(f)
     repo.add([directory])
     return repo.commit(message)
+
+
+def commit_uneven(repo, names, seed: int, dtype: torch.dtype = torch.bfloat16) -> dict:
+    """main: a base (returned); one branch per name, each an uneven fine-tune of it (seeds
+    ``seed``, ``seed + 1``, ...); main checked out at the end."""
+    base = llama_state_dict(seed=3, dtype=dtype)
+    commit_model(repo, base, "base")
+    for k, name in enumerate(names):
+        repo.checkout("main")
+        repo.checkout(create_branch=name)
+        commit_model(repo, uneven_finetune(base, seed=seed + k), name)
+    repo.checkout("main")
+    return base

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.models import commit_model, llama_state_dict, uneven_finetune
+from helpers.models import commit_model, commit_uneven, llama_state_dict, uneven_finetune
 from helpers.run import run_mgit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,14 +25,7 @@ WEIGHTS = [0.4, 0.3, 0.2, 0.1]
 
 
 def _experts(repo, dtype=torch.bfloat16):
-    base = llama_state_dict(seed=3, dtype=dtype)
-    commit_model(repo, base, "base")
-    for k, name in enumerate(NAMES):
-        repo.checkout("main")
-        repo.checkout(create_branch=name)
-        commit_model(repo, uneven_finetune(base, seed=40 + k), name)
-    repo.checkout("main")
-    return base
+    return commit_uneven(repo, NAMES, 40, dtype)
 
 
 @pytest.fixture

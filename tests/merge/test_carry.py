@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 from helpers.cli import invoke
-from helpers.models import commit_model, llama_state_dict, tree_hashes, uneven_finetune
+from helpers.models import commit_model, commit_uneven, llama_state_dict, tree_hashes
 
 from mgit.merge.carry import carried_chunks
 from mgit.merge.methods.registry import get_method
@@ -22,13 +22,7 @@ WEIGHTS = [0.5, 0.3, 0.2]
 
 @pytest.fixture
 def uneven(repo, small_chunks):
-    base = llama_state_dict(seed=3)
-    commit_model(repo, base, "base")
-    for k, name in enumerate(NAMES):
-        repo.checkout("main")
-        repo.checkout(create_branch=name)
-        commit_model(repo, uneven_finetune(base, seed=50 + k), name)
-    repo.checkout("main")
+    commit_uneven(repo, NAMES, 50)
     return repo
 
 
