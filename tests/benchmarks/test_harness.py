@@ -25,6 +25,7 @@ SCRIPTS = [
     "bench_remote",
     "bench_budget",
     "bench_scale",
+    "bench_profile",
     "crash_points",
 ]
 
