@@ -25,8 +25,11 @@ RATE = 100  # samples per second and thread
 STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("start-up (imports)", ("_find_and_load (", "_call_with_frames_removed (")),
     ("verify (BLAKE3 of decoded chunks)", ("decode_verified (",)),  # refined below: only its chunk_id
-    ("decode (zstd)", ("inflate (",)),
-    ("decode (un-group, XOR)", ("ungroup_bytes (", "_xor_prefix (", "decode (mgit/store/codec")),
+    ("decode (zstd)", ("inflate (", "_inflate_into (", "_inflate_unsized (")),  # before and after issue 14
+    (
+        "decode (un-group, XOR)",
+        ("ungroup_bytes (", "_ungroup_into (", "_xor_into (", "decode (mgit/store/codec"),  # not encode's XOR
+    ),
     ("math (merge method)", ("merge_one (", "MergeMethod.", "mgit/merge/methods/", "mgit/merge/sparsify")),
     ("encode (group, XOR, zstd)", ("encode_delta (", "encode (mgit/store", "group_bytes (")),
     ("hash (BLAKE3 of new chunks)", ("chunk_id (",)),

@@ -52,6 +52,15 @@ def test_every_sample_goes_to_one_step():
     }
 
 
+def test_the_decoder_of_either_revision_is_recognised():
+    decode = ["decode_verified (mgit/store/record.py:1)", "decode (mgit/store/codec.py:190)"]
+    assert step_of([*decode, "_inflate_into (mgit/store/codec.py:129)"]) == "decode (zstd)"
+    assert step_of([*decode, "_ungroup_into (mgit/store/codec.py:160)"]) == "decode (un-group, XOR)"
+    assert step_of([*decode, "_xor_into (mgit/store/codec.py:177)"]) == "decode (un-group, XOR)"
+    encode = ["ChunkStore.put (mgit/store/chunkstore.py:160)", "encode_delta (mgit/store/codec.py:80)"]
+    assert step_of([*encode, "_xor_prefix (mgit/store/codec.py:70)"]) == "encode (group, XOR, zstd)"
+
+
 def test_a_chunk_id_is_verification_only_under_a_decode():
     assert step_of(["x (mgit/model/ingest.py:1)", "chunk_id (mgit/store/record.py:40)"]).startswith("hash")
     assert step_of(["decode_verified (mgit/store/record.py:1)", "chunk_id (mgit/store/record.py:40)"]).startswith(
