@@ -98,28 +98,13 @@ def mgit_merge_cmd(mgit: list[str], case: Case, branch: str) -> list[str]:
 
 def compare_main() -> None:
     """In a child (``python -c``): mgit's merged tensors at REV vs mergekit's output directory; prints JSON."""
-    import torch
-    from safetensors import safe_open
-
     from mgit import Repository
 
     repo_dir, rev, out_dir = sys.argv[1:4]
     with Repository(repo_dir) as repo:
         ours = repo.state_dict(rev)
         own, deltas = expert_chunks(repo, rev)
-    seen, identical, max_abs, problems = set(), 0, 0.0, []
-    for path in sorted(Path(out_dir).glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
-                theirs, mine = f.get_tensor(name), ours.get(name)
-                seen.add(name)
-                if mine is None or mine.dtype != theirs.dtype or mine.shape != theirs.shape:
-                    problems.append(name)
-                    continue
-                identical += bool(torch.equal(mine.view(torch.int16), theirs.view(torch.int16)))
-                max_abs = max(max_abs, float((mine.float() - theirs.float()).abs().max()))
-    problems += sorted(set(ours) - seen)
-    doc = {"tensors": len(ours), "identical": identical, "max_abs": max_abs, "problems": problems}
+    doc = merges.compare_tensors(ours, Path(out_dir))
     print(json.dumps(doc | {"expert_own_bytes": own, "expert_delta_chunks": deltas}))
 
 

@@ -101,18 +101,14 @@ class Sameness:
         return not self.problems and self.identical == self.tensors
 
 
-def same_main() -> None:
-    """In a child (``python -c``): mgit's tensors at REV vs a safetensors directory's; prints JSON."""
+def compare_tensors(ours: dict, out_dir: Path) -> dict:
+    """In a child: mgit's tensors (``Repository.state_dict``) against the safetensors files of another
+    tool's output directory, as Sameness's fields."""
     import torch
     from safetensors import safe_open
 
-    from mgit import Repository
-
-    repo_dir, rev, out_dir = sys.argv[1:4]
-    with Repository(repo_dir) as repo:
-        ours = repo.state_dict(rev)
     seen, identical, max_abs, problems = set(), 0, 0.0, []
-    for path in sorted(Path(out_dir).glob("*.safetensors")):
+    for path in sorted(out_dir.glob("*.safetensors")):
         with safe_open(str(path), framework="pt") as f:
             for name in f.keys():
                 theirs, mine = f.get_tensor(name), ours.get(name)
@@ -123,7 +119,17 @@ def same_main() -> None:
                 identical += bool(torch.equal(mine.reshape(-1).view(torch.uint8), theirs.reshape(-1).view(torch.uint8)))
                 max_abs = max(max_abs, float((mine.float() - theirs.float()).abs().max()))
     problems += sorted(set(ours) - seen)
-    print(json.dumps({"tensors": len(ours), "identical": identical, "max_abs": max_abs, "problems": problems}))
+    return {"tensors": len(ours), "identical": identical, "max_abs": max_abs, "problems": problems}
+
+
+def same_main() -> None:
+    """In a child (``python -c``): mgit's tensors at REV vs a safetensors directory's; prints JSON."""
+    from mgit import Repository
+
+    repo_dir, rev, out_dir = sys.argv[1:4]
+    with Repository(repo_dir) as repo:
+        ours = repo.state_dict(rev)
+    print(json.dumps(compare_tensors(ours, Path(out_dir))))
 
 
 def same_as(runner: Runner, mgit: list[str], repo: Path, rev: str, out: Path) -> Sameness:

@@ -28,13 +28,14 @@ def carried_chunks(tp: TensorPlan, setup: MergeSetup) -> set[int]:
     return {i for i in range(len(tp.base.chunks)) if i not in chosen}
 
 
-def base_chunks_read(tp: TensorPlan, setup: MergeSetup) -> set[int]:
+def base_chunks_read(tp: TensorPlan, setup: MergeSetup, carried: set[int] | None = None) -> set[int]:
     """Indexes of the base chunks the engine reads for one tensor: none where every chunk is
     carried; the computed chunks for a method merging slice by slice — and for one deciding on
     whole deltas first (a sparsifier) also the carried chunks holding a non-finite value (a NaN
     of the base makes a NaN delta even where the experts equal it, which its decision sees);
-    the whole tensor for a method that compares whole tensors."""
-    carried = carried_chunks(tp, setup)
+    the whole tensor for a method that compares whole tensors. ``carried``: the tensor's
+    :func:`carried_chunks`, when the caller has them."""
+    carried = carried_chunks(tp, setup) if carried is None else carried
     count = len(tp.base.chunks)
     if len(carried) == count:
         return set()

@@ -160,13 +160,13 @@ def _one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs) -> Prepared:
+def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs, carried: set[int]) -> Prepared:
     """The method's per-tensor decisions; sparsifiers see the base and each expert whole, the
     experts read one at a time, or several at once (deterministic methods, memory permitting).
     Of the base, only the chunks the merge computes (and non-finite ones) are read: everywhere
     else every expert equals it, so the deltas there are 0 whatever the base holds."""
     method = setup.method
-    base_t = inputs.read_base(base_chunks_read(tp, setup)) if method.decides_per_expert else None
+    base_t = inputs.read_base(base_chunks_read(tp, setup, carried)) if method.decides_per_expert else None
     numel = max(1, tp.base.nbytes * 8 // _dtype(tp.base.dtype).bits)
     workers = min(WORKERS, DECIDE_MEMORY // (DECIDE_BYTES_PER_ELEMENT * numel))
     each = None
@@ -212,7 +212,7 @@ def _merge_by_chunk(
     if len(carried) == len(tp.base.chunks):  # nothing to merge: the base's manifest as it is
         return ingestor.tensor(tp.name, out, tp.base.shape, tp.base.nbytes, _unread, carried=tp.base.chunks.__getitem__)
     _prefetch(tp, store, {i for i in range(len(tp.base.chunks)) if i not in carried})
-    prepared = _prepare(tp, setup, inputs)
+    prepared = _prepare(tp, setup, inputs, carried)
     index = {start: i for i, start in enumerate(starts[:-1])}
     wanted = [set(r) for r in tp.reads]
     # Experts equal to the base at a chunk (unchanged there, or left out by a budget) add exactly
