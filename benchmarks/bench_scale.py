@@ -63,7 +63,18 @@ from harness.models import (
 )
 from harness.plot import DASHED, PALETTE, HLine, Series, line_chart, write_svg
 from harness.report import REPO_ROOT, fmt_rss, header_lines, relative, table, took, update_docs
-from harness.runner import MODEL_DIR, Proc, Result, Runner, disk_usage, fresh_copy, place_model, sha256_files, time_cp
+from harness.runner import (
+    MODEL_DIR,
+    Proc,
+    Result,
+    Runner,
+    copy_repository,
+    disk_usage,
+    fresh_copy,
+    place_model,
+    sha256_files,
+    time_cp,
+)
 from harness.tools import Tools, find_tools, json_output, mergekit_cmd, tool_env
 from harness.variants import DENSE_NOISE, EXPERT_SEED, SCALE_DECADES, Version, ensure_variant
 
@@ -182,10 +193,11 @@ def disk_need(
     storage = 3 * raw if "store" in parts else 0
     merging = 0
     if "merge" in parts:
-        # two repositories (for the merges checked out and those with --no-checkout), each with its store of
-        # the base and the experts and its working tree; each merge's result stored in one of them
-        inputs = BASE_STORE_SHARE + max(ks) * EXPERT_STORE_SHARE + 1
-        shares = 2 * inputs + merge_outputs(ks, budgets, methods) * OUTPUT_STORE_SHARE
+        # two repositories (for the merges checked out and those with --no-checkout) sharing one store of the
+        # base and the experts (the copy hard-links the packs), each with its working tree; each merge's result
+        # stored in one of them
+        inputs = BASE_STORE_SHARE + max(ks) * EXPERT_STORE_SHARE
+        shares = inputs + 2 + merge_outputs(ks, budgets, methods) * OUTPUT_STORE_SHARE
         merging = round(raw * shares) + (raw if mergekit else 0)  # and mergekit's output
     if merging >= storage and merging:
         need["merges (mgit repository, working tree" + (", mergekit's output)" if mergekit else ")")] = merging
@@ -750,8 +762,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                            cold=cold)  # fmt: skip
         versions = {**s.versions, **{k: v for k, v in versions.items() if k != "mgit"}}
         if no_checkout:
-            print("copying the repository for the --no-checkout merges (untimed) ...", flush=True)
-            shutil.copytree(s.repo, s.scratch / NC_REPO, symlinks=True)
+            print("copying the repository for the --no-checkout merges (untimed; its packs hard-linked) ...",
+                  flush=True)  # fmt: skip
+            copy_repository(s.repo, s.scratch / NC_REPO)
         if args.no_mergekit:
             skipped.append("mergekit (--no-mergekit)")
         for k in ks:

@@ -261,6 +261,28 @@ def place_model(src: Path, repo: Path) -> None:
     shutil.copytree(src, repo / MODEL_DIR, copy_function=shutil.copyfile)
 
 
+# Files of an mgit repository that are never written again once they exist: sealed packs and their
+# indexes (a write session appends to a new pack, renamed into place when sealed) and git's loose
+# objects (named by their content). Two copies of a repository may share them by hard link.
+IMMUTABLE_PARTS = ((".mgit", "chunks", "packs"), (".mgit", "objects"))
+
+
+def copy_repository(src: Path, dst: Path) -> Path:
+    """A copy of the mgit repository ``src`` at ``dst`` that shares its immutable files (see
+    IMMUTABLE_PARTS) by hard link and copies everything else byte for byte: what a second repository
+    costs on the disk is then its working tree and what it stores after the copy."""
+
+    def link_or_copy(s: str, d: str) -> str:
+        parts = Path(s).relative_to(src).parts
+        if any(parts[: len(p)] == p for p in IMMUTABLE_PARTS):
+            os.link(s, d)
+            return d
+        return shutil.copy2(s, d)
+
+    shutil.copytree(src, dst, symlinks=True, copy_function=link_or_copy)
+    return dst
+
+
 def fresh_dir(path: Path) -> Path:
     """``path`` as a new, empty directory."""
     shutil.rmtree(path, ignore_errors=True)

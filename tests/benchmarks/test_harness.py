@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH_DIR))
 
 from harness import cli, machine, models, report  # noqa: E402
-from harness.runner import Proc, Result, RssSampler, Runner, best_of  # noqa: E402
+from harness.runner import Proc, Result, RssSampler, Runner, best_of, copy_repository  # noqa: E402
 
 SCRIPTS = [
     "bench_core",
@@ -209,3 +210,27 @@ def test_the_sampler_follows_a_command_started_right_after_it():
     with RssSampler(interval=0.02) as sampler:
         subprocess.run([sys.executable, "-c", grab], check=True)
     assert sampler.peaks["RssAnon"] > 50_000_000, sampler.peaks
+
+
+def test_a_repository_copy_shares_its_packs_and_stays_independent(tmp_path: Path) -> None:
+    import mgit
+
+    src = tmp_path / "src"
+    repo = mgit.Repository.init(src)
+    (src / "w.bin").write_bytes(bytes(range(256)) * 40_000)
+    repo.add(["w.bin"])
+    repo.commit("one")
+    dst = copy_repository(src, tmp_path / "dst")
+    packs = sorted((src / ".mgit" / "chunks" / "packs").iterdir())
+    assert packs and all(os.path.samefile(p, dst / ".mgit" / "chunks" / "packs" / p.name) for p in packs)
+    index = dst / ".mgit" / "mgit-index.json"
+    assert not os.path.samefile(src / ".mgit" / "mgit-index.json", index)  # rewritten in place of a link
+    assert not os.path.samefile(src / "w.bin", dst / "w.bin")
+    copy = mgit.Repository(dst)
+    (dst / "w.bin").write_bytes(bytes(range(255, -1, -1)) * 40_000)
+    copy.add(["w.bin"])
+    copy.commit("two")
+    assert (src / "w.bin").read_bytes() == bytes(range(256)) * 40_000
+    assert [p.name for p in sorted((src / ".mgit" / "chunks" / "packs").iterdir())] == [p.name for p in packs]
+    assert mgit.Repository(src).log()[0].message.strip() == "one"
+    assert mgit.Repository(dst).log()[0].message.strip() == "two"
