@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+
+_datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
 def fsync_dir(directory: Path) -> None:
@@ -38,3 +42,60 @@ def atomic_write(
         raise
     if sync_dir:
         fsync_dir(path.parent)
+
+
+class Writeback:
+    """Writes a growing file to the disk while it grows, so the fsync that makes it durable waits
+    only for its tail.
+
+    Why: without it the kernel keeps a pack of a GB or more in the page cache until the seal's
+    fsync, which then writes all of it while nothing else runs. Here, after every ``every`` bytes
+    appended, one background thread flushes what is there (``fdatasync`` releases the GIL), so
+    reading, compressing and writing overlap. At most one flush runs at a time; a failed one
+    (EIO, ENOSPC on writeback) is raised by :meth:`finish`.
+    """
+
+    def __init__(self, fileno: Callable[[], int], flush: Callable[[], None], every: int = 64 << 20):
+        self._fileno, self._flush, self._every = fileno, flush, every
+        self._started = 0  # offset up to which a flush was started
+        self._pending: Future[None] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    def wrote(self, offset: int) -> None:
+        """The file now holds ``offset`` bytes (some perhaps still in the caller's buffer)."""
+        if offset - self._started < self._every or (self._pending is not None and not self._pending.done()):
+            return
+        self._raise_failed()
+        self._flush()  # hand the buffered bytes to the kernel first
+        self._started = offset
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="mgit-writeback")
+        self._pending = self._pool.submit(_datasync, self._fileno())
+
+    def finish(self) -> None:
+        """Wait for the running flush, raising its error; call before the file's final fsync."""
+        try:
+            self._raise_failed(wait=True)
+        finally:
+            self._stop()
+
+    def cancel(self) -> None:
+        """Wait for the running flush and forget its outcome (the file is being deleted)."""
+        try:
+            self._raise_failed(wait=True)
+        except OSError:
+            pass
+        finally:
+            self._stop()
+
+    def _raise_failed(self, wait: bool = False) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None and (wait or pending.done()):
+            pending.result()
+        elif pending is not None:
+            self._pending = pending
+
+    def _stop(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

@@ -23,12 +23,14 @@ from pathlib import Path
 import blake3
 import numpy as np
 
-from mgit.durable import fsync_dir
+from mgit.durable import Writeback, fsync_dir
 from mgit.store import codec, record
 from mgit.store.record import RECORD, Record
 
 PACK_MAGIC = b"MGPK\x00\x00\x00\x01"
 IDX_MAGIC = b"MGIX\x00\x00\x00\x01"
+# A pack being written is flushed to the disk every this many bytes, in the background (durable.Writeback).
+WRITEBACK_EVERY = 64 << 20
 
 IDX_DTYPE = np.dtype(
     [
@@ -73,6 +75,7 @@ class PackWriter:
         self._f.write(PACK_MAGIC)
         self._offset = len(PACK_MAGIC)
         self.entries: dict[str, Location] = {}
+        self._writeback = Writeback(self._f.fileno, self.flush, WRITEBACK_EVERY)
 
     def append(self, rec: Record) -> Location:
         if rec.raw_size >= 2**32:
@@ -95,6 +98,7 @@ class PackWriter:
     def _write(self, data: bytes) -> None:
         try:
             self._f.write(data)
+            self._writeback.wrote(self._offset + len(data))
         except OSError as exc:  # a full disk or a file-size limit: name the pack
             raise _named(exc, self.path) from None
 
@@ -111,9 +115,14 @@ class PackWriter:
         """fsync the pack, write its index atomically; an empty pack is deleted instead."""
         self.flush()
         if not self.entries:
+            self._writeback.cancel()
             self._f.close()
             self.path.unlink(missing_ok=True)
             return None
+        try:
+            self._writeback.finish()
+        except OSError as exc:
+            raise _named(exc, self.path) from None
         os.fsync(self._f.fileno())
         self._f.close()
         write_index(idx_path(self.path), self.entries)
@@ -122,6 +131,7 @@ class PackWriter:
     def abort(self) -> None:
         """Delete the unsealed pack, even when closing it fails (its buffer cannot be
         flushed to a full disk): a failed write leaves no orphaned pack behind."""
+        self._writeback.cancel()
         try:
             self._f.close()
         except OSError:
