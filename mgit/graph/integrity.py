@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dulwich.errors import ChecksumMismatch, ObjectFormatException
-from dulwich.object_store import BaseObjectStore
+from dulwich.object_store import BaseObjectStore, DiskObjectStore
 from dulwich.objects import ShaFile, object_class
 from dulwich.reflog import Entry, parse_reflog_line
 from dulwich.refs import SYMREF, DiskRefsContainer, check_ref_format
@@ -52,6 +52,9 @@ def read_object(objects: BaseObjectStore, sha: str) -> ShaFile:
     that does not decompress, parse or hash to its id raises CorruptObjectError naming it."""
     if not _HEX40_STR.fullmatch(sha):
         raise CorruptObjectError(f"{sha[:40]!r} is not a git object id (a damaged ref or tree?){REPAIR_HINT}")
+    loose = _whole_loose(objects, sha)
+    if loose is not None:
+        return loose
     try:
         obj = objects[object_id(sha.encode())]
     except KeyError:
@@ -61,6 +64,35 @@ def read_object(objects: BaseObjectStore, sha: str) -> ShaFile:
     if obj.id.decode() != sha:
         raise CorruptObjectError(f"git object {sha[:12]} is damaged (its content hashes to another id){REPAIR_HINT}")
     return obj
+
+
+def _whole_loose(objects: BaseObjectStore, sha: str) -> ShaFile | None:
+    """Object ``sha`` when it is stored loose and whole (it decompresses to its end, its
+    header is right, it hashes to its id and parses); None otherwise: absent, packed or
+    damaged, which the caller's full lookup then finds or names. Why: dulwich looks in the
+    packs first and lists the pack directory on every miss, ~105 µs per loose object here
+    against ~25 µs this way, and a merge of 16 experts reads ~3,400 loose manifests."""
+    if not isinstance(objects, DiskObjectStore):
+        return None
+    try:
+        with open(os.path.join(objects.path, sha[:2], sha[2:]), "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    inflate = zlib.decompressobj()
+    try:
+        raw = inflate.decompress(data) + inflate.flush()
+    except zlib.error:
+        return None
+    header, nul, content = raw.partition(b"\0")
+    kind, _, size = header.partition(b" ")
+    cls = object_class(kind) if nul and inflate.eof and not inflate.unused_data else None
+    if cls is None or not size.isdigit() or int(size) != len(content) or hashlib.sha1(raw).hexdigest() != sha:
+        return None
+    try:
+        return ShaFile.from_raw_string(cls.type_num, content, sha.encode())
+    except Exception:  # noqa: BLE001 - does not parse: the full lookup says so
+        return None
 
 
 def loose_damage(path: Path, sha: str) -> str | None:
