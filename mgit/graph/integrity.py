@@ -90,7 +90,7 @@ def _whole_loose(objects: BaseObjectStore, sha: str) -> ShaFile | None:
     if cls is None or not size.isdigit() or int(size) != len(content) or hashlib.sha1(raw).hexdigest() != sha:
         return None
     try:
-        return ShaFile.from_raw_string(cls.type_num, content, sha.encode())
+        return ShaFile.from_raw_string(cls.type_num, content, object_id(sha.encode()))
     except Exception:  # noqa: BLE001 - does not parse: the full lookup says so
         return None
 
