@@ -96,6 +96,7 @@ EXPERT_STORE_SHARE = 0.2
 OUTPUT_STORE_SHARE = 0.4
 NC_REPO = "repo-nc"  # the copy of the repository the --no-checkout merges run in
 DISK_MARGIN = 1.1  # and 10% for what these shares miss (pack files being rewritten, logs, the index)
+INPUT_PARTS = ("base model", "dense fine-tune", "experts")  # the generated inputs, kept between runs
 
 
 # -- arguments ------------------------------------------------------------------------------
@@ -184,11 +185,11 @@ def disk_need(
     """Bytes the run holds at its peak, by what, for a model of ``raw`` bytes, experts up to max(ks)
     and the parts run: the generated inputs (kept, cached), then the larger of the storage part
     (one tool at a time, each run directory deleted after it) and the merge part (which follows it)."""
-    need = {"base model": raw}
+    need = {INPUT_PARTS[0]: raw}
     if "store" in parts:
-        need["dense fine-tune"] = raw
+        need[INPUT_PARTS[1]] = raw
     if "merge" in parts:
-        need["experts"] = max(ks) * raw
+        need[INPUT_PARTS[2]] = max(ks) * raw
     # storage: the copy in a tool's run directory and its store of both versions (git-lfs, DVC: whole files)
     storage = 3 * raw if "store" in parts else 0
     merging = 0
@@ -207,8 +208,10 @@ def disk_need(
 
 
 def disk_total(need: dict[str, int], cached: int) -> int:
-    """What must be free: the parts, plus a margin, less what is already on the disk (cached inputs)."""
-    return max(0, round(sum(need.values()) * DISK_MARGIN) - cached)
+    """What must be free: the parts, plus a margin, less the inputs already on the disk (cached; those
+    beyond what this run uses, e.g. 16 experts cached for a run of 8, free nothing)."""
+    inputs = sum(n for part, n in need.items() if part in INPUT_PARTS)
+    return max(0, round(sum(need.values()) * DISK_MARGIN) - min(cached, inputs))
 
 
 def cached_inputs(workdir: Path, plan: ModelPlan, parts: Sequence[str]) -> int:
@@ -673,7 +676,8 @@ def report(merged: Sequence[Merged], stored: Sequence[Result], c: Context) -> st
             "mgit has the base on `main` and expert N on branch `expert-N` of one repository, and each merge starts "
             "from a checkout of `main`. A checked-out merge also writes the merged model into the working tree; "
             "with `-b NAME --no-checkout` it only commits; those run in a copy of the repository made before the "
-            "first merge, so neither variant finds the other's result already stored. Read from / written to disk: "
+            "first merge (sharing its sealed packs by hard link), so neither variant finds the other's result "
+            "already stored. Read from / written to disk: "
             "the process's (and its "
             "children's) `read_bytes` / `write_bytes` in `/proc/<pid>/io`; bytes the tool reads: mergekit's input "
             "files, mgit's merge record (`plan.bytes`, stored chunk bytes of the base and the experts), which also "

@@ -149,6 +149,9 @@ def test_disk_need_follows_the_size_and_k() -> None:
     store_only = bench_scale.disk_need(raw, (8, 16), (), ("store",), False)
     assert "experts" not in store_only and sum(store_only.values()) == 5 * raw  # base, dense, one tool's run
     assert bench_scale.disk_total(full, 10 * GB) == bench_scale.disk_total(full, 0) - 10 * GB  # cached inputs
+    inputs = full["base model"] + full["dense fine-tune"] + full["experts"]
+    more = bench_scale.disk_total(full, inputs + 20 * GB)  # more experts cached than this run uses
+    assert more == bench_scale.disk_total(full, inputs) > 15 * GB  # what the run writes besides its inputs
     assert bench_scale.merge_outputs((8, 16), (25, 10, 5)) == 2 * (2 + 3)
     assert bench_scale.merge_outputs((8,), (25, 10, 5), ("ties",)) == 1
     ta_only = bench_scale.disk_need(raw, (8, 16), (25, 10, 5), ("merge",), True, ("task_arithmetic",))
