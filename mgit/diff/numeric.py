@@ -60,4 +60,4 @@ class Accumulator:
 
 def numeric(dtype: DType) -> bool:
     """Whether change statistics are defined for this dtype."""
-    return dtype.numpy is not None
+    return dtype.has_numbers

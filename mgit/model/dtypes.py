@@ -38,6 +38,13 @@ class DType:
         return None if self.spec is None else _numpy_dtype(self.spec)
 
     @property
+    def has_numbers(self) -> bool:
+        """Whether its elements can be read as numbers (not sub-byte packed), asked without
+        resolving the numpy dtype: for bf16 that would import ml_dtypes, which the bit-shift
+        paths here never need."""
+        return self.spec is not None
+
+    @property
     def group(self) -> int:
         """Bytes per element for byte grouping (1 for sub-byte types)."""
         return max(1, self.bits // 8)
@@ -200,7 +207,7 @@ def chunk_stats(raw: RawBytes, dtype: DType) -> tuple[float | None, float | None
     """(L2 norm, max |x|) of one chunk in float64; None where undefined or non-finite.
     Summed block by block (fixed blocks, fixed order: still deterministic). The peak of a
     float chunk comes from its bit patterns (exact: the float64 maximum is the same number)."""
-    if dtype.numpy is None:
+    if not dtype.has_numbers:
         return None, None
     if len(raw) == 0:
         return 0.0, 0.0
@@ -219,7 +226,7 @@ def chunk_stats(raw: RawBytes, dtype: DType) -> tuple[float | None, float | None
 @data_math
 def delta_l2(raw: RawBytes, base: RawBytes, dtype: DType | None) -> float | None:
     """‖raw − base‖₂ as numbers of ``dtype``, in float64 (None where undefined)."""
-    if dtype is None or dtype.numpy is None:
+    if dtype is None or not dtype.has_numbers:
         return None
     if len(raw) != len(base):
         raise ValueError(f"delta_l2 of chunks of {len(raw)} and {len(base)} bytes")

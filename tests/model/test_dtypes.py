@@ -31,3 +31,22 @@ def test_blocked_statistics_equal_a_whole_chunk_computation(name):
 def test_non_finite_values_give_no_statistic():
     raw = np.array([1.0, np.nan] + [0.5] * STATS_BLOCK, dtype=np.float32).tobytes()
     assert chunk_stats(raw, lookup("F32")) == (None, None)
+
+
+def test_bf16_statistics_do_not_import_ml_dtypes():
+    """Every bf16 add and merge computes statistics; importing ml_dtypes for them cost ~0.5 s of
+    start-up (measured in a merge's profile), though the bit-shift paths never use it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from mgit.model.dtypes import chunk_stats, delta_l2, lookup\n"
+        "from mgit.diff.numeric import numeric\n"
+        "bf16 = lookup('BF16')\n"
+        "raw, other = bytes.fromhex('803f') * 300, bytes.fromhex('0040') * 300\n"
+        "assert chunk_stats(raw, bf16) == (300 ** 0.5, 1.0) and numeric(bf16)\n"
+        "assert abs(delta_l2(other, raw, bf16) - 300 ** 0.5) < 1e-9\n"
+        "sys.exit(3 if 'ml_dtypes' in sys.modules else 0)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
