@@ -21,6 +21,7 @@ from pathlib import Path
 
 from mgit.errors import CorruptObjectError
 from mgit.store import codec, record
+from mgit.store.index_set import IndexSet
 from mgit.store.loose import LooseChunks
 from mgit.store.pack import Location, PackIndex, PackReader, PackWriter, idx_path, scan_pack, write_index
 from mgit.store.record import RawBytes, Record, chunk_id
@@ -61,6 +62,7 @@ class ChunkStore:
         # never holds up lookups and reads of other chunks on other threads.
         self._append_lock = threading.Lock()
         self._indexes: dict[Path, PackIndex] = {}
+        self._index_set: IndexSet | None = None  # _indexes searched as one; None: to be rebuilt
         self._readers: dict[Path, PackReader] = {}
         self._writer: PackWriter | None = None
         self._random = 0  # open random_reads() contexts: while > 0, sealed records are read exactly
@@ -79,6 +81,7 @@ class ChunkStore:
                 if path not in self._indexes:
                     try:
                         self._indexes[path] = PackIndex(path)
+                        self._index_set = None
                     except (OSError, ValueError) as exc:
                         raise CorruptObjectError(f"{exc}; run `mgit fsck`") from None
 
@@ -93,20 +96,16 @@ class ChunkStore:
                 return self._writer.entries[cid]
             if not self._indexes:
                 self.refresh()
-            for idx in self._indexes.values():
-                loc = idx.find(cid)
-                if loc is not None:
-                    return loc
-            if not refresh:
-                return None
-            before = len(self._indexes)
-            self.refresh()
-            if len(self._indexes) != before:
-                for idx in list(self._indexes.values())[before:]:
-                    loc = idx.find(cid)
-                    if loc is not None:
-                        return loc
-        return None
+            loc = self._sealed().find(cid)
+            if loc is not None or not refresh:
+                return loc
+            self.refresh()  # packs sealed since the last look drop the set: search again
+            return self._sealed().find(cid) if self._index_set is None else None
+
+    def _sealed(self) -> IndexSet:  # the sealed packs' indexes as one, rebuilt when packs came or went
+        if self._index_set is None:
+            self._index_set = IndexSet(list(self._indexes.values()))
+        return self._index_set
 
     def has(self, cid: str, refresh: bool = True) -> bool:
         """Whether the chunk is here; ``refresh=False`` skips looking for packs sealed by other
@@ -241,6 +240,7 @@ class ChunkStore:
             self._writer = None
             if path is not None:
                 self._indexes[idx_path(path)] = PackIndex(idx_path(path))
+                self._index_set = None
 
     def abort(self) -> None:
         """Drop this session's unsealed pack (a failed command)."""
@@ -256,6 +256,7 @@ class ChunkStore:
                 reader.close()
             self._readers.clear()
             self._indexes.clear()
+            self._index_set = None
 
     def close(self) -> None:
         self.seal()

@@ -201,27 +201,19 @@ class PackIndex:
         # compare as fixed-width arrays: numpy strips trailing NULs from scalars
         if i >= len(self._ids) or self._ids[i : i + 1] != key:
             return None
-        return self._location(i)
+        return self.location_at(i)
 
-    def _location(self, i: int) -> Location:
-        e = self.entries[i]
-        base = bytes(self.entries["base"][i : i + 1].tobytes()).hex() if record.has_base(int(e["encoding"])) else None
-        return Location(
-            self.pack,
-            int(e["offset"]),
-            int(e["length"]),
-            int(e["raw_size"]),
-            int(e["encoding"]),
-            int(e["group"]),
-            int(e["depth"]),
-            base,
-        )
+    def location_at(self, i: int) -> Location:
+        """The location of the ``i``-th entry (in id order)."""
+        _, offset, length, raw_size, encoding, group, depth, _, _ = self.entries[i].item()  # one call: ~3x faster
+        base = self.entries["base"][i : i + 1].tobytes().hex() if record.has_base(encoding) else None
+        return Location(self.pack, offset, length, raw_size, encoding, group, depth, base)
 
     def ids(self) -> list[str]:
         return [self._ids[i : i + 1].tobytes().hex() for i in range(len(self._ids))]
 
     def locations(self) -> dict[str, Location]:
-        return {self._ids[i : i + 1].tobytes().hex(): self._location(i) for i in range(len(self._ids))}
+        return {self._ids[i : i + 1].tobytes().hex(): self.location_at(i) for i in range(len(self._ids))}
 
 
 def scan_pack(pack: Path) -> dict[str, Location]:
