@@ -46,7 +46,7 @@ from mgit.merge.tensor_inputs import TensorInputs, chunk_starts, tensor_what
 from mgit.model.chunking import chunk_ranges, chunk_size_for
 from mgit.model.dtypes import DType, lookup
 from mgit.model.filetree import load_safetensors
-from mgit.model.ingest import Ingestor
+from mgit.model.ingest import Ingestor, ReadAt, TensorJob
 from mgit.model.manifest import ChunkRef
 from mgit.model.materialize import StagedFile
 from mgit.model.safetensors_file import build_header
@@ -190,15 +190,30 @@ def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs, carried: s
         )
 
 
-def _merge_by_chunk(
+class _MergedReads:
+    """A merged tensor's chunks as the ingestor reads them (``read``), with the read-ahead it
+    asks for a window of chunks before it reads them (``ahead``: that chunk's planned inputs)."""
+
+    def __init__(self, read: ReadAt, ahead: Callable[[int], None]):
+        self._read, self._ahead = read, ahead
+
+    def __call__(self, offset: int, size: int) -> bytes | memoryview:
+        return self._read(offset, size)
+
+    def will_need(self, offset: int, size: int) -> None:
+        self._ahead(offset)
+
+
+def _chunk_job(
     tp: TensorPlan,
     setup: MergeSetup,
-    ingestor: Ingestor,
     store: ChunkStore,
     pool: ThreadPoolExecutor,
     run: Execution,
     staged: StagedFile | None,
-) -> str:
+) -> tuple[TensorJob, dict[int, bytes | memoryview]]:
+    """The ingestor's job for one tensor merged chunk by chunk, and the base chunks it holds for
+    the ingestor (as delta bases) until each is taken; cleared once the job has run."""
     inputs = TensorInputs(tp, store, pool, run)
     starts = chunk_starts(tp.base)
     carried = carried_chunks(tp, setup)
@@ -209,9 +224,11 @@ def _merge_by_chunk(
             c = tp.base.chunks[i]
             staged.carry(tp.name, starts[i], c.id, c.size, inputs.what)
     out = _dtype(setup.result_dtype(tp.base.dtype))
+    held: dict[int, bytes | memoryview] = {}  # chunk index → base bytes, until the ingestor takes them
     if len(carried) == len(tp.base.chunks):  # nothing to merge: the base's manifest as it is
-        return ingestor.tensor(tp.name, out, tp.base.shape, tp.base.nbytes, _unread, carried=tp.base.chunks.__getitem__)
-    _prefetch(tp, store, {i for i in range(len(tp.base.chunks)) if i not in carried})
+        return TensorJob(tp.name, out, tp.base.shape, tp.base.nbytes, _unread, carried=tp.base.chunks.__getitem__), held
+    if setup.method.decides_per_expert:  # its decisions read the base and the experts first
+        _prefetch(tp, store, {i for i in range(len(tp.base.chunks)) if i not in carried})
     prepared = _prepare(tp, setup, inputs, carried)
     index = {start: i for i, start in enumerate(starts[:-1])}
     wanted = [set(r) for r in tp.reads]
@@ -219,7 +236,6 @@ def _merge_by_chunk(
     # nothing there to a method that skips zero deltas: they are left out of its math.
     skips = setup.method.skips_zero_deltas
     base_index = {c.id: k for k, c in enumerate(tp.base.chunks)}
-    held: dict[int, bytes | memoryview] = {}  # chunk index → base bytes, until the ingestor takes them
     dtype = tp.base.dtype
     itemsize = _dtype(dtype).bits // 8
     result_dtype = torch_dtype(setup.result_dtype(dtype))
@@ -271,17 +287,34 @@ def _merge_by_chunk(
             held[i] = _buffer(base_raw)  # the ingestor will want it as the delta base
         return out
 
+    def ahead(offset: int) -> None:
+        """The chunk's inputs read into the page cache in the background, a window ahead."""
+        i = index[offset]
+        ids = [] if inputs.base is not None and i in inputs.held else [tp.base.chunks[i].id]
+        store.prefetch(ids + [tp.experts[k].chunks[i].id for k in range(len(tp.experts)) if i in wanted[k]])
+
     def parent_bytes(i: int, cid: str) -> bytes | memoryview | None:
         return held.pop(i, None) if cid == tp.base.chunks[i].id else None
 
     def carry(i: int) -> ChunkRef | None:
         return tp.base.chunks[i] if i in carried else None
 
-    with _one_torch_thread():
-        try:
-            return ingestor.tensor(tp.name, out, tp.base.shape, tp.base.nbytes, read, parent_bytes, carry)
-        finally:
+    reads = _MergedReads(read, ahead)
+    return TensorJob(tp.name, out, tp.base.shape, tp.base.nbytes, reads, parent_bytes, carry), held
+
+
+def _run_jobs(ingestor: Ingestor, jobs: list[tuple[str, TensorJob, dict[int, bytes | memoryview]]]) -> dict[str, str]:
+    """Merge the tensors of ``jobs`` through one window of the pool, emptying ``jobs``; returns
+    their manifest ids by name."""
+    if not jobs:
+        return {}
+    try:
+        with _one_torch_thread():
+            return dict(zip([name for name, _, _ in jobs], ingestor.tensors([j for _, j, _ in jobs]), strict=True))
+    finally:
+        for _, _, held in jobs:
             held.clear()
+        jobs.clear()
 
 
 def _prefetch(tp: TensorPlan, store: ChunkStore, computed: set[int]) -> None:
@@ -402,6 +435,8 @@ def _execute_file(
     staged = stage(file, header, size) if stage is not None else None
     try:
         specs, ids = [], {}
+        # Tensors merged chunk by chunk go through the pool together: no draining at each tensor.
+        batch: list[tuple[str, TensorJob, dict[int, bytes | memoryview]]] = []
         for tp in tensors:
             if not floating[tp.name]:
                 if any(tp.reads):
@@ -413,13 +448,19 @@ def _execute_file(
                 bar.advance(tp.base.nbytes)
                 continue
             if _by_chunk(tp, setup):
-                ids[tp.name] = _merge_by_chunk(tp, setup, ingestor, store, pool, run, staged)
+                job, held = _chunk_job(tp, setup, store, pool, run, staged)
+                batch.append((tp.name, job, held))
+                if setup.method.decides_per_expert:  # its decisions are held until the tensor is merged
+                    ids |= _run_jobs(ingestor, batch)
                 out = setup.result_dtype(tp.base.dtype)
             else:
+                ids |= _run_jobs(ingestor, batch)
                 ids[tp.name], out = _merge_whole(tp, setup, ingestor, store, pool, run, staged)
             specs.append((tp.name, _dtype(out), tp.base.shape))
             run.decisions[tp.name] = "merged"
+        ids |= _run_jobs(ingestor, batch)
         actual = build_header(specs, metadata)
+        ids = {tp.name: ids[tp.name] for tp in tensors}  # in the file's order
         run.files[file] = Entry("safetensors", ingestor.safetensors_tree(actual, ids))
         run.stats[file] = ingestor.file_stats
     except BaseException:

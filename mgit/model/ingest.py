@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import stat as stat_mode
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +96,21 @@ class _Piece:
     carried: Carried | None = None
 
 
+@dataclass(frozen=True)
+class TensorJob:
+    """One tensor for :meth:`Ingestor.tensors`: its result dtype and shape, where its chunks are
+    read (a ``read`` with a ``will_need(offset, size)`` method is told ahead of time which ranges
+    it will be asked for), the parent chunks its caller holds and the chunks known already."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    nbytes: int
+    read: ReadAt
+    parent_bytes: ParentBytes | None = None
+    carried: Carried | None = None
+
+
 class Ingestor:
     """Turns files (or tensors) into graph entries, storing their chunks.
 
@@ -163,9 +178,10 @@ class Ingestor:
 
         def advise(k: int) -> None:
             if k < len(items):
-                p, _, start, end = items[k]
-                if isinstance(p.read, FileReader):
-                    p.read.will_need(start, end - start)
+                p, i, start, end = items[k]
+                will_need = getattr(p.read, "will_need", None)  # a file, a merge's inputs
+                if will_need is not None and (p.carried is None or p.carried(i) is None):
+                    will_need(start, end - start)
 
         def ahead() -> Iterator[tuple[_Piece, int, int, int]]:
             """The items, each submitted once the one WINDOW places later is asked for: a
@@ -200,6 +216,7 @@ class Ingestor:
         nbytes: int,
         read: ReadAt,
         parent_bytes: ParentBytes | None = None,
+        carried: Carried | None = None,
     ) -> _Piece:
         """One tensor's chunks to store, with the parent tensor its chunks delta against."""
         size = chunk_size_for(shape, dtype.bits)
@@ -208,7 +225,7 @@ class Ingestor:
         # when rows were appended (vocabulary extension), so chunk i is a good delta base.
         if parent is not None and (parent.dtype, parent.shape[1:], parent.chunk_size) != (dtype.name, shape[1:], size):
             parent = None
-        return _Piece(read, nbytes, size, dtype, parent, f"tensor {name!r}", parent_bytes)
+        return _Piece(read, nbytes, size, dtype, parent, f"tensor {name!r}", parent_bytes, carried)
 
     def tensor(
         self,
@@ -227,11 +244,18 @@ class Ingestor:
         ``parent_bytes`` so they are not read from the store again; one that already knows
         the stored chunk at an index (a merge where no expert changed the base) passes
         ``carried``, and ``read`` is not called there."""
-        piece = self._piece(name, dtype, shape, nbytes, read, parent_bytes)
-        chunks = self._chunks(
-            piece.read, nbytes, piece.chunk_size, dtype, piece.parent, piece.what, parent_bytes, carried
-        )
-        return self.graph.put_blob(TensorManifest(dtype.name, shape, piece.chunk_size, chunks).to_bytes())
+        return self.tensors([TensorJob(name, dtype, shape, nbytes, read, parent_bytes, carried)])[0]
+
+    def tensors(self, jobs: Sequence[TensorJob]) -> list[str]:
+        """Store several tensors' chunks through one window, then their manifests; returns the
+        manifest blob ids in order. The workers go from one tensor's last chunk straight to the
+        next's first instead of waiting at every tensor for the window to drain."""
+        pieces = [self._piece(j.name, j.dtype, j.shape, j.nbytes, j.read, j.parent_bytes, j.carried) for j in jobs]
+        chunks = self._store(pieces)
+        return [
+            self.graph.put_blob(TensorManifest(j.dtype.name, j.shape, p.chunk_size, refs).to_bytes())
+            for j, p, refs in zip(jobs, pieces, chunks, strict=True)
+        ]
 
     def begin_file(self, rel: str) -> None:
         """Start a new file: look up its parent tensors, reset its statistics."""

@@ -189,3 +189,44 @@ def test_workers_run_on_past_a_slow_chunk(tmp_path, monkeypatch):
     with make_pool() as pool:
         Ingestor(graph, store, pool).file(path, "m.safetensors")
     assert go.is_set()
+
+
+def test_tensors_read_ahead_what_they_will_read_and_nothing_carried(tmp_path):
+    """A ``read`` with ``will_need`` (a merge's inputs) hears of each chunk before it is read;
+    carried chunks are neither announced nor read."""
+    from mgit.model.dtypes import lookup
+    from mgit.model.ingest import TensorJob
+
+    bf16 = lookup("BF16")
+    graph, store = _setup(tmp_path)
+    data = {n: bytes([n]) * 4096 for n in range(3)}
+    events: list[tuple[str, int, int]] = []
+    lock = threading.Lock()
+
+    class Reads:
+        def __init__(self, n: int):
+            self.n = n
+
+        def __call__(self, offset: int, size: int) -> bytes:
+            with lock:
+                events.append(("read", self.n, offset))
+            return data[self.n][offset : offset + size]
+
+        def will_need(self, offset: int, size: int) -> None:
+            with lock:
+                events.append(("ahead", self.n, offset))
+
+    with make_pool() as pool:
+        ing = Ingestor(graph, store, pool)
+        kept = ing.tensors([TensorJob("t0", bf16, (2048,), 4096, Reads(0))])  # stores t0's chunk
+        manifest = TensorManifest.from_bytes(graph.blob(kept[0]))
+        events.clear()
+        jobs = [
+            TensorJob("t1", bf16, (2048,), 4096, Reads(1)),
+            TensorJob("t2", bf16, (2048,), 4096, Reads(2), carried=lambda i: manifest.chunks[0]),
+        ]
+        ids = ing.tensors(jobs)
+    assert len(ids) == 2
+    assert not any(n == 2 for _, n, _ in events)  # carried: nothing announced, nothing read
+    reads = [(n, o) for kind, n, o in events if kind == "read"]
+    assert reads and all(events.index(("ahead", n, o)) < events.index(("read", n, o)) for n, o in reads)
