@@ -20,6 +20,7 @@ from mgit.model.chunking import chunk_ranges
 from mgit.model.filetree import load_safetensors
 from mgit.parallel import ordered_map
 from mgit.store.chunkstore import ChunkStore
+from mgit.store.pack_health import check_packs
 from mgit.worktree.index import Index
 
 _HINT = "; run `mgit fsck`"
@@ -152,7 +153,7 @@ def check_repository(
                  if o not in reach.lacking and o not in damaged and not graph.has(o)]  # fmt: skip
     commits = [sha for sha in reach.objects if sha not in damaged and _is_commit(graph, sha)]
     problems += [p for p in check_files(graph, commits) if not any(s[:12] in p for s in damaged | reach.lacking)]
-    problems += store.check_packs()
+    problems += check_packs(store)
     try:
         problems += check_chunks(store, reach.chunks, pool, partial)
     except CorruptObjectError as exc:  # a damaged pack index

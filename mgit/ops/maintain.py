@@ -25,6 +25,7 @@ from mgit.maintenance.repair import (
 )
 from mgit.model.ingest import recover_chunks
 from mgit.ops import remotes
+from mgit.store import pack_health
 from mgit.store.gc import repack
 from mgit.worktree.scan import walk
 
@@ -59,9 +60,9 @@ def fsck_repair(ctx: Context) -> Repair:
     In a partial clone only dropped chunks are sought: the others come when needed."""
     with ctx.writing():
         graph_repair = _repair_graph(ctx)
-        rebuilt = ctx.store.rebuild_damaged_indexes()
+        rebuilt = pack_health.rebuild_damaged_indexes(ctx.store)
         bad = bad_chunks(ctx.store, ctx.pool)
-        damaged_packs = ctx.store.damaged_packs()
+        damaged_packs = pack_health.damaged_packs(ctx.store)
         if bad or damaged_packs:
             repack(ctx.store, ctx.store.ids() - set(bad), grace_seconds=0, force=True)
         reach = reachable(ctx.graph, ctx.index())

@@ -23,7 +23,7 @@ from mgit.errors import CorruptObjectError
 from mgit.store import codec, record
 from mgit.store.index_set import IndexSet
 from mgit.store.loose import LooseChunks
-from mgit.store.pack import Location, PackIndex, PackReader, PackWriter, idx_path, scan_pack, write_index
+from mgit.store.pack import Location, PackIndex, PackReader, PackWriter, idx_path
 from mgit.store.record import RawBytes, Record, chunk_id
 
 MAX_DELTA_DEPTH = 4
@@ -453,47 +453,6 @@ class ChunkStore:
                 out.update(self._writer.entries)
         out.update(self.loose_ids())
         return out
-
-    def check_packs(self) -> list[str]:
-        """Pack-level damage: index checksums, magic bytes, record headers (fsck)."""
-        problems: list[str] = []
-        if not self.pack_dir.is_dir():
-            return problems
-        for idx_file in sorted(self.pack_dir.glob("pack-*.idx")):
-            try:
-                index = PackIndex(idx_file)
-                problems += self._reader(index.pack).check_layout(index)
-            except (OSError, ValueError) as exc:
-                problems.append(str(exc))
-        return problems
-
-    def damaged_packs(self) -> list[str]:
-        """Names of the sealed packs whose own bytes are damaged (magic, record headers) though
-        their index reads: what a repair rewrites from the records that still verify."""
-        out = []
-        for idx_file in sorted(self.pack_dir.glob("pack-*.idx")) if self.pack_dir.is_dir() else []:
-            try:
-                index = PackIndex(idx_file)
-                if self._reader(index.pack).check_layout(index):
-                    out.append(index.pack.name)
-            except (OSError, ValueError):
-                continue
-        return out
-
-    def rebuild_damaged_indexes(self) -> list[str]:
-        """Rewrite every pack index that fails its checksum from its pack's records (repair);
-        returns the packs' names. The chunks are not vouched for: verify them afterwards."""
-        rebuilt = []
-        with self._lock:
-            for idx_file in sorted(self.pack_dir.glob("pack-*.idx")) if self.pack_dir.is_dir() else []:
-                try:
-                    PackIndex(idx_file)
-                except (OSError, ValueError):
-                    write_index(idx_file, scan_pack(idx_file.with_suffix(".pack")))
-                    rebuilt.append(idx_file.with_suffix(".pack").name)
-            if rebuilt:
-                self.forget_indexes()
-        return rebuilt
 
     def loose_ids(self) -> Iterator[str]:
         """Chunks stored one file each (format 1)."""

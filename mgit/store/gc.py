@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.pack import PackWriter, idx_path
+from mgit.store.pack_health import check_packs
 
 
 @dataclass
@@ -65,7 +66,7 @@ def repack(store: ChunkStore, live: set[str], grace_seconds: float, force: bool 
     keep = _with_bases(store, set(live) | young_bases)
     loose = [cid for cid in store.loose_ids() if _age(store.loose.path(cid), now) >= grace_seconds]
     needed = {cid for i in old_indexes for cid in i.ids()} | set(loose)
-    if not force and len(old_indexes) <= 1 and not loose and needed <= keep and not store.check_packs():
+    if not force and len(old_indexes) <= 1 and not loose and needed <= keep and not check_packs(store):
         report.kept_chunks = len(store.ids())
         _remove_leftovers(store, now, grace_seconds, report)
         report.bytes_after = _disk_bytes(store)
