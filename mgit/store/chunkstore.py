@@ -384,6 +384,8 @@ class ChunkStore:
         base = None
         if loc.base is not None:
             base = known(loc.base) if known is not None else None
+            if base is None and depth == 0 and (whole := self._chain(cid, loc, counters, out)) is not None:
+                return whole
             if base is None:
                 scratch = codec.thread_buffer(f"base{depth + 1}", codec.MAX_CHUNK_BYTES).data
                 base = self._get(loc.base, what, depth + 1, known, counters, scratch, retry)
@@ -410,6 +412,44 @@ class ChunkStore:
         if raw is None:
             raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (fails verification); run `mgit fsck`")
         self._count(loc.length, len(raw), counters)
+        return raw
+
+    def _chain(
+        self, cid: str, loc: Location, counters: ReadCounters | None, out: bytearray | memoryview | None
+    ) -> RawBytes | None:
+        """A delta chunk whose bases nobody holds, decoded from its chain's records at once in the
+        grouped domain (codec.decode_chain) and verified once: its bases' bytes are never needed on
+        their own. None where the chain does not allow that, is not all in packs, or fails in any
+        way: then ``_get`` decodes it link by link and names what is damaged."""
+        chain = [loc]
+        while chain[-1].base is not None and len(chain) <= MAX_DELTA_DEPTH:
+            link = self.locate(chain[-1].base, refresh=False)
+            if link is None:
+                return None
+            chain.append(link)
+        if not codec.chains_in_planes([(c.encoding, c.group, c.raw_size) for c in chain]):
+            return None
+        expected = [cid] + [c.base for c in chain[:-1]]  # the id each link's record must carry
+        records: list[Record] = []
+        views: list[Location] = []  # read through a pack's mapping: its pages to drop afterwards
+        try:
+            for c, want in reversed(list(zip(chain, expected, strict=True))):
+                rec, mapped = self._read(c, False)
+                views += [c] if mapped else []
+                if (rec.cid, rec.base) != (want, c.base):
+                    return None
+                records.append(rec)
+            raw = codec.decode_chain([r.payload for r in records], loc.group, loc.raw_size, out)
+        except Exception:  # unreadable, or bytes that do not decode (zstd's own errors too)
+            return None
+        finally:
+            records.clear()  # payloads may be views of a mapping: let go of them before its pages
+            for c in views:
+                self._drop_pages(c)
+        if chunk_id(raw) != cid:
+            return None
+        for c in chain:
+            self._count(c.length, c.raw_size, counters)
         return raw
 
     def _get_loose(

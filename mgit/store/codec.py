@@ -223,6 +223,44 @@ def decode(
     return dest.data
 
 
+def chains_in_planes(links: list[tuple[int, int, int]]) -> bool:
+    """Whether a delta chain, given as (encoding, group, raw size) from the chunk down to its
+    keyframe, can be decoded in the grouped domain by :func:`decode_chain`: every link grouped
+    alike (2 bytes or more) and of one raw size, so that XOR commutes with the grouping."""
+    (_, group, size), keyframe = links[0], links[-1][0]
+    return (
+        len(links) >= 2
+        and keyframe == GROUPED_ZSTD
+        and all(e == XOR_DELTA for e, _, _ in links[:-1])
+        and all((g, n) == (group, size) for _, g, n in links)
+        and group > 1
+        and size > 0
+        and size % group == 0
+    )
+
+
+def decode_chain(
+    payloads: list[bytes | memoryview], group: int, raw_size: int, out: bytearray | memoryview | None = None
+) -> bytearray | memoryview:
+    """The raw bytes at the top of a delta chain that :func:`chains_in_planes` accepts, from its
+    payloads keyframe first: each delta's planes are XORed into the keyframe's, and the result is
+    un-grouped once (grouping only permutes bytes, so XOR and grouping commute). Decoding each
+    base on its own would un-group (and the caller verify) every link. Unverified: the caller
+    checks the result against its id."""
+    check_raw_size(raw_size)
+    dest = np.empty(raw_size, dtype=np.uint8) if out is None else _into(out, raw_size)
+    acc = thread_buffer("planes", raw_size)[:raw_size]
+    step = thread_buffer("delta planes", raw_size)[:raw_size]
+    for n, payload in enumerate(payloads):
+        got = _inflate_into(payload, step if n else acc)
+        if got != raw_size:
+            raise ValueError(f"the zstd frame holds {got} bytes, not the {raw_size} declared")
+        if n:
+            np.bitwise_xor(acc, step, out=acc)
+    _ungroup_into(acc, group, dest, _NO_BASE)
+    return dest.data
+
+
 def _into(out: bytearray | memoryview, raw_size: int) -> npt.NDArray[np.uint8]:
     """The first ``raw_size`` bytes of a caller's buffer, as a writable byte array."""
     dest = np.frombuffer(out, dtype=np.uint8)

@@ -1,0 +1,112 @@
+"""A delta chunk whose bases nobody holds is decoded from its whole chain in the grouped domain
+(XOR the planes, un-group once, verify once): the same bytes and read counts as decoding link by
+link, which still runs, and names the damaged link, whenever the chain is damaged or unusual."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mgit.errors import CorruptObjectError
+from mgit.store import codec
+from mgit.store.chunkstore import ChunkStore
+
+
+def _versions(seed: int, count: int, size: int, edits: int) -> list[bytes]:
+    """``count`` versions of a chunk, each a few bytes away from the one before."""
+    rng = np.random.default_rng(seed)
+    weights = (rng.standard_normal(size // 2 + 1) * 0.02).astype(np.float32)  # bf16 weights: compressible
+    cur = (weights.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)[:size].copy()
+    out = [cur.tobytes()]
+    for _ in range(count - 1):
+        cur = cur.copy()
+        cur[rng.integers(0, size, edits)] = rng.integers(0, 256, edits, dtype=np.uint8)
+        out.append(cur.tobytes())
+    return out
+
+
+def _chain(store: ChunkStore, versions: list[bytes], group: int) -> list[str]:
+    """Store each version as a delta against the one before; returns their ids."""
+    ids = [store.put(versions[0], group).cid]
+    for prev, raw in zip(versions[:-1], versions[1:], strict=True):
+        ids.append(store.put(raw, group, base=(ids[-1], prev)).cid)
+    return ids
+
+
+def _link_by_link(store: ChunkStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ChunkStore, "_chain", lambda self, *args: None)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    count=st.integers(2, 5),
+    group=st.sampled_from([2, 4, 3]),
+    elements=st.integers(1, 3000),
+)
+def test_a_chain_decodes_to_its_bytes(tmp_path_factory, seed, count, group, elements):
+    store = ChunkStore(tmp_path_factory.mktemp("chain"))
+    versions = _versions(seed, count, elements * group, edits=3)
+    ids = _chain(store, versions, group)
+    for _session_pack_then_sealed in range(2):
+        for cid, raw in zip(ids, versions, strict=True):
+            assert bytes(store.get(cid)) == raw
+        store.seal()
+
+
+def test_the_chain_is_un_grouped_and_verified_once(tmp_path, monkeypatch):
+    store = ChunkStore(tmp_path)
+    versions = _versions(1, 4, 1 << 16, edits=20)
+    ids = _chain(store, versions, 2)
+    store.seal()
+    assert store.depth(ids[-1]) == 3 and store.locate(ids[0]).encoding == codec.GROUPED_ZSTD
+    ungroups, verified = [], []
+    ungroup, decode_verified = codec._ungroup_into, codec.decode
+    monkeypatch.setattr(codec, "_ungroup_into", lambda *a: ungroups.append(1) or ungroup(*a))
+    monkeypatch.setattr(codec, "decode", lambda *a, **k: verified.append(1) or decode_verified(*a, **k))
+    assert bytes(store.get(ids[-1])) == versions[-1]
+    assert len(ungroups) == 1 and not verified  # link by link: 4 un-groups, 4 decodes and hashes
+
+
+def test_reads_are_counted_as_link_by_link(tmp_path, monkeypatch):
+    store = ChunkStore(tmp_path)
+    ids = _chain(store, _versions(2, 3, 1 << 14, edits=5), 2)
+    store.seal()
+    store.get(ids[-1])
+    chained = (store.reads.stored_bytes, store.reads.raw_bytes)
+    _link_by_link(store, monkeypatch)
+    fresh = ChunkStore(tmp_path)
+    fresh.get(ids[-1])
+    assert (fresh.reads.stored_bytes, fresh.reads.raw_bytes) == chained
+
+
+def test_a_damaged_base_is_named(tmp_path):
+    store = ChunkStore(tmp_path)
+    versions = _versions(3, 3, 1 << 14, edits=5)
+    ids = _chain(store, versions, 2)
+    store.seal()
+    loc = store.locate(ids[0])
+    assert loc is not None
+    with open(loc.pack, "r+b") as f:  # flip a byte inside the keyframe's zstd payload
+        f.seek(loc.offset + loc.length - 40)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0x55]))
+    fresh = ChunkStore(tmp_path)
+    with pytest.raises(CorruptObjectError, match=ids[0][:12]):
+        fresh.get(ids[-1])
+
+
+def test_a_grown_chunk_decodes_link_by_link(tmp_path):
+    """A last chunk grown by appended rows is a delta against a shorter base: no chain in planes."""
+    store = ChunkStore(tmp_path)
+    base = _versions(4, 1, 4000, 0)[0]
+    grown = base + bytes(range(256)) * 4
+    b = store.put(base, 2).cid
+    g = store.put(grown, 2, base=(b, base))
+    assert g.encoding == codec.XOR_DELTA
+    store.seal()
+    assert not codec.chains_in_planes([(codec.XOR_DELTA, 2, len(grown)), (codec.GROUPED_ZSTD, 2, len(base))])
+    assert bytes(ChunkStore(tmp_path).get(g.cid)) == grown
