@@ -64,9 +64,16 @@ def write_expert(base: Path, dest: Path, plan: ModelPlan, k: int) -> None:
         shutil.copyfile(base / name, dest / name)
 
 
+def expert_number(dest: Path) -> int:
+    """k of an ``expert-k`` directory: its seed and recipe follow from it."""
+    return int(dest.name.rsplit("-", 1)[1])
+
+
 def write_experts(base: Path, dests: list[Path], plan: ModelPlan) -> None:
-    for k, dest in enumerate(dests, 1):
-        write_expert(base, dest, plan, k)
+    """Write each ``expert-k`` directory as expert k, whichever of them are asked for (a cache
+    missing only experts 9..16 must not get experts 1..8 again)."""
+    for dest in dests:
+        write_expert(base, dest, plan, expert_number(dest))
 
 
 def ensure_experts(workdir: Path, base: Path, plan: ModelPlan, sums: dict[str, str], count: int) -> list[Path]:

@@ -234,3 +234,20 @@ def test_a_repository_copy_shares_its_packs_and_stays_independent(tmp_path: Path
     assert [p.name for p in sorted((src / ".mgit" / "chunks" / "packs").iterdir())] == [p.name for p in packs]
     assert mgit.Repository(src).log()[0].message.strip() == "one"
     assert mgit.Repository(dst).log()[0].message.strip() == "two"
+
+
+def test_experts_written_alone_are_the_same_as_written_together(tmp_path: Path) -> None:
+    """Regenerating experts 3..4 of a cache gives experts 3 and 4, not 1 and 2 again (a full run once
+    merged experts 9..16 that were copies of 1..8, so mgit read half of what mergekit read)."""
+    from harness import variants
+
+    plan = models.plan_layers(models.SHAPES[-1], 1)
+    base = tmp_path / "base"
+    models.write_model(base, plan, 1)
+    together = [tmp_path / "all" / f"expert-{k}" for k in range(1, 5)]
+    variants.write_experts(base, together, plan)
+    alone = [tmp_path / "some" / f"expert-{k}" for k in (3, 4)]
+    variants.write_experts(base, alone, plan)
+    digests = {d.name: variants.sha256_files(d) for d in together}
+    assert {d.name: variants.sha256_files(d) for d in alone} == {k: digests[k] for k in ("expert-3", "expert-4")}
+    assert len({str(v) for v in digests.values()}) == 4
