@@ -303,16 +303,16 @@ def _chunk_job(
     return TensorJob(tp.name, out, tp.base.shape, tp.base.nbytes, reads, parent_bytes, carry), held
 
 
-def _run_jobs(ingestor: Ingestor, jobs: list[tuple[str, TensorJob, dict[int, bytes | memoryview]]]) -> dict[str, str]:
+def _run_jobs(ingestor: Ingestor, jobs: list[tuple[TensorJob, dict[int, bytes | memoryview]]]) -> dict[str, str]:
     """Merge the tensors of ``jobs`` through one window of the pool, emptying ``jobs``; returns
     their manifest ids by name."""
     if not jobs:
         return {}
     try:
         with _one_torch_thread():
-            return dict(zip([name for name, _, _ in jobs], ingestor.tensors([j for _, j, _ in jobs]), strict=True))
+            return dict(zip([j.name for j, _ in jobs], ingestor.tensors([j for j, _ in jobs]), strict=True))
     finally:
-        for _, _, held in jobs:
+        for _, held in jobs:
             held.clear()
         jobs.clear()
 
@@ -436,7 +436,7 @@ def _execute_file(
     try:
         specs, ids = [], {}
         # Tensors merged chunk by chunk go through the pool together: no draining at each tensor.
-        batch: list[tuple[str, TensorJob, dict[int, bytes | memoryview]]] = []
+        batch: list[tuple[TensorJob, dict[int, bytes | memoryview]]] = []
         for tp in tensors:
             if not floating[tp.name]:
                 if any(tp.reads):
@@ -448,8 +448,7 @@ def _execute_file(
                 bar.advance(tp.base.nbytes)
                 continue
             if _by_chunk(tp, setup):
-                job, held = _chunk_job(tp, setup, store, pool, run, staged)
-                batch.append((tp.name, job, held))
+                batch.append(_chunk_job(tp, setup, store, pool, run, staged))
                 if setup.method.decides_per_expert:  # its decisions are held until the tensor is merged
                     ids |= _run_jobs(ingestor, batch)
                 out = setup.result_dtype(tp.base.dtype)
