@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mgit.store.pack import Location, PackIndex
+from mgit.store.pack import Location, PackIndex, search_ids
 
 
 class IndexSet:
@@ -34,9 +34,5 @@ class IndexSet:
         return len(self._ids)
 
     def find(self, cid: str) -> Location | None:
-        key = np.array([bytes.fromhex(cid)], dtype="S32")
-        i = int(np.searchsorted(self._ids, key[0]))
-        # compare as fixed-width arrays: numpy strips trailing NULs from scalars
-        if i >= len(self._ids) or self._ids[i : i + 1] != key:
-            return None
-        return self._indexes[int(self._pack[i])].location_at(int(self._row[i]))
+        i = search_ids(self._ids, cid)
+        return None if i is None else self._indexes[int(self._pack[i])].location_at(int(self._row[i]))

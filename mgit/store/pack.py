@@ -178,6 +178,14 @@ def write_index(path: Path, entries: dict[str, Location]) -> None:
     fsync_dir(path.parent)
 
 
+def search_ids(ids: np.ndarray, cid: str) -> int | None:
+    """The position of chunk ``cid`` in ``ids`` (sorted 32-byte ids, numpy S32), or None."""
+    key = np.array([bytes.fromhex(cid)], dtype="S32")
+    i = int(np.searchsorted(ids, key[0]))
+    # compare as fixed-width arrays: numpy strips trailing NULs from scalars
+    return i if i < len(ids) and ids[i : i + 1] == key else None
+
+
 class PackIndex:
     """A sealed pack's index, searchable by chunk id."""
 
@@ -196,12 +204,8 @@ class PackIndex:
         return len(self.entries)
 
     def find(self, cid: str) -> Location | None:
-        key = np.array([bytes.fromhex(cid)], dtype="S32")
-        i = int(np.searchsorted(self._ids, key[0]))
-        # compare as fixed-width arrays: numpy strips trailing NULs from scalars
-        if i >= len(self._ids) or self._ids[i : i + 1] != key:
-            return None
-        return self.location_at(i)
+        i = search_ids(self._ids, cid)
+        return None if i is None else self.location_at(i)
 
     def location_at(self, i: int) -> Location:
         """The location of the ``i``-th entry (in id order)."""
