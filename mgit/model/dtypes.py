@@ -236,3 +236,28 @@ def delta_l2(raw: RawBytes, base: RawBytes, dtype: DType | None) -> float | None
         np.subtract(d, _widen(b, dtype, _scratch.other), out=d)
         squares += dot(d, d)
     return _finite_or_none(math.sqrt(squares))
+
+
+@data_math
+def stats_against(raw: RawBytes, base: RawBytes, dtype: DType) -> tuple[float | None, float | None, float | None]:
+    """``chunk_stats(raw)`` and ``delta_l2(raw, base)`` in one pass over the blocks, to the bit
+    the same numbers: each block of ``raw`` is widened once for both (ingesting a fine-tune or a
+    merge's output needs both for every chunk; widening was most of their cost)."""
+    if not dtype.has_numbers:
+        return None, None, None
+    if len(raw) != len(base):
+        raise ValueError(f"delta_l2 of chunks of {len(raw)} and {len(base)} bytes")
+    if len(raw) == 0:
+        return 0.0, 0.0, 0.0
+    known, peak = _float_peak(raw, dtype.name) if dtype.name in _FLOAT_BITS else (False, None)
+    squares, delta_squares, peaks = 0.0, 0.0, []
+    for a, b in zip(_blocks(raw, dtype), _blocks(base, dtype), strict=True):
+        x = _widen(a, dtype, _scratch.wide)
+        squares += dot(x, x)
+        if not known:
+            peaks += [x.max(), -x.min()]
+        np.subtract(x, _widen(b, dtype, _scratch.other), out=x)
+        delta_squares += dot(x, x)
+    if not known:
+        peak = _finite_or_none(float(np.max(peaks)))  # np.max keeps a NaN
+    return _finite_or_none(math.sqrt(squares)), peak, _finite_or_none(math.sqrt(delta_squares))

@@ -18,7 +18,7 @@ from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, encode_tensor_name
 from mgit.graph.objects import MODE_EXEC, MODE_FILE, Graph
 from mgit.graph.snapshot import Entry
 from mgit.model.chunking import DEFAULT_CHUNK_BYTES, chunk_ranges, chunk_size_for
-from mgit.model.dtypes import DType, chunk_stats, delta_l2
+from mgit.model.dtypes import DType, chunk_stats, stats_against
 from mgit.model.manifest import ChunkRef, FileManifest, TensorManifest
 from mgit.model.safetensors_file import SafetensorsLayout, read_layout
 from mgit.parallel import WORKERS, ordered_map
@@ -158,14 +158,20 @@ class Ingestor:
             return known, 0, None
         raw = piece.read(start, end - start)
         cid = chunk_id(raw)
-        l2, max_abs = chunk_stats(raw, dtype) if dtype is not None else (None, None)
         base = parent.chunks[i] if parent is not None and i < len(parent.chunks) else None
         if base is None or base.id == cid or not self.store.has(base.id):
+            l2, max_abs = chunk_stats(raw, dtype) if dtype is not None else (None, None)
             return ChunkRef(cid, end - start, l2, max_abs), self.store.put(raw, group, cid).written, None
         held = piece.parent_bytes(i, base.id) if piece.parent_bytes is not None else None
         base_raw = held if held is not None else self.store.get(base.id, piece.what)
-        # ‖Δ‖ pairs equal-sized chunks only; a grown last chunk (appended rows) still deltas
-        stat = [cid, base.id, delta_l2(raw, base_raw, dtype)] if base.size == end - start else None
+        stat: DeltaStat | None = None
+        if base.size != end - start:  # ‖Δ‖ pairs equal-sized chunks only; a grown last chunk still deltas
+            l2, max_abs = chunk_stats(raw, dtype) if dtype is not None else (None, None)
+        elif dtype is not None:
+            l2, max_abs, delta = stats_against(raw, base_raw, dtype)
+            stat = [cid, base.id, delta]
+        else:
+            l2, max_abs, stat = None, None, [cid, base.id, None]
         written = self.store.put(raw, group, cid, base=(base.id, base_raw)).written
         return ChunkRef(cid, end - start, l2, max_abs), written, stat
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import struct
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from mgit.model.dtypes import STATS_BLOCK, chunk_stats, delta_l2, lookup
+from mgit.model.dtypes import STATS_BLOCK, chunk_stats, delta_l2, lookup, stats_against
 
 
 @pytest.mark.parametrize("name", ["BF16", "F16", "F32", "F64", "I8", "C64"])
@@ -50,3 +51,26 @@ def test_bf16_statistics_do_not_import_ml_dtypes():
         "sys.exit(3 if 'ml_dtypes' in sys.modules else 0)\n"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+@pytest.mark.parametrize("name", ["BF16", "F16", "F32", "F64", "I8", "U8", "C64", "F8_E4M3"])
+@pytest.mark.parametrize("n", [0, 1, 7, STATS_BLOCK - 1, 2 * STATS_BLOCK + 5])
+def test_stats_against_a_base_are_chunk_stats_and_delta_l2_to_the_bit(name, n):
+    """One pass over the blocks gives exactly the two functions' numbers (also with NaN, inf, -0.0)."""
+    dtype = lookup(name)
+    rng = np.random.default_rng(n)
+    width = dtype.bits // 8
+    a = bytearray(rng.integers(0, 256, n * width, dtype=np.uint8).tobytes())
+    b = bytearray(rng.integers(0, 256, n * width, dtype=np.uint8).tobytes())
+    if name == "BF16" and n > 10:
+        a[0:2], a[2:4], b[4:6] = bytes.fromhex("c07f"), bytes.fromhex("8000"), bytes.fromhex("807f")  # NaN, -0, inf
+    got = stats_against(bytes(a), bytes(b), dtype)
+    want = (*chunk_stats(bytes(a), dtype), delta_l2(bytes(a), bytes(b), dtype))
+    assert [None if x is None else struct.pack("<d", x) for x in got] == [
+        None if x is None else struct.pack("<d", x) for x in want
+    ]
+
+
+def test_stats_against_refuses_chunks_of_different_sizes():
+    with pytest.raises(ValueError, match="delta_l2 of chunks"):
+        stats_against(b"\0" * 4, b"\0" * 6, lookup("BF16"))
