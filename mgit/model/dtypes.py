@@ -202,25 +202,10 @@ def _float_peak(raw: RawBytes, name: str) -> tuple[bool, float | None]:
     return True, float(np.array(magnitude, dtype=f"<u{bits // 8}").view(_FLOAT_OF_BITS[name])[()])
 
 
-@data_math
 def chunk_stats(raw: RawBytes, dtype: DType) -> tuple[float | None, float | None]:
-    """(L2 norm, max |x|) of one chunk in float64; None where undefined or non-finite.
-    Summed block by block (fixed blocks, fixed order: still deterministic). The peak of a
-    float chunk comes from its bit patterns (exact: the float64 maximum is the same number)."""
-    if not dtype.has_numbers:
-        return None, None
-    if len(raw) == 0:
-        return 0.0, 0.0
-    known, peak = _float_peak(raw, dtype.name) if dtype.name in _FLOAT_BITS else (False, None)
-    squares, peaks = 0.0, []
-    for block in _blocks(raw, dtype):
-        x = _widen(block, dtype, _scratch.wide)
-        squares += dot(x, x)
-        if not known:
-            peaks += [x.max(), -x.min()]
-    if not known:
-        peak = _finite_or_none(float(np.max(peaks)))  # np.max keeps a NaN
-    return _finite_or_none(math.sqrt(squares)), peak
+    """(L2 norm, max |x|) of one chunk in float64; None where undefined or non-finite."""
+    l2, peak, _ = stats_against(raw, None, dtype)
+    return l2, peak
 
 
 @data_math
@@ -239,25 +224,33 @@ def delta_l2(raw: RawBytes, base: RawBytes, dtype: DType | None) -> float | None
 
 
 @data_math
-def stats_against(raw: RawBytes, base: RawBytes, dtype: DType) -> tuple[float | None, float | None, float | None]:
-    """``chunk_stats(raw)`` and ``delta_l2(raw, base)`` in one pass over the blocks, to the bit
-    the same numbers: each block of ``raw`` is widened once for both (ingesting a fine-tune or a
-    merge's output needs both for every chunk; widening was most of their cost)."""
+def stats_against(
+    raw: RawBytes, base: RawBytes | None, dtype: DType
+) -> tuple[float | None, float | None, float | None]:
+    """(L2 norm, max |x|) of one chunk and, with ``base``, ‖raw − base‖₂ (what :func:`delta_l2`
+    gives, to the bit), all in float64; None where undefined or non-finite. One pass over fixed
+    blocks in a fixed order (deterministic): each block of ``raw`` is widened once for both sums
+    (ingesting a fine-tune or a merge's output needs both for every chunk; widening was most of
+    their cost). The peak of a float chunk comes from its bit patterns (exact: the float64
+    maximum is the same number)."""
     if not dtype.has_numbers:
         return None, None, None
-    if len(raw) != len(base):
+    if base is not None and len(raw) != len(base):
         raise ValueError(f"delta_l2 of chunks of {len(raw)} and {len(base)} bytes")
     if len(raw) == 0:
-        return 0.0, 0.0, 0.0
+        return 0.0, 0.0, None if base is None else 0.0
     known, peak = _float_peak(raw, dtype.name) if dtype.name in _FLOAT_BITS else (False, None)
     squares, delta_squares, peaks = 0.0, 0.0, []
-    for a, b in zip(_blocks(raw, dtype), _blocks(base, dtype), strict=True):
+    bases = _blocks(base, dtype) if base is not None else None
+    for n, a in enumerate(_blocks(raw, dtype)):
         x = _widen(a, dtype, _scratch.wide)
         squares += dot(x, x)
         if not known:
             peaks += [x.max(), -x.min()]
-        np.subtract(x, _widen(b, dtype, _scratch.other), out=x)
-        delta_squares += dot(x, x)
+        if bases is not None:
+            np.subtract(x, _widen(bases[n], dtype, _scratch.other), out=x)
+            delta_squares += dot(x, x)
     if not known:
         peak = _finite_or_none(float(np.max(peaks)))  # np.max keeps a NaN
-    return _finite_or_none(math.sqrt(squares)), peak, _finite_or_none(math.sqrt(delta_squares))
+    delta = None if base is None else _finite_or_none(math.sqrt(delta_squares))
+    return _finite_or_none(math.sqrt(squares)), peak, delta

@@ -164,14 +164,9 @@ class Ingestor:
             return ChunkRef(cid, end - start, l2, max_abs), self.store.put(raw, group, cid).written, None
         held = piece.parent_bytes(i, base.id) if piece.parent_bytes is not None else None
         base_raw = held if held is not None else self.store.get(base.id, piece.what)
-        stat: DeltaStat | None = None
-        if base.size != end - start:  # ‖Δ‖ pairs equal-sized chunks only; a grown last chunk still deltas
-            l2, max_abs = chunk_stats(raw, dtype) if dtype is not None else (None, None)
-        elif dtype is not None:
-            l2, max_abs, delta = stats_against(raw, base_raw, dtype)
-            stat = [cid, base.id, delta]
-        else:
-            l2, max_abs, stat = None, None, [cid, base.id, None]
+        pair = base_raw if base.size == end - start else None  # ‖Δ‖ pairs equal-sized chunks only
+        l2, max_abs, delta = stats_against(raw, pair, dtype) if dtype is not None else (None, None, None)
+        stat = [cid, base.id, delta] if pair is not None else None  # a grown last chunk still deltas
         written = self.store.put(raw, group, cid, base=(base.id, base_raw)).written
         return ChunkRef(cid, end - start, l2, max_abs), written, stat
 
