@@ -164,7 +164,9 @@ def mgit_command(workdir: Path, rev: str) -> tuple[list[str], str]:
             tar.extractall(tmp, filter="data")
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(tmp, dest)
-    return ["env", f"PYTHONPATH={dest}", sys.executable, "-m", "mgit"], f"commit {sha[:12]}"
+    # -P: without it ``-m`` puts the current directory first on sys.path, and run from this
+    # repository's root that imports the working tree's mgit instead of the export.
+    return ["env", f"PYTHONPATH={dest}", sys.executable, "-P", "-m", "mgit"], f"commit {sha[:12]}"
 
 
 def mgit_label(mgit: list[str], where: str) -> str:
@@ -186,7 +188,7 @@ def script_child(mgit: list[str], code: str, *args: str) -> list[str]:
     """A ``python -c CODE ARGS`` command that imports the measured mgit and the benchmark scripts."""
     bench_dir = str(Path(__file__).resolve().parents[1])
     env_path = os.pathsep.join(p for p in (mgit_pythonpath(mgit), bench_dir) if p)
-    return ["env", f"PYTHONPATH={env_path}", sys.executable, "-c", code, *args]
+    return ["env", f"PYTHONPATH={env_path}", sys.executable, "-P", "-c", code, *args]  # -P: as mgit_command
 
 
 def json_output(text: str) -> dict:

@@ -251,3 +251,18 @@ def test_experts_written_alone_are_the_same_as_written_together(tmp_path: Path) 
     digests = {d.name: variants.sha256_files(d) for d in together}
     assert {d.name: variants.sha256_files(d) for d in alone} == {k: digests[k] for k in ("expert-3", "expert-4")}
     assert len({str(v) for v in digests.values()}) == 4
+
+
+def test_an_exported_mgit_is_the_one_measured_even_from_the_repository_root(tmp_path):
+    """``python -m`` and ``-c`` put the current directory first on sys.path: run from this
+    repository's root, the working tree's mgit used to shadow the exported commit."""
+    from harness.tools import REPO_ROOT, mgit_command, python_prefix, script_child
+
+    mgit, where = mgit_command(tmp_path, "HEAD")
+    assert where.startswith("commit ")
+    show = "import mgit; print(mgit.__file__)"
+    for cmd in ([*python_prefix(mgit), "-c", show], script_child(mgit, show)):
+        out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        assert Path(out).resolve().is_relative_to(tmp_path.resolve()), out
+    version = subprocess.run([*mgit, "--version"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert "version" in version.stdout

@@ -12,6 +12,7 @@ from helpers.cli import invoke
 from helpers.models import commit_model, commit_uneven, llama_state_dict, tree_hashes
 
 from mgit.merge.carry import carried_chunks
+from mgit.merge.methods.affine_arrays import AffineKernel
 from mgit.merge.methods.registry import get_method
 from mgit.merge.methods.task_arithmetic import TaskArithmetic
 from mgit.store.chunkstore import ChunkStore
@@ -242,13 +243,18 @@ def test_a_non_finite_base_value_under_unchanged_experts_is_still_seen_by_the_de
 def test_experts_equal_to_the_base_at_a_chunk_are_left_out_of_its_math(uneven, monkeypatch):
     repo = uneven
     seen: list[int] = []
-    real = TaskArithmetic.combine_slice
+    real, real_array = TaskArithmetic.combine_slice, AffineKernel.merge
 
     def counting(self, base, experts, *args, **kwargs):
         seen.append(len(experts))
         return real(self, base, experts, *args, **kwargs)
 
-    monkeypatch.setattr(TaskArithmetic, "combine_slice", counting)
+    def counting_array(self, base, experts, *args, **kwargs):
+        seen.append(len(experts))
+        return real_array(self, base, experts, *args, **kwargs)
+
+    monkeypatch.setattr(TaskArithmetic, "combine_slice", counting)  # the torch kernel
+    monkeypatch.setattr(AffineKernel, "merge", counting_array)  # and the array kernel (bf16 / fp16)
     repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, branch="m")
     assert seen and min(seen) < len(NAMES)  # a third of each fine-tune's tensors are frozen
     monkeypatch.undo()

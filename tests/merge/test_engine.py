@@ -203,14 +203,14 @@ KILL = """
 import os, signal, sys
 from mgit import Repository
 from mgit.merge import engine
-real = engine.merge_one
+real = engine._scratch
 count = [0]
-def dying(*a, **k):
-    count[0] += 1
+def dying(*a, **k):  # every merged chunk's result goes into scratch slot 1
+    count[0] += a[0] == 1
     if count[0] == 10:
         os.kill(os.getpid(), signal.SIGKILL)
     return real(*a, **k)
-engine.merge_one = dying
+engine._scratch = dying
 Repository(sys.argv[1]).merge(["math", "code"], "task_arithmetic", weight=0.5)
 """
 

@@ -15,7 +15,9 @@ A method declares everything the rest of mgit needs to know about it, so nothing
   result is the base exactly, so the engine carries the base's chunk instead of computing it;
 * ``affine``: the result is affine in the experts, M = s·base + Σ a_k·Δ_k, so a budget's error
   bound holds; :meth:`MergeMethod.effective_weights` gives the a_k (for other methods: a ranking);
-* :meth:`MergeMethod.check_params`: the parameters' ranges, and any condition joining several.
+* :meth:`MergeMethod.check_params`: the parameters' ranges, and any condition joining several;
+* :meth:`MergeMethod.array_kernel`: a torch-free kernel for slices of a dtype, to the bit what
+  :meth:`MergeMethod.merge_part` gives, so a merge needing only it never imports torch.
 
 The declarations are torch-free: a request naming an unknown method or parameter, or a value out
 of range, is refused before torch (seconds to import) loads. The tensor work is the subclasses'
@@ -32,12 +34,13 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mgit.errors import BadInputError, UnknownParameterError
 from mgit.merge.params import Param, Scope, check_params
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from mgit.merge.methods.inputs import Each, Prepared
@@ -50,6 +53,18 @@ class Weights:
 
     experts: tuple[float, ...]  # a_k
     base: float  # s
+
+
+class ArrayKernel(Protocol):
+    """A method's merge of one slice on numpy arrays of a dtype's bits (see
+    :meth:`MergeMethod.array_kernel`)."""
+
+    def merge(
+        self, base: np.ndarray, experts: Sequence[np.ndarray], present: Sequence[int] | None, out: np.ndarray
+    ) -> bool:
+        """Write the merged slice's bits into ``out`` (``present`` as in :meth:`MergeMethod.merge_slice`);
+        False when it declines this slice (its values are out of its range), which torch then merges."""
+        ...
 
 
 class MergeMethod(ABC):
@@ -111,6 +126,12 @@ class MergeMethod(ABC):
         """Each expert's weight in the merged tensor (resolved ``params``); for methods that are
         not affine, their weight as a ranking. By default: towards the experts' mean."""
         return Weights(tuple(1.0 / count for _ in range(count)), 1.0)
+
+    def array_kernel(self, params: Mapping[str, Any], dtype: str) -> ArrayKernel | None:
+        """A torch-free kernel merging slices whose inputs and result are ``dtype`` (a safetensors
+        name) with these resolved parameters, bit for bit as :meth:`merge_slice`; None (the default)
+        when the method has none for them."""
+        return None
 
     def resolve(self, params: Mapping[str, Any] | None, n_experts: int) -> dict[str, Any]:
         """Check names, fill defaults, broadcast expert parameters to tuples of ``n_experts`` values."""

@@ -20,7 +20,8 @@ tensor on its own (:meth:`TaskArithmetic.contribution` with ``start``, then
 :meth:`TaskArithmetic.combine`), bit for bit. The random sparsifiers (DARE, DELLA) draw their
 keep-masks from an explicit generator, exactly the draws mergekit makes from torch's global one.
 
-torch is imported inside the functions: the registry lists this family torch-free.
+torch is imported inside the functions: the registry lists this family torch-free, and plain task
+arithmetic on bf16 / fp16 merges without it (:meth:`TaskArithmetic.array_kernel`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mgit.merge.methods.base import MergeMethod, Weights
+from mgit.merge.methods.base import ArrayKernel, MergeMethod, Weights
 from mgit.merge.params import REQUIRED, Param, Scope, check_della
 
 if TYPE_CHECKING:
@@ -192,6 +193,14 @@ class TaskArithmetic(MergeMethod):
         expert equal to the base adds a zero delta (so leaving it out changes nothing but the sign
         of a zero the base holds, which carrying keeps as the base has it)."""
         return True
+
+    def array_kernel(self, params: Mapping[str, Any], dtype: str) -> ArrayKernel | None:
+        """Plain task arithmetic on bf16 / fp16 (:mod:`~mgit.merge.methods.affine_arrays`)."""
+        if not self.affine:
+            return None
+        from mgit.merge.methods.affine_arrays import affine_kernel
+
+        return affine_kernel(dtype, params["weight"], bool(params["normalize"]), float(params["lambda"]))
 
     def effective_weights(self, params: Mapping[str, Any], count: int) -> Weights:
         w = [float(x) for x in params["weight"]]
