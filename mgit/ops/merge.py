@@ -92,7 +92,7 @@ def merge(
         named = cfg.method if cfg is not None else method
         request = dataclasses.replace(request, seed=secrets.randbits(31) if get_method(named).random else 0)
     plan, setup = resolve_plan(ctx, request)
-    from mgit.merge.engine import execute  # torch: only once the inputs are valid
+    from mgit.merge.engine import execute  # imports torch only for the chunks that need it
 
     base = setup.base_ref
     on_head = setup.base_commit == ctx.refs.head() and base in (None, "HEAD", ctx.refs.current_branch())
