@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 GIT_DIR = ".mgit"
 FORMAT_VERSION = 2  # docs/format.md; bumped on incompatible changes
 READABLE_FORMATS = (1, 2)  # format 1 (loose chunks) is read, and upgraded on the first write
-AUTO_REPACK_PACKS = 32  # more sealed packs than this after a write: merge them into one
+AUTO_REPACK_PACKS = 32  # more sealed packs than this after a write: merge the small ones
 
 
 def find_root(start: Path) -> Path:
@@ -131,7 +131,7 @@ class Context:
                 self.store.abort()
                 raise
             if len(self.store.indexes()) > AUTO_REPACK_PACKS:
-                consolidate(self.store)  # every lookup searches every pack: keep them few
+                consolidate(self.store)  # each pack costs open files, mmaps and index memory: keep them few
 
     @contextmanager
     def reading(self) -> Iterator[None]:

@@ -1,4 +1,4 @@
-"""Repacking: keep the chunks still needed, drop the rest.
+"""Repacking: keep the chunks still needed, drop the rest; consolidating: merge small packs.
 
 ``repack`` is given the ids a repository still references; it also keeps every base a
 kept delta needs (transitively). Old packs are rewritten into one new pack holding only
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgit.store.chunkstore import ChunkStore
-from mgit.store.pack import PackWriter, idx_path
+from mgit.store.pack import PackIndex, PackWriter, idx_path
 from mgit.store.pack_health import check_packs
 
 
@@ -52,14 +52,21 @@ def _disk_bytes(store: ChunkStore) -> int:
     return sum(p.stat().st_size for p in store.root.rglob("*") if p.is_file())
 
 
-def repack(store: ChunkStore, live: set[str], grace_seconds: float, force: bool = False) -> RepackReport:
+def repack(
+    store: ChunkStore,
+    live: set[str],
+    grace_seconds: float,
+    force: bool = False,
+    only: list[PackIndex] | None = None,
+) -> RepackReport:
     """Rewrite the packs older than the grace period into one holding only ``live`` (and the
     bases it needs); ``force``: even a single pack with nothing to drop (a repair rewriting a
-    pack whose own bytes are damaged)."""
+    pack whose own bytes are damaged); ``only``: just these packs (the others stay as they are)."""
     report = RepackReport(bytes_before=_disk_bytes(store))
     now = time.time()
     indexes = store.indexes()
-    old_indexes = [i for i in indexes if _age(i.path, now) >= grace_seconds]
+    chosen = indexes if only is None else [i for i in indexes if i.path in {o.path for o in only}]
+    old_indexes = [i for i in chosen if _age(i.path, now) >= grace_seconds]
     young = [i for i in indexes if i not in old_indexes]
     # chunks of young packs stay; so must every base their deltas need
     young_bases = {loc.base for i in young for loc in i.locations().values() if loc.base}
@@ -132,6 +139,28 @@ def _remove_leftovers(store: ChunkStore, now: float, grace_seconds: float, repor
             sub.rmdir()
 
 
+GEOMETRIC_FACTOR = 2  # consolidate: each pack left is at least this many times all smaller ones
+
+
+def geometric_split(sizes: list[int], factor: int = GEOMETRIC_FACTOR) -> int:
+    """How many of the smallest packs (``sizes`` ascending) to merge into one so that every pack
+    left is at least ``factor`` times the sum of all smaller packs (the merged one included); at
+    least two when there are two, so that a consolidation always lowers the count."""
+    below = sum(sizes)
+    for i in range(len(sizes) - 1, -1, -1):
+        below -= sizes[i]
+        if sizes[i] < factor * below:
+            return max(i + 1, min(2, len(sizes)))
+    return min(2, len(sizes))
+
+
 def consolidate(store: ChunkStore) -> RepackReport:
-    """Merge every sealed pack into one, dropping nothing (caller holds the repository lock)."""
-    return repack(store, store.ids(), grace_seconds=0)
+    """Merge the small packs into one, dropping nothing (caller holds the repository lock).
+
+    Only the smallest packs are rewritten, so that sizes stay a geometric series
+    (:func:`geometric_split`): each byte is rewritten O(log n) times over a repository's life, and
+    a command never pays for rewriting the big packs (all 12 GB of the 2.2 GB × 16 benchmark's
+    repository took one merge 3 minutes when every pack was rewritten)."""
+    indexes = sorted(store.indexes(), key=lambda i: i.pack.stat().st_size)
+    count = geometric_split([i.pack.stat().st_size for i in indexes])
+    return repack(store, store.ids(), grace_seconds=0, only=indexes[:count])
