@@ -36,7 +36,7 @@ from mgit.errors import BadInputError
 from mgit.graph.snapshot import Entry
 from mgit.merge.carry import base_chunks_read, carried_chunks
 from mgit.merge.execution import Execution
-from mgit.merge.methods.base import ArrayKernel
+from mgit.merge.kernels import Kernels, array_kernel_for, chunk_bits, merge_one
 from mgit.merge.plan import MergePlan, TensorPlan
 from mgit.merge.request import MergeSetup
 from mgit.merge.tensor_inputs import TensorInputs, chunk_starts, tensor_what
@@ -66,8 +66,6 @@ DECIDE_BYTES_PER_ELEMENT = 22
 # Elements of a chunk merged at a time: the method's scratch (K deltas and more) stays in the
 # caches and below malloc's mmap threshold, instead of fresh, page-faulting buffers per chunk.
 SLICE_ELEMENTS = 1 << 19
-# Expert chunk bytes a merge computes up to which its chunks use array kernels (see _Kernels).
-ARRAY_KERNEL_BYTES = 2 * 10**9
 # Tensors the engine merges; others must agree between the inputs (and are copied).
 FLOATING = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E4M3FNUZ", "F8_E5M2", "F8_E5M2FNUZ", "F8_E8M0"}
 
@@ -89,37 +87,6 @@ def _buffer(raw: RawBytes) -> bytes | memoryview:
 def _tensor(raw: RawBytes, dtype: str) -> torch.Tensor:
     """A flat tensor over a chunk's bytes."""
     return tensor_from_bytes(cast(bytearray, raw), dtype, (-1,))
-
-
-def merge_one(
-    tp: TensorPlan,
-    setup: MergeSetup,
-    base: torch.Tensor,
-    experts: list[torch.Tensor],
-    prepared: Prepared | None = None,
-    start: int = 0,
-    present: list[int] | None = None,
-) -> torch.Tensor:
-    """One tensor merged in memory; with ``prepared``, the slice of it starting at element ``start``
-    (and with ``present``, ``experts`` are those experts only: the others equal the base there)."""
-    import torch
-
-    from mgit.merge.sparsify import seeded_generator
-
-    method = setup.method
-    with torch.no_grad():
-        if prepared is not None:
-            result = method.merge_slice(prepared, base if method.needs_base else None, experts, start, present)
-            return result.to(torch_dtype(setup.out_dtype)) if setup.out_dtype else result
-        return method(
-            base if method.needs_base else None,
-            experts,
-            setup.tensor_params(tp.name),
-            dtype=torch_dtype(setup.dtype) if setup.dtype else None,
-            out_dtype=torch_dtype(setup.out_dtype) if setup.out_dtype else None,
-            generator=seeded_generator(setup.seed, tp.name) if method.random else None,
-            name=tp.name,
-        )
 
 
 # -- chunk by chunk ------------------------------------------------------------------------
@@ -156,47 +123,6 @@ def _by_chunk(tp: TensorPlan, setup: MergeSetup) -> bool:
         return False
     size = chunk_size_for(tp.base.shape, out.bits)
     return [e - s for s, e in chunk_ranges(tp.base.nbytes, size)] == sizes
-
-
-class _Kernels:
-    """Which kernels a merge runs its chunks on, and torch's threads meanwhile.
-
-    A method's array kernel (torch-free) costs ~3x torch's per byte: a merge that computes little
-    is quicker without importing torch (~1.3 s warm, ~4 s cold), one that computes much is not
-    (bench_scale, 2.2 GB, cold cache: --budget 10% at K = 16 went from ~9.5 to ~6.5 s, the exact
-    K = 8 merge from ~25 to ~30 s). So ``arrays`` holds for plans whose expert chunks to merge sum
-    to at most ARRAY_KERNEL_BYTES.
-
-    torch is held to one thread of its own while chunks are merged on the pool's threads, one chunk
-    each: its threads on top would only oversubscribe the cores (and the order of its sums over many
-    experts depends on them). It is imported only when a chunk needs it (:meth:`need`).
-    """
-
-    def __init__(self, arrays: bool) -> None:
-        self.arrays = arrays
-        self._lock = threading.Lock()
-        self._before: int | None = None
-
-    @classmethod
-    def for_plan(cls, plan: MergePlan) -> _Kernels:
-        merged = sum(tp.experts[k].chunks[i].size for tp in plan.tensors for k, r in enumerate(tp.reads) for i in r)
-        return cls(arrays=merged <= ARRAY_KERNEL_BYTES)
-
-    def need(self) -> None:
-        with self._lock:
-            if self._before is None:
-                import torch
-
-                self._before = torch.get_num_threads()
-                torch.set_num_threads(1)
-
-    def restore(self) -> None:
-        with self._lock:
-            if self._before is not None:
-                import torch
-
-                torch.set_num_threads(self._before)
-                self._before = None
 
 
 def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs, carried: set[int]) -> Prepared:
@@ -262,20 +188,6 @@ class _Once:
             return self._value
 
 
-def _bits(raw: RawBytes) -> np.ndarray:
-    """A 16-bit chunk's elements as their bits (what array kernels take)."""
-    return np.frombuffer(cast("bytes | memoryview", raw), np.uint16)
-
-
-def _array_kernel(tp: TensorPlan, setup: MergeSetup) -> ArrayKernel | None:
-    """The method's array kernel for this tensor, when inputs, working dtype and result share a
-    16-bit dtype (the kernels' element width)."""
-    dtype = tp.base.dtype
-    if _dtype(dtype).bits != 16 or (setup.dtype or dtype) != dtype or setup.result_dtype(dtype) != dtype:
-        return None
-    return setup.method.array_kernel(setup.resolved_params(tp.name), dtype)
-
-
 def _chunk_job(
     tp: TensorPlan,
     setup: MergeSetup,
@@ -283,7 +195,7 @@ def _chunk_job(
     pool: ThreadPoolExecutor,
     run: Execution,
     staged: StagedFile | None,
-    kernels: _Kernels,
+    kernels: Kernels,
 ) -> tuple[TensorJob, dict[int, bytes | memoryview]]:
     """The ingestor's job for one tensor merged chunk by chunk, and the base chunks it holds for
     the ingestor (as delta bases) until each is taken; cleared once the job has run. A chunk
@@ -315,7 +227,7 @@ def _chunk_job(
     base_index = {c.id: k for k, c in enumerate(tp.base.chunks)}
     dtype = tp.base.dtype
     itemsize = _dtype(dtype).bits // 8
-    kernel = _array_kernel(tp, setup) if kernels.arrays else None
+    kernel = array_kernel_for(tp, setup) if kernels.arrays else None
     what = inputs.what
 
     def base_chunk(i: int, counters: ReadCounters) -> RawBytes:
@@ -362,7 +274,9 @@ def _chunk_job(
                 raws.append(base_raw)
         which = None if len(present) == len(tp.experts) else present
         out = _scratch(1, size)
-        if kernel is None or not kernel.merge(_bits(base_raw), [_bits(r) for r in raws], which, _bits(out)):
+        if kernel is None or not kernel.merge(
+            chunk_bits(base_raw), [chunk_bits(r) for r in raws], which, chunk_bits(out)
+        ):
             with_torch(base_raw, raws, which, out, offset // itemsize)
         if staged is not None:
             staged.write(tp.name, offset, out)
@@ -388,7 +302,7 @@ def _chunk_job(
 
 
 def _run_jobs(
-    ingestor: Ingestor, jobs: list[tuple[TensorJob, dict[int, bytes | memoryview]]], kernels: _Kernels
+    ingestor: Ingestor, jobs: list[tuple[TensorJob, dict[int, bytes | memoryview]]], kernels: Kernels
 ) -> dict[str, str]:
     """Merge the tensors of ``jobs`` through one window of the pool, emptying ``jobs``; returns
     their manifest ids by name."""
@@ -485,7 +399,7 @@ def execute(
     bar = bar or Bar()
     run = Execution()
     by_name = {tp.name: tp for tp in plan.tensors}
-    kernels = _Kernels.for_plan(plan)
+    kernels = Kernels.for_plan(plan)
     try:
         for file, names in plan.files.items():
             tensors = [by_name[n] for n in names]
@@ -508,7 +422,7 @@ def _execute_file(
     bar: Bar,
     stage: Callable[[str, bytes, int], StagedFile] | None,
     run: Execution,
-    kernels: _Kernels,
+    kernels: Kernels,
 ) -> None:
     ingestor.begin_file(file)
     metadata = load_safetensors(ingestor.graph, base_entries[file].oid, file).layout.metadata

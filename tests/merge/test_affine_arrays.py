@@ -14,7 +14,7 @@ from helpers.models import commit_model, frozen_finetune, llama_state_dict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mgit.merge import engine
+from mgit.merge import kernels
 from mgit.merge.methods.affine_arrays import BLOCK, INTERLEAVED, MAX_SUMMED, affine_kernel
 from mgit.merge.methods.registry import get_method
 from mgit.merge.methods.task_arithmetic import TaskArithmetic
@@ -242,7 +242,7 @@ def test_the_array_and_torch_kernels_commit_the_same_merge(experts, monkeypatch)
     monkeypatch.setattr(TaskArithmetic, "combine_slice", counting)
     a = experts.merge(["math", "code"], "task_arithmetic", weight=[0.3, 0.6], base="main", branch="arrays")
     assert not seen  # a small merge: every chunk through the array kernel
-    monkeypatch.setattr(engine, "ARRAY_KERNEL_BYTES", -1)  # as a merge computing more than it would
+    monkeypatch.setattr(kernels, "ARRAY_KERNEL_BYTES", -1)  # as a merge computing more than it would
     b = experts.merge(["math", "code"], "task_arithmetic", weight=[0.3, 0.6], base="main", branch="torch")
     assert seen
     assert experts.graph.commit(a).tree == experts.graph.commit(b).tree
