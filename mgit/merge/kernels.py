@@ -7,6 +7,7 @@ everywhere else, importing torch only then.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import TYPE_CHECKING, cast
 
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
 
 # Expert chunk bytes a merge computes up to which its chunks use array kernels (see Kernels).
 ARRAY_KERNEL_BYTES = 2 * 10**9
+
+
+def torch_loaded() -> bool:
+    """Whether this process has imported torch (then its kernels cost nothing more to use)."""
+    return "torch" in sys.modules
 
 
 def merge_one(
@@ -64,9 +70,10 @@ class Kernels:
 
     A method's array kernel (torch-free) costs ~3x torch's per byte: a merge that computes little
     is quicker without importing torch (~1.3 s warm, ~4 s cold), one that computes much is not
-    (bench_scale, 2.2 GB, cold cache: --budget 10% at K = 16 went from ~9.5 to ~6.5 s, the exact
-    K = 8 merge from ~25 to ~30 s). So ``arrays`` holds for plans whose expert chunks to merge sum
-    to at most ARRAY_KERNEL_BYTES.
+    (bench_scale, 2.2 GB, cold cache, in pairs: --budget 10% at K = 16 went from ~9.5 to ~6.5 s,
+    the exact K = 8 merge from ~25 to ~30 s). So ``arrays`` holds for plans whose expert chunks to
+    merge sum to at most ARRAY_KERNEL_BYTES, in a process that has not loaded torch already (a
+    Python session merging tensors it made with torch gains nothing from avoiding it).
 
     torch is held to one thread of its own while chunks are merged on the pool's threads, one chunk
     each: its threads on top would only oversubscribe the cores (and the order of its sums over many
@@ -81,7 +88,7 @@ class Kernels:
     @classmethod
     def for_plan(cls, plan: MergePlan) -> Kernels:
         merged = sum(tp.experts[k].chunks[i].size for tp in plan.tensors for k, r in enumerate(tp.reads) for i in r)
-        return cls(arrays=merged <= ARRAY_KERNEL_BYTES)
+        return cls(arrays=merged <= ARRAY_KERNEL_BYTES and not torch_loaded())
 
     def need(self) -> None:
         with self._lock:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mgit.merge import kernels
-from mgit.merge.methods.affine_arrays import BLOCK, INTERLEAVED, MAX_SUMMED, affine_kernel
+from mgit.merge.methods.affine_arrays import BLOCK, INTERLEAVED, MAX_SUMMED, AffineKernel, affine_kernel
 from mgit.merge.methods.registry import get_method
 from mgit.merge.methods.task_arithmetic import TaskArithmetic
 
@@ -138,7 +138,16 @@ def test_torch_sums_a_slices_last_columns_in_another_order():
     assert torch.equal(wide.sum(dim=0), sequential.to(torch.bfloat16).expand(BLOCK))
 
 
-def test_a_chunk_the_kernel_declines_is_merged_by_torch_and_matches_the_whole_tensor(repo):
+def test_a_chunk_the_kernel_declines_is_merged_by_torch_and_matches_the_whole_tensor(repo, monkeypatch):
+    monkeypatch.setattr(kernels, "torch_loaded", lambda: False)  # the array kernels, as in a CLI process
+    declined: list[bool] = []
+    real = AffineKernel.merge
+
+    def watching(self, *args, **kwargs):
+        declined.append(not real(self, *args, **kwargs))
+        return declined[-1] is False
+
+    monkeypatch.setattr(AffineKernel, "merge", watching)
     base = llama_state_dict(seed=5)
     name = "model.layers.0.mlp.up_proj.weight"
     commit_model(repo, base, "base")
@@ -155,6 +164,7 @@ def test_a_chunk_the_kernel_declines_is_merged_by_torch_and_matches_the_whole_te
     repo.checkout("main")
     threads = torch.get_num_threads()
     repo.merge(["a", "b"], "task_arithmetic", weight=[0.3, 0.6], branch="m")
+    assert any(declined) and not all(declined)  # the NaN / inf chunks went to torch, the others not
     assert torch.get_num_threads() == threads  # torch's own threads given back after the merge
     merged = repo.state_dict("m")
     method = get_method("task_arithmetic")
@@ -240,9 +250,13 @@ def test_the_array_and_torch_kernels_commit_the_same_merge(experts, monkeypatch)
         return real(self, base, experts_, *args, **kwargs)
 
     monkeypatch.setattr(TaskArithmetic, "combine_slice", counting)
-    a = experts.merge(["math", "code"], "task_arithmetic", weight=[0.3, 0.6], base="main", branch="arrays")
+    a = experts.merge(["math", "code"], "task_arithmetic", weight=[0.3, 0.6], base="main", branch="torch")
+    assert seen  # this process has torch loaded: its kernels, faster, are used
+    seen.clear()
+    monkeypatch.setattr(kernels, "torch_loaded", lambda: False)  # as in a CLI process
+    b = experts.merge(["math", "code"], "task_arithmetic", weight=[0.3, 0.6], base="main", branch="arrays")
     assert not seen  # a small merge: every chunk through the array kernel
-    monkeypatch.setattr(kernels, "ARRAY_KERNEL_BYTES", -1)  # as a merge computing more than it would
-    b = experts.merge(["math", "code"], "task_arithmetic", weight=[0.3, 0.6], base="main", branch="torch")
-    assert seen
     assert experts.graph.commit(a).tree == experts.graph.commit(b).tree
+    monkeypatch.setattr(kernels, "ARRAY_KERNEL_BYTES", -1)  # a merge computing more than that
+    c = experts.merge(["math", "code"], "task_arithmetic", weight=[0.3, 0.6], base="main", branch="big")
+    assert seen and experts.graph.commit(c).tree == experts.graph.commit(a).tree
