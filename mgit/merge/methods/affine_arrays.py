@@ -54,18 +54,25 @@ def _scratch(rows: int, n: int) -> np.ndarray:
     return held[: rows * n].reshape(rows, n)
 
 
-def _to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
-    """float32 values rounded to ``dtype`` and back to float32 (the values an op's result takes)."""
+def _round(values: np.ndarray, spare: np.ndarray, dtype: str) -> None:
+    """float32 ``values`` rounded to ``dtype`` (to nearest, ties to even) in place, as an op's
+    result is; ``spare`` is scratch of their shape."""
     if dtype == "F16":
-        return values.astype(np.float16).astype(np.float32)
-    u = values.view(np.uint32)
-    rounded = (u + (((u >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
-    return rounded.astype(np.uint32).view(np.float32)
+        np.copyto(values, values.astype(np.float16))
+        return
+    u, s = values.view(np.uint32), spare.view(np.uint32)
+    np.right_shift(u, 16, out=s)
+    np.bitwise_and(s, 1, out=s)
+    np.add(s, 0x7FFF, out=s)
+    np.add(u, s, out=u)
+    np.bitwise_and(u, 0xFFFF0000, out=u)
 
 
 def _scalar(value: float, dtype: str) -> np.float32:
     """A Python float as torch makes it a dtype element: through float32."""
-    return np.float32(_to_dtype(np.array([value], np.float32), dtype)[0])
+    held = np.array([value], np.float32)
+    _round(held, np.empty_like(held), dtype)
+    return np.float32(held[0])
 
 
 @dataclass(frozen=True)
@@ -144,16 +151,7 @@ class AffineKernel:
             np.left_shift(bits, 16, out=out.view(np.uint32), dtype=np.uint32)
 
     def _round(self, values: np.ndarray, spare: np.ndarray) -> None:
-        """``values`` (float32) rounded to the dtype, in place; ``spare`` is scratch of its shape."""
-        if self.dtype == "F16":
-            np.copyto(values, values.astype(np.float16))
-            return
-        u, s = values.view(np.uint32), spare.view(np.uint32)
-        np.right_shift(u, 16, out=s)
-        np.bitwise_and(s, 1, out=s)
-        np.add(s, 0x7FFF, out=s)
-        np.add(u, s, out=u)
-        np.bitwise_and(u, 0xFFFF0000, out=u)
+        _round(values, spare, self.dtype)
 
 
 def affine_kernel(dtype: str, weights: Sequence[float], normalize: bool, lam: float) -> AffineKernel | None:
