@@ -66,8 +66,6 @@ DECIDE_BYTES_PER_ELEMENT = 22
 # Elements of a chunk merged at a time: the method's scratch (K deltas and more) stays in the
 # caches and below malloc's mmap threshold, instead of fresh, page-faulting buffers per chunk.
 SLICE_ELEMENTS = 1 << 19
-# Tensors the engine merges; others must agree between the inputs (and are copied).
-FLOATING = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E4M3FNUZ", "F8_E5M2", "F8_E5M2FNUZ", "F8_E8M0"}
 
 
 # The type checker's view of the layers below, no run-time effect: a plan's dtypes are known
@@ -426,7 +424,7 @@ def _execute_file(
 ) -> None:
     ingestor.begin_file(file)
     metadata = load_safetensors(ingestor.graph, base_entries[file].oid, file).layout.metadata
-    floating = {tp.name: tp.base.dtype in FLOATING for tp in tensors}
+    floating = {tp.name: _dtype(tp.base.dtype).mergeable for tp in tensors}  # others are copied
     predicted = [
         (tp.name, _dtype(setup.result_dtype(tp.base.dtype) if floating[tp.name] else tp.base.dtype), tp.base.shape)
         for tp in tensors

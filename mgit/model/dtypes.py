@@ -45,6 +45,12 @@ class DType:
         return self.spec is not None
 
     @property
+    def mergeable(self) -> bool:
+        """A floating-point type stored whole (not F4 / F6, packed): what merges compute on.
+        Asked without torch, which has these and only these as floating point."""
+        return self.spec is not None and (self.name.startswith("F") or self.name == "BF16")
+
+    @property
     def group(self) -> int:
         """Bytes per element for byte grouping (1 for sub-byte types)."""
         return max(1, self.bits // 8)

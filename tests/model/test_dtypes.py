@@ -74,3 +74,14 @@ def test_stats_against_a_base_are_chunk_stats_and_delta_l2_to_the_bit(name, n):
 def test_stats_against_refuses_chunks_of_different_sizes():
     with pytest.raises(ValueError, match="delta_l2 of chunks"):
         stats_against(b"\0" * 4, b"\0" * 6, lookup("BF16"))
+
+
+def test_mergeable_dtypes_are_torchs_floating_point_ones():
+    import torch
+
+    from mgit.model.dtypes import DTYPES
+    from mgit.model.torch_io import _NAMES
+
+    for name, dtype in DTYPES.items():
+        torch_float = name in _NAMES and hasattr(torch, _NAMES[name]) and getattr(torch, _NAMES[name]).is_floating_point
+        assert dtype.mergeable == torch_float, name

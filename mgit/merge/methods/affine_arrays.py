@@ -124,23 +124,23 @@ class AffineKernel:
             self._widen(expert, row)
         self._widen(base, b)
         np.subtract(deltas, b, out=deltas)
-        self._round(deltas, spare)
+        _round(deltas, spare, self.dtype)
         np.multiply(deltas, weights, out=deltas)
-        self._round(deltas, spare)
+        _round(deltas, spare, self.dtype)
         np.add.reduce(deltas, axis=0, out=total)  # row after row, as torch sums up to 16 rows
         np.add(total, 0, out=total)  # torch's sum starts from +0: an all -0 column sums to +0
-        self._round(total, spare[0])
+        _round(total, spare[0], self.dtype)
         if self.divisor is not None:
             np.divide(total, self.divisor, out=total)
-            self._round(total, spare[0])
+            _round(total, spare[0], self.dtype)
         if self.scale is not None:
             np.multiply(total, self.scale, out=total)
-            self._round(total, spare[0])
+            _round(total, spare[0], self.dtype)
         np.add(b, total, out=b)
         if self.dtype == "F16":
             np.copyto(out.view(np.float16), b, casting="same_kind")
             return
-        self._round(b, spare[0])
+        _round(b, spare[0], self.dtype)
         np.right_shift(b.view(np.uint32), 16, out=spare[0].view(np.uint32))
         np.copyto(out, spare[0].view(np.uint32), casting="unsafe")  # the upper halves: the bf16 bits
 
@@ -149,9 +149,6 @@ class AffineKernel:
             np.copyto(out, bits.view(np.float16))
         else:
             np.left_shift(bits, 16, out=out.view(np.uint32), dtype=np.uint32)
-
-    def _round(self, values: np.ndarray, spare: np.ndarray) -> None:
-        _round(values, spare, self.dtype)
 
 
 def affine_kernel(dtype: str, weights: Sequence[float], normalize: bool, lam: float) -> AffineKernel | None:
