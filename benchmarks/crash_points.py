@@ -1,8 +1,9 @@
 """Crash points: SIGKILL mgit at every crash point of its writing commands, then check that
 the repository needs no manual repair (issue 12, items 16-17; after SQLite's crash tests).
 
-A crash point is every rename (os.replace / os.rename, dulwich's included), every fsync and
-every release of the repository lock (mgit/_crashpoints.py). For each scenario the command
+A crash point is every rename (os.replace / os.rename, dulwich's included), every fsync,
+every release of the repository lock and every range a merge patches into a working file in
+place (mgit/_crashpoints.py). For each scenario the command
 runs once uninterrupted, counting its points (``MGIT_CRASH_LOG``); then, for each point n, a
 fresh repository is built and the command runs with ``MGIT_CRASH_AT=any:n``, killing itself
 there. A trial is ``ok`` when, with no manual step:
@@ -64,19 +65,20 @@ CHILD_TIMEOUT_S = 120
 # -- the repositories ---------------------------------------------------------------------
 
 
-def write_model(directory: Path, seed: int, shards: int = 1, rows: int = 32) -> None:
-    """A tiny float32 model (a few KiB): ``shards`` safetensors files and a config.json."""
+def write_model(directory: Path, seed: int, shards: int = 1, rows: int = 32, names: str = "ab") -> None:
+    """A tiny float32 model (a few KiB): ``shards`` safetensors files of a tensor per letter
+    of ``names``, and a config.json."""
     rng = np.random.default_rng(seed)
     directory.mkdir(parents=True, exist_ok=True)
     for k in range(shards):
-        tensors = {f"layer{k}.{n}.weight": rng.standard_normal((rows, 16)).astype(np.float32) for n in ("a", "b")}
+        tensors = {f"layer{k}.{n}.weight": rng.standard_normal((rows, 16)).astype(np.float32) for n in names}
         name = "model.safetensors" if shards == 1 else f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
         save_file(tensors, str(directory / name), metadata={"format": "pt"})
     (directory / "config.json").write_text(json.dumps({"model_type": "tiny", "seed": seed}))
 
 
-def committed(root: Path, seed: int, message: str, shards: int = 1) -> str:
-    write_model(root / "model", seed, shards)
+def committed(root: Path, seed: int, message: str, shards: int = 1, names: str = "ab") -> str:
+    write_model(root / "model", seed, shards, names=names)
     with Repository(root) as repo:
         repo.add(["model"])
         return repo.commit(message)
@@ -108,15 +110,20 @@ def setup_checkout(root: Path) -> None:
         repo.checkout("main")
 
 
-def setup_merge(root: Path) -> None:
+def setup_merge(root: Path, names: str = "ab") -> None:
     init(root)
-    committed(root, 1, "base")
+    committed(root, 1, "base", names=names)
     for branch, seed in (("e1", 2), ("e2", 3)):
         with Repository(root) as repo:
             repo.checkout(create_branch=branch)
-        committed(root, seed, branch)
+        committed(root, seed, branch, names=names)
         with Repository(root) as repo:
             repo.checkout("main")
+
+
+def setup_merge_wide(root: Path) -> None:
+    """Ten tensors: a budget of 10% merges one of them, and the merge patches the working file."""
+    setup_merge(root, names="abcdefghij")
 
 
 def setup_gc(root: Path) -> None:
@@ -241,6 +248,13 @@ SCENARIOS = [
         setup_merge,
         ["merge", "--method", "linear", "--weights", "0.5", "--base", "main", "e1", "e2", "-b", "mb", "-m", "mb"],
         "mb",
+        "mgit.merge.engine",
+    ),
+    Scenario(
+        "merge --budget (in place)",
+        setup_merge_wide,
+        ["merge", "--method", "task_arithmetic", "--weights", "0.5", "--budget", "10%", "e1", "e2", "-m", "mp"],
+        "mp",
         "mgit.merge.engine",
     ),
     Scenario("gc", setup_gc, ["gc", "--now"]),
@@ -470,10 +484,10 @@ def run_scenario(scenario: Scenario, work: Path, limit: int | None = None) -> Ou
 
 
 def table(outcomes: list[Outcome]) -> str:
-    header = ["command", "crash points (rename/fsync/unlock)", "trials", "ok", "needs repair"]
+    header = ["command", "crash points (rename/fsync/unlock/write)", "trials", "ok", "needs repair"]
     rows = []
     for o in outcomes:
-        pts = "/".join(str(o.points.get(k, 0)) for k in ("rename", "fsync", "unlock"))
+        pts = "/".join(str(o.points.get(k, 0)) for k in ("rename", "fsync", "unlock", "write"))
         rows.append([o.scenario, pts, o.trials, o.ok, o.trials - o.ok])
     total = sum(o.trials for o in outcomes)
     ok = sum(o.ok for o in outcomes)

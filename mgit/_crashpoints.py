@@ -2,7 +2,8 @@
 
 ``MGIT_CRASH_AT=<kind>:<n>`` makes the process SIGKILL itself just before its n-th (1-based)
 crash point of ``kind``: ``rename`` (os.replace / os.rename, dulwich's included), ``fsync``,
-``unlock`` (release of the repository lock) or ``any`` (all of them, counted together).
+``unlock`` (release of the repository lock), ``write`` (each range a merge patches into a
+working file in place) or ``any`` (all of them, counted together).
 ``MGIT_CRASH_LOG=<file>`` appends the kind of every point reached, one a line, so a driver
 can enumerate them first. ``MGIT_CRASH_SIGNAL=INT`` sends SIGINT (Ctrl-C) instead of
 SIGKILL, and the point returns (the interrupt lands in the main thread). Unset (the normal
@@ -17,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-KINDS = ("rename", "fsync", "unlock")
+KINDS = ("rename", "fsync", "unlock", "write")
 _active = False
 _target: tuple[str, int] | None = None
 _log: str | None = None

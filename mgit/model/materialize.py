@@ -3,19 +3,23 @@
 A file is written to a temporary name beside its destination and renamed into place,
 so a killed checkout never leaves a half-written model. Chunks the old local file
 already holds (same id, re-verified by hash) are copied from it instead of being read
-and decoded from the store.
+and decoded from the store. A merge that changes a small part of a file patches the
+working file in place instead (:meth:`StagedFile.install`): the journal around it lets
+the next command finish a killed patch.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from glob import escape as glob_escape
 from pathlib import Path
 
+from mgit import _crashpoints
 from mgit.graph.objects import MODE_EXEC, Graph
 from mgit.graph.snapshot import Entry
 from mgit.model.filetree import load_chunked, load_safetensors
@@ -221,19 +225,33 @@ def _temporary(dest: Path) -> Path:
 class StagedFile:
     """A safetensors file written while its tensors are being produced: a merge writes each
     merged chunk here as it stores it, so the checkout that follows renames the file into
-    place instead of decoding every chunk again. It lives in a staging directory of the
-    repository (same file system) until installed; a killed merge leaves it there, and the
-    next merge or gc clears that directory."""
+    place instead of decoding every chunk again, or, when the merge changed at most half
+    of the working file (``in_place``), copies just the merged chunks into it. It lives in
+    a staging directory of the repository (same file system) until installed; a killed
+    merge leaves it there, and the next merge or gc clears that directory."""
 
-    def __init__(self, dest: Path, staging: Path, header: bytes, data_size: int, source: ChunkSource | None = None):
+    def __init__(
+        self,
+        dest: Path,
+        staging: Path,
+        header: bytes,
+        data_size: int,
+        source: ChunkSource | None = None,
+        in_place: bool = False,
+    ):
         self.dest = dest
-        self.source = source  # where carried chunks' bytes come from
+        self.source = source  # where carried chunks' bytes come from: the working file at ``dest``, as checked out
+        self.header = header
+        self.in_place = in_place
         self.carried: list[tuple[int, str, int, str]] = []  # (file offset, chunk id, size, what) still to write
+        self.merged: list[tuple[int, int]] = []  # (file offset, size) of the bytes written here
+        self.patched = False  # install patched the working file rather than renaming this one over it
         layout = parse_header(header, len(header) + data_size, str(dest))
+        self.file_size = layout.file_size
         self.offsets = {t.name: layout.data_start + t.begin for t in layout.tensors}
         staging.mkdir(parents=True, exist_ok=True)
         self.tmp = staging / f"{uuid.uuid4().hex[:12]}-{dest.name}"
-        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         os.ftruncate(self.fd, layout.file_size)
         self._pwrite(header, 0)
         self.entry_oid: str | None = None  # set once every tensor is written and the entry is known
@@ -243,7 +261,9 @@ class StagedFile:
 
     def write(self, tensor: str, offset: int, data: bytes | memoryview) -> None:
         """Bytes of ``tensor`` at ``offset`` within it (from any thread)."""
-        self._pwrite(data, self.offsets[tensor] + offset)
+        at = self.offsets[tensor] + offset
+        self._pwrite(data, at)
+        self.merged.append((at, len(data)))  # list.append is atomic: safe from the pool's threads
 
     def carry(self, tensor: str, offset: int, cid: str, size: int, what: str) -> None:
         """A chunk of ``tensor`` at ``offset`` that is already stored (a merge carried the base's):
@@ -271,14 +291,60 @@ class StagedFile:
             source.close()
 
     def install(self, pool: ThreadPoolExecutor | None = None) -> os.stat_result:
-        """Write the carried chunks, then move into place (the file's entry is committed);
-        returns the new file's stat."""
+        """Bring the working file to the merged bytes (the file's entry is committed, the
+        journal names it): patched in place where that writes at most half of it, else by
+        writing the carried chunks here and renaming this file into place. Returns the
+        working file's stat."""
+        misplaced = self._patch_plan()
+        if misplaced is not None:
+            self._patch(misplaced)
+            self.patched = True
+            self.discard()
+            return os.stat(self.dest)
         self._fill(pool)
         os.close(self.fd)
         self.fd = -1
         self.dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(self.tmp, self.dest)
         return os.stat(self.dest)
+
+    def _patch_plan(self) -> list[tuple[int, str, int, str]] | None:
+        """The carried chunks the working file lacks at their offsets, when it can be patched
+        in place: it is the very file (a regular one, no other name linked to it, no symlink)
+        whose chunks the source knows, it has the merged file's size and header, and the
+        merged and missing chunks make at most half of it. None: install by rename."""
+        source = self.source
+        if not self.in_place or source is None or source.fd is None:
+            return None
+        try:
+            seen, known = os.lstat(self.dest), os.fstat(source.fd)
+            if not stat.S_ISREG(seen.st_mode) or seen.st_nlink != 1 or seen.st_size != self.file_size:
+                return None
+            if (seen.st_dev, seen.st_ino) != (known.st_dev, known.st_ino):
+                return None
+            if os.pread(source.fd, len(self.header), 0) != self.header:
+                return None
+        except OSError:
+            return None
+        misplaced = [c for c in self.carried if source.local.get(c[1], (-1, 0))[0] != c[0]]
+        patch_bytes = sum(size for _, size in self.merged) + sum(c[2] for c in misplaced)
+        return misplaced if 2 * patch_bytes <= self.file_size else None
+
+    def _patch(self, misplaced: list[tuple[int, str, int, str]]) -> None:
+        """Write the missing carried chunks, then the merged ones, over the working file. A
+        chunk the patch overwrites fails its hash check if read from there again (by a
+        recovery, or a later missing chunk), so it is decoded from the store instead."""
+        assert self.source is not None
+        fd = os.open(self.dest, os.O_WRONLY | os.O_NOFOLLOW)
+        try:
+            for at, cid, size, what in misplaced:
+                _crashpoints.point("write")
+                _pwrite_all(fd, self.source.get(cid, size, what), at, self.dest)
+            for at, size in _coalesced(self.merged):
+                _crashpoints.point("write")
+                _copy_range(self.fd, fd, at, size, self.dest)
+        finally:
+            os.close(fd)
 
     def discard(self) -> None:
         if self.source is not None:
@@ -287,6 +353,37 @@ class StagedFile:
             os.close(self.fd)
             self.fd = -1
         self.tmp.unlink(missing_ok=True)
+
+
+def _coalesced(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(offset, size) ranges sorted, adjacent ones joined: fewer, longer copies."""
+    out: list[tuple[int, int]] = []
+    for at, size in sorted(ranges):
+        if out and out[-1][0] + out[-1][1] == at:
+            out[-1] = (out[-1][0], out[-1][1] + size)
+        else:
+            out.append((at, size))
+    return out
+
+
+def _copy_range(src: int, dst: int, at: int, size: int, dest: Path) -> None:
+    """Copy ``size`` bytes at ``at`` from one file to the same offset of another, in the kernel
+    where it can (``copy_file_range``: no pass through user memory), else by pread/pwrite."""
+    end = at + size
+    while at < end:
+        try:
+            n = os.copy_file_range(src, dst, end - at, at, at)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise OSError(exc.errno, exc.strerror, str(dest)) from None
+            n = 0
+        if n <= 0:  # not supported here (or a short source): copy through memory
+            data = os.pread(src, min(end - at, 1 << 24), at)
+            if not data:
+                raise OSError(errno.EIO, "the staged merge file is shorter than expected", str(dest))
+            _pwrite_all(dst, data, at, dest)
+            n = len(data)
+        at += n
 
 
 def write_entry(

@@ -114,9 +114,11 @@ def merge(
         staging = ctx.clear_staging()
         index = ctx.index()
 
+        in_place = patches_in_place(ctx)
+
         def stage_file(file: str, header: bytes, size: int) -> StagedFile:
             local = ChunkSource(ctx.store, local_file(ctx, index, file))  # unchanged chunks: copied from it
-            return StagedFile(ctx.root / file, staging, header, size, local)
+            return StagedFile(ctx.root / file, staging, header, size, local, in_place)
 
         fetched = {"base": Transfer(), "experts": Transfer()}
         if ctx.is_partial:
@@ -133,6 +135,18 @@ def merge(
         finally:
             for staged in run.staged.values():
                 staged.discard()  # those not installed
+
+
+def patches_in_place(ctx: Context) -> bool:
+    """Whether a checked-out merge may patch a working file in place (``merge.inPlace``,
+    default true). Off, every changed file is replaced by a new one, as a checkout does:
+    for a process that keeps the old model mapped while the merge runs."""
+    value = ctx.config_get("merge.inPlace")
+    if value is None or value.strip().lower() in ("true", "yes", "on", "1"):
+        return True
+    if value.strip().lower() in ("false", "no", "off", "0"):
+        return False
+    raise BadInputError(f"config merge.inPlace is {value!r}: expected true or false")
 
 
 def _refuse_stale_base(ctx: Context, base_commit: str, on_head: bool, branch: str | None) -> None:

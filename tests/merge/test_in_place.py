@@ -1,0 +1,163 @@
+"""A checked-out merge that changes a small part of a file patches the working file in place
+(writing only the merged chunks) instead of writing the whole file anew; the bytes are those
+a fresh checkout writes, and a patch killed half way is finished by the next command."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+
+import pytest
+from helpers.models import commit_uneven, sha256
+from helpers.run import run_mgit
+
+from mgit.errors import BadInputError
+from mgit.model import materialize
+from mgit.model.materialize import StagedFile, _coalesced, _copy_range
+from mgit.repo import Repository
+
+NAMES = ("math", "code", "chat")
+WEIGHTS = [0.5, 0.3, 0.2]
+MODEL = "model/model.safetensors"
+
+
+@pytest.fixture
+def uneven(repo, small_chunks):
+    commit_uneven(repo, NAMES, 50)
+    return repo
+
+
+@pytest.fixture
+def installs(monkeypatch):
+    """Every staged file installed: whether it was patched in place."""
+    seen: list[StagedFile] = []
+    real = StagedFile.install
+
+    def install(self, pool=None):
+        stat = real(self, pool)
+        seen.append(self)
+        return stat
+
+    monkeypatch.setattr(StagedFile, "install", install)
+    return seen
+
+
+def _fresh_checkout_sha(repo) -> str:
+    """The merged file as a checkout from the store writes it."""
+    shutil.rmtree(repo.root / "model")
+    repo.checkout("HEAD", force=True)
+    return sha256(repo.root / MODEL)
+
+
+@pytest.mark.parametrize("branch", [None, "m"])
+def test_a_budgeted_merge_patches_the_working_file_in_place(uneven, installs, branch):
+    repo = uneven
+    inode = os.stat(repo.root / MODEL).st_ino
+    repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS, branch=branch)
+    assert [s.patched for s in installs] == [True]
+    assert os.stat(repo.root / MODEL).st_ino == inode  # the same file, patched
+    assert list((repo.root / ".mgit" / "staging").glob("*")) == []  # the staged copy is gone
+    assert repo.status().clean
+    patched = sha256(repo.root / MODEL)
+    assert _fresh_checkout_sha(repo) == patched
+
+
+def test_an_exact_merge_replaces_the_file(uneven, installs):
+    """Merged chunks make most of the file: writing it anew costs less than patching."""
+    repo = uneven
+    inode = os.stat(repo.root / MODEL).st_ino
+    repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS)
+    assert [s.patched for s in installs] == [False]
+    assert os.stat(repo.root / MODEL).st_ino != inode
+    patched = sha256(repo.root / MODEL)
+    assert _fresh_checkout_sha(repo) == patched
+
+
+def test_in_place_can_be_turned_off(uneven, installs):
+    repo = uneven
+    repo.config_set("merge.inPlace", "false")
+    inode = os.stat(repo.root / MODEL).st_ino
+    repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
+    assert [s.patched for s in installs] == [False]
+    assert os.stat(repo.root / MODEL).st_ino != inode
+    assert repo.status().clean
+
+
+def test_a_bad_in_place_setting_is_refused_before_any_work(uneven):
+    repo = uneven
+    repo.config_set("merge.inPlace", "sometimes")
+    head = repo.refs.head()
+    with pytest.raises(BadInputError, match=r"merge\.inPlace"):
+        repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
+    assert repo.refs.head() == head
+
+
+def test_a_hard_linked_working_file_is_not_patched(uneven, installs, tmp_path):
+    """Another name for the file (a copy made with `cp -l`) keeps the old bytes."""
+    repo = uneven
+    other = tmp_path / "elsewhere.safetensors"
+    before = sha256(repo.root / MODEL)
+    os.link(repo.root / MODEL, other)
+    repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
+    assert [s.patched for s in installs] == [False]
+    assert sha256(other) == before
+    assert sha256(repo.root / MODEL) != before
+
+
+def test_a_symlinked_working_file_is_replaced_not_written_through(uneven, installs, tmp_path):
+    repo = uneven
+    target = tmp_path / "shared.safetensors"
+    shutil.copyfile(repo.root / MODEL, target)
+    before = sha256(target)
+    (repo.root / MODEL).unlink()
+    (repo.root / MODEL).symlink_to(target)
+    repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
+    assert [s.patched for s in installs] == [False]
+    assert sha256(target) == before
+    assert not (repo.root / MODEL).is_symlink()
+
+
+@pytest.mark.parametrize("point", ["write:1", "write:2"])
+def test_a_patch_killed_half_way_is_finished_by_the_next_command(repo, point):
+    """SIGKILL before the first and the second patched range: the journal names the file,
+    and the next command rewrites what the patch had not, byte for byte."""
+    commit_uneven(repo, NAMES, 50)
+    root = repo.root
+    repo.close()
+    args = ["merge", "--method", "task_arithmetic", "--weights", "0.5,0.3,0.2", "--budget", "10%", *NAMES, "-m", "m"]
+    killed = run_mgit(*args, cwd=root, env={"MGIT_CRASH_AT": point})
+    assert killed.returncode == -9, killed.stderr
+    assert (root / ".mgit" / "journal.json").is_file()
+    status = run_mgit("status", cwd=root, check=True)
+    assert "finishing the interrupted merge" in status.stderr
+    assert not (root / ".mgit" / "journal.json").exists()
+    with Repository(root) as again:
+        assert again.status().clean
+        assert again.log()[0].message.startswith("m")
+        patched = sha256(root / MODEL)
+        assert _fresh_checkout_sha(again) == patched
+    assert run_mgit("fsck", cwd=root).returncode == 0
+
+
+def test_ranges_are_sorted_and_joined():
+    assert _coalesced([(10, 5), (0, 10), (20, 1), (15, 2)]) == [(0, 17), (20, 1)]
+    assert _coalesced([]) == []
+
+
+def test_a_range_copies_through_memory_where_the_kernel_cannot(tmp_path, monkeypatch):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.write_bytes(bytes(range(256)) * 64)
+    dst.write_bytes(b"\0" * (256 * 64))
+
+    def unsupported(*args):
+        raise OSError(errno.EXDEV, "cross-device")
+
+    for kernel in (os.copy_file_range, unsupported):
+        monkeypatch.setattr(materialize.os, "copy_file_range", kernel)
+        dst.write_bytes(b"\0" * (256 * 64))
+        with open(src, "rb") as s, open(dst, "r+b") as d:
+            _copy_range(s.fileno(), d.fileno(), 1000, 5000, dst)
+        got = dst.read_bytes()
+        assert got[1000:6000] == src.read_bytes()[1000:6000]
+        assert got[:1000] == b"\0" * 1000 and got[6000:] == b"\0" * (len(got) - 6000)
