@@ -63,6 +63,7 @@ class ChunkStore:
         self._append_lock = threading.Lock()
         self._indexes: dict[Path, PackIndex] = {}
         self._index_set: IndexSet | None = None  # _indexes searched as one; None: to be rebuilt
+        self._looked = False  # whether the pack directory was listed yet (an empty store's too)
         self._readers: dict[Path, PackReader] = {}
         self._writer: PackWriter | None = None
         self._random = 0  # open random_reads() contexts: while > 0, sealed records are read exactly
@@ -75,6 +76,7 @@ class ChunkStore:
     def refresh(self) -> None:
         """Pick up packs sealed since we last looked (by us or another process)."""
         with self._lock:
+            self._looked = True
             if not self.pack_dir.is_dir():
                 return
             for path in sorted(self.pack_dir.glob("pack-*.idx")):
@@ -94,7 +96,7 @@ class ChunkStore:
         with self._lock:
             if self._writer is not None and cid in self._writer.entries:
                 return self._writer.entries[cid]
-            if not self._indexes:
+            if not self._looked:  # once: a store with no packs yet is not listed again per lookup
                 self.refresh()
             loc = self._sealed().find(cid)
             if loc is not None or not refresh:
@@ -257,6 +259,7 @@ class ChunkStore:
             self._readers.clear()
             self._indexes.clear()
             self._index_set = None
+            self._looked = False
 
     def close(self) -> None:
         self.seal()

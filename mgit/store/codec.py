@@ -19,6 +19,12 @@ RAW = 0
 GROUPED_ZSTD = 1
 XOR_DELTA = 2  # raw XOR base chunk, then byte-grouped zstd
 ZSTD_LEVEL = 1  # measured: faster than 3 and no larger on bf16 weights
+# zstd level 1 tuned for byte planes of weights (measured on 4 MiB chunks of a bf16 llama and
+# all-MiniLM's f32: 1.8-2.4x faster to compress, ~2x faster to decode, 1-2% smaller; XOR deltas
+# as small and as fast): its match finder spends most of the time on the exponent plane, whose
+# short matches cost more bits than Huffman-coded literals. Matches of 7+ bytes only, from a
+# small hash table, keep the long runs (zeros, repeated rows) and skip the rest.
+ZSTD_PARAMS = {"strategy": zstandard.STRATEGY_FAST, "min_match": 7, "hash_log": 8, "window_log": 20}
 ENCODINGS = (RAW, GROUPED_ZSTD, XOR_DELTA)
 ENCODING_NAMES = {RAW: "raw", GROUPED_ZSTD: "zstd", XOR_DELTA: "delta"}  # as `mgit du` shows them
 MIN_SAVING = 0.02  # store raw unless compression saves at least 2%
@@ -32,7 +38,8 @@ _local = threading.local()
 def _compressor() -> zstandard.ZstdCompressor:
     c = getattr(_local, "cctx", None)
     if c is None:
-        c = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        params = zstandard.ZstdCompressionParameters.from_level(ZSTD_LEVEL, **ZSTD_PARAMS)
+        c = _local.cctx = zstandard.ZstdCompressor(compression_params=params)
     return c
 
 

@@ -154,3 +154,23 @@ def test_a_small_delta_is_taken_without_trying_the_plain_encoding(tmp_path, monk
     result = store.put(far, 2, base=(base_id, base))
     assert calls == [1] and result.encoding != codec.XOR_DELTA
     assert store.get(result.cid) == far and store.get(chunk_id(bytes(near))) == bytes(near)
+
+
+def test_an_empty_store_lists_its_pack_directory_once_not_per_lookup(tmp_path, monkeypatch):
+    """A fresh repository's first add stored every chunk after listing the (empty) pack
+    directory again, under the store's lock: ~0.7 s of a 2.2 GB add on two cores."""
+    store = ChunkStore(tmp_path)
+    listed = []
+    real = ChunkStore.refresh
+
+    def refresh(self):
+        listed.append(1)
+        return real(self)
+
+    monkeypatch.setattr(ChunkStore, "refresh", refresh)
+    for k in range(50):
+        store.put(bytes([k]) * 1000, 1)
+    assert len(listed) == 1
+    other = ChunkStore(tmp_path)
+    store.seal()  # sealed by another store object: a lookup that misses looks again
+    assert other.has(chunk_id(b"\x07" * 1000))
