@@ -150,11 +150,7 @@ class ChunkStore:
     # -- writing ------------------------------------------------------------------------
 
     def put(
-        self,
-        raw: RawBytes,
-        group: int,
-        cid: str | None = None,
-        base: tuple[str, RawBytes] | None = None,
+        self, raw: RawBytes, group: int, cid: str | None = None, base: tuple[str, RawBytes] | None = None
     ) -> PutResult:
         """Store raw bytes unless present; with ``base`` (id, raw bytes) try an XOR delta.
 
@@ -258,8 +254,7 @@ class ChunkStore:
                 reader.close()
             self._readers.clear()
             self._indexes.clear()
-            self._index_set = None
-            self._looked = False
+            self._index_set, self._looked = None, False
 
     def close(self) -> None:
         self.seal()
