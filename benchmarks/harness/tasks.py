@@ -2,10 +2,11 @@
 
 Why: a budgeted merge is only worth having if the merged model still does each expert's job,
 and that is measured on tasks, not on weight error. No dataset can be downloaded here, so each
-task is made from templates and word lists with a seeded generator: different tasks need
-different things from the encoder (what a sentence is about, its polarity under negation, a
-comparison of two numbers, who did what to whom), so their fine-tunes move the weights
-differently, as real task experts do. Pure functions: the same seed gives the same examples.
+task is made from templates and word lists with a seeded generator. The tasks need different
+things from the encoder (which topic comes first, polarity under negation, a comparison of two
+numbers, who did what to whom), none of them told by a bag of words alone, so their fine-tunes
+move the weights differently, as real task experts do. Pure functions: the same seed gives the
+same examples.
 """
 
 from __future__ import annotations
@@ -31,10 +32,14 @@ VERBS = [("chased", "chased"), ("helped", "helped"), ("saw", "seen"), ("pushed",
 
 
 def topic(rng: random.Random) -> Example:
-    """What a sentence is about (4 classes): topic words among filler words."""
-    label = rng.randrange(len(TOPICS))
-    words = rng.sample(list(TOPICS.values())[label], 3) + rng.sample(FILLER, 4)
-    rng.shuffle(words)
+    """Which topic a sentence starts with (4 classes): words of two topics, one after the other,
+    among filler words. A bag of words sees both topics alike (the base model's mean-pooled
+    embedding tells the pair, not which came first); the order takes a tuned encoder."""
+    label, second = rng.sample(range(len(TOPICS)), 2)
+    vocab = list(TOPICS.values())
+    first_words, second_words = rng.sample(vocab[label], 2), rng.sample(vocab[second], 2)
+    filler = rng.sample(FILLER, 3)
+    words = [filler[0], *first_words, filler[1], "and then", *second_words, filler[2]]
     return " ".join(words), label
 
 
