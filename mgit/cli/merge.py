@@ -74,6 +74,13 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
     show_default=True,
     help="how chunks are chosen under --budget (uniform: at random, seeded; for comparisons)",
 )
+@click.option(
+    "--budget-fairness",
+    type=click.Choice(["global", "per-expert"]),
+    default="global",
+    show_default=True,
+    help="how --budget is shared: per-expert spends each expert's share on its own chunks first",
+)
 @click.option("--explain", is_flag=True, help="print the budgeted plan per layer (bytes, captured share, bound)")
 @click.option("--dry-run", is_flag=True, help="print the plan (what would be read); read no tensor data")
 @click.option(
@@ -108,6 +115,7 @@ def cmd_merge(
     allow_missing: bool,
     budget: str | None,
     budget_select: str,
+    budget_fairness: str,
     explain: bool,
     dry_run: bool,
     as_json: bool,
@@ -136,7 +144,7 @@ def cmd_merge(
         plan, setup = repo.merge_plan(
             list(experts), method, base, model=model_dir, allow_missing=allow_missing, config=config,
             budget=budget, budget_select=budget_select, explain=explain, seed=seed or 0, dtype=dtype,
-            out_dtype=out_dtype, **params,
+            out_dtype=out_dtype, budget_fairness=budget_fairness, **params,
         )  # fmt: skip
         # The plan's record is built here, as before the split (the merge package is being reshaped:
         # these two calls move behind Repository when it is).
@@ -153,7 +161,7 @@ def cmd_merge(
     sha = repo.merge(
         list(experts), method, base, branch=branch, message=message, seed=seed, dtype=dtype,
         out_dtype=out_dtype, model=model_dir, allow_missing=allow_missing, config=config, budget=budget,
-        budget_select=budget_select, checkout=not no_checkout, **params,
+        budget_select=budget_select, budget_fairness=budget_fairness, checkout=not no_checkout, **params,
     )  # fmt: skip
     merged = repo.merge_record(sha)
     assert merged is not None  # a merge commit always has its plan record

@@ -40,6 +40,7 @@ class MergeRequest:
     seed: int | None = None  # None: 0 for deterministic methods, else drawn (Repository.merge)
     dtype: str | None = None
     out_dtype: str | None = None
+    budget_fairness: str = "global"  # how the budget is shared among the experts (budget.importance.FAIRNESS)
 
     def check(self) -> MergeConfig | None:
         """What can be refused from the request alone (torch-free, nothing read): the config and
@@ -55,6 +56,9 @@ class MergeRequest:
             check_method(cfg.method, given, str(self.config))
         if self.budget is not None:
             parse_budget(self.budget)
+        from mgit.merge.budget.restrict import check_selection
+
+        check_selection(self.budget_select, self.budget_fairness)
         return cfg
 
     @property

@@ -64,6 +64,7 @@ def merge(
     config: str | os.PathLike[str] | None = None,
     budget: str | int | None = None,
     budget_select: str = "importance",
+    budget_fairness: str = "global",
     checkout: bool = True,
     **params: Any,
 ) -> str:
@@ -78,14 +79,16 @@ def merge(
     With ``config`` (a mergekit YAML file) method, base, experts and parameters come
     from it instead, with per-tensor filters and per-layer gradients. With ``budget``
     (``"2GB"``, ``"10%"``, an int of bytes) expert chunk reads stay within it, the most important
-    chunks chosen first (``budget_select="uniform"``: at random, for comparisons).
+    chunks chosen first (``budget_select="uniform"``: at random, for comparisons;
+    ``budget_fairness="per-expert"``: each expert's share of the budget spent on its own chunks
+    first, so no expert is starved by others' larger deltas).
     """
     from mgit.merge.methods.registry import get_method
     from mgit.merge.request import MergeRequest
 
     request = MergeRequest(
         tuple(experts), method, base, params, model, allow_missing, config, budget, budget_select,
-        seed=seed, dtype=dtype, out_dtype=out_dtype,
+        seed=seed, dtype=dtype, out_dtype=out_dtype, budget_fairness=budget_fairness,
     )  # fmt: skip
     cfg = request.check()  # bad input refused before torch loads
     if seed is None:  # deterministic methods need none: keep their commits reproducible
@@ -259,6 +262,7 @@ def merge_plan(
     seed: int = 0,
     dtype: str | None = None,
     out_dtype: str | None = None,
+    budget_fairness: str = "global",
     **params: Any,
 ) -> tuple[MergePlan, MergeSetup]:
     """What a merge would read, from manifests alone (``mgit merge --dry-run``); with a
@@ -268,7 +272,7 @@ def merge_plan(
 
     request = MergeRequest(
         tuple(experts), method, base, params, model, allow_missing, config, budget, budget_select, explain,
-        seed, dtype, out_dtype,
+        seed, dtype, out_dtype, budget_fairness,
     )  # fmt: skip
     return resolve_plan(ctx, request)
 
@@ -344,7 +348,7 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> tuple[MergePlan, Merge
         reference=reference, seed=request.seed or 0,
     )  # fmt: skip
     if request.wants_budget:
-        plan = _plan_budget(ctx, plan, setup, request.budget, request.budget_select)
+        plan = _plan_budget(ctx, plan, setup, request.budget, request.budget_select, request.budget_fairness)
     return plan, setup
 
 
@@ -380,6 +384,7 @@ def _plan_budget(
     setup: MergeSetup,
     budget: str | int | None,
     select: str,
+    fairness: str = "global",
 ) -> MergePlan:
     """``plan`` restricted to the expert chunks a budget affords, a new plan carrying its
     report (see mgit.merge.budget)."""
@@ -387,7 +392,7 @@ def _plan_budget(
     from mgit.merge.budget.restrict import check_selection, restrict
     from mgit.store.paircache import PairCache
 
-    check_selection(select)
+    check_selection(select, fairness)
     given = parse_budget(budget) if budget is not None else None
     full = plan.expert_bytes
     limit = given.resolve(full) if given is not None else None
@@ -401,6 +406,6 @@ def _plan_budget(
     restricted, _ = restrict(
         plan, setup.method, lambda tp: setup.resolved_params(tp.name), analysis,
         given=str(budget) if budget is not None else None, limit=limit, select=select, seed=setup.seed,
-        dtypes=(setup.dtype, setup.out_dtype),
+        dtypes=(setup.dtype, setup.out_dtype), fairness=fairness,
     )  # fmt: skip
     return restricted

@@ -76,10 +76,13 @@ def budget_line(b: dict) -> str:
             f"; ‖Δ‖ of {estimated} chunk pair(s) estimated from chunk norms (analysis capped at "
             f"{decimal(analyzed['cap_bytes'])}; reading them all: {decimal(analyzed['priced_bytes'])})"
         )
+    shares = b.get("captured_share_per_expert") or []  # older records lack it
+    per_expert = f"; per expert {' / '.join(f'{x:.0%}' for x in shares)}" if b["limit_bytes"] and shares else ""
+    fairness = ", per-expert" if b.get("fairness") == "per-expert" else ""
     return (
-        f"{limit} ({b['select']}): {b['chunks_chosen']} of {b['chunks_candidate']} expert chunk(s), "
+        f"{limit} ({b['select']}{fairness}): {b['chunks_chosen']} of {b['chunks_candidate']} expert chunk(s), "
         f"{decimal(b['expert_bytes_planned'])} of {decimal(b['expert_bytes_full'])}; "
-        f"captured {b['captured_share']:.1%} of Σ‖wΔ‖²{best}{bound}{extra}"
+        f"captured {b['captured_share']:.1%} of Σ‖wΔ‖²{best}{per_expert}{bound}{extra}"
     )
 
 

@@ -39,6 +39,10 @@ from mgit.merge.methods.base import Weights
 from mgit.merge.plan import MergePlan, TensorPlan
 
 SELECTIONS = ("importance", "uniform")
+# How a budget is shared among the experts: "global" ranks every expert's chunks together (the
+# experts with the largest deltas are taken first); "per-expert" gives each expert the budget's
+# share of its own bytes first, then spends what is left globally.
+FAIRNESS = ("global", "per-expert")
 # Unit roundoff (half an ulp at 1) of each floating dtype.
 _UNIT_ROUNDOFF = {"F64": 2.0**-53, "F32": 2.0**-24, "F16": 2.0**-11, "BF16": 2.0**-8, "F8_E4M3": 2.0**-4}
 _COARSEST = 2.0**-3  # F8_E5M2 and anything unknown
@@ -106,9 +110,10 @@ def best_share(cands: list[Candidate], limit: int | None) -> float:
     return min(1.0, fractional_bound(items, max(left, 0)) / energy)
 
 
-def choose(cands: list[Candidate], limit: int | None, select: str, seed: int) -> list[bool]:
+def choose(cands: list[Candidate], limit: int | None, select: str, seed: int, fairness: str = "global") -> list[bool]:
     """Which candidates to read: all without a limit; otherwise those of unknown importance
-    first (they cannot be ranked, so never silently dropped), then the knapsack's choice."""
+    first (they cannot be ranked, so never silently dropped), then the knapsack's choice
+    (``fairness="per-expert"``: within each expert's share first, see :func:`_per_expert`)."""
     if limit is None:
         return [True] * len(cands)
     forced = [c.norm is None for c in cands]
@@ -121,8 +126,40 @@ def choose(cands: list[Candidate], limit: int | None, select: str, seed: int) ->
         )
     rest = [n for n, f in enumerate(forced) if not f]
     items = [Item(cands[n].cost, cands[n].importance ** 2) for n in rest]
-    picked = choose_by_density(items, left) if select == "importance" else choose_uniform(items, left, seed)
+
+    def pick(subset: list[Item], budget: int) -> list[bool]:
+        return choose_by_density(subset, budget) if select == "importance" else choose_uniform(subset, budget, seed)
+
+    if fairness == "per-expert":
+        picked = _per_expert(items, [cands[n].expert for n in rest], left, pick)
+    else:
+        picked = pick(items, left)
     taken = list(forced)
     for n, p in zip(rest, picked, strict=True):
+        taken[n] = p
+    return taken
+
+
+def _per_expert(
+    items: list[Item], experts: list[int], limit: int, pick: Callable[[list[Item], int], list[bool]]
+) -> list[bool]:
+    """Each expert first gets the budget's share of its own candidate bytes (its chunks chosen
+    within that by ``pick``), so no expert is left at the base because others' deltas are
+    larger; then what the experts' shares left unspent goes to the remaining chunks, chosen
+    by ``pick`` among all of them."""
+    total = sum(i.cost for i in items)
+    if total <= limit:
+        return [True] * len(items)
+    taken = [False] * len(items)
+    spent = 0
+    for k in sorted(set(experts)):
+        mine = [n for n, e in enumerate(experts) if e == k]
+        share = sum(items[n].cost for n in mine) * limit // total
+        for n, p in zip(mine, pick([items[n] for n in mine], share), strict=True):
+            if p:
+                taken[n] = True
+                spent += items[n].cost
+    rest = [n for n in range(len(items)) if not taken[n]]
+    for n, p in zip(rest, pick([items[n] for n in rest], limit - spent), strict=True):
         taken[n] = p
     return taken

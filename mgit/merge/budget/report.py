@@ -46,10 +46,18 @@ class BudgetReport:
     analyze_bytes: int = 0
     analyze: dict[str, Any] = field(default_factory=dict)  # mgit.merge.budget.analyze.Analysis.to_json()
     tensors: dict[str, TensorBudget] = field(default_factory=dict)
+    fairness: str = "global"  # how the budget was shared among the experts (importance.FAIRNESS)
+    expert_energy: list[float] = field(default_factory=list)  # per expert: Σ (a_k ‖Δ‖)² over its candidates
+    expert_captured: list[float] = field(default_factory=list)  # ... over its chosen ones
 
     @property
     def captured_share(self) -> float:
         return self.captured / self.energy if self.energy > 0 else 1.0
+
+    @property
+    def expert_shares(self) -> list[float]:
+        """Each expert's captured share: a budget that leaves one near 0 leaves its task at the base."""
+        return [c / e if e > 0 else 1.0 for c, e in zip(self.expert_captured, self.expert_energy, strict=True)]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,7 +68,9 @@ class BudgetReport:
             "expert_bytes_planned": self.planned_bytes,
             "chunks_candidate": self.candidates,
             "chunks_chosen": self.chosen,
+            "fairness": self.fairness,
             "captured_share": self.captured_share,
+            "captured_share_per_expert": self.expert_shares,
             "captured_share_max": self.best_share,
             "error_bound": _finite(self.error_bound),
             "rounding_allowance": _finite(self.rounding_allowance),

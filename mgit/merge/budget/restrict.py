@@ -17,15 +17,26 @@ from typing import Any
 
 from mgit.errors import BadInputError
 from mgit.merge.budget.analyze import Analysis
-from mgit.merge.budget.importance import SELECTIONS, Candidate, best_share, candidates, choose, gamma_n, unit_roundoff
+from mgit.merge.budget.importance import (
+    FAIRNESS,
+    SELECTIONS,
+    Candidate,
+    best_share,
+    candidates,
+    choose,
+    gamma_n,
+    unit_roundoff,
+)
 from mgit.merge.budget.report import BudgetReport, TensorBudget
 from mgit.merge.methods.base import MergeMethod, Weights
 from mgit.merge.plan import MergePlan, TensorPlan
 
 
-def check_selection(select: str) -> None:
+def check_selection(select: str, fairness: str = "global") -> None:
     if select not in SELECTIONS:
         raise BadInputError(f"unknown budget selection {select!r} (known: {', '.join(SELECTIONS)})")
+    if fairness not in FAIRNESS:
+        raise BadInputError(f"unknown budget fairness {fairness!r} (known: {', '.join(FAIRNESS)})")
 
 
 def restrict(
@@ -39,12 +50,14 @@ def restrict(
     select: str,
     seed: int,
     dtypes: tuple[str | None, str | None] = (None, None),
+    fairness: str = "global",
 ) -> tuple[MergePlan, BudgetReport]:
     """The plan reading only the expert chunks ``limit`` bytes afford (all without a limit),
-    most important first (``select="uniform"``: at random, seeded), and its report.
+    most important first (``select="uniform"``: at random, seeded; ``fairness="per-expert"``:
+    within each expert's share of the budget first), and its report.
     ``params_of(tp)``: one tensor's resolved parameters; ``analysis``: every candidate's ‖Δ‖;
     ``dtypes``: the merge's working and output dtypes (for the rounding allowance)."""
-    check_selection(select)
+    check_selection(select, fairness)
 
     def weights_for(tp: TensorPlan) -> Weights:
         return method.effective_weights(params_of(tp), len(tp.experts))
@@ -52,11 +65,13 @@ def restrict(
     def roundoff_for(tp: TensorPlan) -> float:
         return unit_roundoff(tp.base.dtype, *dtypes)
 
-    report = BudgetReport(given, limit, select, plan.expert_bytes)
+    report = BudgetReport(given, limit, select, plan.expert_bytes, fairness=fairness)
+    n_experts = max((len(tp.experts) for tp in plan.tensors), default=0)
+    report.expert_energy, report.expert_captured = [0.0] * n_experts, [0.0] * n_experts
     report.analyze_pairs, report.analyze_bytes = analysis.pairs_analyzed, analysis.bytes_read
     report.analyze = analysis.to_json()
     cands = candidates(plan, weights_for, analysis.norms, analysis.upper)
-    taken = choose(cands, limit, select, seed)
+    taken = choose(cands, limit, select, seed, fairness)
     report.best_share = best_share(cands, limit)
     chosen = _report(plan, cands, taken, weights_for, method.affine, roundoff_for, report)
     return _restricted(plan, chosen, report), report
@@ -98,7 +113,9 @@ def _report(
         tb.candidates += 1
         tb.full_bytes += c.cost
         tb.energy += value * value
+        report.expert_energy[c.expert] += value * value
         if take:
+            report.expert_captured[c.expert] += value * value
             chosen.setdefault((c.tensor, c.expert), []).append(c.chunk)
             tb.chosen += 1
             tb.planned_bytes += c.cost
