@@ -165,6 +165,10 @@ def commit_model(repo, sd: dict, message: str, shards: int = 1, directory: str =
     return repo.commit(message)
 
 
+THREE_EXPERTS = ("math", "code", "chat")  # the branches tests/merge's `three_uneven` fixture makes
+THREE_WEIGHTS = [0.5, 0.3, 0.2]
+
+
 def commit_uneven(repo, names, seed: int, dtype: torch.dtype = torch.bfloat16) -> dict:
     """main: a base (returned); one branch per name, each an uneven fine-tune of it (seeds
     ``seed``, ``seed + 1``, ...); main checked out at the end."""

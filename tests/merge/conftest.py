@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from helpers.models import commit_model, frozen_finetune, llama_state_dict
+from helpers.models import THREE_EXPERTS, commit_model, commit_uneven, frozen_finetune, llama_state_dict
 
 from mgit.merge import engine
 from mgit.model import ingest
@@ -31,3 +31,10 @@ def small_chunks(monkeypatch):
     small = functools.partial(chunk_size_for, target=4000)
     monkeypatch.setattr(ingest, "chunk_size_for", small)
     monkeypatch.setattr(engine, "chunk_size_for", small)
+
+
+@pytest.fixture
+def three_uneven(repo, small_chunks):
+    """main: a bf16 base; math, code and chat: uneven fine-tunes of it (seeds 50…52), small chunks."""
+    commit_uneven(repo, THREE_EXPERTS, 50)
+    return repo

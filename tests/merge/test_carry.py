@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 from helpers.cli import invoke
-from helpers.models import commit_model, commit_uneven, llama_state_dict, tree_hashes
+from helpers.models import THREE_EXPERTS, THREE_WEIGHTS, commit_model, llama_state_dict, tree_hashes
 
 from mgit.merge.carry import carried_chunks
 from mgit.merge.methods.affine_arrays import AffineKernel
@@ -17,14 +17,7 @@ from mgit.merge.methods.registry import get_method
 from mgit.merge.methods.task_arithmetic import TaskArithmetic
 from mgit.store.chunkstore import ChunkStore
 
-NAMES = ("math", "code", "chat")
-WEIGHTS = [0.5, 0.3, 0.2]
-
-
-@pytest.fixture
-def uneven(repo, small_chunks):
-    commit_uneven(repo, NAMES, 50)
-    return repo
+NAMES, WEIGHTS = THREE_EXPERTS, THREE_WEIGHTS
 
 
 @pytest.fixture
@@ -57,8 +50,8 @@ def _old_way(monkeypatch):
 
 
 @pytest.mark.parametrize("checkout", [True, False])
-def test_a_budgeted_merge_reads_and_stores_nothing_where_no_expert_chunk_was_chosen(uneven, spy, checkout):
-    repo = uneven
+def test_a_budgeted_merge_reads_and_stores_nothing_where_no_expert_chunk_was_chosen(three_uneven, spy, checkout):
+    repo = three_uneven
     plan, setup = repo.merge_plan(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
     carried = {tp.name: carried_chunks(tp, setup) for tp in plan.tensors}
     total = sum(len(tp.base.chunks) for tp in plan.tensors)
@@ -79,8 +72,8 @@ def test_a_budgeted_merge_reads_and_stores_nothing_where_no_expert_chunk_was_cho
     assert b["base_measured"] < plan.base_bytes * (total - n_carried) / total * 1.5 + 1
 
 
-def test_carrying_is_bit_identical_to_computing_every_chunk(uneven, monkeypatch):
-    repo = uneven
+def test_carrying_is_bit_identical_to_computing_every_chunk(three_uneven, monkeypatch):
+    repo = three_uneven
     for budget, branch in ((None, "exact"), ("10%", "budgeted")):
         repo.checkout("main")
         repo.merge(list(NAMES), "task_arithmetic", budget=budget, weight=WEIGHTS, branch=branch)
@@ -98,8 +91,8 @@ def test_carrying_is_bit_identical_to_computing_every_chunk(uneven, monkeypatch)
 
 
 @pytest.mark.parametrize("method", ["ties", "dare_ties"])
-def test_sparsifiers_carry_unchanged_chunks_bit_identically(uneven, monkeypatch, method):
-    repo = uneven
+def test_sparsifiers_carry_unchanged_chunks_bit_identically(three_uneven, monkeypatch, method):
+    repo = three_uneven
     params = {"weight": WEIGHTS, "density": 0.5, "seed": 7}
     repo.merge(list(NAMES), method, branch="new", budget="20%", **params)
     with monkeypatch.context() as m:
@@ -110,8 +103,8 @@ def test_sparsifiers_carry_unchanged_chunks_bit_identically(uneven, monkeypatch,
     assert repo.merge_record("new")["bytes"]["output_chunks_carried"] > 0
 
 
-def test_frozen_tensors_keep_the_bases_manifest(uneven):
-    repo = uneven
+def test_frozen_tensors_keep_the_bases_manifest(three_uneven):
+    repo = three_uneven
     sha = repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, branch="m")
     record = repo.merge_record(sha)
     untouched = [t for t in record["tensors"] if not any(t["expert_chunks_read"])]
@@ -119,8 +112,8 @@ def test_frozen_tensors_keep_the_bases_manifest(uneven):
     assert record["bytes"]["output_chunks_carried"] >= sum(t["chunks"] for t in untouched)
 
 
-def test_a_working_dtype_that_rounds_the_base_computes_every_chunk(uneven):
-    repo = uneven
+def test_a_working_dtype_that_rounds_the_base_computes_every_chunk(three_uneven):
+    repo = three_uneven
     plan, setup = repo.merge_plan(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS, dtype="F16")
     assert all(not carried_chunks(tp, setup) for tp in plan.tensors)  # bf16 → f16 → bf16 is not exact
     plan, setup = repo.merge_plan(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS, dtype="F32")
@@ -151,8 +144,8 @@ def _state(repo):
     )
 
 
-def test_no_checkout_leaves_working_tree_index_and_head_alone(uneven):
-    repo = uneven
+def test_no_checkout_leaves_working_tree_index_and_head_alone(three_uneven):
+    repo = three_uneven
     before = _state(repo)
     sha = repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, branch="cand", checkout=False)
     assert _state(repo) == before
@@ -164,8 +157,8 @@ def test_no_checkout_leaves_working_tree_index_and_head_alone(uneven):
     assert _model_entries(repo, again) == _model_entries(repo, sha)
 
 
-def test_no_checkout_works_with_a_dirty_working_tree(uneven):
-    repo = uneven
+def test_no_checkout_works_with_a_dirty_working_tree(three_uneven):
+    repo = three_uneven
     (repo.root / "notes.txt").write_text("work in progress\n")
     repo.add(["notes.txt"])
     (repo.root / "notes.txt").write_text("more\n")
@@ -173,8 +166,8 @@ def test_no_checkout_works_with_a_dirty_working_tree(uneven):
     assert (repo.root / "notes.txt").read_text() == "more\n"
 
 
-def test_no_checkout_cli(uneven):
-    repo = uneven
+def test_no_checkout_cli(three_uneven):
+    repo = three_uneven
     args = ("merge", *NAMES, "--method", "task_arithmetic", "--weights", "0.5,0.3,0.2")
     refused = invoke(*args, "--no-checkout", cwd=repo.root)
     assert refused.returncode == 2 and "-b NAME" in refused.stderr
@@ -188,8 +181,8 @@ def test_no_checkout_cli(uneven):
     assert "on c2 (not checked out)" in text.stdout and "carried from the base" in text.stdout
 
 
-def test_a_checked_out_budgeted_merge_matches_a_fresh_checkout(uneven, tmp_path):
-    repo = uneven
+def test_a_checked_out_budgeted_merge_matches_a_fresh_checkout(three_uneven, tmp_path):
+    repo = three_uneven
     repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS, budget="10%")
     written = tree_hashes(repo.root, "model")
     for f in (repo.root / "model").iterdir():
@@ -199,8 +192,8 @@ def test_a_checked_out_budgeted_merge_matches_a_fresh_checkout(uneven, tmp_path)
     assert repo.status().clean
 
 
-def test_a_budgeted_sparsifier_reads_only_the_base_chunks_it_computes(uneven):
-    repo = uneven
+def test_a_budgeted_sparsifier_reads_only_the_base_chunks_it_computes(three_uneven):
+    repo = three_uneven
     params = {"weight": WEIGHTS, "density": 0.5}
     exact = repo.merge_record(repo.merge(list(NAMES), "ties", branch="exact", **params))["bytes"]
     repo.checkout("main")
@@ -240,8 +233,8 @@ def test_a_non_finite_base_value_under_unchanged_experts_is_still_seen_by_the_de
     assert torch.equal(new[1:], old[1:])  # and every other element as computing it gives
 
 
-def test_experts_equal_to_the_base_at_a_chunk_are_left_out_of_its_math(uneven, monkeypatch):
-    repo = uneven
+def test_experts_equal_to_the_base_at_a_chunk_are_left_out_of_its_math(three_uneven, monkeypatch):
+    repo = three_uneven
     seen: list[int] = []
     real, real_array = TaskArithmetic.combine_slice, AffineKernel.merge
 
@@ -267,8 +260,8 @@ def test_experts_equal_to_the_base_at_a_chunk_are_left_out_of_its_math(uneven, m
         assert torch.equal(whole.view(torch.int16), merged[name].view(torch.int16))
 
 
-def test_a_merge_asks_the_kernel_for_exactly_its_planned_chunks(uneven, monkeypatch):
-    repo = uneven
+def test_a_merge_asks_the_kernel_for_exactly_its_planned_chunks(three_uneven, monkeypatch):
+    repo = three_uneven
     plan, setup = repo.merge_plan(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
     planned = {tp.experts[k].chunks[i].id for tp in plan.tensors for k, r in enumerate(tp.reads) for i in r}
     computed = {c.id for tp in plan.tensors for i, c in enumerate(tp.base.chunks) if i not in carried_chunks(tp, setup)}

@@ -9,7 +9,7 @@ import os
 import shutil
 
 import pytest
-from helpers.models import commit_uneven, sha256
+from helpers.models import THREE_EXPERTS, THREE_WEIGHTS, commit_uneven, sha256
 from helpers.run import run_mgit
 
 from mgit.errors import BadInputError
@@ -17,15 +17,8 @@ from mgit.model import materialize
 from mgit.model.materialize import StagedFile, _coalesced, _copy_range
 from mgit.repo import Repository
 
-NAMES = ("math", "code", "chat")
-WEIGHTS = [0.5, 0.3, 0.2]
+NAMES, WEIGHTS = THREE_EXPERTS, THREE_WEIGHTS
 MODEL = "model/model.safetensors"
-
-
-@pytest.fixture
-def uneven(repo, small_chunks):
-    commit_uneven(repo, NAMES, 50)
-    return repo
 
 
 @pytest.fixture
@@ -51,8 +44,8 @@ def _fresh_checkout_sha(repo) -> str:
 
 
 @pytest.mark.parametrize("branch", [None, "m"])
-def test_a_budgeted_merge_patches_the_working_file_in_place(uneven, installs, branch):
-    repo = uneven
+def test_a_budgeted_merge_patches_the_working_file_in_place(three_uneven, installs, branch):
+    repo = three_uneven
     inode = os.stat(repo.root / MODEL).st_ino
     repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS, branch=branch)
     assert [s.patched for s in installs] == [True]
@@ -63,9 +56,9 @@ def test_a_budgeted_merge_patches_the_working_file_in_place(uneven, installs, br
     assert _fresh_checkout_sha(repo) == patched
 
 
-def test_an_exact_merge_replaces_the_file(uneven, installs):
+def test_an_exact_merge_replaces_the_file(three_uneven, installs):
     """Merged chunks make most of the file: writing it anew costs less than patching."""
-    repo = uneven
+    repo = three_uneven
     inode = os.stat(repo.root / MODEL).st_ino
     repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS)
     assert [s.patched for s in installs] == [False]
@@ -74,8 +67,8 @@ def test_an_exact_merge_replaces_the_file(uneven, installs):
     assert _fresh_checkout_sha(repo) == patched
 
 
-def test_in_place_can_be_turned_off(uneven, installs):
-    repo = uneven
+def test_in_place_can_be_turned_off(three_uneven, installs):
+    repo = three_uneven
     repo.config_set("merge.inPlace", "false")
     inode = os.stat(repo.root / MODEL).st_ino
     repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
@@ -84,8 +77,8 @@ def test_in_place_can_be_turned_off(uneven, installs):
     assert repo.status().clean
 
 
-def test_a_bad_in_place_setting_is_refused_before_any_work(uneven):
-    repo = uneven
+def test_a_bad_in_place_setting_is_refused_before_any_work(three_uneven):
+    repo = three_uneven
     repo.config_set("merge.inPlace", "sometimes")
     head = repo.refs.head()
     with pytest.raises(BadInputError, match=r"merge\.inPlace"):
@@ -93,9 +86,9 @@ def test_a_bad_in_place_setting_is_refused_before_any_work(uneven):
     assert repo.refs.head() == head
 
 
-def test_a_hard_linked_working_file_is_not_patched(uneven, installs, tmp_path):
+def test_a_hard_linked_working_file_is_not_patched(three_uneven, installs, tmp_path):
     """Another name for the file (a copy made with `cp -l`) keeps the old bytes."""
-    repo = uneven
+    repo = three_uneven
     other = tmp_path / "elsewhere.safetensors"
     before = sha256(repo.root / MODEL)
     os.link(repo.root / MODEL, other)
@@ -105,8 +98,8 @@ def test_a_hard_linked_working_file_is_not_patched(uneven, installs, tmp_path):
     assert sha256(repo.root / MODEL) != before
 
 
-def test_a_symlinked_working_file_is_replaced_not_written_through(uneven, installs, tmp_path):
-    repo = uneven
+def test_a_symlinked_working_file_is_replaced_not_written_through(three_uneven, installs, tmp_path):
+    repo = three_uneven
     target = tmp_path / "shared.safetensors"
     shutil.copyfile(repo.root / MODEL, target)
     before = sha256(target)
