@@ -56,9 +56,10 @@ class MergeRequest:
             check_method(cfg.method, given, str(self.config))
         if self.budget is not None:
             parse_budget(self.budget)
-        from mgit.merge.budget.restrict import check_selection
+        if self.wants_budget:  # without a budget they choose nothing (and their module stays unloaded)
+            from mgit.merge.budget.restrict import check_selection
 
-        check_selection(self.budget_select, self.budget_fairness)
+            check_selection(self.budget_select, self.budget_fairness)
         return cfg
 
     @property
