@@ -22,6 +22,7 @@ from pathlib import Path
 from mgit import _crashpoints
 from mgit.graph.objects import MODE_EXEC, Graph
 from mgit.graph.snapshot import Entry
+from mgit.inuse import held_elsewhere
 from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.safetensors_file import parse_header
 from mgit.parallel import WORKERS, ordered_map
@@ -311,8 +312,9 @@ class StagedFile:
     def _patch_plan(self) -> list[tuple[int, str, int, str]] | None:
         """The carried chunks the working file lacks at their offsets, when it can be patched
         in place: it is the very file (a regular one, no other name linked to it, no symlink)
-        whose chunks the source knows, it has the merged file's size and header, and the
-        merged and missing chunks make at most half of it. None: install by rename."""
+        whose chunks the source knows, no other process has it open or mapped, it has the
+        merged file's size and header, and the merged and missing chunks make at most half of
+        it. None: install by rename."""
         source = self.source
         if not self.in_place or source is None or source.fd is None:
             return None
@@ -323,6 +325,8 @@ class StagedFile:
             if (seen.st_dev, seen.st_ino) != (known.st_dev, known.st_ino):
                 return None
             if os.pread(source.fd, len(self.header), 0) != self.header:
+                return None
+            if held_elsewhere(seen):  # a process reading the old model keeps it whole (mgit.inuse)
                 return None
         except OSError:
             return None

@@ -142,8 +142,8 @@ def merge(
 
 def patches_in_place(ctx: Context) -> bool:
     """Whether a checked-out merge may patch a working file in place (``merge.inPlace``,
-    default true). Off, every changed file is replaced by a new one, as a checkout does:
-    for a process that keeps the old model mapped while the merge runs."""
+    default true; a file another process holds is replaced anyway, mgit.inuse). Off, every
+    changed file is replaced by a new one, as a checkout does."""
     value = ctx.config_get("merge.inPlace")
     if value is None or value.strip().lower() in ("true", "yes", "on", "1"):
         return True

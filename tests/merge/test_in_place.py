@@ -154,3 +154,56 @@ def test_a_range_copies_through_memory_where_the_kernel_cannot(tmp_path, monkeyp
         got = dst.read_bytes()
         assert got[1000:6000] == src.read_bytes()[1000:6000]
         assert got[:1000] == b"\0" * 1000 and got[6000:] == b"\0" * (len(got) - 6000)
+
+
+HOLDER = """
+import mmap, sys
+with open(sys.argv[1], "rb") as f:
+    view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    print("mapped", flush=True)
+    sys.stdin.readline()
+    sys.stdout.write(__import__("hashlib").sha256(view).hexdigest())
+"""
+
+
+def test_a_file_another_process_has_mapped_is_replaced_not_patched(three_uneven, installs):
+    """A process reading the old model through mmap keeps seeing it whole."""
+    import subprocess
+    import sys
+
+    repo = three_uneven
+    before = sha256(repo.root / MODEL)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(repo.root / MODEL)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "mapped"
+        repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
+        seen, _ = holder.communicate("\n", timeout=60)
+    finally:
+        holder.kill()
+    assert [s.patched for s in installs] == [False]
+    assert seen == before  # the old bytes, unchanged under the reader
+    assert sha256(repo.root / MODEL) != before
+
+
+def test_held_elsewhere_reads_maps_and_open_files(tmp_path):
+    import subprocess
+    import sys
+
+    from mgit.inuse import held_elsewhere
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 8192)
+    assert not held_elsewhere(os.stat(path))
+    with open(path, "rb"):  # this process's own handles do not count
+        assert not held_elsewhere(os.stat(path))
+    code = "import sys; f = open(sys.argv[1], 'rb'); print('open', flush=True); sys.stdin.readline()"
+    other = subprocess.Popen([sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert other.stdout.readline().strip() == b"open"
+        assert held_elsewhere(os.stat(path))
+    finally:
+        other.kill()
+        other.wait()
+    assert held_elsewhere(os.stat(path), proc=str(tmp_path / "no-proc"))  # cannot tell: held
