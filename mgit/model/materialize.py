@@ -318,6 +318,10 @@ class StagedFile:
         source = self.source
         if not self.in_place or source is None or source.fd is None:
             return None
+        misplaced = [c for c in self.carried if source.local.get(c[1], (-1, 0))[0] != c[0]]
+        patch_bytes = sum(size for _, size in self.merged) + sum(c[2] for c in misplaced)
+        if 2 * patch_bytes > self.file_size:  # decided before any look at the file or at /proc
+            return None
         try:
             seen, known = os.lstat(self.dest), os.fstat(source.fd)
             if not stat.S_ISREG(seen.st_mode) or seen.st_nlink != 1 or seen.st_size != self.file_size:
@@ -330,9 +334,7 @@ class StagedFile:
                 return None
         except OSError:
             return None
-        misplaced = [c for c in self.carried if source.local.get(c[1], (-1, 0))[0] != c[0]]
-        patch_bytes = sum(size for _, size in self.merged) + sum(c[2] for c in misplaced)
-        return misplaced if 2 * patch_bytes <= self.file_size else None
+        return misplaced
 
     def _patch(self, misplaced: list[tuple[int, str, int, str]]) -> None:
         """Write the missing carried chunks, then the merged ones, over the working file. A

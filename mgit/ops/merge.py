@@ -389,10 +389,9 @@ def _plan_budget(
     """``plan`` restricted to the expert chunks a budget affords, a new plan carrying its
     report (see mgit.merge.budget)."""
     from mgit.merge.budget.analyze import pair_norms
-    from mgit.merge.budget.restrict import check_selection, restrict
+    from mgit.merge.budget.restrict import restrict
     from mgit.store.paircache import PairCache
 
-    check_selection(select, fairness)
     given = parse_budget(budget) if budget is not None else None
     full = plan.expert_bytes
     limit = given.resolve(full) if given is not None else None
