@@ -30,6 +30,7 @@ from mgit.ops import opening as _opening
 from mgit.ops import refs as _refs
 from mgit.ops import remotes as _remotes
 from mgit.ops import reset as _reset
+from mgit.ops import sketch as _sketch
 from mgit.ops import stage as _stage
 from mgit.ops import sync as _sync
 from mgit.ops.inspect import FileInfo, ShowInfo
@@ -248,6 +249,8 @@ class Repository:
     merge_plan = _op(_merge.merge_plan)
     lineage = _op(_lineage.lineage)
     merge_record = _op(_lineage.merge_record)
+    sketch = _op(_sketch.sketch)
+    sketch_record = _op(_sketch.read_record)
 
     create_branch = _op(_refs.create_branch)
     delete_branch = _op(_refs.delete_branch)

@@ -81,6 +81,13 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
     show_default=True,
     help="how --budget is shared: per-expert spends each expert's share on its own chunks first",
 )
+@click.option(
+    "--sketches/--no-sketches",
+    "budget_sketches",
+    default=True,
+    show_default=True,
+    help="under --budget, read an expert's stored sketch (mgit sketch) instead of its chunks where that keeps more",
+)
 @click.option("--explain", is_flag=True, help="print the budgeted plan per layer (bytes, captured share, bound)")
 @click.option("--dry-run", is_flag=True, help="print the plan (what would be read); read no tensor data")
 @click.option(
@@ -116,6 +123,7 @@ def cmd_merge(
     budget: str | None,
     budget_select: str,
     budget_fairness: str,
+    budget_sketches: bool,
     explain: bool,
     dry_run: bool,
     as_json: bool,
@@ -144,7 +152,7 @@ def cmd_merge(
         plan, setup = repo.merge_plan(
             list(experts), method, base, model=model_dir, allow_missing=allow_missing, config=config,
             budget=budget, budget_select=budget_select, explain=explain, seed=seed or 0, dtype=dtype,
-            out_dtype=out_dtype, budget_fairness=budget_fairness, **params,
+            out_dtype=out_dtype, budget_fairness=budget_fairness, budget_sketches=budget_sketches, **params,
         )  # fmt: skip
         # The plan's record is built here, as before the split (the merge package is being reshaped:
         # these two calls move behind Repository when it is).
@@ -161,7 +169,8 @@ def cmd_merge(
     sha = repo.merge(
         list(experts), method, base, branch=branch, message=message, seed=seed, dtype=dtype,
         out_dtype=out_dtype, model=model_dir, allow_missing=allow_missing, config=config, budget=budget,
-        budget_select=budget_select, budget_fairness=budget_fairness, checkout=not no_checkout, **params,
+        budget_select=budget_select, budget_fairness=budget_fairness, budget_sketches=budget_sketches,
+        checkout=not no_checkout, **params,
     )  # fmt: skip
     merged = repo.merge_record(sha)
     assert merged is not None  # a merge commit always has its plan record
@@ -172,4 +181,34 @@ def cmd_merge(
     state.emit(views.merge_text(sha, on, merged, checked_out=not no_checkout))
 
 
-COMMANDS = [cmd_merge]
+@click.command("sketch")
+@click.argument("rev", default="HEAD", shell_complete=complete_rev)
+@click.option(
+    "--against",
+    metavar="REV",
+    shell_complete=complete_rev,
+    help="the parent the delta is taken to (default: REV's first parent)",
+)
+@click.option("--share", default="10%", show_default=True, help="of each tensor's stored bytes its sketch may take")
+@click.option(
+    "--kind", type=click.Choice(["lowrank"]), default="lowrank", show_default=True, help="how the delta is approximated"
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="of the randomized SVD (recorded)")
+@click.option("--model", metavar="DIR", help="the model directory, when a commit holds several")
+@click.option("--force", is_flag=True, help="replace a sketch REV already has")
+@click.option("--json", "as_json", is_flag=True, help="the result as JSON (mgit.sketch-result/1)")
+@pass_state
+def cmd_sketch(
+    state: CliState, rev: str, against: str | None, share: str, kind: str, seed: int, model: str | None,
+    force: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """Store a low-rank sketch of REV's change to its parent, which budgeted merges read instead of chunks."""
+    model_dir = os.path.abspath(model) if model else None
+    result = state.repo.sketch(rev, against, share, kind, seed, model_dir, force).to_json()
+    if as_json:
+        state.echo_json(result)
+    else:
+        state.emit(views.sketch_text(result))
+
+
+COMMANDS = [cmd_merge, cmd_sketch]

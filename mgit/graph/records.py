@@ -9,7 +9,10 @@ starting ``.mgit-``, which no encoded path can take; docs/format.md):
   while staged, each file's part is its own blob ``{"schema": "mgit.filestats/1",
   "chunks": [...]}`` whose id the index carries;
 - ``.mgit-plan``: a merge commit's plan record (schema ``mgit.plan/1``, built by the
-  merge package; here it is only JSON in and out).
+  merge package; here it is only JSON in and out);
+- ``.mgit-sketch``: in a sketch commit (one named by ``refs/mgit/sketches/<commit>``, never a
+  branch), the sketch record (schema ``mgit.sketch/1``, built by mgit.merge.sketch); the
+  sketch's factors are that commit's safetensors files.
 
 Both travel with the commit, so every clone reads them. Only this module knows their
 names, schemas and where in the tree they sit.
@@ -26,6 +29,7 @@ STATS_ENTRY = ".mgit-stats"  # reserved root entry: relative chunk statistics of
 STATS_SCHEMA = "mgit.stats/1"
 FILE_STATS_SCHEMA = "mgit.filestats/1"
 PLAN_ENTRY = ".mgit-plan"  # reserved root entry: a merge commit's plan record
+SKETCH_ENTRY = ".mgit-sketch"  # reserved root entry: a sketch commit's record
 
 RootEntry = tuple[str, int, str]  # (name, mode, blob id), as write_snapshot takes extra root entries
 Triples = list[Any]  # [[chunk id, parent chunk id, l2], ...] of one file
@@ -60,6 +64,11 @@ def plan_entries(graph: Graph, record: dict[str, Any]) -> list[RootEntry]:
     return [(PLAN_ENTRY, MODE_FILE, graph.put_blob(canonical_json(record)))]
 
 
+def sketch_entries(graph: Graph, record: dict[str, Any]) -> list[RootEntry]:
+    """The reserved root entry holding a sketch commit's record."""
+    return [(SKETCH_ENTRY, MODE_FILE, graph.put_blob(canonical_json(record)))]
+
+
 def _read(graph: Graph, tree: str, entry: str) -> Any:
     for name, _, oid in graph.tree(tree):
         if name == entry:
@@ -77,4 +86,10 @@ def read_stats(graph: Graph, tree: str) -> dict[str, Triples]:
 def read_plan(graph: Graph, tree: str) -> dict[str, Any] | None:
     """The plan record in a commit's root ``tree`` (None: not a merge commit mgit made)."""
     record: dict[str, Any] | None = _read(graph, tree, PLAN_ENTRY)
+    return record
+
+
+def read_sketch(graph: Graph, tree: str) -> dict[str, Any] | None:
+    """The sketch record in a sketch commit's root ``tree`` (None: not a sketch commit)."""
+    record: dict[str, Any] | None = _read(graph, tree, SKETCH_ENTRY)
     return record

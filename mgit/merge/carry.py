@@ -24,7 +24,7 @@ def carried_chunks(tp: TensorPlan, setup: MergeSetup) -> set[int]:
         return set()
     if not setup.method.keeps_base_where_unchanged(setup.resolved_params(tp.name)):
         return set()
-    chosen = {i for reads in tp.reads for i in reads}
+    chosen = {i for k in range(len(tp.reads)) for i in tp.computed_from(k)}
     return {i for i in range(len(tp.base.chunks)) if i not in chosen}
 
 

@@ -218,7 +218,9 @@ def _chunk_job(
     if setup.method.decides_per_expert:
         prepared.get()
     index = {start: i for i, start in enumerate(starts[:-1])}
-    wanted = [set(r) for r in tp.reads]
+    exact = [set(r) for r in tp.reads]  # expert chunks read from the store
+    wanted = [set(tp.computed_from(k)) for k in range(len(tp.reads))]  # ... and those sketches stand for
+    sketched = [tp.sketch(k) is not None for k in range(len(tp.reads))]
     # Experts equal to the base at a chunk (unchanged there, or left out by a budget) add exactly
     # nothing there to a method that skips zero deltas: they are left out of its math.
     skips = setup.method.skips_zero_deltas
@@ -265,7 +267,9 @@ def _chunk_job(
         present = [k for k in range(len(tp.experts)) if not skips or i in wanted[k]]
         raws = []
         for slot, k in enumerate(present, start=2):
-            if i in wanted[k]:
+            if sketched[k] and i in wanted[k]:
+                raws.append(_sketched_chunk(inputs, k, base_raw, dtype, offset // itemsize, _scratch(slot, size)))
+            elif i in wanted[k]:
                 cid = tp.experts[k].chunks[i].id
                 raws.append(store.get(cid, what, known=known, counters=expert_costs, out=_scratch(slot, size)))
             else:
@@ -278,7 +282,7 @@ def _chunk_job(
             with_torch(base_raw, raws, which, out, offset // itemsize)
         if staged is not None:
             staged.write(tp.name, offset, out)
-        run.count(base_costs, expert_costs, sum(i in w for w in wanted))
+        run.count(base_costs, expert_costs, sum(i in w for w in exact))
         if not np.array_equal(np.frombuffer(out, np.uint8), np.frombuffer(base_raw, np.uint8)):
             held[i] = _buffer(base_raw)  # the ingestor will want it as the delta base
         return out
@@ -287,7 +291,7 @@ def _chunk_job(
         """The chunk's inputs read into the page cache in the background, a window ahead."""
         i = index[offset]
         ids = [] if inputs.base is not None and i in inputs.held else [tp.base.chunks[i].id]
-        store.prefetch(ids + [tp.experts[k].chunks[i].id for k in range(len(tp.experts)) if i in wanted[k]])
+        store.prefetch(ids + [tp.experts[k].chunks[i].id for k in range(len(tp.experts)) if i in exact[k]])
 
     def parent_bytes(i: int, cid: str) -> bytes | memoryview | None:
         return held.pop(i, None) if cid == tp.base.chunks[i].id else None
@@ -297,6 +301,13 @@ def _chunk_job(
 
     reads = _MergedReads(read, ahead)
     return TensorJob(tp.name, out, tp.base.shape, tp.base.nbytes, reads, parent_bytes, carry), held
+
+
+def _sketched_chunk(inputs: TensorInputs, k: int, base_raw: RawBytes, dtype: str, at: int, out: memoryview) -> RawBytes:
+    """Expert k's chunk (elements ``at`` on) made from its sketch over the base's chunk, into ``out``."""
+    values = inputs.sketched(k, _tensor(base_raw, dtype), at)
+    out[:] = tensor_bytes(values)
+    return out
 
 
 def _run_jobs(

@@ -15,6 +15,7 @@ from mgit.errors import BadInputError
 from mgit.graph.objects import Graph
 from mgit.graph.snapshot import Snapshot
 from mgit.merge.budget.report import BudgetReport
+from mgit.merge.sketch.use import SketchUse
 from mgit.model.filetree import load_safetensors
 from mgit.model.manifest import TensorManifest
 from mgit.store.chunkstore import ChunkStore
@@ -32,6 +33,17 @@ class TensorPlan:
     skipped: list[list[int]] = field(default_factory=list)  # per expert: differing chunks a budget left out
     missing: list[int] = field(default_factory=list)  # experts lacking the tensor (treated as the base)
     base_costs: list[int] = field(default_factory=list)  # per base chunk: what reading it costs
+    # per expert (empty: none): a budget's choice of the expert's stored sketch instead of its chunks
+    sketches: list[SketchUse | None] = field(default_factory=list)
+
+    def sketch(self, k: int) -> SketchUse | None:
+        """Expert k's sketch, when a budget chose to read it instead of exact chunks."""
+        return self.sketches[k] if self.sketches else None
+
+    def computed_from(self, k: int) -> list[int]:
+        """Indexes of the chunks expert k contributes to: those read, or those its sketch stands for."""
+        use = self.sketch(k)
+        return list(use.chunks) if use is not None else self.reads[k]
 
 
 @dataclass

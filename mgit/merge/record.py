@@ -124,6 +124,9 @@ def build_record(plan: MergePlan, setup: MergeSetup, run: Execution | None, vers
                     "captured_share": share.captured / share.energy if share.energy > 0 else 1.0,
                     "error_bound": share.bound if plan.budget.error_bound is not None else None,
                 }
+                if share.sketch_ranks:  # per expert: the rank of the sketch read instead of chunks (0: none)
+                    entry["budget"]["sketch_ranks"] = [share.sketch_ranks.get(k, 0) for k in range(len(tp.reads))]
+                    entry["budget"]["sketch_bytes"] = [u.cost if u is not None else 0 for u in tp.sketches]
         if setup.params_for is not None:
             resolved = setup.resolved_params(tp.name)
             entry["parameters"] = {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(resolved.items())}

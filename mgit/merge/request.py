@@ -41,6 +41,7 @@ class MergeRequest:
     dtype: str | None = None
     out_dtype: str | None = None
     budget_fairness: str = "global"  # how the budget is shared among the experts (budget.importance.FAIRNESS)
+    budget_sketches: bool = True  # under a budget, the experts' stored sketches may stand for their chunks
 
     def check(self) -> MergeConfig | None:
         """What can be refused from the request alone (torch-free, nothing read): the config and

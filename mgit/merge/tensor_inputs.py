@@ -4,6 +4,7 @@ expert chunks stored as deltas against a base chunk in memory are decoded from i
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -74,6 +75,39 @@ class TensorInputs:
         self.what = tensor_what(tp)
         self.base: bytearray | None = None
         self.held: set[int] = set()  # indexes of the base chunks read into ``base``
+        self._factors: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._factors_lock = threading.Lock()
+
+    def factors(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Aᵀ, Bᵀ) of expert k's sketch, the rank prefix its plan chose, read once (whichever pool
+        thread asks first) and counted as expert reads."""
+        import torch
+
+        use = self.tp.sketch(k)
+        assert use is not None
+        with self._factors_lock:
+            if k not in self._factors:
+                costs = ReadCounters()
+                parts = []
+                for blocks in (use.blocks_a, use.blocks_b):
+                    rows = []
+                    for m in blocks:
+                        buf = bytearray(m.nbytes)
+                        read_into(self.store, None, m, list(range(len(m.chunks))), buf, self.what, costs)
+                        rows.append(tensor_from_bytes(buf, m.dtype, m.shape).float())
+                    parts.append(torch.cat(rows))
+                self.run.count(ReadCounters(), costs, 0)
+                self._factors[k] = (parts[0], parts[1])
+            return self._factors[k]
+
+    def sketched(self, k: int, base: torch.Tensor, start: int) -> torch.Tensor:
+        """Expert k's elements ``start`` on (as many as ``base`` holds, flat) from its sketch:
+        the base's plus the sketched delta, in the base's dtype."""
+        from mgit.merge.sketch.lowrank import elements
+
+        a_t, b_t = self.factors(k)
+        flat = base.reshape(-1)
+        return (flat.float() + elements(a_t, b_t, start, start + flat.numel())).to(base.dtype).reshape(base.shape)
 
     def read_base(self, only: set[int] | None = None) -> torch.Tensor:
         """The base tensor; with ``only``, just those chunks are read and the others are zeros
@@ -90,6 +124,8 @@ class TensorInputs:
     def expert(self, k: int, base_t: torch.Tensor, use_pool: bool = True) -> torch.Tensor:
         """Expert k whole: the base's bytes with its differing chunks read over them."""
         tp = self.tp
+        if tp.sketch(k) is not None:
+            return self.sketched(k, base_t, 0)
         if not tp.reads[k]:
             return base_t
         assert self.base is not None

@@ -65,6 +65,7 @@ def merge(
     budget: str | int | None = None,
     budget_select: str = "importance",
     budget_fairness: str = "global",
+    budget_sketches: bool = True,
     checkout: bool = True,
     **params: Any,
 ) -> str:
@@ -81,7 +82,9 @@ def merge(
     (``"2GB"``, ``"10%"``, an int of bytes) expert chunk reads stay within it, the most important
     chunks chosen first (``budget_select="uniform"``: at random, for comparisons;
     ``budget_fairness="per-expert"``: each expert's share of the budget spent on its own chunks
-    first, so no expert is starved by others' larger deltas).
+    first, so no expert is starved by others' larger deltas). Under a budget, an expert's stored
+    sketch (``Repository.sketch``) may be read instead of its exact chunks where that captures
+    more of the merge (``budget_sketches=False``: exact chunks only).
     """
     from mgit.merge.methods.registry import get_method
     from mgit.merge.request import MergeRequest
@@ -89,6 +92,7 @@ def merge(
     request = MergeRequest(
         tuple(experts), method, base, params, model, allow_missing, config, budget, budget_select,
         seed=seed, dtype=dtype, out_dtype=out_dtype, budget_fairness=budget_fairness,
+        budget_sketches=budget_sketches,
     )  # fmt: skip
     cfg = request.check()  # bad input refused before torch loads
     if seed is None:  # deterministic methods need none: keep their commits reproducible
@@ -263,6 +267,7 @@ def merge_plan(
     dtype: str | None = None,
     out_dtype: str | None = None,
     budget_fairness: str = "global",
+    budget_sketches: bool = True,
     **params: Any,
 ) -> tuple[MergePlan, MergeSetup]:
     """What a merge would read, from manifests alone (``mgit merge --dry-run``); with a
@@ -272,7 +277,7 @@ def merge_plan(
 
     request = MergeRequest(
         tuple(experts), method, base, params, model, allow_missing, config, budget, budget_select, explain,
-        seed, dtype, out_dtype, budget_fairness,
+        seed, dtype, out_dtype, budget_fairness, budget_sketches,
     )  # fmt: skip
     return resolve_plan(ctx, request)
 
@@ -348,7 +353,9 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> tuple[MergePlan, Merge
         reference=reference, seed=request.seed or 0,
     )  # fmt: skip
     if request.wants_budget:
-        plan = _plan_budget(ctx, plan, setup, request.budget, request.budget_select, request.budget_fairness)
+        plan = _plan_budget(
+            ctx, plan, setup, request.budget, request.budget_select, request.budget_fairness, request.budget_sketches
+        )
     return plan, setup
 
 
@@ -372,6 +379,9 @@ def _fetch_planned(ctx: Context, plan: MergePlan, setup: MergeSetup, run_report:
         carried = carried_chunks(tp, setup)
         base_ids += [c.id for i, c in enumerate(tp.base.chunks) if i not in carried]
     expert_ids = [tp.experts[k].chunks[i].id for tp in plan.tensors for k, reads in enumerate(tp.reads) for i in reads]
+    for tp in plan.tensors:  # the chosen sketches' factor blocks
+        uses = [u for u in tp.sketches if u is not None]
+        expert_ids += [c.id for u in uses for m in (*u.blocks_a, *u.blocks_b) for c in m.chunks]
     limit = plan.budget.limit if plan.budget is not None else None
     ctx.promisor.fetch_for_merge(
         base_ids, expert_ids, limit, plan.fetch_sizes, run_report["base"], run_report["experts"]
@@ -385,9 +395,11 @@ def _plan_budget(
     budget: str | int | None,
     select: str,
     fairness: str = "global",
+    sketches: bool = True,
 ) -> MergePlan:
-    """``plan`` restricted to the expert chunks a budget affords, a new plan carrying its
-    report (see mgit.merge.budget)."""
+    """``plan`` restricted to the expert chunks a budget affords (and, with ``sketches``, the
+    experts' stored sketches instead of chunks where that captures more), a new plan carrying
+    its report (see mgit.merge.budget)."""
     from mgit.merge.budget.analyze import pair_norms
     from mgit.merge.budget.restrict import restrict
     from mgit.store.paircache import PairCache
@@ -402,9 +414,28 @@ def _plan_budget(
         plan, setup.reference or setup.base_commit, setup.expert_commits, functools.partial(inspect.commit_stats, ctx),
         full if limit is None else min(limit, full), price,
     )  # fmt: skip
+    offers = _sketch_offers(ctx, plan, setup) if sketches and limit is not None else {}
     restricted, _ = restrict(
         plan, setup.method, lambda tp: setup.resolved_params(tp.name), analysis,
         given=str(budget) if budget is not None else None, limit=limit, select=select, seed=setup.seed,
-        dtypes=(setup.dtype, setup.out_dtype), fairness=fairness,
+        dtypes=(setup.dtype, setup.out_dtype), fairness=fairness, offers=offers,
     )  # fmt: skip
     return restricted
+
+
+def _sketch_offers(ctx: Context, plan: MergePlan, setup: MergeSetup) -> dict[tuple[int, int], Any]:
+    """(tensor index, expert) → the expert's stored sketch of that tensor, where it is relative
+    to the merge's base (mgit.ops.sketch) and the method takes sketched deltas."""
+    from mgit.ops import sketch as sketches
+
+    if not setup.method.accepts_sketches:
+        return {}
+    base = {tp.name: tp.base for tp in plan.tensors}
+    where = {tp.name: t for t, tp in enumerate(plan.tensors)}
+    out = {}
+    for k, commit in enumerate(setup.expert_commits):
+        for name, offer in sketches.offers(ctx, commit, base).items():
+            t = where.get(name)
+            if t is not None and plan.tensors[t].reads[k]:
+                out[(t, k)] = offer
+    return out

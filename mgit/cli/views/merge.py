@@ -78,6 +78,9 @@ def budget_line(b: dict) -> str:
         )
     shares = b.get("captured_share_per_expert") or []  # older records lack it
     per_expert = f"; per expert {' / '.join(f'{x:.0%}' for x in shares)}" if b["limit_bytes"] and shares else ""
+    sk = b.get("sketches")
+    if sk and sk["used"]:
+        extra += f"; {sk['used']} of {sk['offered']} expert tensor(s) read as sketches ({decimal(sk['bytes'])})"
     fairness = ", per-expert" if b.get("fairness") == "per-expert" else ""
     return (
         f"{limit} ({b['select']}{fairness}): {b['chunks_chosen']} of {b['chunks_candidate']} expert chunk(s), "
@@ -171,4 +174,20 @@ def merge_text(sha: str, branch: str | None, record: dict, checked_out: bool = T
         )
     if "budget" in record:
         p.out("  " + budget_line(record["budget"]))
+    return p
+
+
+def sketch_text(result: dict) -> Printout:
+    """What ``mgit sketch`` made (``result``: SketchResult.to_json())."""
+    p = Printout()
+    if not result["created"]:
+        p.out(f"{result['commit'][:12]} already has this sketch ({result['sketch'][:12]})")
+        return p
+    p.out(
+        f"sketched {result['tensors_sketched']} tensor(s) of {result['commit'][:12]} against "
+        f"{result['parent'][:12]} ({result['kind']}, {result['share'] * 100:g}%) → {result['sketch'][:12]}: "
+        f"{decimal(result['stored_bytes'])} stored for {decimal(result['expert_bytes'])} of changed chunks, "
+        f"{result['captured_share']:.1%} of ‖Δ‖² captured; {result['tensors_exact']} tensor(s) left exact "
+        f"({result['seconds']:.1f} s)"
+    )
     return p

@@ -26,6 +26,7 @@ class TensorBudget:
     captured: float = 0.0  # ... over chosen ones
     bound: float = 0.0  # Σ a_k ‖Δ‖ over skipped ones
     rounding: float = 0.0
+    sketch_ranks: dict[int, int] = field(default_factory=dict)  # expert → rank of the sketch read instead
 
 
 @dataclass
@@ -49,6 +50,9 @@ class BudgetReport:
     fairness: str = "global"  # how the budget was shared among the experts (importance.FAIRNESS)
     expert_energy: list[float] = field(default_factory=list)  # per expert: Σ (a_k ‖Δ‖)² over its candidates
     expert_captured: list[float] = field(default_factory=list)  # ... over its chosen ones
+    sketches_offered: int = 0  # expert tensors with a stored sketch the budget could read
+    sketches_used: int = 0  # ... and those it did, instead of their chunks
+    sketch_bytes: int = 0
 
     @property
     def captured_share(self) -> float:
@@ -60,6 +64,10 @@ class BudgetReport:
         return [c / e if e > 0 else 1.0 for c, e in zip(self.expert_captured, self.expert_energy, strict=True)]
 
     def to_json(self) -> dict[str, Any]:
+        sketches = {}
+        if self.sketches_offered:  # only where sketches were offered: older records stay as they were
+            sketches = {"sketches": {"offered": self.sketches_offered, "used": self.sketches_used,
+                                     "bytes": self.sketch_bytes, "delta": "reconstructed"}}  # fmt: skip
         return {
             "given": self.given,
             "limit_bytes": self.limit,
@@ -75,4 +83,4 @@ class BudgetReport:
             "error_bound": _finite(self.error_bound),
             "rounding_allowance": _finite(self.rounding_allowance),
             "analyze": {"pairs": self.analyze_pairs, "bytes_read": self.analyze_bytes} | self.analyze,
-        }
+        } | sketches

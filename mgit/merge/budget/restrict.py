@@ -27,9 +27,14 @@ from mgit.merge.budget.importance import (
     gamma_n,
     unit_roundoff,
 )
+from mgit.merge.budget.knapsack import options_bound
 from mgit.merge.budget.report import BudgetReport, TensorBudget
+from mgit.merge.budget.resolutions import EXACT, choose_resolutions, groups_of
 from mgit.merge.methods.base import MergeMethod, Weights
 from mgit.merge.plan import MergePlan, TensorPlan
+from mgit.merge.sketch.use import SketchOffer, SketchUse
+
+Uses = dict[tuple[int, int], SketchUse]  # (tensor index, expert) → the sketch prefix read instead of chunks
 
 
 def check_selection(select: str, fairness: str = "global") -> None:
@@ -51,12 +56,15 @@ def restrict(
     seed: int,
     dtypes: tuple[str | None, str | None] = (None, None),
     fairness: str = "global",
+    offers: Mapping[tuple[int, int], SketchOffer] | None = None,
 ) -> tuple[MergePlan, BudgetReport]:
     """The plan reading only the expert chunks ``limit`` bytes afford (all without a limit),
     most important first (``select="uniform"``: at random, seeded; ``fairness="per-expert"``:
     within each expert's share of the budget first), and its report.
     ``params_of(tp)``: one tensor's resolved parameters; ``analysis``: every candidate's ‖Δ‖;
-    ``dtypes``: the merge's working and output dtypes (for the rounding allowance)."""
+    ``dtypes``: the merge's working and output dtypes (for the rounding allowance);
+    ``offers``: (tensor index, expert) → that expert tensor's stored sketch, which the budget
+    may read instead of its chunks (mgit.merge.budget.resolutions; importance selection only)."""
     check_selection(select, fairness)
 
     def weights_for(tp: TensorPlan) -> Weights:
@@ -71,26 +79,78 @@ def restrict(
     report.analyze_pairs, report.analyze_bytes = analysis.pairs_analyzed, analysis.bytes_read
     report.analyze = analysis.to_json()
     cands = candidates(plan, weights_for, analysis.norms, analysis.upper)
-    taken = choose(cands, limit, select, seed, fairness)
+    offers = offers if offers and limit is not None and select == "importance" else {}
+    uses: Uses = {}
     report.best_share = best_share(cands, limit)
-    chosen = _report(plan, cands, taken, weights_for, method.affine, roundoff_for, report)
-    return _restricted(plan, chosen, report), report
+    if offers:
+        taken, uses = _with_sketches(cands, offers, limit or 0, fairness)
+        report.sketches_offered = len(offers)
+        report.best_share = _best_with_sketches(cands, offers, limit or 0)
+    else:
+        taken = choose(cands, limit, select, seed, fairness)
+    chosen = _report(plan, cands, taken, weights_for, method.affine, roundoff_for, report, uses, offers)
+    return _restricted(plan, chosen, report, uses), report
 
 
-def _restricted(plan: MergePlan, chosen: dict[tuple[int, int], list[int]], report: BudgetReport) -> MergePlan:
-    """A copy of ``plan`` reading only the ``chosen`` chunks (per tensor and expert)."""
+def _with_sketches(
+    cands: list[Candidate], offers: Mapping[tuple[int, int], SketchOffer], limit: int, fairness: str
+) -> tuple[list[bool], Uses]:
+    """Which candidate chunks to read and which sketch prefixes instead: those of unknown
+    importance first (as :func:`choose`), then the planner over resolutions."""
+    if sum(c.cost for c in cands) <= limit:  # every exact chunk fits: the exact merge, bit for bit
+        return [True] * len(cands), {}
+    forced = [c.norm is None for c in cands]
+    choose([c for c, f in zip(cands, forced, strict=True) if f], limit, "importance", 0)  # refuses a budget below them
+    left = limit - sum(c.cost for c, f in zip(cands, forced, strict=True) if f)
+    groups = groups_of(cands, offers)
+    taken, uses = list(forced), {}
+    for g, pick in zip(groups, choose_resolutions(groups, left, fairness), strict=True):
+        if pick < 0:
+            continue
+        if g.ranks[pick] == EXACT:
+            for n in g.members:
+                taken[n] = True
+        else:
+            first = cands[g.members[0]]
+            key = (first.tensor, first.expert)
+            uses[key] = offers[key].use(g.ranks[pick], tuple(cands[n].chunk for n in g.members))
+    return taken, uses
+
+
+def _best_with_sketches(cands: list[Candidate], offers: Mapping[tuple[int, int], SketchOffer], limit: int) -> float:
+    """The largest captured share any choice among chunks and sketch prefixes can reach."""
+    energy = sum(c.importance**2 for c in cands if c.norm is not None)
+    if energy == 0:
+        return 1.0
+    left = max(0, limit - sum(c.cost for c in cands if c.norm is None))
+    return min(1.0, options_bound([g.options for g in groups_of(cands, offers)], left) / energy)
+
+
+def _restricted(
+    plan: MergePlan, chosen: dict[tuple[int, int], list[int]], report: BudgetReport, uses: Uses
+) -> MergePlan:
+    """A copy of ``plan`` reading only the ``chosen`` chunks (per tensor and expert), and the
+    sketches of ``uses`` instead of their chunks."""
     tensors = []
     for t, tp in enumerate(plan.tensors):
         reads, costs, skipped = [], [], []
+        sketches = [uses.get((t, k)) for k in range(len(tp.reads))]
         for k, expert_reads in enumerate(tp.reads):
             keep = set(chosen.get((t, k), ()))
             pairs = [(i, cost) for i, cost in zip(expert_reads, tp.costs[k], strict=True) if i in keep]
-            skipped.append([i for i in expert_reads if i not in keep])
+            skipped.append([i for i in expert_reads if i not in keep and sketches[k] is None])
             reads.append([i for i, _ in pairs])
             costs.append([cost for _, cost in pairs])
-        read_bytes = [sum(c) for c in costs]
+        read_bytes = [sum(c) + (u.cost if u is not None else 0) for c, u in zip(costs, sketches, strict=True)]
         tensors.append(
-            dataclasses.replace(tp, reads=reads, costs=costs, read_bytes=read_bytes, skipped=tp.skipped + skipped)
+            dataclasses.replace(
+                tp,
+                reads=reads,
+                costs=costs,
+                read_bytes=read_bytes,
+                skipped=tp.skipped + skipped,
+                sketches=sketches if any(u is not None for u in sketches) else [],
+            )  # fmt: skip
         )
     return dataclasses.replace(plan, tensors=tensors, budget=report, fetch_sizes=dict(plan.fetch_sizes))
 
@@ -103,6 +163,8 @@ def _report(
     affine: bool,
     roundoff_for: Callable[[TensorPlan], float],
     report: BudgetReport,
+    uses: Uses,
+    offers: Mapping[tuple[int, int], SketchOffer],
 ) -> dict[tuple[int, int], list[int]]:
     """Fill the report from the choice; returns the chosen chunks per (tensor, expert)."""
     chosen: dict[tuple[int, int], list[int]] = {}
@@ -120,7 +182,7 @@ def _report(
             tb.chosen += 1
             tb.planned_bytes += c.cost
             tb.captured += value * value
-        else:
+        elif (c.tensor, c.expert) not in uses:
             tb.bound += c.bound
         per_chunk.setdefault((c.tensor, c.chunk), []).append((c, take))
     for (t, i), members in per_chunk.items():
@@ -137,9 +199,19 @@ def _report(
         report.tensors[tp.name].rounding += 2 * (
             (2 * u + gamma_n(len(tp.experts) + 2, 2.0**-24)) * size + gamma * moved
         )
+    for (t, k), use in uses.items():
+        tp, weight = plan.tensors[t], abs(weights_for(plan.tensors[t]).experts[k])
+        tb = report.tensors[tp.name]
+        tb.captured += weight * weight * use.captured
+        tb.planned_bytes += use.cost
+        tb.bound += weight * offers[(t, k)].sketch.residual(use.rank)
+        tb.sketch_ranks[k] = use.rank
+        report.expert_captured[k] += weight * weight * use.captured
+        report.sketches_used += 1
+        report.sketch_bytes += use.cost
     report.candidates = len(cands)
     report.chosen = sum(taken)
-    report.planned_bytes = sum(c.cost for c, take in zip(cands, taken, strict=True) if take)
+    report.planned_bytes = sum(c.cost for c, take in zip(cands, taken, strict=True) if take) + report.sketch_bytes
     report.energy = sum(tb.energy for tb in report.tensors.values())
     report.captured = sum(tb.captured for tb in report.tensors.values())
     if affine:

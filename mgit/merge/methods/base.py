@@ -81,6 +81,10 @@ class MergeMethod(ABC):
     affine: bool = False
     decides_per_expert: bool = False
     skips_zero_deltas: bool = False
+    # Under a budget, an expert tensor may be read as its stored low-rank sketch: the method then
+    # merges the sketch-reconstructed delta (base + Δ̂), which the plan states. Every method here
+    # takes one; a method that needs exact deltas declares False and reads exact chunks only.
+    accepts_sketches: bool = True
 
     def __repr__(self) -> str:
         return f"<merge method {self.name}>"

@@ -1,0 +1,306 @@
+"""Sketches of a commit's delta to its parent, computed, stored and found again.
+
+A sketch is derived, labelled data: it never enters a model tree. It is a commit of its own
+(no parents), named by ``refs/mgit/sketches/<sketched commit>``, whose root holds the sketch
+record (``.mgit-sketch``, schema ``mgit.sketch/1``) and, at each sketched file's path, a
+safetensors file of the factors' rank blocks (mgit.merge.sketch). So its chunks are stored,
+deduplicated, verified, kept by gc and checked by fsck like any commit's, and the sketched
+commit's id does not change. Only a budgeted merge reads it (mgit.ops.merge); checkout, diff
+and exact merges read exact chunks only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mgit.context import Context
+from mgit.errors import BadInputError
+from mgit.graph import records
+from mgit.graph.ids import object_id, ref_name
+from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, write_snapshot
+from mgit.model.dtypes import DType, lookup
+from mgit.model.filetree import load_safetensors
+from mgit.model.manifest import TensorManifest
+from mgit.ops import inspect
+from mgit.progress import byte_progress
+
+if TYPE_CHECKING:
+    import torch
+
+    from mgit.merge.sketch.record import SketchRecord
+    from mgit.merge.sketch.use import SketchOffer
+
+SKETCH_REFS = "refs/mgit/sketches/"
+EXACT_BYTES = 8192  # tensors this small are cheaper read exactly than sketched
+SKETCHABLE = ("F32", "F16", "BF16", "F64")
+
+
+def sketch_ref(commit: str) -> str:
+    return f"{SKETCH_REFS}{commit}"
+
+
+@dataclass
+class SketchResult:
+    """What ``sketch`` made (or found already made: ``created`` False)."""
+
+    commit: str  # the sketched commit
+    sketch: str  # the sketch commit holding the record and factors
+    record: SketchRecord
+    created: bool
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.record
+        return {
+            "schema": "mgit.sketch-result/1",
+            "commit": self.commit,
+            "sketch": self.sketch,
+            "parent": r.parent,
+            "kind": r.kind,
+            "share": r.share,
+            "created": self.created,
+            "tensors_sketched": len(r.tensors),
+            "tensors_exact": r.exact,
+            "expert_bytes": r.expert_bytes,
+            "stored_bytes": r.stored_bytes,
+            "captured_share": r.captured_share,
+            "seconds": self.seconds,
+        }
+
+
+def parse_share(text: str | float) -> float:
+    """``"10%"``, ``"0.1"``, ``0.1`` → 0.1: a share of the expert's stored bytes, above 0, at most 1."""
+    raw = str(text).strip()
+    try:
+        share = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise BadInputError(f"sketch share {raw!r} is not a share like 10% or 0.1") from None
+    if not 0 < share <= 1:
+        raise BadInputError(f"sketch share {raw!r} must be above 0% and at most 100%")
+    return share
+
+
+def find(ctx: Context, commit: str) -> str | None:
+    """The sketch commit of ``commit`` (None: none stored)."""
+    try:
+        return ctx.graph.repo.refs[ref_name(sketch_ref(commit).encode())].decode()
+    except KeyError:
+        return None
+
+
+def read_record(ctx: Context, rev: str = "HEAD") -> SketchRecord | None:
+    """The sketch record of a revision's commit (None: it has none)."""
+    from mgit.merge.sketch.record import SketchRecord
+
+    sketch = find(ctx, ctx.refs.resolve(rev))
+    doc = None if sketch is None else records.read_sketch(ctx.graph, ctx.graph.commit(sketch).tree)
+    return None if doc is None else SketchRecord.from_json(doc)
+
+
+def sketch(
+    ctx: Context,
+    rev: str = "HEAD",
+    against: str | None = None,
+    share: str | float = "10%",
+    kind: str = "lowrank",
+    seed: int = 0,
+    model: str | None = None,
+    force: bool = False,
+) -> SketchResult:
+    """Sketch each 2-D floating tensor of ``rev``'s model that differs from ``against``
+    (default: its first parent) as a low-rank Δ̂ whose factors fit ``share`` of the tensor's
+    stored bytes; store it (replacing an older sketch of ``rev`` only when asked, ``force``)."""
+    from mgit.merge.sketch.record import KINDS
+
+    if kind not in KINDS:
+        raise BadInputError(f"unknown sketch kind {kind!r} (known: {', '.join(KINDS)})")
+    fraction = parse_share(share)
+    commit = ctx.refs.resolve(rev)
+    if against is None:
+        parents = ctx.graph.commit(commit).parents
+        if not parents:
+            raise BadInputError(f"{rev} has no parent to sketch against; name one with --against")
+        parent = parents[0]
+    else:
+        parent = ctx.refs.resolve(against)
+    started = time.perf_counter()
+    old = read_record(ctx, commit)
+    if old is not None and not force:
+        same = (old.parent, old.kind, old.share, old.seed) == (parent, kind, fraction, seed)
+        if same:
+            return SketchResult(commit, find(ctx, commit) or "", old, False, 0.0)
+        raise BadInputError(
+            f"{rev} already has a sketch (against {old.parent[:12]}, {old.kind}, {old.share * 100:g}%); "
+            "pass --force to replace it"
+        )
+    with ctx.writing():
+        record, snap = _compute(ctx, commit, parent, kind, fraction, seed, model)
+        tree = write_snapshot(ctx.graph, snap, records.sketch_entries(ctx.graph, record.to_json()))
+        ctx.store.seal()  # the chunks are visible before the ref names them
+        who = ctx.identity()
+        message = f"sketch of {commit[:12]} against {parent[:12]} ({kind}, {fraction * 100:g}%)\n"
+        made = ctx.graph.put_commit(tree, [], message, who, who)
+        ctx.graph.repo.refs[ref_name(sketch_ref(commit).encode())] = object_id(made.encode())
+    return SketchResult(commit, made, record, True, time.perf_counter() - started)
+
+
+def _compute(
+    ctx: Context, commit: str, parent: str, kind: str, share: float, seed: int, model: str | None
+) -> tuple[SketchRecord, Snapshot]:
+    """The record and the factor files of a sketch of ``commit`` against ``parent``."""
+    from mgit.merge.plan import model_tensors
+    from mgit.merge.sketch import lowrank
+    from mgit.merge.sketch.record import SketchRecord, TensorSketch, factor_name
+    from mgit.model.ingest import Ingestor
+    from mgit.model.safetensors_file import build_header
+    from mgit.model.torch_io import tensor_bytes, torch_dtype
+
+    snap, parent_snap = ctx.snapshot(commit), ctx.snapshot(parent)
+    model_dir, _ = inspect.pick_model(ctx, snap, model)
+    files, mine = model_tensors(ctx.graph, snap, model_dir)
+    theirs = model_tensors(ctx.graph, parent_snap, model_dir)[1]
+    todo, exact, expert_bytes = [], 0, 0
+    for file, names in files.items():
+        for name in names:
+            m, p = mine[name], theirs.get(name)
+            if p is None or (p.dtype, p.shape) != (m.dtype, m.shape) or _ids(p) == _ids(m):
+                continue  # new, reshaped or unchanged: nothing a delta sketch can stand for
+            if len(m.shape) != 2 or m.dtype not in SKETCHABLE or m.nbytes <= EXACT_BYTES:
+                exact += 1
+                continue
+            held = {c.id for c in p.chunks}
+            cost = sum(ctx.store.read_cost(c.id, held) for c in m.chunks if c.id not in held)
+            rank = lowrank.rank_for((m.shape[0], m.shape[1]), int(share * cost))
+            if rank == 0:
+                exact += 1
+                continue
+            todo.append((file, name, m, p, rank, cost))
+            expert_bytes += cost
+    bf16 = lookup(lowrank.FACTOR_DTYPE)
+    assert isinstance(bf16, DType)
+    out: Snapshot = {}
+    sketches = []
+    with byte_progress("sketch", sum(m.nbytes for _, _, m, _, _, _ in todo)) as bar:
+        ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar)
+        by_file: dict[str, list[tuple[str, TensorManifest, TensorManifest, int]]] = {}
+        for file, name, m, p, rank, _ in todo:
+            by_file.setdefault(file, []).append((name, m, p, rank))
+        for file, items in by_file.items():
+            ingestor.begin_file(file)
+            specs, ids = [], {}
+            for name, m, p, rank in items:
+                delta = _delta(ctx, name, m, p)
+                a_t, b_t, sigma = lowrank.factorize(delta, rank, _tensor_seed(seed, name))
+                a_t, b_t = a_t.to(torch_dtype(lowrank.FACTOR_DTYPE)), b_t.to(torch_dtype(lowrank.FACTOR_DTYPE))
+                ends = lowrank.block_ends(rank)
+                residuals = [torch_norm(delta - lowrank.rows_of(a_t[:r], b_t[:r], 0, delta.shape[0])) for r in ends]
+                energy = float(delta.double().square().sum())
+                stored = 0
+                start = 0
+                for block, end in enumerate(ends):
+                    for factor, rows in (("a", a_t[start:end]), ("b", b_t[start:end])):
+                        raw = tensor_bytes(rows.contiguous())
+                        key = factor_name(name, block, factor)
+                        specs.append((key, bf16, tuple(rows.shape)))
+                        read = lambda o, n, r=raw: r[o : o + n]  # noqa: E731
+                        ids[key] = ingestor.tensor(key, bf16, tuple(rows.shape), len(raw), read)
+                        stored += _stored(ctx, ids[key])
+                    start = end
+                shape = (m.shape[0], m.shape[1])
+                sketches.append(TensorSketch(file, name, shape, rank, sigma, energy, residuals, stored))
+                bar.advance(m.nbytes)
+            out[file] = Entry("safetensors", ingestor.safetensors_tree(build_header(specs, {}), ids))
+    params = {"algorithm": "randomized-svd", "version": lowrank.VERSION, "oversample": lowrank.OVERSAMPLE,
+              "power_iterations": lowrank.NITER, "factor_dtype": lowrank.FACTOR_DTYPE}  # fmt: skip
+    record = SketchRecord(commit, parent, kind, share, seed, params, sketches, exact, expert_bytes)
+    return record, out
+
+
+def _ids(m: TensorManifest) -> list[str]:
+    return [c.id for c in m.chunks]
+
+
+def torch_norm(t: torch.Tensor) -> float:
+    return float(t.double().norm())
+
+
+def _tensor_seed(seed: int, name: str) -> int:
+    """Each tensor's own seed, from the sketch's seed and the tensor's name (stable across runs)."""
+    from blake3 import blake3
+
+    return int.from_bytes(blake3(f"{seed}:{name}".encode()).digest()[:8], "little") >> 1
+
+
+def _stored(ctx: Context, manifest_id: str) -> int:
+    m = TensorManifest.from_bytes(ctx.graph.blob(manifest_id))
+    return sum(ctx.store.stored_size(c.id) for c in m.chunks)
+
+
+def _delta(ctx: Context, name: str, m: TensorManifest, p: TensorManifest) -> torch.Tensor:
+    """E − P of one tensor in float32 (m×n), the parent read first so the expert's chunks
+    stored as deltas against it decode from memory."""
+    from mgit.merge.tensor_inputs import read_into
+    from mgit.model.torch_io import tensor_from_bytes
+    from mgit.store.chunkstore import ReadCounters
+
+    what = f"tensor {name!r}"
+    counters = ReadCounters()
+    parent_bytes = bytearray(p.nbytes)
+    read_into(ctx.store, ctx.pool, p, list(range(len(p.chunks))), parent_bytes, what, counters)
+    mine = bytearray(parent_bytes)
+    differing = [i for i, c in enumerate(m.chunks) if c.id != p.chunks[i].id]
+    read_into(ctx.store, ctx.pool, m, differing, mine, what, counters, (p, parent_bytes, set(range(len(p.chunks)))))
+    shape = tuple(m.shape)
+    e = tensor_from_bytes(mine, m.dtype, shape).float()
+    return e - tensor_from_bytes(parent_bytes, p.dtype, shape).float()
+
+
+def offers(ctx: Context, commit: str, base_tensors: dict[str, TensorManifest]) -> dict[str, SketchOffer]:
+    """Tensor name → the stored sketch of ``commit``'s tensor, where its parent's tensor is the
+    merge base's (``base_tensors``): only there is the sketched delta the merge's delta."""
+    from mgit.merge.sketch.lowrank import block_ends
+    from mgit.merge.sketch.record import factor_name
+    from mgit.merge.sketch.use import SketchOffer
+
+    sketch = find(ctx, commit)
+    if sketch is None:
+        return {}
+    tree = ctx.graph.commit(sketch).tree
+    doc = records.read_sketch(ctx.graph, tree)
+    if doc is None:
+        return {}
+    from mgit.merge.sketch.record import SketchRecord
+
+    record = SketchRecord.from_json(doc)
+    parent_tensors = _tensors_of(ctx, record.parent)
+    files = read_snapshot(ctx.graph, tree)
+    out: dict[str, SketchOffer] = {}
+    loaded: dict[str, dict[str, TensorManifest]] = {}
+    for ts in record.tensors:
+        p, b = parent_tensors.get(ts.name), base_tensors.get(ts.name)
+        if p is None or b is None or [c.id for c in p.chunks] != [c.id for c in b.chunks]:
+            continue
+        if ts.file not in loaded:
+            loaded[ts.file] = load_safetensors(ctx.graph, files[ts.file].oid, ts.file).manifests
+        manifests = loaded[ts.file]
+        n = len(block_ends(ts.rank))
+        blocks_a = tuple(manifests[factor_name(ts.name, j, "a")] for j in range(n))
+        blocks_b = tuple(manifests[factor_name(ts.name, j, "b")] for j in range(n))
+        costs = tuple(
+            sum(ctx.store.read_cost(c.id) for c in a.chunks) + sum(ctx.store.read_cost(c.id) for c in bb.chunks)
+            for a, bb in zip(blocks_a, blocks_b, strict=True)
+        )
+        out[ts.name] = SketchOffer(ts, blocks_a, blocks_b, costs)
+    return out
+
+
+def _tensors_of(ctx: Context, commit: str) -> dict[str, TensorManifest]:
+    from mgit.merge.plan import model_tensors
+    from mgit.ops.paths import models
+
+    tensors: dict[str, TensorManifest] = {}
+    for model_dir in models(ctx.snapshot(commit)):
+        tensors |= model_tensors(ctx.graph, ctx.snapshot(commit), model_dir)[1]
+    return tensors

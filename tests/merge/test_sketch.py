@@ -1,0 +1,241 @@
+"""Low-rank sketches (issue 15): computed and stored beside a commit, read by budgeted merges
+instead of exact chunks, never by checkout, diff or exact merges."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+import torch
+from helpers.cli import invoke
+from helpers.models import LlamaSpec, llama_state_dict
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mgit.errors import BadInputError
+from mgit.merge.budget.knapsack import Item, choose_options, options_bound
+from mgit.merge.sketch import lowrank
+from mgit.ops import sketch as sketch_ops
+
+SPEC = LlamaSpec(layers=2, hidden=64, intermediate=128, vocab=96)
+WEIGHTS = [0.5, 0.5]
+
+
+def low_rank_finetune(base: dict, seed: int, rank: int = 4) -> dict:
+    """A fine-tune whose 2-D deltas are rank ``rank`` plus a little noise; 1-D tensors nudged."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, t in base.items():
+        if t.dim() == 2:
+            a = torch.randn(t.shape[0], rank, generator=g) * 0.02
+            b = torch.randn(rank, t.shape[1], generator=g) * 0.02
+            out[name] = t + a @ b + torch.randn(t.shape, generator=g) * 1e-4
+        else:
+            out[name] = t + torch.randn(t.shape, generator=g) * 1e-3
+    return out
+
+
+@pytest.fixture
+def experts(repo):
+    """main: an f32 base; e1, e2: low-rank fine-tunes of it, each sketched at 10%."""
+    base = llama_state_dict(SPEC, seed=3, dtype=torch.float32)
+    repo.commit_state_dict(base, message="base")
+    for k, name in enumerate(("e1", "e2")):
+        repo.create_branch(name, "main")
+        repo.commit_state_dict(low_rank_finetune(base, 10 + k), message=name, branch=name)
+        repo.sketch(name, share="10%")
+    return repo, base
+
+
+def _energy_error(repo, rev: str, full: str) -> float:
+    got, want = repo.state_dict(rev), repo.state_dict(full)
+    return sum(float((got[n].double() - want[n].double()).square().sum()) for n in want)
+
+
+# -- the math ---------------------------------------------------------------------------------
+
+
+def test_a_prefix_of_a_sketch_is_a_direct_lower_rank_sketch():
+    g = torch.Generator().manual_seed(0)
+    u, _ = torch.linalg.qr(torch.randn(80, 8, generator=g))
+    v, _ = torch.linalg.qr(torch.randn(120, 8, generator=g))
+    delta = (u * torch.tensor([64.0, 32, 16, 8, 4, 2, 1, 0.5])) @ v.T
+    a8, b8, sigma8 = lowrank.factorize(delta, 8, seed=1)
+    a4, b4, sigma4 = lowrank.factorize(delta, 4, seed=2)
+    prefix = lowrank.rows_of(a8[:4], b8[:4], 0, 80)
+    direct = lowrank.rows_of(a4, b4, 0, 80)
+    assert torch.allclose(prefix, direct, atol=1e-4)
+    assert sigma8[:4] == pytest.approx(sigma4, rel=1e-4)
+    assert torch.allclose(lowrank.rows_of(a8, b8, 0, 80), delta, atol=1e-4)
+    # a chunk's elements come from the rows it covers only
+    assert torch.equal(lowrank.elements(a8, b8, 130, 517), lowrank.rows_of(a8, b8, 0, 80).reshape(-1)[130:517])
+
+
+def test_rank_blocks_and_the_rank_a_share_affords():
+    assert lowrank.block_ends(0) == []
+    assert lowrank.block_ends(1) == [1]
+    assert lowrank.block_ends(12) == [1, 2, 4, 8, 12]
+    assert lowrank.rank_for((64, 128), lowrank.stored_bound((64, 128), 5)) == 5
+    assert lowrank.rank_for((64, 128), lowrank.stored_bound((64, 128), 5) - 1) == 4
+    assert lowrank.rank_for((4, 4), 10**9) == 4
+    assert lowrank.rank_for((64, 128), 100) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.tuples(st.integers(1, 30), st.floats(0, 50)), min_size=1, max_size=4), min_size=1, max_size=5),
+    st.integers(0, 80),
+)
+def test_the_multiple_choice_knapsack_against_brute_force(groups, limit):
+    items = [[Item(c, v) for c, v in g] for g in groups]
+    picks = choose_options(items, limit)
+    cost = sum(items[g][n].cost for g, n in enumerate(picks) if n >= 0)
+    value = sum(items[g][n].value for g, n in enumerate(picks) if n >= 0)
+    assert cost <= limit
+    best = 0.0
+    for combo in itertools.product(*[[-1, *range(len(g))] for g in items]):
+        c = sum(items[g][n].cost for g, n in enumerate(combo) if n >= 0)
+        if c <= limit:
+            best = max(best, sum(items[g][n].value for g, n in enumerate(combo) if n >= 0))
+    assert value <= best + 1e-9
+    assert value >= best / 2 - 1e-9  # the proven factor
+    assert options_bound(items, limit) >= best - 1e-6  # the LP bound bounds every choice
+
+
+# -- storing ----------------------------------------------------------------------------------
+
+
+def test_a_sketch_records_what_recomputing_it_gives(experts):
+    repo, base = experts
+    record = repo.sketch_record("e1")
+    assert record is not None and record.kind == "lowrank" and record.share == 0.1
+    assert record.parent == repo.resolve("main")
+    assert record.stored_bytes <= 0.1 * record.expert_bytes  # within the share of the stored bytes
+    mine = repo.state_dict("e1")
+    tensors = {tp.name: tp.base for tp in repo.merge_plan(["e1"], "task_arithmetic", weight=1.0)[0].tensors}
+    offers = sketch_ops.offers(repo.ctx, repo.resolve("e1"), tensors)
+    assert {t.name for t in record.tensors} == set(offers)
+    assert all(t.dim() == 2 for n, t in base.items() if n in offers)
+    for ts in record.tensors:
+        offer = offers[ts.name]
+        rows = []
+        for blocks in (offer.blocks_a, offer.blocks_b):
+            parts = [_read(repo, m) for m in blocks]
+            rows.append(torch.cat(parts))
+        delta = mine[ts.name].double() - base[ts.name].double()
+        approx = lowrank.rows_of(rows[0], rows[1], 0, delta.shape[0]).double()
+        assert float(delta.square().sum()) == pytest.approx(ts.energy, rel=1e-5)
+        assert float((delta - approx).norm()) == pytest.approx(ts.residuals[-1], rel=1e-3, abs=1e-6)
+        # what it keeps, measured, is what the singular values say (the factors are orthogonal)
+        assert ts.captured(ts.rank) == pytest.approx(sum(x * x for x in ts.sigma), rel=0.02)
+    assert record.captured_share > 0.8  # rank-4 changes: most tensors get rank ≥ 4 at 10%
+
+
+def _read(repo, manifest) -> torch.Tensor:
+    from mgit.model.torch_io import tensor_from_bytes
+
+    raw = b"".join(bytes(repo.store.get(c.id, "test")) for c in manifest.chunks)
+    return tensor_from_bytes(bytearray(raw), manifest.dtype, manifest.shape).float()
+
+
+def test_an_expert_equal_to_its_parent_has_an_empty_sketch(experts):
+    repo, _ = experts
+    result = repo.sketch("e1", against="e1", force=True)
+    assert result.created and result.record.tensors == [] and result.record.stored_bytes == 0
+
+
+def test_sketching_again_is_a_no_op_and_a_different_sketch_needs_force(experts):
+    repo, _ = experts
+    again = repo.sketch("e1", share="10%")
+    assert not again.created
+    with pytest.raises(BadInputError, match="already has a sketch"):
+        repo.sketch("e1", share="20%")
+    assert repo.sketch("e1", share="20%", force=True).record.share == 0.2
+    for bad in ("0%", "150%", "lots"):
+        with pytest.raises(BadInputError, match="share"):
+            repo.sketch("e2", share=bad, force=True)
+    with pytest.raises(BadInputError, match="no parent"):
+        repo.sketch("main")  # the first commit
+
+
+def test_a_sketch_never_reaches_a_checkout_diff_or_exact_merge(experts):
+    repo, _ = experts
+    exact = repo.merge(["e1", "e2"], "task_arithmetic", branch="exact", checkout=False, weight=WEIGHTS)
+    at_full = repo.merge(["e1", "e2"], "task_arithmetic", branch="all", checkout=False, weight=WEIGHTS, budget="100%")
+    exact_sd, full_sd = repo.state_dict("exact"), repo.state_dict("all")
+    assert all(torch.equal(exact_sd[n], full_sd[n]) for n in exact_sd)  # 100%: sketches unused
+    assert repo.merge_record(at_full)["budget"]["sketches"]["used"] == 0
+    assert "budget" not in repo.merge_record(exact)
+    repo.checkout("e1")
+    before = (repo.root / "model/model.safetensors").read_bytes()
+    diff_before = repo.diff("main", "e1")
+    repo.sketch("e1", share="50%", force=True)  # a new sketch, with other factors
+    repo.checkout("main")
+    repo.checkout("e1")
+    assert (repo.root / "model/model.safetensors").read_bytes() == before
+    assert repo.diff("main", "e1") == diff_before
+    assert repo.status().clean
+    assert all(".sketch." not in name for name in repo.state_dict("e1"))
+
+
+def test_a_budgeted_merge_reads_sketches_and_keeps_more_within_the_budget(experts):
+    repo, _ = experts
+    repo.merge(["e1", "e2"], "task_arithmetic", branch="full", checkout=False, weight=WEIGHTS)
+    errors, records = {}, {}
+    for use in (True, False):
+        sha = repo.merge(["e1", "e2"], "task_arithmetic", branch=f"b{use}", checkout=False, budget="10%",
+                         budget_sketches=use, weight=WEIGHTS)  # fmt: skip
+        records[use] = repo.merge_record(sha)
+        errors[use] = _energy_error(repo, f"b{use}", "full")
+        b = records[use]["budget"]
+        assert records[use]["bytes"]["experts_measured"] <= b["limit_bytes"]
+        assert b["expert_bytes_planned"] <= b["limit_bytes"]
+    with_sketches = records[True]["budget"]
+    assert with_sketches["sketches"]["used"] > 0 and with_sketches["sketches"]["delta"] == "reconstructed"
+    assert "sketches" not in records[False]["budget"]
+    assert with_sketches["captured_share"] > 0.9 > records[False]["budget"]["captured_share"]
+    assert errors[True] < 0.2 * errors[False]
+    # the error bound bounds the measured error (affine: Σ |a| ‖Δ − Δ̂‖ + rounding)
+    assert errors[True] ** 0.5 <= with_sketches["error_bound"] + with_sketches["rounding_allowance"]
+    ranks = [t["budget"].get("sketch_ranks") for t in records[True]["tensors"] if "budget" in t]
+    assert any(ranks)
+
+
+def test_per_expert_fairness_with_sketches_holds_the_budget(experts):
+    repo, _ = experts
+    sha = repo.merge(["e1", "e2"], "task_arithmetic", branch="fair", checkout=False, budget="5%",
+                     budget_fairness="per-expert", weight=WEIGHTS)  # fmt: skip
+    b = repo.merge_record(sha)["budget"]
+    assert repo.merge_record(sha)["bytes"]["experts_measured"] <= b["limit_bytes"]
+    assert min(b["captured_share_per_expert"]) > 0
+
+
+def test_gc_keeps_a_sketch_and_fsck_finds_a_corrupted_sketch_chunk(experts):
+    repo, _ = experts
+    repo.gc()
+    assert repo.fsck() == []
+    tensors = {tp.name: tp.base for tp in repo.merge_plan(["e1"], "task_arithmetic", weight=1.0)[0].tensors}
+    offer = next(iter(sketch_ops.offers(repo.ctx, repo.resolve("e1"), tensors).values()))
+    loc = repo.store.location(offer.blocks_a[0].chunks[0].id)
+    data = bytearray(loc.pack.read_bytes())
+    data[loc.offset + loc.length // 2] ^= 0x5A
+    os.chmod(loc.pack, 0o644)
+    loc.pack.write_bytes(bytes(data))
+    assert repo.fsck()
+
+
+def test_the_cli_sketches_and_merges_with_sketches(experts):
+    repo, _ = experts
+    shown = invoke("sketch", "e2", "--share", "20%", "--force", cwd=repo.root, check=True)
+    assert "sketched" in shown.stdout and "captured" in shown.stdout
+    doc = invoke("sketch", "e2", "--share", "20%", "--json", cwd=repo.root, check=True)
+    assert '"schema": "mgit.sketch-result/1"' in doc.stdout and '"created": false' in doc.stdout
+    bad = invoke("sketch", "e2", "--share", "30%", cwd=repo.root)
+    assert bad.returncode != 0 and "--force" in bad.stderr and "Traceback" not in bad.stderr
+    merged = invoke("merge", "--method", "task_arithmetic", "--weights", "0.5,0.5", "e1", "e2", "--budget", "10%",
+                    "-b", "m", "--no-checkout", cwd=repo.root, check=True)  # fmt: skip
+    assert "read as sketches" in merged.stdout
+    plain = invoke("merge", "--method", "task_arithmetic", "--weights", "0.5,0.5", "e1", "e2", "--budget", "10%",
+                   "-b", "n", "--no-checkout", "--no-sketches", cwd=repo.root, check=True)  # fmt: skip
+    assert "sketches" not in plain.stdout
