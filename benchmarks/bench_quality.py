@@ -41,7 +41,7 @@ from typing import Any
 from harness import cli
 from harness.machine import lock_workdir
 from harness.models import MB
-from harness.plot import DASHED, PALETTE, HLine, Series, line_chart, write_svg
+from harness.plot import DASHED, DOTTED, PALETTE, HLine, Series, line_chart, write_svg
 from harness.report import REPO_ROOT, header_lines, publish, relative, table, took
 from harness.tasks import TASKS, Task
 
@@ -52,7 +52,11 @@ METHODS: dict[str, dict[str, Any]] = {
     "ties": {"weight": 1.0, "density": 0.5},
 }
 BUDGETS, QUICK_BUDGETS = (50, 25, 10, 5), (25, 10)
-SELECTIONS = ("importance", "uniform", "per-expert")  # per-expert: importance within each expert's share
+# importance / per-expert / uniform: whole chunks only (--no-sketches); sketch / sketch-per-expert: the
+# experts' stored low-rank sketches as well (mgit sketch), chosen by the planner over resolutions
+SELECTIONS = ("importance", "uniform", "per-expert", "sketch", "sketch-per-expert")
+QUICK_SELECTIONS = ("importance", "sketch")
+SKETCH_SHARE = "50%"  # each expert's sketch, stored once; a budget reads a prefix of its ranks
 TRAIN, TEST, QUICK_TRAIN, QUICK_TEST = 4000, 600, 600, 200
 STEPS, QUICK_STEPS = 300, 40
 BATCH, MAX_TOKENS, LR, HEAD_LR, SEED = 32, 32, 5e-5, 2e-3, 0
@@ -171,8 +175,9 @@ class Scored:
         return sum(self.accuracy.values()) / len(self.accuracy)
 
 
-def commit_all(repo_dir: Path, paths: dict[str, Path]) -> Any:
-    """A fresh repository: the base on main, expert NAME on branch task-NAME."""
+def commit_all(repo_dir: Path, paths: dict[str, Path], timings: dict[str, list[float]]) -> Any:
+    """A fresh repository: the base on main, expert NAME on branch task-NAME, each expert then
+    sketched (``timings``: seconds of each expert's add + commit, and of its sketch)."""
     from mgit import Repository
 
     shutil.rmtree(repo_dir, ignore_errors=True)
@@ -185,8 +190,16 @@ def commit_all(repo_dir: Path, paths: dict[str, Path]) -> Any:
             repo.checkout(create_branch=f"task-{name}")
         shutil.rmtree(repo_dir / "model", ignore_errors=True)
         shutil.copytree(src, repo_dir / "model", ignore=shutil.ignore_patterns("head.pt"))
+        started = time.perf_counter()
         repo.add(["model"])
         repo.commit(name)
+        if name != "base":
+            timings["add"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            made = repo.sketch(f"task-{name}", share=SKETCH_SHARE)
+            timings["sketch"].append(time.perf_counter() - started)
+            timings["captured"].append(made.record.captured_share)
+            timings["stored_share"].append(made.record.stored_bytes / made.record.expert_bytes)
     repo.checkout("main")
     return repo
 
@@ -213,9 +226,11 @@ def run_merges(repo: Any, names: list[str], merges: list[Merge]) -> dict[Merge, 
     for m in merges:
         params = METHODS[m.method]
         budget = None if m.budget is None else f"{m.budget}%"
-        select, fairness = ("importance", "per-expert") if m.select == "per-expert" else (m.select, "global")
+        fairness = "per-expert" if m.select.endswith("per-expert") else "global"
+        select = "uniform" if m.select == "uniform" else "importance"
         sha = repo.merge([f"task-{n}" for n in names], m.method, base="main", branch=m.branch, checkout=False,
-                         budget=budget, budget_select=select, budget_fairness=fairness, **params)  # fmt: skip
+                         budget=budget, budget_select=select, budget_fairness=fairness,
+                         budget_sketches=m.select.startswith("sketch"), **params)  # fmt: skip
         read[m] = int(repo.merge_record(sha)["bytes"]["experts_measured"])
     return read
 
@@ -238,13 +253,26 @@ def report(scored: list[Scored], names: list[str], ctx: dict[str, Any]) -> str:
         "",
         f"Merges of all {len(names)} experts into the base: "
         + "; ".join(f"{m} ({', '.join(f'{k} {v}' for k, v in p.items())})" for m, p in METHODS.items())
-        + ". *importance*: mgit's budgeted plan (expert chunks ranked by what they move, from the commits' "
-        "statistics, all experts together); *per-expert*: the same ranking within each expert's share of the "
-        "budget first (`--budget-fairness per-expert`); *uniform*: chunks drawn at random (seeded) up to the same "
-        "budget. Expert bytes: stored bytes of expert chunks the merge read (its plan record), as a share of the "
+        + ". *importance*: mgit's budgeted plan over whole chunks (`--no-sketches`: expert chunks ranked by what "
+        "they move, from the commits' statistics, all experts together); *per-expert*: the same ranking within "
+        "each expert's share of the budget first (`--budget-fairness per-expert`); *uniform*: chunks drawn at "
+        "random (seeded) up to the same budget; *sketch*: the planner over resolutions, which may read each "
+        f"expert tensor's stored low-rank sketch (`mgit sketch --share {SKETCH_SHARE}`, a prefix of its ranks) "
+        "instead of its chunks; *sketch-per-expert*: the same with `--budget-fairness per-expert`. Expert bytes: "
+        "stored bytes of expert chunks and sketch blocks the merge read (its plan record), as a share of the "
         "exact merge's.",
         "",
     ]
+    t = ctx["timings"]
+    if t["sketch"]:
+        lines += [
+            f"Sketching each expert (`mgit sketch --share {SKETCH_SHARE}`, after its `add` + `commit`): "
+            f"{sum(t['sketch']) / len(t['sketch']):.1f} s on average against {sum(t['add']) / len(t['add']):.1f} s "
+            f"for its add + commit ({sum(t['sketch']) / sum(t['add']):.2f}×; target ≤ 2×); stored "
+            f"{min(t['stored_share']):.0%}–{max(t['stored_share']):.0%} of the changed chunks' stored bytes, "
+            f"capturing {min(t['captured']):.1%}–{max(t['captured']):.1%} of Σ‖Δ‖².",
+            "",
+        ]
     full = {s.merge.method: s for s in scored if s.merge is not None and s.merge.budget is None}
     header = ["model", "expert bytes read (MB)", "share", *names, "average", "vs full merge (points)"]
     rows = []
@@ -290,11 +318,13 @@ def plot(scored: list[Scored], base: Scored, budgets: Sequence[int]) -> str:
         full = find(scored, method, None)
         if full is None:
             continue
-        refs.append(HLine(f"{method}, full merge", 100 * full.average, PALETTE[3 * k]))
-        for j, select in enumerate(SELECTIONS):
+        refs.append(HLine(f"{method}, full merge", 100 * full.average, PALETTE[5 + k]))
+        for j, select in enumerate(SELECTIONS):  # a colour per selection, a line style per method
             found = [(b, find(scored, method, b, select)) for b in budgets]
+            if all(f is None for _, f in found):
+                continue
             pts = [(float(b), 100 * s.average) for b, s in found if s is not None] + [(100.0, 100 * full.average)]
-            series.append(Series(f"{method}, {select}", pts, PALETTE[3 * k + j], DASHED if j == 1 else ""))
+            series.append(Series(f"{method}, {select}", pts, PALETTE[j], (DASHED, DOTTED)[k] if k < 2 else ""))
     ticks = [(float(b), f"{b}%") for b in (5, 10, 25, 50, 100)]
     return line_chart(series, refs, title="Average test accuracy against the budget", x_ticks=ticks, log_x=True,
                       x_label="budget (share of the expert bytes, log scale)", y_label="accuracy (%)")  # fmt: skip
@@ -322,10 +352,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     train, test = (QUICK_TRAIN, QUICK_TEST) if args.quick else (TRAIN, TEST)
     paths = experts(workdir, tasks, steps, train)
     print("committing the base and the experts ...", flush=True)
-    repo = commit_all(workdir / "repo", paths)
+    timings: dict[str, list[float]] = {"add": [], "sketch": [], "captured": [], "stored_share": []}
+    repo = commit_all(workdir / "repo", paths, timings)
     budgets = QUICK_BUDGETS if args.quick else BUDGETS
     methods = list(METHODS)[:1] if args.quick else list(METHODS)
-    merges = [Merge(m, None) for m in methods] + [Merge(m, b, s) for m in methods for b in budgets for s in SELECTIONS]
+    selections = QUICK_SELECTIONS if args.quick else SELECTIONS
+    merges = [Merge(m, None) for m in methods] + [Merge(m, b, s) for m in methods for b in budgets for s in selections]
     print(f"{len(merges)} merges ...", flush=True)
     read = run_merges(repo, names, merges)
     tests = {t.name: t.examples(test, seed=SEED + 1) for t in tasks}
@@ -350,7 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     base_mb = (base_dir() / "model.safetensors").stat().st_size / MB
     ctx = {"command": cli.command_line(argv, __file__), "workdir": workdir, "versions": versions,
            "took": took(time.perf_counter() - started, 0), "steps": steps, "train": train, "test": test,
-           "base_mb": base_mb}  # fmt: skip
+           "base_mb": base_mb, "timings": timings}  # fmt: skip
     publish(relative(report(scored, names, ctx)), SECTION_TITLE, args.write_docs)
     svg = plot(scored, base, budgets)
     if args.write_docs:

@@ -18,7 +18,8 @@ PUBLIC = {
     "lineage", "lock", "log", "merge", "merge_plan", "merge_record", "models", "pool", "promisor", "pull", "push",
     "reflog", "reflog_expire", "reflog_ref", "refs", "relpath", "remote_add", "remote_branch_for",
     "remote_branches", "remote_remove", "remotes", "rename_branch", "reset", "resolve", "rm", "root", "show",
-    "snapshot", "sparse_patterns", "state_dict", "status", "store", "store_usage", "tag", "tags", "tracking_ref",
+    "sketch", "sketch_record", "snapshot", "sparse_patterns", "state_dict", "status", "store", "store_usage", "tag",
+    "tags", "tracking_ref",
 }  # fmt: skip
 
 

@@ -102,12 +102,18 @@ def cmd_status(state: CliState, as_json: bool) -> None:
 @click.command("commit")
 @click.option("-m", "--message", required=True, help="Commit message.")
 @click.option("--allow-empty", is_flag=True)
+@click.option(
+    "--sketch",
+    "share",
+    metavar="SHARE",
+    help="then sketch the commit's change for budgeted merges, e.g. 10% (default: config sketch.share)",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.commit/1).")
 @pass_state
-def cmd_commit(state: CliState, message: str, allow_empty: bool, as_json: bool) -> None:
+def cmd_commit(state: CliState, message: str, allow_empty: bool, share: str | None, as_json: bool) -> None:
     """Record the staged files as a new commit."""
     repo = state.repo
-    sha = repo.commit(message, allow_empty=allow_empty)
+    sha = repo.commit(message, allow_empty=allow_empty, sketch=share)
     if as_json:
         info = repo.graph.commit(sha)
         state.echo_json(views.commit_json(sha, repo.refs.current_branch(), list(info.parents)))

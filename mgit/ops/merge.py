@@ -432,9 +432,17 @@ def _sketch_offers(ctx: Context, plan: MergePlan, setup: MergeSetup) -> dict[tup
         return {}
     base = {tp.name: tp.base for tp in plan.tensors}
     where = {tp.name: t for t, tp in enumerate(plan.tensors)}
+    price = None
+    if ctx.promisor is not None:  # blocks not here cost what fetching them costs
+        promisor = ctx.promisor
+
+        def price(ids: list[str]) -> dict[str, int]:
+            cost = promisor.pricing(promisor.sizes(ids))
+            return {cid: cost(cid, set()) for cid in ids}
+
     out = {}
     for k, commit in enumerate(setup.expert_commits):
-        for name, offer in sketches.offers(ctx, commit, base).items():
+        for name, offer in sketches.offers(ctx, commit, base, price).items():
             t = where.get(name)
             if t is not None and plan.tensors[t].reads[k]:
                 out[(t, k)] = offer

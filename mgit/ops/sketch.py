@@ -12,6 +12,7 @@ and exact merges read exact chunks only.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -257,9 +258,16 @@ def _delta(ctx: Context, name: str, m: TensorManifest, p: TensorManifest) -> tor
     return e - tensor_from_bytes(parent_bytes, p.dtype, shape).float()
 
 
-def offers(ctx: Context, commit: str, base_tensors: dict[str, TensorManifest]) -> dict[str, SketchOffer]:
+def offers(
+    ctx: Context,
+    commit: str,
+    base_tensors: dict[str, TensorManifest],
+    price: Callable[[list[str]], dict[str, int]] | None = None,
+) -> dict[str, SketchOffer]:
     """Tensor name → the stored sketch of ``commit``'s tensor, where its parent's tensor is the
-    merge base's (``base_tensors``): only there is the sketched delta the merge's delta."""
+    merge base's (``base_tensors``): only there is the sketched delta the merge's delta.
+    ``price``: chunk ids → what reading each costs (default: its stored bytes here; a partial
+    clone asks the remote for those it lacks, in one batch)."""
     from mgit.merge.sketch.lowrank import block_ends
     from mgit.merge.sketch.record import factor_name
     from mgit.merge.sketch.use import SketchOffer
@@ -276,11 +284,11 @@ def offers(ctx: Context, commit: str, base_tensors: dict[str, TensorManifest]) -
     record = SketchRecord.from_json(doc)
     parent_tensors = _tensors_of(ctx, record.parent)
     files = read_snapshot(ctx.graph, tree)
-    out: dict[str, SketchOffer] = {}
+    found = []
     loaded: dict[str, dict[str, TensorManifest]] = {}
     for ts in record.tensors:
         p, b = parent_tensors.get(ts.name), base_tensors.get(ts.name)
-        if p is None or b is None or [c.id for c in p.chunks] != [c.id for c in b.chunks]:
+        if p is None or b is None or _ids(p) != _ids(b):
             continue
         if ts.file not in loaded:
             loaded[ts.file] = load_safetensors(ctx.graph, files[ts.file].oid, ts.file).manifests
@@ -288,11 +296,15 @@ def offers(ctx: Context, commit: str, base_tensors: dict[str, TensorManifest]) -
         n = len(block_ends(ts.rank))
         blocks_a = tuple(manifests[factor_name(ts.name, j, "a")] for j in range(n))
         blocks_b = tuple(manifests[factor_name(ts.name, j, "b")] for j in range(n))
-        costs = tuple(
-            sum(ctx.store.read_cost(c.id) for c in a.chunks) + sum(ctx.store.read_cost(c.id) for c in bb.chunks)
-            for a, bb in zip(blocks_a, blocks_b, strict=True)
+        found.append((ts, blocks_a, blocks_b))
+    ids = [c.id for _, a, b in found for m in (*a, *b) for c in m.chunks]
+    costs = price(ids) if price is not None else {cid: ctx.store.read_cost(cid) for cid in ids}
+    out: dict[str, SketchOffer] = {}
+    for ts, blocks_a, blocks_b in found:
+        per_block = tuple(
+            sum(costs[c.id] for m in (a, b) for c in m.chunks) for a, b in zip(blocks_a, blocks_b, strict=True)
         )
-        out[ts.name] = SketchOffer(ts, blocks_a, blocks_b, costs)
+        out[ts.name] = SketchOffer(ts, blocks_a, blocks_b, per_block)
     return out
 
 

@@ -133,10 +133,29 @@ def rm(ctx: Context, paths: Iterable[str | os.PathLike[str]], cached: bool = Fal
     return removed
 
 
-def commit(ctx: Context, message: str, allow_empty: bool = False) -> str:
-    """Commit the index; the current branch moves last, by compare-and-swap."""
+def commit(ctx: Context, message: str, allow_empty: bool = False, sketch: str | float | None = None) -> str:
+    """Commit the index; the current branch moves last, by compare-and-swap. With ``sketch`` (a
+    share, e.g. ``"10%"``; default: config ``sketch.share``, else none) the new commit's change
+    to its parent is then sketched for budgeted merges (mgit.ops.sketch)."""
     if not message.strip():
         raise BadInputError("empty commit message; pass -m MESSAGE")
+    share = sketch if sketch is not None else ctx.config_get("sketch.share")
+    if share is not None:
+        from mgit.ops import sketch as sketches
+
+        sketches.parse_share(share)  # a bad share is refused before anything is committed
+    made = _commit_index(ctx, message, allow_empty)
+    if share is not None and ctx.graph.commit(made).parents:
+        from mgit.ops import sketch as sketches
+
+        try:
+            sketches.sketch(ctx, made, share=share)
+        except MgitError as e:
+            raise MgitError(f"committed {made[:12]}, but its sketch failed: {e} (run `mgit sketch` again)") from e
+    return made
+
+
+def _commit_index(ctx: Context, message: str, allow_empty: bool) -> str:
     with ctx.lock:
         index = ctx.index()
         head = ctx.refs.head()

@@ -15,9 +15,10 @@ from mgit.graph.ids import object_id, ref_name
 from mgit.ops import checkout, opening, remotes
 from mgit.ops.remotes import TRACKING
 from mgit.progress import byte_progress
+from mgit.remote.backend import SKETCHES, Backend
 from mgit.remote.open import is_url, open_backend
 from mgit.remote.promisor import PARTIAL_KEY
-from mgit.remote.transfer import Transfer, chunks_of, fetch_chunks, fetch_graph, is_ancestor, plan_push
+from mgit.remote.transfer import Transfer, ancestors, chunks_of, fetch_chunks, fetch_graph, is_ancestor, plan_push
 from mgit.remote.transfer import push as send
 from mgit.worktree.cost import checkout_budget
 from mgit.worktree.sparse import make_patterns
@@ -38,9 +39,32 @@ def push(ctx: Context, remote: str = "origin", branch: str | None = None, force:
             with byte_progress("push", plan.chunk_bytes) as bar:
                 report = send(ctx.graph, ctx.store, backend, plan, bar)
             track(ctx, remote, {ref: commit}, "push")
+            _push_sketches(ctx, backend, commit, report)
     finally:
         backend.close()  # a working repository as the remote: release its lock, even after a failure
     return report
+
+
+def _push_sketches(ctx: Context, backend: Backend, commit: str, report: Transfer) -> None:
+    """Send the sketches (mgit.ops.sketch) of ``commit`` and its ancestors that the remote lacks
+    or holds otherwise: derived data travels with what it was derived from. A partial clone
+    sends only those whose chunks it holds."""
+    local = {
+        f"{SKETCHES}{name.decode()}": sha.decode()
+        for name, sha in ctx.graph.repo.refs.as_dict(ref_name(SKETCHES.encode())).items()
+    }
+    if not local:
+        return
+    theirs = backend.refs()
+    history = ancestors(ctx.graph, commit)
+    for ref, sketch in sorted(local.items()):
+        if ref.removeprefix(SKETCHES) not in history or theirs.get(ref) == sketch:
+            continue
+        if not all(ctx.store.has(c) for c in chunks_of(ctx.graph, [sketch])):
+            continue
+        plan = plan_push(ctx.graph, ctx.store, backend, sketch, ref, force=True)
+        sent = send(ctx.graph, ctx.store, backend, plan)
+        report.add(sent.objects, sent.chunks, sent.bytes)
 
 
 def fetch(ctx: Context, remote: str = "origin", chunks: str | None = None, *, action: str = "fetch") -> Transfer:
@@ -70,13 +94,14 @@ def fetch(ctx: Context, remote: str = "origin", chunks: str | None = None, *, ac
         held = {k.decode(): v.decode() for k, v in ctx.graph.repo.refs.as_dict().items()}
         before = {r: held.get(remotes.tracking_ref(remote, r) or "") for r in refs}  # old values: what moved
         track(ctx, remote, refs, action)
-        report.refs = {r: (before[r], c) for r, c in refs.items()}
+        report.refs = {r: (before[r], c) for r, c in refs.items() if not r.startswith(SKETCHES)}
     return report
 
 
 def track(ctx: Context, remote: str, refs: dict[str, str], action: str) -> None:
     """Remote-tracking refs (refs/remotes/NAME/BRANCH), each move logged in its reflog as
-    git logs it; tags as local tags unless present (git keeps no reflog for tags)."""
+    git logs it; tags as local tags unless present (git keeps no reflog for tags); sketches
+    likewise (refs/mgit/sketches/COMMIT)."""
     held = ctx.graph.repo.refs.as_dict(ref_name(TRACKING.encode()))
     for ref, commit in refs.items():
         if ref.startswith("refs/heads/"):
@@ -88,8 +113,8 @@ def track(ctx: Context, remote: str, refs: dict[str, str], action: str) -> None:
             ctx.graph.repo.refs.set_if_equals(
                 ref_name(name), None, object_id(commit.encode()), committer=ctx.identity(), message=message.encode()
             )
-        elif ref.startswith("refs/tags/") and ref_name(ref.encode()) not in ctx.graph.repo.refs:
-            ctx.graph.repo.refs[ref_name(ref.encode())] = object_id(commit.encode())
+        elif ref.startswith(("refs/tags/", SKETCHES)) and ref_name(ref.encode()) not in ctx.graph.repo.refs:
+            ctx.graph.repo.refs[ref_name(ref.encode())] = object_id(commit.encode())  # a sketch made here wins
 
 
 def _tracking_message(ctx: Context, action: str, old: str | None, new: str) -> str:

@@ -5,6 +5,7 @@ Keys (the same for every backend; a directory remote holds them as files):
     objects/<40 hex>          a git object, as git hashes it: b"<type> <size>\\0<content>"
     chunks/<64 hex>           a chunk record (see :func:`pack_chunk`)
     refs/heads/<branch>       b"<40 hex commit id>\\n", also refs/tags/<tag>
+    refs/mgit/sketches/<40 hex>  the sketch commit of that commit (mgit.ops.sketch), likewise
     HEAD                      b"ref: refs/heads/<branch>\\n": the branch a clone checks out
 
 Objects are immutable and content-addressed, so ``put`` is idempotent and an interrupted
@@ -31,6 +32,16 @@ from mgit.store.record import Record
 
 OBJECT_KEY = re.compile(r"objects/[0-9a-f]{40}")
 CHUNK_KEY = re.compile(r"chunks/[0-9a-f]{64}")
+SKETCHES = "refs/mgit/sketches/"
+SKETCH_KEY = re.compile(r"refs/mgit/sketches/[0-9a-f]{40}")
+REF_PREFIXES = ("refs/heads/", "refs/tags/", SKETCHES)  # the refs a remote holds
+
+
+def is_remote_ref(name: str) -> bool:
+    """Whether ``name`` is under one of the prefixes a remote holds refs in (its form unchecked)."""
+    return name.startswith(REF_PREFIXES)
+
+
 HEAD_KEY = "HEAD"
 MAX_OBJECT_BYTES = 64 * 2**20  # chunks are 4 MiB, blobs of non-tensor files at most that: room to spare
 
@@ -109,6 +120,8 @@ def check_key(key: str) -> str:
     if key.startswith(("refs/heads/", "refs/tags/")):
         check_ref_name(key.split("/", 2)[2], "ref")
         return key
+    if SKETCH_KEY.fullmatch(key):
+        return key
     raise RemoteError(f"not a valid remote object name: {key[:80]!r}")
 
 
@@ -121,7 +134,7 @@ def checked_refs(url: str, refs: object) -> dict[str, str]:
     for name, value in refs.items():
         if not isinstance(name, str) or not isinstance(value, str) or not re.fullmatch(r"[0-9a-f]{40}", value):
             raise RemoteError(f"{url} has a malformed ref {str(name)[:80]!r}; the remote is damaged or not mgit's")
-        if not name.startswith(("refs/heads/", "refs/tags/")):
+        if not is_remote_ref(name):
             raise RemoteError(f"{url} sent an unexpected ref name {name[:80]!r}")
         check_key(name)
         out[name] = value
@@ -132,8 +145,8 @@ def check_ref_form(name: str, new: str | None, existing: Iterable[str]) -> None:
     """Refuse (BadRefError) a ref value that is not a 40-hex id, or a name under an existing
     ref (or with refs under it), or a name that is no branch or tag (an object's key, HEAD: a
     swap there would overwrite what it holds): what every backend can check without reading objects."""
-    if not name.startswith(("refs/heads/", "refs/tags/")):
-        raise BadRefError(f"refusing {name}: not a branch or tag (refs/heads/… or refs/tags/…)")
+    if not name.startswith(("refs/heads/", "refs/tags/")) and not SKETCH_KEY.fullmatch(name):
+        raise BadRefError(f"refusing {name}: not a branch, tag or sketch (refs/heads/…, refs/tags/…)")
     other = ref_clash(name, existing)
     if other is not None:
         raise BadRefError(clash_message(name, other))

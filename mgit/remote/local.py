@@ -79,7 +79,7 @@ class DirectoryBackend(Backend):
         """Every ref as stored, unchecked (``mgit serve`` sends them so that the client names
         a damaged one)."""
         out = {}
-        for kind in ("heads", "tags"):
+        for kind in ("heads", "tags", "mgit/sketches"):
             top = self.root / "refs" / kind
             for path in _files(top):
                 if ".tmp-" in path.name:

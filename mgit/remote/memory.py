@@ -23,6 +23,7 @@ from mgit.remote.backend import (
     check_key,
     check_ref_update,
     checked_refs,
+    is_remote_ref,
 )
 
 
@@ -59,11 +60,7 @@ class MemoryBackend(Backend):
 
     def _raw_refs(self) -> dict[str, str]:
         with self._lock:
-            return {
-                k: v.decode(errors="replace").strip()
-                for k, v in self.stored.items()
-                if k.startswith(("refs/heads/", "refs/tags/"))
-            }
+            return {k: v.decode(errors="replace").strip() for k, v in self.stored.items() if is_remote_ref(k)}
 
     def refs(self) -> dict[str, str]:
         return checked_refs(self.url, dict(sorted(self._raw_refs().items())))

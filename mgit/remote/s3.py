@@ -18,7 +18,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from mgit.errors import AuthError, BadInputError, MgitError, RemoteError
-from mgit.remote.backend import HEAD_KEY, Backend, MissingObjectError, check_key, check_ref_form, checked_refs
+from mgit.remote.backend import (
+    HEAD_KEY,
+    Backend,
+    MissingObjectError,
+    check_key,
+    check_ref_form,
+    checked_refs,
+    is_remote_ref,
+)
 
 # ClientError codes the callers handle themselves (a missing key, a lost conditional write).
 _EXPECTED_CODES = {"NoSuchKey", "404", "PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
@@ -204,7 +212,7 @@ class S3Backend(Backend):
             self._listed.pop("refs", None)  # refs change: list them afresh
         out = {}
         for key in sorted(self._keys("refs")):
-            if key.startswith(("refs/heads/", "refs/tags/")):
+            if is_remote_ref(key):
                 try:
                     out[key] = self.get(key).decode(errors="replace").strip()
                 except MissingObjectError:

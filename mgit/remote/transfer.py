@@ -74,6 +74,18 @@ def remote_has(backend: Backend, keys: Iterable[str]) -> set[str]:
     return out
 
 
+def ancestors(graph: Graph, commit: str) -> set[str]:
+    """``commit`` and every ancestor of it held here."""
+    seen, pending = set(), [commit]
+    while pending:
+        sha = pending.pop()
+        if sha in seen or not graph.has(sha):
+            continue
+        seen.add(sha)
+        pending.extend(graph.commit(sha).parents)
+    return seen
+
+
 def is_ancestor(graph: Graph, old: str, new: str) -> bool:
     """Whether commit ``old`` is ``new`` or one of its ancestors (both local)."""
     seen, pending = set(), [new]

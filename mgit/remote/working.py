@@ -20,6 +20,7 @@ from mgit.graph.objects import Graph
 from mgit.lock import RepoLock
 from mgit.remote.backend import (
     HEAD_KEY,
+    REF_PREFIXES,
     Backend,
     MissingObjectError,
     check_key,
@@ -99,7 +100,7 @@ class WorkingRepositoryBackend(Backend):
     def refs(self) -> dict[str, str]:
         refs = self.graph.repo.refs
         out: dict[str, str] = {}
-        for prefix in (HEADS, "refs/tags/"):
+        for prefix in REF_PREFIXES:
             for name, sha in refs.as_dict(ref_name(prefix.encode())).items():
                 out[prefix + name.decode(errors="replace")] = sha.decode(errors="replace")
         return checked_refs(self.url, out)

@@ -267,3 +267,16 @@ def test_only_branch_and_tag_names_move_as_refs(remote):
         _refused(lambda n=name: backend.swap_ref(n, None, head))
     assert backend.get(held) == before
     assert remote.reopen().refs() == {}
+
+
+def test_sketch_refs_move_and_are_listed_and_other_names_under_them_are_refused(remote):
+    """A commit's sketch (refs/mgit/sketches/<40 hex>, mgit.ops.sketch) travels as a ref of its own."""
+    backend = remote.backend
+    a, b = put_commits(backend, 2)
+    name = f"refs/mgit/sketches/{a}"
+    assert backend.swap_ref(name, None, b)
+    assert remote.reopen().refs() == {name: b}
+    assert backend.swap_ref(name, b, a) and remote.reopen().refs() == {name: a}
+    for bad in ("refs/mgit/sketches/main", f"refs/mgit/sketches/{a}/x", "refs/mgit/other", f"refs/mgit/{a}"):
+        _refused(lambda n=bad: backend.swap_ref(n, None, a))
+    assert remote.reopen().refs() == {name: a}

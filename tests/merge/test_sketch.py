@@ -239,3 +239,56 @@ def test_the_cli_sketches_and_merges_with_sketches(experts):
     plain = invoke("merge", "--method", "task_arithmetic", "--weights", "0.5,0.5", "e1", "e2", "--budget", "10%",
                    "-b", "n", "--no-checkout", "--no-sketches", cwd=repo.root, check=True)  # fmt: skip
     assert "sketches" not in plain.stdout
+
+
+def test_a_commit_can_sketch_itself(repo):
+    from helpers.models import commit_model
+
+    base = llama_state_dict(SPEC, seed=3, dtype=torch.float32)
+    commit_model(repo, base, "base")
+    repo.config_set("sketch.share", "10%")
+    first = commit_model(repo, low_rank_finetune(base, 5), "tuned")  # commit_model: add + commit
+    record = repo.sketch_record(first)
+    assert record is not None and record.share == 0.1 and record.parent == repo.resolve("HEAD~1")
+    with pytest.raises(BadInputError, match="share"):
+        repo.commit("x", allow_empty=True, sketch="200%")
+    assert repo.resolve("HEAD") == first  # nothing committed
+    from helpers.models import write_model
+
+    write_model(repo.root / "model", low_rank_finetune(base, 6))
+    shown = invoke("add", "model", cwd=repo.root, check=True)
+    shown = invoke("commit", "-m", "again", "--sketch", "20%", cwd=repo.root, check=True)
+    assert shown.returncode == 0
+    assert repo.sketch_record("HEAD").share == 0.2
+
+
+def test_push_fetch_and_clones_carry_sketches_and_a_partial_clone_fetches_only_them(experts, tmp_path):
+    from mgit import Repository
+
+    repo, _ = experts
+    remote = tmp_path / "remote"
+    repo.remote_add("origin", str(remote))
+    for branch in ("main", "e1", "e2"):
+        repo.push("origin", branch)
+    sketch_ref = f"refs/mgit/sketches/{repo.resolve('e1')}"
+    assert (remote / sketch_ref).is_file()  # pushed with the commit it sketches
+    full = Repository.clone(str(remote), tmp_path / "full")
+    assert full.sketch_record("origin/e1") == repo.sketch_record("e1")
+    assert full.fsck() == []
+    partial = Repository.clone(str(remote), tmp_path / "partial", partial=True)
+    assert partial.sketch_record("origin/e1") is not None  # the record travels with the graph
+    sha = partial.merge(["origin/e1", "origin/e2"], "task_arithmetic", branch="m", checkout=False, budget="10%",
+                        weight=WEIGHTS)  # fmt: skip
+    record = partial.merge_record(sha)
+    assert record["budget"]["sketches"]["used"] > 0
+    assert record["bytes"]["experts_fetched"] <= record["budget"]["limit_bytes"]
+    assert record["budget"]["captured_share"] > 0.9
+    # a sketch the clone lacks arrives with the next fetch; one it holds is kept
+    repo.sketch("e2", share="20%", force=True)
+    repo.push("origin", "e2")
+    e2_ref = f"refs/mgit/sketches/{repo.resolve('e2')}".encode()
+    del full.graph.repo.refs[e2_ref]
+    full.fetch("origin")
+    assert full.sketch_record("origin/e2").share == 0.2
+    partial.fetch("origin")
+    assert partial.sketch_record("origin/e2").share == 0.1
