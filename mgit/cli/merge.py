@@ -88,6 +88,11 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
     show_default=True,
     help="under --budget, read an expert's stored sketch (mgit sketch) instead of its chunks where that keeps more",
 )
+@click.option(
+    "--sketch-missing",
+    metavar="SHARE",
+    help="with --budget: first sketch (mgit sketch) each expert that has none, e.g. 10%; reads it whole once",
+)
 @click.option("--explain", is_flag=True, help="print the budgeted plan per layer (bytes, captured share, bound)")
 @click.option("--dry-run", is_flag=True, help="print the plan (what would be read); read no tensor data")
 @click.option(
@@ -124,6 +129,7 @@ def cmd_merge(
     budget_select: str,
     budget_fairness: str,
     budget_sketches: bool,
+    sketch_missing: str | None,
     explain: bool,
     dry_run: bool,
     as_json: bool,
@@ -152,7 +158,8 @@ def cmd_merge(
         plan, setup = repo.merge_plan(
             list(experts), method, base, model=model_dir, allow_missing=allow_missing, config=config,
             budget=budget, budget_select=budget_select, explain=explain, seed=seed or 0, dtype=dtype,
-            out_dtype=out_dtype, budget_fairness=budget_fairness, budget_sketches=budget_sketches, **params,
+            out_dtype=out_dtype, budget_fairness=budget_fairness, budget_sketches=budget_sketches,
+            sketch_missing=sketch_missing, **params,
         )  # fmt: skip
         # The plan's record is built here, as before the split (the merge package is being reshaped:
         # these two calls move behind Repository when it is).
@@ -170,7 +177,7 @@ def cmd_merge(
         list(experts), method, base, branch=branch, message=message, seed=seed, dtype=dtype,
         out_dtype=out_dtype, model=model_dir, allow_missing=allow_missing, config=config, budget=budget,
         budget_select=budget_select, budget_fairness=budget_fairness, budget_sketches=budget_sketches,
-        checkout=not no_checkout, **params,
+        sketch_missing=sketch_missing, checkout=not no_checkout, **params,
     )  # fmt: skip
     merged = repo.merge_record(sha)
     assert merged is not None  # a merge commit always has its plan record

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mgit.budget import parse_budget
+from mgit.errors import BadInputError
 from mgit.graph.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class MergeRequest:
     out_dtype: str | None = None
     budget_fairness: str = "global"  # how the budget is shared among the experts (budget.importance.FAIRNESS)
     budget_sketches: bool = True  # under a budget, the experts' stored sketches may stand for their chunks
+    sketch_missing: str | float | None = None  # a share: first sketch the experts lacking one (mgit.ops.sketch)
 
     def check(self) -> MergeConfig | None:
         """What can be refused from the request alone (torch-free, nothing read): the config and
@@ -61,6 +63,12 @@ class MergeRequest:
             from mgit.merge.budget.restrict import check_selection
 
             check_selection(self.budget_select, self.budget_fairness)
+        if self.sketch_missing is not None:
+            from mgit.merge.sketch.record import parse_share
+
+            if self.budget is None:
+                raise BadInputError("sketching the experts first serves a budgeted merge only: give --budget too")
+            parse_share(self.sketch_missing)
         return cfg
 
     @property

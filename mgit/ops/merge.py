@@ -66,6 +66,7 @@ def merge(
     budget_select: str = "importance",
     budget_fairness: str = "global",
     budget_sketches: bool = True,
+    sketch_missing: str | float | None = None,
     checkout: bool = True,
     **params: Any,
 ) -> str:
@@ -84,7 +85,9 @@ def merge(
     ``budget_fairness="per-expert"``: each expert's share of the budget spent on its own chunks
     first, so no expert is starved by others' larger deltas). Under a budget, an expert's stored
     sketch (``Repository.sketch``) may be read instead of its exact chunks where that captures
-    more of the merge (``budget_sketches=False``: exact chunks only).
+    more of the merge (``budget_sketches=False``: exact chunks only); ``sketch_missing`` (a share)
+    first sketches, against the base, every expert that has no sketch (each read whole once,
+    outside the budget; the plan counts them).
     """
     from mgit.merge.methods.registry import get_method
     from mgit.merge.request import MergeRequest
@@ -92,7 +95,7 @@ def merge(
     request = MergeRequest(
         tuple(experts), method, base, params, model, allow_missing, config, budget, budget_select,
         seed=seed, dtype=dtype, out_dtype=out_dtype, budget_fairness=budget_fairness,
-        budget_sketches=budget_sketches,
+        budget_sketches=budget_sketches, sketch_missing=sketch_missing,
     )  # fmt: skip
     cfg = request.check()  # bad input refused before torch loads
     if seed is None:  # deterministic methods need none: keep their commits reproducible
@@ -268,6 +271,7 @@ def merge_plan(
     out_dtype: str | None = None,
     budget_fairness: str = "global",
     budget_sketches: bool = True,
+    sketch_missing: str | float | None = None,
     **params: Any,
 ) -> tuple[MergePlan, MergeSetup]:
     """What a merge would read, from manifests alone (``mgit merge --dry-run``); with a
@@ -275,9 +279,12 @@ def merge_plan(
     which may analyze chunk pairs no commit recorded (counted apart)."""
     from mgit.merge.request import MergeRequest
 
+    if sketch_missing is not None:
+        raise BadInputError("--sketch-missing stores sketches: not with --dry-run or --explain (run `mgit sketch`)")
+
     request = MergeRequest(
         tuple(experts), method, base, params, model, allow_missing, config, budget, budget_select, explain,
-        seed, dtype, out_dtype, budget_fairness, budget_sketches,
+        seed, dtype, out_dtype, budget_fairness, budget_sketches, sketch_missing,
     )  # fmt: skip
     return resolve_plan(ctx, request)
 
@@ -353,9 +360,14 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> tuple[MergePlan, Merge
         reference=reference, seed=request.seed or 0,
     )  # fmt: skip
     if request.wants_budget:
+        computed = 0
+        if request.sketch_missing is not None and request.budget_sketches:
+            computed = _sketch_missing(ctx, setup, request.sketch_missing, model_dir)
         plan = _plan_budget(
             ctx, plan, setup, request.budget, request.budget_select, request.budget_fairness, request.budget_sketches
         )
+        if plan.budget is not None:
+            plan.budget.sketches_computed = computed
     return plan, setup
 
 
@@ -447,3 +459,17 @@ def _sketch_offers(ctx: Context, plan: MergePlan, setup: MergeSetup) -> dict[tup
             if t is not None and plan.tensors[t].reads[k]:
                 out[(t, k)] = offer
     return out
+
+
+def _sketch_missing(ctx: Context, setup: MergeSetup, share: str | float, model_dir: str) -> int:
+    """Sketch, against the merge's base, each expert that has no sketch yet; how many were made.
+    An expert sketched against another parent keeps its sketch (the budget then reads its chunks)."""
+    from mgit.ops import sketch as sketches
+
+    made = 0
+    base = setup.reference or setup.base_commit
+    for commit in dict.fromkeys(setup.expert_commits):
+        if sketches.find(ctx, commit) is None and commit != base:
+            sketches.sketch(ctx, commit, against=base, share=share, model=model_dir or None)
+            made += 1
+    return made

@@ -21,6 +21,7 @@ from mgit.errors import BadInputError
 from mgit.graph import records
 from mgit.graph.ids import object_id, ref_name
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, write_snapshot
+from mgit.merge.sketch.record import parse_share
 from mgit.model.dtypes import DType, lookup
 from mgit.model.filetree import load_safetensors
 from mgit.model.manifest import TensorManifest
@@ -69,18 +70,6 @@ class SketchResult:
             "captured_share": r.captured_share,
             "seconds": self.seconds,
         }
-
-
-def parse_share(text: str | float) -> float:
-    """``"10%"``, ``"0.1"``, ``0.1`` → 0.1: a share of the expert's stored bytes, above 0, at most 1."""
-    raw = str(text).strip()
-    try:
-        share = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise BadInputError(f"sketch share {raw!r} is not a share like 10% or 0.1") from None
-    if not 0 < share <= 1:
-        raise BadInputError(f"sketch share {raw!r} must be above 0% and at most 100%")
-    return share
 
 
 def find(ctx: Context, commit: str) -> str | None:

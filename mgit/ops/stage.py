@@ -141,9 +141,9 @@ def commit(ctx: Context, message: str, allow_empty: bool = False, sketch: str | 
         raise BadInputError("empty commit message; pass -m MESSAGE")
     share = sketch if sketch is not None else ctx.config_get("sketch.share")
     if share is not None:
-        from mgit.ops import sketch as sketches
+        from mgit.merge.sketch.record import parse_share
 
-        sketches.parse_share(share)  # a bad share is refused before anything is committed
+        parse_share(share)  # a bad share is refused before anything is committed
     made = _commit_index(ctx, message, allow_empty)
     if share is not None and ctx.graph.commit(made).parents:
         from mgit.ops import sketch as sketches

@@ -292,3 +292,35 @@ def test_push_fetch_and_clones_carry_sketches_and_a_partial_clone_fetches_only_t
     assert full.sketch_record("origin/e2").share == 0.2
     partial.fetch("origin")
     assert partial.sketch_record("origin/e2").share == 0.1
+
+
+def test_a_budgeted_merge_can_sketch_the_experts_that_lack_one_first(repo):
+    base = llama_state_dict(SPEC, seed=3, dtype=torch.float32)
+    repo.commit_state_dict(base, message="base")
+    for k, name in enumerate(("e1", "e2")):
+        repo.create_branch(name, "main")
+        repo.commit_state_dict(low_rank_finetune(base, 20 + k), message=name, branch=name)
+    with pytest.raises(BadInputError, match="--budget"):
+        repo.merge(["e1", "e2"], "task_arithmetic", branch="x", checkout=False, weight=WEIGHTS, sketch_missing="10%")
+    with pytest.raises(BadInputError, match="dry-run"):
+        repo.merge_plan(["e1", "e2"], "task_arithmetic", weight=WEIGHTS, budget="10%", sketch_missing="10%")
+    assert repo.sketch_record("e1") is None  # refused before anything was written
+    sha = repo.merge(["e1", "e2"], "task_arithmetic", branch="m", checkout=False, weight=WEIGHTS, budget="10%",
+                     sketch_missing="10%")  # fmt: skip
+    b = repo.merge_record(sha)["budget"]
+    assert b["sketches"]["computed"] == 2 and b["sketches"]["used"] > 0
+    assert repo.sketch_record("e1").parent == repo.resolve("main")
+    again = repo.merge(["e1", "e2"], "task_arithmetic", branch="n", checkout=False, weight=WEIGHTS, budget="10%",
+                       sketch_missing="10%")  # fmt: skip
+    assert repo.merge_record(again)["budget"]["sketches"]["computed"] == 0  # once
+
+
+def test_explain_and_dry_run_show_the_sketches_a_budget_reads(experts):
+    repo, _ = experts
+    args = ["merge", "--method", "task_arithmetic", "--weights", "0.5,0.5", "e1", "e2", "--budget", "10%"]
+    explained = invoke(*args, "--explain", cwd=repo.root, check=True)
+    assert "sketched" in explained.stdout and "read as sketches" in explained.stdout
+    dry = invoke(*args, "--dry-run", cwd=repo.root, check=True)
+    assert "sketch r" in dry.stdout
+    plain = invoke(*args, "--explain", "--no-sketches", cwd=repo.root, check=True)
+    assert "sketched" not in plain.stdout

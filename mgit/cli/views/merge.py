@@ -97,22 +97,27 @@ def explain_table(plan: MergePlan) -> Printout:
     report = plan.budget
     assert report is not None
     rows: dict[str, TensorBudget] = {}
+    sketches: dict[str, int] = {}  # layer → expert tensors read as sketches
     for tp in plan.tensors:
         tb = report.tensors.get(tp.name)
         if tb is None:
             continue
         index = layer_of(tp.name)
-        row = rows.setdefault("—" if index is None else str(index), TensorBudget())
+        layer = "—" if index is None else str(index)
+        row = rows.setdefault(layer, TensorBudget())
         for name in ("candidates", "chosen", "full_bytes", "planned_bytes", "energy", "captured", "bound"):
             setattr(row, name, getattr(row, name) + getattr(tb, name))
+        sketches[layer] = sketches.get(layer, 0) + len(tb.sketch_ranks)
+    sketched = ["sketched"] if report.sketches_used else []  # a column only where sketches were read
     table = Table(show_edge=False, pad_edge=False)
-    for col in ("layer", "chunks", "chosen", "naive", "planned", "captured", "bound"):
+    for col in ("layer", "chunks", "chosen", *sketched, "naive", "planned", "captured", "bound"):
         table.add_column(col, justify="left" if col == "layer" else "right")
     affine = report.error_bound is not None
     for layer, row in sorted(rows.items(), key=lambda kv: (kv[0] != "—", int(kv[0]) if kv[0] != "—" else -1)):
         share = row.captured / row.energy if row.energy > 0 else 1.0
+        extra = [str(sketches[layer])] if sketched else []
         table.add_row(
-            layer, str(row.candidates), str(row.chosen), decimal(row.full_bytes), decimal(row.planned_bytes),
+            layer, str(row.candidates), str(row.chosen), *extra, decimal(row.full_bytes), decimal(row.planned_bytes),
             f"{share:.1%}", f"{row.bound:.4g}" if affine else "—",
         )  # fmt: skip
     p = Printout()
@@ -126,7 +131,10 @@ def reads_table(plan: MergePlan, record: dict) -> Printout:
     for col in ("tensor", *[e["name"] for e in record["experts"]]):
         table.add_column(col, justify="left" if col == "tensor" else "right", overflow="fold")
     for tp in plan.tensors:
-        cells = [f"{len(r)}/{len(tp.base.chunks)} {decimal(b)}" for r, b in zip(tp.reads, tp.read_bytes, strict=True)]
+        cells = [
+            f"sketch r{u.rank} {decimal(b)}" if u is not None else f"{len(r)}/{len(tp.base.chunks)} {decimal(b)}"
+            for r, b, u in zip(tp.reads, tp.read_bytes, [tp.sketch(k) for k in range(len(tp.reads))], strict=True)
+        ]
         table.add_row(tp.name, *cells)
     p = Printout()
     p.out(table)

@@ -53,6 +53,7 @@ class BudgetReport:
     sketches_offered: int = 0  # expert tensors with a stored sketch the budget could read
     sketches_used: int = 0  # ... and those it did, instead of their chunks
     sketch_bytes: int = 0
+    sketches_computed: int = 0  # experts sketched for this merge first (sketch_missing)
 
     @property
     def captured_share(self) -> float:
@@ -67,7 +68,8 @@ class BudgetReport:
         sketches = {}
         if self.sketches_offered:  # only where sketches were offered: older records stay as they were
             sketches = {"sketches": {"offered": self.sketches_offered, "used": self.sketches_used,
-                                     "bytes": self.sketch_bytes, "delta": "reconstructed"}}  # fmt: skip
+                                     "bytes": self.sketch_bytes, "delta": "reconstructed",
+                                     "computed": self.sketches_computed}}  # fmt: skip
         return {
             "given": self.given,
             "limit_bytes": self.limit,

@@ -7,8 +7,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mgit.errors import BadInputError
+
 SKETCH_SCHEMA = "mgit.sketch/1"
 KINDS = ("lowrank",)
+
+
+def parse_share(text: str | float) -> float:
+    """``"10%"``, ``"0.1"``, ``0.1`` → 0.1: a share of the expert's stored bytes, above 0, at most 1."""
+    raw = str(text).strip()
+    try:
+        share = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise BadInputError(f"sketch share {raw!r} is not a share like 10% or 0.1") from None
+    if not 0 < share <= 1:
+        raise BadInputError(f"sketch share {raw!r} must be above 0% and at most 100%")
+    return share
 
 
 @dataclass(frozen=True)
