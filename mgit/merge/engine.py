@@ -268,7 +268,7 @@ def _chunk_job(
         raws = []
         for slot, k in enumerate(present, start=2):
             if sketched[k] and i in wanted[k]:
-                raws.append(_sketched_chunk(inputs, k, base_raw, dtype, offset // itemsize, _scratch(slot, size)))
+                raws.append(_sketched_chunk(inputs, k, base_raw, offset // itemsize, _scratch(slot, size)))
             elif i in wanted[k]:
                 cid = tp.experts[k].chunks[i].id
                 raws.append(store.get(cid, what, known=known, counters=expert_costs, out=_scratch(slot, size)))
@@ -303,10 +303,10 @@ def _chunk_job(
     return TensorJob(tp.name, out, tp.base.shape, tp.base.nbytes, reads, parent_bytes, carry), held
 
 
-def _sketched_chunk(inputs: TensorInputs, k: int, base_raw: RawBytes, dtype: str, at: int, out: memoryview) -> RawBytes:
-    """Expert k's chunk (elements ``at`` on) made from its sketch over the base's chunk, into ``out``."""
-    values = inputs.sketched(k, _tensor(base_raw, dtype), at)
-    out[:] = tensor_bytes(values)
+def _sketched_chunk(inputs: TensorInputs, k: int, base_raw: RawBytes, at: int, out: memoryview) -> RawBytes:
+    """Expert k's chunk (elements ``at`` on) made from its sketch over the base's chunk, into ``out``
+    (numpy: an array kernel's merge stays torch-free)."""
+    inputs.sketched_bytes(k, _buffer(base_raw), at, out)
     return out
 
 

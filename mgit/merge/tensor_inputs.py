@@ -8,8 +8,11 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from mgit.merge.execution import Execution
 from mgit.merge.plan import TensorPlan
+from mgit.model.dtypes import DType, bf16_bits, lookup, to_float32
 from mgit.model.manifest import TensorManifest
 from mgit.model.torch_io import tensor_from_bytes
 from mgit.parallel import ordered_map
@@ -75,14 +78,12 @@ class TensorInputs:
         self.what = tensor_what(tp)
         self.base: bytearray | None = None
         self.held: set[int] = set()  # indexes of the base chunks read into ``base``
-        self._factors: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._factors: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._factors_lock = threading.Lock()
 
-    def factors(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(Aᵀ, Bᵀ) of expert k's sketch, the rank prefix its plan chose, read once (whichever pool
-        thread asks first) and counted as expert reads."""
-        import torch
-
+    def factors(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(Aᵀ, Bᵀ) of expert k's sketch (float32), the rank prefix its plan chose, read once
+        (whichever pool thread asks first) and counted as expert reads."""
         use = self.tp.sketch(k)
         assert use is not None
         with self._factors_lock:
@@ -94,20 +95,28 @@ class TensorInputs:
                     for m in blocks:
                         buf = bytearray(m.nbytes)
                         read_into(self.store, None, m, list(range(len(m.chunks))), buf, self.what, costs)
-                        rows.append(tensor_from_bytes(buf, m.dtype, m.shape).float())
-                    parts.append(torch.cat(rows))
+                        rows.append(_floats(buf, m.dtype).reshape(m.shape))
+                    parts.append(np.concatenate(rows))
                 self.run.count(ReadCounters(), costs, 0)
                 self._factors[k] = (parts[0], parts[1])
             return self._factors[k]
 
-    def sketched(self, k: int, base: torch.Tensor, start: int) -> torch.Tensor:
-        """Expert k's elements ``start`` on (as many as ``base`` holds, flat) from its sketch:
-        the base's plus the sketched delta, in the base's dtype."""
+    def sketched_bytes(self, k: int, base: bytes | memoryview, start: int, out: memoryview) -> None:
+        """Expert k's elements ``start`` on (as many as the base's chunk ``base`` holds) from its
+        sketch, into ``out``: the base's plus the sketched delta, in the base's dtype (F64 kept
+        in float64; the others through float32, rounded to nearest as a cast rounds)."""
         from mgit.merge.sketch.lowrank import elements
 
+        dtype = _dtype(self.tp.base.dtype)
         a_t, b_t = self.factors(k)
-        flat = base.reshape(-1)
-        return (flat.float() + elements(a_t, b_t, start, start + flat.numel())).to(base.dtype).reshape(base.shape)
+        if dtype.name == "F64":
+            values = np.frombuffer(base, "<f8")
+            merged = values + elements(a_t, b_t, start, start + values.size)
+        else:
+            values = to_float32(base, dtype)
+            merged = values + elements(a_t, b_t, start, start + values.size)
+        result = bf16_bits(merged) if dtype.name == "BF16" else merged.astype(dtype.numpy)
+        np.frombuffer(out, np.uint8)[:] = result.view(np.uint8)
 
     def read_base(self, only: set[int] | None = None) -> torch.Tensor:
         """The base tensor; with ``only``, just those chunks are read and the others are zeros
@@ -124,8 +133,15 @@ class TensorInputs:
     def expert(self, k: int, base_t: torch.Tensor, use_pool: bool = True) -> torch.Tensor:
         """Expert k whole: the base's bytes with its differing chunks read over them."""
         tp = self.tp
-        if tp.sketch(k) is not None:
-            return self.sketched(k, base_t, 0)
+        use = tp.sketch(k)
+        if use is not None:  # the sketch over the chunks it stands for; elsewhere the expert is the base
+            assert self.base is not None
+            buf, starts = bytearray(self.base), chunk_starts(tp.base)
+            size = _dtype(tp.base.dtype).bits // 8
+            for i in use.chunks:
+                part = memoryview(buf)[starts[i] : starts[i + 1]]
+                self.sketched_bytes(k, bytes(part), starts[i] // size, part)
+            return tensor_from_bytes(buf, tp.base.dtype, tp.base.shape)
         if not tp.reads[k]:
             return base_t
         assert self.base is not None
@@ -134,3 +150,15 @@ class TensorInputs:
         read_into(self.store, pool, tp.experts[k], tp.reads[k], buf, self.what, costs, (tp.base, self.base, self.held))
         self.run.count(ReadCounters(), costs, len(tp.reads[k]))
         return tensor_from_bytes(buf, tp.base.dtype, tp.base.shape)
+
+
+def _dtype(name: str) -> DType:
+    """The DType of a floating dtype a sketch is made for (known: the sketch exists)."""
+    dtype = lookup(name)
+    assert dtype is not None
+    return dtype
+
+
+def _floats(buf: bytearray, name: str) -> np.ndarray:
+    """A stored factor block's values as float32."""
+    return to_float32(buf, _dtype(name))

@@ -134,6 +134,28 @@ def to_float64(raw: RawBytes, dtype: DType) -> np.ndarray:
     return arr.astype(np.float64)
 
 
+def to_float32(raw: RawBytes, dtype: DType) -> np.ndarray:
+    """A real floating chunk's numbers as float32 (F64 rounded): bf16 widened by a bit shift,
+    as :func:`to_float64`, so nothing imports ml_dtypes."""
+    if dtype.name == "BF16":
+        return from_bf16_bits(np.frombuffer(raw, dtype="<u2"))
+    return np.frombuffer(raw, dtype=dtype.numpy).astype(np.float32)
+
+
+def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    """bf16 bit patterns (uint16) as float32: exact, by a shift."""
+    wide = bits.astype(np.uint32)
+    wide <<= 16
+    return wide.view(np.float32)
+
+
+def bf16_bits(values: np.ndarray) -> np.ndarray:
+    """Finite float32 ``values`` rounded to bf16 (to nearest, ties to even), as bf16's bit
+    patterns (uint16): what a cast through ml_dtypes gives, without importing it."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")
+
+
 def dot(x: np.ndarray, y: np.ndarray) -> float:
     # einsum's sum-of-products loop is single-threaded with a fixed order (unlike BLAS dot),
     # so the same bytes always give the same last bit.

@@ -11,10 +11,13 @@ and exact merges read exact chunks only.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from mgit.context import Context
 from mgit.errors import BadInputError
@@ -22,15 +25,13 @@ from mgit.graph import records
 from mgit.graph.ids import object_id, ref_name
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, write_snapshot
 from mgit.merge.sketch.record import parse_share
-from mgit.model.dtypes import DType, lookup
+from mgit.model.dtypes import DType, bf16_bits, from_bf16_bits, lookup, to_float32
 from mgit.model.filetree import load_safetensors
 from mgit.model.manifest import TensorManifest
 from mgit.ops import inspect
 from mgit.progress import byte_progress
 
 if TYPE_CHECKING:
-    import torch
-
     from mgit.merge.sketch.record import SketchRecord
     from mgit.merge.sketch.use import SketchOffer
 
@@ -143,9 +144,8 @@ def _compute(
     from mgit.merge.plan import model_tensors
     from mgit.merge.sketch import lowrank
     from mgit.merge.sketch.record import SketchRecord, TensorSketch, factor_name
-    from mgit.model.ingest import Ingestor
+    from mgit.model.ingest import Ingestor, TensorJob
     from mgit.model.safetensors_file import build_header
-    from mgit.model.torch_io import tensor_bytes, torch_dtype
 
     snap, parent_snap = ctx.snapshot(commit), ctx.snapshot(parent)
     model_dir, _ = inspect.pick_model(ctx, snap, model)
@@ -179,41 +179,43 @@ def _compute(
             by_file.setdefault(file, []).append((name, m, p, rank))
         for file, items in by_file.items():
             ingestor.begin_file(file)
-            specs, ids = [], {}
+            specs, jobs = [], []
             for name, m, p, rank in items:
                 delta = _delta(ctx, name, m, p)
                 a_t, b_t, sigma = lowrank.factorize(delta, rank, _tensor_seed(seed, name))
-                a_t, b_t = a_t.to(torch_dtype(lowrank.FACTOR_DTYPE)), b_t.to(torch_dtype(lowrank.FACTOR_DTYPE))
+                a_bits, b_bits = bf16_bits(a_t), bf16_bits(b_t)  # as stored, and measured so
+                a_t, b_t = from_bf16_bits(a_bits), from_bf16_bits(b_bits)
                 ends = lowrank.block_ends(rank)
-                residuals = [torch_norm(delta - lowrank.rows_of(a_t[:r], b_t[:r], 0, delta.shape[0])) for r in ends]
-                energy = float(delta.double().square().sum())
-                stored = 0
+                residuals = lowrank.residuals(delta, a_t, b_t, ends)
+                energy = float(np.einsum("ij,ij->", delta, delta, dtype=np.float64))
                 start = 0
                 for block, end in enumerate(ends):
-                    for factor, rows in (("a", a_t[start:end]), ("b", b_t[start:end])):
-                        raw = tensor_bytes(rows.contiguous())
+                    for factor, rows in (("a", a_bits[start:end]), ("b", b_bits[start:end])):
+                        raw = np.ascontiguousarray(rows).tobytes()
                         key = factor_name(name, block, factor)
                         specs.append((key, bf16, tuple(rows.shape)))
                         read = lambda o, n, r=raw: r[o : o + n]  # noqa: E731
-                        ids[key] = ingestor.tensor(key, bf16, tuple(rows.shape), len(raw), read)
-                        stored += _stored(ctx, ids[key])
+                        jobs.append(TensorJob(key, bf16, tuple(rows.shape), len(raw), read))
                     start = end
                 shape = (m.shape[0], m.shape[1])
-                sketches.append(TensorSketch(file, name, shape, rank, sigma, energy, residuals, stored))
+                sketches.append(TensorSketch(file, name, shape, rank, sigma, energy, residuals, 0))
                 bar.advance(m.nbytes)
+            ids = dict(zip([j.name for j in jobs], ingestor.tensors(jobs), strict=True))  # one window for all
             out[file] = Entry("safetensors", ingestor.safetensors_tree(build_header(specs, {}), ids))
-    params = {"algorithm": "randomized-svd", "version": lowrank.VERSION, "oversample": lowrank.OVERSAMPLE,
-              "power_iterations": lowrank.NITER, "factor_dtype": lowrank.FACTOR_DTYPE}  # fmt: skip
+            for n, ts in enumerate(sketches):
+                if ts.file == file:
+                    blocks = len(lowrank.block_ends(ts.rank))
+                    keys = [factor_name(ts.name, j, f) for j in range(blocks) for f in "ab"]
+                    sketches[n] = dataclasses.replace(ts, stored_bytes=sum(_stored(ctx, ids[k]) for k in keys))
+    params = {"algorithm": "svd", "version": lowrank.VERSION, "exact_from": lowrank.EXACT_FROM,
+              "oversample": lowrank.OVERSAMPLE, "power_iterations": lowrank.NITER,
+              "factor_dtype": lowrank.FACTOR_DTYPE}  # fmt: skip
     record = SketchRecord(commit, parent, kind, share, seed, params, sketches, exact, expert_bytes)
     return record, out
 
 
 def _ids(m: TensorManifest) -> list[str]:
     return [c.id for c in m.chunks]
-
-
-def torch_norm(t: torch.Tensor) -> float:
-    return float(t.double().norm())
 
 
 def _tensor_seed(seed: int, name: str) -> int:
@@ -228,23 +230,24 @@ def _stored(ctx: Context, manifest_id: str) -> int:
     return sum(ctx.store.stored_size(c.id) for c in m.chunks)
 
 
-def _delta(ctx: Context, name: str, m: TensorManifest, p: TensorManifest) -> torch.Tensor:
+def _delta(ctx: Context, name: str, m: TensorManifest, p: TensorManifest) -> np.ndarray:
     """E − P of one tensor in float32 (m×n), the parent read first so the expert's chunks
     stored as deltas against it decode from memory."""
     from mgit.merge.tensor_inputs import read_into
-    from mgit.model.torch_io import tensor_from_bytes
     from mgit.store.chunkstore import ReadCounters
 
     what = f"tensor {name!r}"
     counters = ReadCounters()
     parent_bytes = bytearray(p.nbytes)
     read_into(ctx.store, ctx.pool, p, list(range(len(p.chunks))), parent_bytes, what, counters)
-    mine = bytearray(parent_bytes)
-    differing = [i for i, c in enumerate(m.chunks) if c.id != p.chunks[i].id]
+    mine = bytearray(parent_bytes)  # the expert: the parent's bytes, its differing chunks read over them
+    same_cut = [c.size for c in m.chunks] == [c.size for c in p.chunks]
+    differing = [i for i, c in enumerate(m.chunks) if not same_cut or c.id != p.chunks[i].id]
     read_into(ctx.store, ctx.pool, m, differing, mine, what, counters, (p, parent_bytes, set(range(len(p.chunks)))))
-    shape = tuple(m.shape)
-    e = tensor_from_bytes(mine, m.dtype, shape).float()
-    return e - tensor_from_bytes(parent_bytes, p.dtype, shape).float()
+    dtype = lookup(m.dtype)
+    assert dtype is not None  # SKETCHABLE dtypes only
+    delta: np.ndarray = (to_float32(mine, dtype) - to_float32(parent_bytes, dtype)).reshape(m.shape)
+    return delta
 
 
 def offers(

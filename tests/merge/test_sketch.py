@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 
+import numpy as np
 import pytest
 import torch
 from helpers.cli import invoke
@@ -56,20 +57,26 @@ def _energy_error(repo, rev: str, full: str) -> float:
 # -- the math ---------------------------------------------------------------------------------
 
 
-def test_a_prefix_of_a_sketch_is_a_direct_lower_rank_sketch():
-    g = torch.Generator().manual_seed(0)
-    u, _ = torch.linalg.qr(torch.randn(80, 8, generator=g))
-    v, _ = torch.linalg.qr(torch.randn(120, 8, generator=g))
-    delta = (u * torch.tensor([64.0, 32, 16, 8, 4, 2, 1, 0.5])) @ v.T
+@pytest.mark.parametrize("shape", [(80, 120), (120, 80), (400, 600)])  # exact (wide, tall), randomized
+def test_a_prefix_of_a_sketch_is_a_direct_lower_rank_sketch(shape):
+    m, n = shape
+    g = np.random.default_rng(0)
+    u = np.linalg.qr(g.standard_normal((m, 8)))[0]
+    v = np.linalg.qr(g.standard_normal((n, 8)))[0]
+    delta = ((u * np.array([64.0, 32, 16, 8, 4, 2, 1, 0.5])) @ v.T).astype(np.float32)
     a8, b8, sigma8 = lowrank.factorize(delta, 8, seed=1)
     a4, b4, sigma4 = lowrank.factorize(delta, 4, seed=2)
-    prefix = lowrank.rows_of(a8[:4], b8[:4], 0, 80)
-    direct = lowrank.rows_of(a4, b4, 0, 80)
-    assert torch.allclose(prefix, direct, atol=1e-4)
+    prefix = lowrank.rows_of(a8[:4], b8[:4], 0, m)
+    direct = lowrank.rows_of(a4, b4, 0, m)
+    assert np.allclose(prefix, direct, atol=1e-4)
     assert sigma8[:4] == pytest.approx(sigma4, rel=1e-4)
-    assert torch.allclose(lowrank.rows_of(a8, b8, 0, 80), delta, atol=1e-4)
+    assert np.allclose(lowrank.rows_of(a8, b8, 0, m), delta, atol=1e-4)
     # a chunk's elements come from the rows it covers only
-    assert torch.equal(lowrank.elements(a8, b8, 130, 517), lowrank.rows_of(a8, b8, 0, 80).reshape(-1)[130:517])
+    assert np.array_equal(lowrank.elements(a8, b8, 130, 517), lowrank.rows_of(a8, b8, 0, m).reshape(-1)[130:517])
+    # the residuals from one product are those of the reconstructions
+    ends = lowrank.block_ends(8)
+    want = [float(np.linalg.norm(delta.astype(np.float64) - lowrank.rows_of(a8[:r], b8[:r], 0, m))) for r in ends]
+    assert lowrank.residuals(delta, a8, b8, ends) == pytest.approx(want, rel=1e-3, abs=1e-4)
 
 
 def test_rank_blocks_and_the_rank_a_share_affords():
@@ -119,24 +126,22 @@ def test_a_sketch_records_what_recomputing_it_gives(experts):
     assert all(t.dim() == 2 for n, t in base.items() if n in offers)
     for ts in record.tensors:
         offer = offers[ts.name]
-        rows = []
-        for blocks in (offer.blocks_a, offer.blocks_b):
-            parts = [_read(repo, m) for m in blocks]
-            rows.append(torch.cat(parts))
-        delta = mine[ts.name].double() - base[ts.name].double()
-        approx = lowrank.rows_of(rows[0], rows[1], 0, delta.shape[0]).double()
-        assert float(delta.square().sum()) == pytest.approx(ts.energy, rel=1e-5)
-        assert float((delta - approx).norm()) == pytest.approx(ts.residuals[-1], rel=1e-3, abs=1e-6)
+        rows = [np.concatenate([_read(repo, m) for m in blocks]) for blocks in (offer.blocks_a, offer.blocks_b)]
+        delta = (mine[ts.name].double() - base[ts.name].double()).numpy()
+        approx = lowrank.rows_of(rows[0], rows[1], 0, delta.shape[0]).astype(np.float64)
+        assert float(np.square(delta).sum()) == pytest.approx(ts.energy, rel=1e-5)
+        assert float(np.linalg.norm(delta - approx)) == pytest.approx(ts.residuals[-1], rel=1e-3, abs=1e-6)
         # what it keeps, measured, is what the singular values say (the factors are orthogonal)
         assert ts.captured(ts.rank) == pytest.approx(sum(x * x for x in ts.sigma), rel=0.02)
     assert record.captured_share > 0.8  # rank-4 changes: most tensors get rank ≥ 4 at 10%
 
 
-def _read(repo, manifest) -> torch.Tensor:
-    from mgit.model.torch_io import tensor_from_bytes
+def _read(repo, manifest) -> np.ndarray:
+    import ml_dtypes  # the reference cast
 
     raw = b"".join(bytes(repo.store.get(c.id, "test")) for c in manifest.chunks)
-    return tensor_from_bytes(bytearray(raw), manifest.dtype, manifest.shape).float()
+    assert manifest.dtype == "BF16"
+    return np.frombuffer(raw, ml_dtypes.bfloat16).astype(np.float32).reshape(manifest.shape)
 
 
 def test_an_expert_equal_to_its_parent_has_an_empty_sketch(experts):
@@ -324,3 +329,37 @@ def test_explain_and_dry_run_show_the_sketches_a_budget_reads(experts):
     assert "sketch r" in dry.stdout
     plain = invoke(*args, "--explain", "--no-sketches", cwd=repo.root, check=True)
     assert "sketched" not in plain.stdout
+
+
+def test_a_sketched_expert_is_the_base_where_its_chunks_equal_the_bases(repo, small_chunks):
+    """The sketch stands for the chunks that differ only: elsewhere the delta is exactly 0 (what a
+    sparsifier's whole-delta decision must see), though Δ̂ is not 0 there."""
+    from mgit.merge.execution import Execution
+    from mgit.merge.tensor_inputs import TensorInputs, chunk_starts
+
+    base = llama_state_dict(SPEC, seed=3, dtype=torch.float32)
+    repo.commit_state_dict(base, message="base")
+    tuned = dict(base)
+    g = torch.Generator().manual_seed(4)
+    for name, t in base.items():
+        if t.dim() == 2 and t.shape[0] >= 64:
+            half = t.shape[0] // 2  # the bottom rows change: the randomized SVD's basis is not 0 on the top ones
+            tuned[name] = t.clone()
+            tuned[name][half:] += torch.randn(t.shape[0] - half, 4, generator=g) @ torch.randn(4, t.shape[1]) * 0.01
+    repo.create_branch("half", "main")
+    repo.commit_state_dict(tuned, message="half", branch="half")
+    repo.sketch("half", share="25%")
+    plan, _ = repo.merge_plan(["half"], "ties", weight=1.0, density=0.5, budget="20%")
+    used = [tp for tp in plan.tensors if tp.sketch(0) is not None]
+    assert used
+    for tp in used:
+        inputs = TensorInputs(tp, repo.store, repo.pool, Execution())
+        base_t = inputs.read_base()
+        got = inputs.expert(0, base_t).reshape(-1)
+        flat, starts, size = base_t.reshape(-1), chunk_starts(tp.base), base_t.element_size()
+        use = tp.sketch(0)
+        assert len(use.chunks) < len(tp.base.chunks)
+        for i in range(len(tp.base.chunks)):
+            part = slice(starts[i] // size, starts[i + 1] // size)
+            same = torch.equal(got[part], flat[part])
+            assert same == (i not in use.chunks)
