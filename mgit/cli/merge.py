@@ -77,9 +77,9 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option(
     "--budget-fairness",
     type=click.Choice(["global", "per-expert"]),
-    default="global",
+    default="per-expert",
     show_default=True,
-    help="how --budget is shared: per-expert spends each expert's share on its own chunks first",
+    help="how --budget is shared: per-expert spends each expert's share on its own chunks first; global ranks all",
 )
 @click.option(
     "--sketches/--no-sketches",

@@ -41,7 +41,7 @@ class MergeRequest:
     seed: int | None = None  # None: 0 for deterministic methods, else drawn (Repository.merge)
     dtype: str | None = None
     out_dtype: str | None = None
-    budget_fairness: str = "global"  # how the budget is shared among the experts (budget.importance.FAIRNESS)
+    budget_fairness: str = "per-expert"  # how the budget is shared among the experts (budget.importance.FAIRNESS)
     budget_sketches: bool = True  # under a budget, the experts' stored sketches may stand for their chunks
     sketch_missing: str | float | None = None  # a share: first sketch the experts lacking one (mgit.ops.sketch)
 

@@ -64,7 +64,7 @@ def merge(
     config: str | os.PathLike[str] | None = None,
     budget: str | int | None = None,
     budget_select: str = "importance",
-    budget_fairness: str = "global",
+    budget_fairness: str = "per-expert",
     budget_sketches: bool = True,
     sketch_missing: str | float | None = None,
     checkout: bool = True,
@@ -81,9 +81,9 @@ def merge(
     With ``config`` (a mergekit YAML file) method, base, experts and parameters come
     from it instead, with per-tensor filters and per-layer gradients. With ``budget``
     (``"2GB"``, ``"10%"``, an int of bytes) expert chunk reads stay within it, the most important
-    chunks chosen first (``budget_select="uniform"``: at random, for comparisons;
-    ``budget_fairness="per-expert"``: each expert's share of the budget spent on its own chunks
-    first, so no expert is starved by others' larger deltas). Under a budget, an expert's stored
+    chunks chosen first (``budget_select="uniform"``: at random, for comparisons), each expert's
+    share of the budget spent on its own chunks first, so no expert is starved by others' larger
+    deltas (``budget_fairness="global"``: all experts' chunks ranked together). Under a budget, an expert's stored
     sketch (``Repository.sketch``) may be read instead of its exact chunks where that captures
     more of the merge (``budget_sketches=False``: exact chunks only); ``sketch_missing`` (a share)
     first sketches, against the base, every expert that has no sketch (each read whole once,
@@ -269,7 +269,7 @@ def merge_plan(
     seed: int = 0,
     dtype: str | None = None,
     out_dtype: str | None = None,
-    budget_fairness: str = "global",
+    budget_fairness: str = "per-expert",
     budget_sketches: bool = True,
     sketch_missing: str | float | None = None,
     **params: Any,

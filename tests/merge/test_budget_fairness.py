@@ -63,7 +63,7 @@ def test_a_per_expert_merge_records_its_fairness_and_each_experts_share(uneven):
     assert all(0 < s <= 1 for s in b["captured_share_per_expert"])
     assert repo.merge_record(sha)["bytes"]["experts_measured"] <= b["limit_bytes"]
     glob = repo.merge_record(repo.merge(list(NAMES), "task_arithmetic", branch="glob", checkout=False,
-                                        budget="20%", weight=WEIGHTS))["budget"]  # fmt: skip
+                                        budget="20%", budget_fairness="global", weight=WEIGHTS))["budget"]  # fmt: skip
     assert glob["fairness"] == "global"
     assert min(b["captured_share_per_expert"]) >= min(glob["captured_share_per_expert"])
 
@@ -76,3 +76,9 @@ def test_the_cli_takes_and_shows_it_and_refuses_an_unknown_one(uneven):
     assert bad.returncode != 0 and "sometimes" in bad.stderr
     with pytest.raises(BadInputError, match="fairness"):
         uneven.merge(list(NAMES), "task_arithmetic", budget="20%", budget_fairness="sometimes", weight=WEIGHTS)
+
+
+def test_per_expert_is_the_default(uneven):
+    """bench_quality measured it better or equal on real fine-tunes (docs/benchmarks.md)."""
+    sha = uneven.merge(list(NAMES), "task_arithmetic", branch="d", checkout=False, budget="20%", weight=WEIGHTS)
+    assert uneven.merge_record(sha)["budget"]["fairness"] == "per-expert"
