@@ -25,7 +25,6 @@ from mgit.errors import BadInputError
 from mgit.graph import records
 from mgit.graph.ids import object_id, ref_name
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, write_snapshot
-from mgit.merge.sketch.record import parse_share
 from mgit.model.dtypes import DType, bf16_bits, from_bf16_bits, lookup, to_float32
 from mgit.model.filetree import load_safetensors
 from mgit.model.manifest import TensorManifest
@@ -105,7 +104,7 @@ def sketch(
     """Sketch each 2-D floating tensor of ``rev``'s model that differs from ``against``
     (default: its first parent) as a low-rank Δ̂ whose factors fit ``share`` of the tensor's
     stored bytes; store it (replacing an older sketch of ``rev`` only when asked, ``force``)."""
-    from mgit.merge.sketch.record import KINDS
+    from mgit.merge.sketch.record import KINDS, parse_share
 
     if kind not in KINDS:
         raise BadInputError(f"unknown sketch kind {kind!r} (known: {', '.join(KINDS)})")
