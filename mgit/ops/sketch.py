@@ -84,11 +84,20 @@ def find(ctx: Context, commit: str) -> str | None:
 
 def read_record(ctx: Context, rev: str = "HEAD") -> SketchRecord | None:
     """The sketch record of a revision's commit (None: it has none)."""
+    found = _stored_sketch(ctx, ctx.refs.resolve(rev))
+    return None if found is None else found[1]
+
+
+def _stored_sketch(ctx: Context, commit: str) -> tuple[str, SketchRecord] | None:
+    """(the sketch commit's tree, its record) of ``commit``'s sketch (None: it has none)."""
     from mgit.merge.sketch.record import SketchRecord
 
-    sketch = find(ctx, ctx.refs.resolve(rev))
-    doc = None if sketch is None else records.read_sketch(ctx.graph, ctx.graph.commit(sketch).tree)
-    return None if doc is None else SketchRecord.from_json(doc)
+    sketch = find(ctx, commit)
+    if sketch is None:
+        return None
+    tree = ctx.graph.commit(sketch).tree
+    doc = records.read_sketch(ctx.graph, tree)
+    return None if doc is None else (tree, SketchRecord.from_json(doc))
 
 
 def sketch(
@@ -154,7 +163,7 @@ def _compute(
     model_dir, _ = inspect.pick_model(ctx, snap, model)
     files, mine = model_tensors(ctx.graph, snap, model_dir)
     theirs = model_tensors(ctx.graph, parent_snap, model_dir)[1]
-    todo, exact, expert_bytes = [], 0, 0
+    todo, exact, expert_bytes = [], 0, 0  # expert_bytes: of the tensors sketched in the end
     for file, names in files.items():
         for name in names:
             m, p = mine[name], theirs.get(name)
@@ -170,22 +179,21 @@ def _compute(
                 exact += 1
                 continue
             todo.append((file, name, m, p, rank, cost))
-            expert_bytes += cost
     bf16 = lookup(lowrank.FACTOR_DTYPE)
     assert isinstance(bf16, DType)
     out: Snapshot = {}
     sketches = []
     with byte_progress("sketch", sum(m.nbytes for _, _, m, _, _, _ in todo)) as bar:
         ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar)
-        by_file: dict[str, list[tuple[str, TensorManifest, TensorManifest, int]]] = {}
-        for file, name, m, p, rank, _ in todo:
-            by_file.setdefault(file, []).append((name, m, p, rank))
+        by_file: dict[str, list[tuple[str, TensorManifest, TensorManifest, int, int]]] = {}
+        for file, name, m, p, rank, cost in todo:
+            by_file.setdefault(file, []).append((name, m, p, rank, cost))
         for file, items in by_file.items():
             ingestor.begin_file(file)
             specs, jobs = [], []
 
-            def one(item: tuple[str, TensorManifest, TensorManifest, int]) -> _Factored:
-                name, m, p, rank = item
+            def one(item: tuple[str, TensorManifest, TensorManifest, int, int]) -> _Factored:
+                name, m, p, rank, _ = item
                 return _factored(_delta(ctx, name, m, p), rank, _tensor_seed(seed, name))
 
             # one tensor per core, each single-threaded in BLAS: LAPACK's eigh and QR scale poorly
@@ -193,10 +201,12 @@ def _compute(
             # sequential, 1.5 s both, 0.9 s this way for a MiniLM expert at 50%)
             with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(WORKERS) as workers:
                 factored = list(ordered_map(workers, one, items))
-            for (name, m, _, _), f in zip(items, factored, strict=True):
+            for (name, m, _, _, cost), f in zip(items, factored, strict=True):
+                bar.advance(m.nbytes)
                 if not f.sigma:  # the delta is 0 to within rounding: nothing to sketch
                     exact += 1
                     continue
+                expert_bytes += cost
                 rank = len(f.sigma)  # the Gram route may drop directions of σ 0
                 start = 0
                 for block, end in enumerate(lowrank.block_ends(rank)):
@@ -209,7 +219,6 @@ def _compute(
                     start = end
                 shape = (m.shape[0], m.shape[1])
                 sketches.append(TensorSketch(file, name, shape, rank, f.sigma, f.energy, f.residuals, 0))
-                bar.advance(m.nbytes)
             if not jobs:
                 continue
             ids = dict(zip([j.name for j in jobs], ingestor.tensors(jobs), strict=True))  # one window for all
@@ -299,16 +308,10 @@ def offers(
     from mgit.merge.sketch.record import factor_name
     from mgit.merge.sketch.use import SketchOffer
 
-    sketch = find(ctx, commit)
-    if sketch is None:
+    stored = _stored_sketch(ctx, commit)
+    if stored is None:
         return {}
-    tree = ctx.graph.commit(sketch).tree
-    doc = records.read_sketch(ctx.graph, tree)
-    if doc is None:
-        return {}
-    from mgit.merge.sketch.record import SketchRecord
-
-    record = SketchRecord.from_json(doc)
+    tree, record = stored
     parent_tensors = _tensors_of(ctx, record.parent)
     files = read_snapshot(ctx.graph, tree)
     found = []
@@ -339,7 +342,8 @@ def _tensors_of(ctx: Context, commit: str) -> dict[str, TensorManifest]:
     from mgit.merge.plan import model_tensors
     from mgit.ops.paths import models
 
+    snap = ctx.snapshot(commit)
     tensors: dict[str, TensorManifest] = {}
-    for model_dir in models(ctx.snapshot(commit)):
-        tensors |= model_tensors(ctx.graph, ctx.snapshot(commit), model_dir)[1]
+    for model_dir in models(snap):
+        tensors |= model_tensors(ctx.graph, snap, model_dir)[1]
     return tensors

@@ -37,14 +37,21 @@ def low_rank_finetune(base: dict, seed: int, rank: int = 4) -> dict:
     return out
 
 
-@pytest.fixture
-def experts(repo):
-    """main: an f32 base; e1, e2: low-rank fine-tunes of it, each sketched at 10%."""
+def commit_experts(repo, seed: int) -> dict:
+    """main: an f32 base (returned); e1, e2: low-rank fine-tunes of it (seeds ``seed``, ``seed + 1``)."""
     base = llama_state_dict(SPEC, seed=3, dtype=torch.float32)
     repo.commit_state_dict(base, message="base")
     for k, name in enumerate(("e1", "e2")):
         repo.create_branch(name, "main")
-        repo.commit_state_dict(low_rank_finetune(base, 10 + k), message=name, branch=name)
+        repo.commit_state_dict(low_rank_finetune(base, seed + k), message=name, branch=name)
+    return base
+
+
+@pytest.fixture
+def experts(repo):
+    """``commit_experts``, each expert sketched at 10%."""
+    base = commit_experts(repo, 10)
+    for name in ("e1", "e2"):
         repo.sketch(name, share="10%")
     return repo, base
 
@@ -300,11 +307,7 @@ def test_push_fetch_and_clones_carry_sketches_and_a_partial_clone_fetches_only_t
 
 
 def test_a_budgeted_merge_can_sketch_the_experts_that_lack_one_first(repo):
-    base = llama_state_dict(SPEC, seed=3, dtype=torch.float32)
-    repo.commit_state_dict(base, message="base")
-    for k, name in enumerate(("e1", "e2")):
-        repo.create_branch(name, "main")
-        repo.commit_state_dict(low_rank_finetune(base, 20 + k), message=name, branch=name)
+    commit_experts(repo, 20)
     with pytest.raises(BadInputError, match="--budget"):
         repo.merge(["e1", "e2"], "task_arithmetic", branch="x", checkout=False, weight=WEIGHTS, sketch_missing="10%")
     with pytest.raises(BadInputError, match="dry-run"):

@@ -110,6 +110,18 @@ def best_share(cands: list[Candidate], limit: int | None) -> float:
     return min(1.0, fractional_bound(items, max(left, 0)) / energy)
 
 
+def left_after_forced(cands: list[Candidate], limit: int) -> int:
+    """What ``limit`` leaves once the candidates of unknown importance are read (they cannot be
+    ranked, so they are never dropped); a budget below them is refused."""
+    need = sum(c.cost for c in cands if c.norm is None)
+    if need > limit:
+        raise BudgetExceededError(
+            f"the budget ({limit} bytes) is below the {need} bytes of expert chunks whose change is unknown "
+            "(not finite, or chunked unlike the base): raise --budget"
+        )
+    return limit - need
+
+
 def choose(cands: list[Candidate], limit: int | None, select: str, seed: int, fairness: str = "global") -> list[bool]:
     """Which candidates to read: all without a limit; otherwise those of unknown importance
     first (they cannot be ranked, so never silently dropped), then the knapsack's choice
@@ -117,13 +129,7 @@ def choose(cands: list[Candidate], limit: int | None, select: str, seed: int, fa
     if limit is None:
         return [True] * len(cands)
     forced = [c.norm is None for c in cands]
-    left = limit - sum(c.cost for c, f in zip(cands, forced, strict=True) if f)
-    if left < 0:
-        need = limit - left
-        raise BudgetExceededError(
-            f"the budget ({limit} bytes) is below the {need} bytes of expert chunks whose change is unknown "
-            "(not finite, or chunked unlike the base): raise --budget"
-        )
+    left = left_after_forced(cands, limit)
     rest = [n for n, f in enumerate(forced) if not f]
     items = [Item(cands[n].cost, cands[n].importance ** 2) for n in rest]
 

@@ -25,11 +25,12 @@ from mgit.merge.budget.importance import (
     candidates,
     choose,
     gamma_n,
+    left_after_forced,
     unit_roundoff,
 )
 from mgit.merge.budget.knapsack import options_bound
 from mgit.merge.budget.report import BudgetReport, TensorBudget
-from mgit.merge.budget.resolutions import EXACT, choose_resolutions, groups_of
+from mgit.merge.budget.resolutions import EXACT, Group, choose_resolutions, groups_of
 from mgit.merge.methods.base import MergeMethod, Weights
 from mgit.merge.plan import MergePlan, TensorPlan
 from mgit.merge.sketch.use import SketchOffer, SketchUse
@@ -83,9 +84,10 @@ def restrict(
     uses: Uses = {}
     report.best_share = best_share(cands, limit)
     if offers:
-        taken, uses = _with_sketches(cands, offers, limit or 0, fairness)
+        groups = groups_of(cands, offers)
+        taken, uses = _with_sketches(cands, offers, groups, limit or 0, fairness)
         report.sketches_offered = len(offers)
-        report.best_share = _best_with_sketches(cands, offers, limit or 0)
+        report.best_share = _best_with_sketches(cands, groups, limit or 0)
     else:
         taken = choose(cands, limit, select, seed, fairness)
     chosen = _report(plan, cands, taken, weights_for, method.affine, roundoff_for, report, uses, offers)
@@ -93,17 +95,18 @@ def restrict(
 
 
 def _with_sketches(
-    cands: list[Candidate], offers: Mapping[tuple[int, int], SketchOffer], limit: int, fairness: str
+    cands: list[Candidate],
+    offers: Mapping[tuple[int, int], SketchOffer],
+    groups: list[Group],
+    limit: int,
+    fairness: str,
 ) -> tuple[list[bool], Uses]:
     """Which candidate chunks to read and which sketch prefixes instead: those of unknown
-    importance first (as :func:`choose`), then the planner over resolutions."""
+    importance first (as :func:`choose`), then the planner over resolutions (``groups``)."""
     if sum(c.cost for c in cands) <= limit:  # every exact chunk fits: the exact merge, bit for bit
         return [True] * len(cands), {}
-    forced = [c.norm is None for c in cands]
-    choose([c for c, f in zip(cands, forced, strict=True) if f], limit, "importance", 0)  # refuses a budget below them
-    left = limit - sum(c.cost for c, f in zip(cands, forced, strict=True) if f)
-    groups = groups_of(cands, offers)
-    taken, uses = list(forced), {}
+    left = left_after_forced(cands, limit)
+    taken, uses = [c.norm is None for c in cands], {}
     for g, pick in zip(groups, choose_resolutions(groups, left, fairness), strict=True):
         if pick < 0:
             continue
@@ -117,13 +120,13 @@ def _with_sketches(
     return taken, uses
 
 
-def _best_with_sketches(cands: list[Candidate], offers: Mapping[tuple[int, int], SketchOffer], limit: int) -> float:
+def _best_with_sketches(cands: list[Candidate], groups: list[Group], limit: int) -> float:
     """The largest captured share any choice among chunks and sketch prefixes can reach."""
     energy = sum(c.importance**2 for c in cands if c.norm is not None)
     if energy == 0:
         return 1.0
     left = max(0, limit - sum(c.cost for c in cands if c.norm is None))
-    return min(1.0, options_bound([g.options for g in groups_of(cands, offers)], left) / energy)
+    return min(1.0, options_bound([g.options for g in groups], left) / energy)
 
 
 def _restricted(
