@@ -198,9 +198,13 @@ def cmd_merge(
 )
 @click.option("--share", default="10%", show_default=True, help="of each tensor's stored bytes its sketch may take")
 @click.option(
-    "--kind", type=click.Choice(["lowrank"]), default="lowrank", show_default=True, help="how the delta is approximated"
+    "--kind",
+    type=click.Choice(["lowrank", "dare"]),
+    default="lowrank",
+    show_default=True,
+    help="how the delta is approximated: low-rank factors, or the values at seeded random positions",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="of the randomized SVD (recorded)")
+@click.option("--seed", type=int, default=0, show_default=True, help="of the random SVD or positions (recorded)")
 @click.option("--model", metavar="DIR", help="the model directory, when a commit holds several")
 @click.option("--force", is_flag=True, help="replace a sketch REV already has")
 @click.option("--json", "as_json", is_flag=True, help="the result as JSON (mgit.sketch-result/1)")
@@ -209,7 +213,7 @@ def cmd_sketch(
     state: CliState, rev: str, against: str | None, share: str, kind: str, seed: int, model: str | None,
     force: bool, as_json: bool,
 ) -> None:  # fmt: skip
-    """Store a low-rank sketch of REV's change to its parent, which budgeted merges read instead of chunks."""
+    """Store a sketch (low-rank or DARE) of REV's change to its parent, which budgeted merges read instead of chunks."""
     model_dir = os.path.abspath(model) if model else None
     result = state.repo.sketch(rev, against, share, kind, seed, model_dir, force).to_json()
     if as_json:

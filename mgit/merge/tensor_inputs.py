@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mgit.errors import CorruptObjectError
 from mgit.merge.execution import Execution
 from mgit.merge.plan import TensorPlan
+from mgit.merge.sketch.use import Delta
 from mgit.model.dtypes import DType, bf16_bits, lookup, to_float32
 from mgit.model.manifest import TensorManifest
 from mgit.model.torch_io import tensor_from_bytes
@@ -78,43 +80,44 @@ class TensorInputs:
         self.what = tensor_what(tp)
         self.base: bytearray | None = None
         self.held: set[int] = set()  # indexes of the base chunks read into ``base``
-        self._factors: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._factors_lock = threading.Lock()
+        self._deltas: dict[int, Delta] = {}
+        self._deltas_lock = threading.Lock()
 
-    def factors(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(Aᵀ, Bᵀ) of expert k's sketch (float32), the rank prefix its plan chose, read once
-        (whichever pool thread asks first) and counted as expert reads."""
+    def sketched(self, k: int) -> Delta:
+        """Expert k's sketched delta, from the prefix of its sketch's levels the plan chose, read
+        once (whichever pool thread asks first) and counted as expert reads."""
         use = self.tp.sketch(k)
         assert use is not None
-        with self._factors_lock:
-            if k not in self._factors:
+        with self._deltas_lock:
+            if k not in self._deltas:
                 costs = ReadCounters()
-                parts = []
-                for blocks in (use.blocks_a, use.blocks_b):
-                    rows = []
-                    for m in blocks:
+                arrays = []
+                for level in use.blocks:
+                    parts = []
+                    for m in level:
                         buf = bytearray(m.nbytes)
                         read_into(self.store, None, m, list(range(len(m.chunks))), buf, self.what, costs)
-                        rows.append(_floats(buf, m.dtype).reshape(m.shape))
-                    parts.append(np.concatenate(rows))
+                        parts.append(_floats(buf, m.dtype).reshape(m.shape))
+                    arrays.append(parts)
                 self.run.count(ReadCounters(), costs, 0)
-                self._factors[k] = (parts[0], parts[1])
-            return self._factors[k]
+                try:
+                    self._deltas[k] = use.reconstruction(arrays)
+                except ValueError as e:
+                    raise CorruptObjectError(f"the sketch of {self.what}: {e}; run `mgit fsck`") from None
+            return self._deltas[k]
 
     def sketched_bytes(self, k: int, base: bytes | memoryview, start: int, out: memoryview) -> None:
         """Expert k's elements ``start`` on (as many as the base's chunk ``base`` holds) from its
         sketch, into ``out``: the base's plus the sketched delta, in the base's dtype (F64 kept
         in float64; the others through float32, rounded to nearest as a cast rounds)."""
-        from mgit.merge.sketch.lowrank import elements
-
         dtype = _dtype(self.tp.base.dtype)
-        a_t, b_t = self.factors(k)
+        delta = self.sketched(k)
         if dtype.name == "F64":
             values = np.frombuffer(base, "<f8")
-            merged = values + elements(a_t, b_t, start, start + values.size)
+            merged = values + delta.elements(start, start + values.size)
         else:
             values = to_float32(base, dtype)
-            merged = values + elements(a_t, b_t, start, start + values.size)
+            merged = values + delta.elements(start, start + values.size)
         result = bf16_bits(merged) if dtype.name == "BF16" else merged.astype(dtype.numpy)
         np.frombuffer(out, np.uint8)[:] = result.view(np.uint8)
 

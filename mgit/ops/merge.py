@@ -393,7 +393,7 @@ def _fetch_planned(ctx: Context, plan: MergePlan, setup: MergeSetup, run_report:
     expert_ids = [tp.experts[k].chunks[i].id for tp in plan.tensors for k, reads in enumerate(tp.reads) for i in reads]
     for tp in plan.tensors:  # the chosen sketches' factor blocks
         uses = [u for u in tp.sketches if u is not None]
-        expert_ids += [c.id for u in uses for m in (*u.blocks_a, *u.blocks_b) for c in m.chunks]
+        expert_ids += [c.id for u in uses for m in u.manifests() for c in m.chunks]
     limit = plan.budget.limit if plan.budget is not None else None
     ctx.promisor.fetch_for_merge(
         base_ids, expert_ids, limit, plan.fetch_sizes, run_report["base"], run_report["experts"]
@@ -466,10 +466,10 @@ def _sketch_missing(ctx: Context, setup: MergeSetup, share: str | float, model_d
     An expert sketched against another parent keeps its sketch (the budget then reads its chunks)."""
     from mgit.ops import sketch as sketches
 
-    made = 0
+    made, kind = 0, sketches.configured_kind(ctx)
     base = setup.reference or setup.base_commit
     for commit in dict.fromkeys(setup.expert_commits):
         if sketches.find(ctx, commit) is None and commit != base:
-            sketches.sketch(ctx, commit, against=base, share=share, model=model_dir or None)
+            sketches.sketch(ctx, commit, against=base, share=share, kind=kind, model=model_dir or None)
             made += 1
     return made

@@ -3,7 +3,8 @@
 A sketch is derived, labelled data: it never enters a model tree. It is a commit of its own
 (no parents), named by ``refs/mgit/sketches/<sketched commit>``, whose root holds the sketch
 record (``.mgit-sketch``, schema ``mgit.sketch/1``) and, at each sketched file's path, a
-safetensors file of the factors' rank blocks (mgit.merge.sketch). So its chunks are stored,
+safetensors file of the sketch's levels: a low-rank sketch's rank blocks or a DARE sketch's
+tiers (mgit.merge.sketch). So its chunks are stored,
 deduplicated, verified, kept by gc and checked by fsck like any commit's, and the sketched
 commit's id does not change. Only a budgeted merge reads it (mgit.ops.merge); checkout, diff
 and exact merges read exact chunks only.
@@ -33,7 +34,7 @@ from mgit.parallel import WORKERS, ordered_map
 from mgit.progress import byte_progress
 
 if TYPE_CHECKING:
-    from mgit.merge.sketch.record import SketchRecord
+    from mgit.merge.sketch.record import SketchRecord, TensorSketch
     from mgit.merge.sketch.use import SketchOffer
 
 SKETCH_REFS = "refs/mgit/sketches/"
@@ -74,6 +75,17 @@ class SketchResult:
         }
 
 
+def configured_kind(ctx: Context) -> str:
+    """The kind ``mgit commit --sketch`` and ``merge --sketch-missing`` make: config
+    ``sketch.kind``, else ``lowrank``."""
+    from mgit.merge.sketch.record import KINDS
+
+    kind = ctx.config_get("sketch.kind") or "lowrank"
+    if kind not in KINDS:
+        raise BadInputError(f"config sketch.kind is {kind!r}; set it to one of {', '.join(KINDS)}")
+    return kind
+
+
 def find(ctx: Context, commit: str) -> str | None:
     """The sketch commit of ``commit`` (None: none stored)."""
     try:
@@ -111,8 +123,9 @@ def sketch(
     force: bool = False,
 ) -> SketchResult:
     """Sketch each 2-D floating tensor of ``rev``'s model that differs from ``against``
-    (default: its first parent) as a low-rank Δ̂ whose factors fit ``share`` of the tensor's
-    stored bytes; store it (replacing an older sketch of ``rev`` only when asked, ``force``)."""
+    (default: its first parent) as a Δ̂ that fits ``share`` of the tensor's stored bytes
+    (``kind``: ``lowrank`` factors, or ``dare``: the values at seeded random positions); store
+    it (replacing an older sketch of ``rev`` only when asked, ``force``)."""
     from mgit.merge.sketch.record import KINDS, parse_share
 
     if kind not in KINDS:
@@ -154,8 +167,8 @@ def _compute(
     from threadpoolctl import threadpool_limits
 
     from mgit.merge.plan import model_tensors
-    from mgit.merge.sketch import lowrank
-    from mgit.merge.sketch.record import SketchRecord, TensorSketch, factor_name
+    from mgit.merge.sketch import dare, lowrank
+    from mgit.merge.sketch.record import SketchRecord, block_factors, factor_name
     from mgit.model.ingest import Ingestor, TensorJob
     from mgit.model.safetensors_file import build_header
 
@@ -174,88 +187,133 @@ def _compute(
                 continue
             held = {c.id for c in p.chunks}
             cost = sum(ctx.store.read_cost(c.id, held) for c in m.chunks if c.id not in held)
-            rank = lowrank.rank_for((m.shape[0], m.shape[1]), int(share * cost))
-            if rank == 0:
+            shape = (m.shape[0], m.shape[1])
+            if kind == "dare":
+                size: int | list[float] = dare.rates_for(shape[0] * shape[1], int(share * cost))
+            else:
+                size = lowrank.rank_for(shape, int(share * cost))
+            if not size:
                 exact += 1
                 continue
-            todo.append((file, name, m, p, rank, cost))
-    bf16 = lookup(lowrank.FACTOR_DTYPE)
+            todo.append(_Todo(file, name, m, p, size, int(share * cost), cost))
+    bf16 = lookup("BF16")  # both kinds store their values so (lowrank.FACTOR_DTYPE, dare.VALUE_DTYPE)
     assert isinstance(bf16, DType)
     out: Snapshot = {}
     sketches = []
-    with byte_progress("sketch", sum(m.nbytes for _, _, m, _, _, _ in todo)) as bar:
+    with byte_progress("sketch", sum(t.m.nbytes for t in todo)) as bar:
         ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar)
-        by_file: dict[str, list[tuple[str, TensorManifest, TensorManifest, int, int]]] = {}
-        for file, name, m, p, rank, cost in todo:
-            by_file.setdefault(file, []).append((name, m, p, rank, cost))
+        by_file: dict[str, list[_Todo]] = {}
+        for t in todo:
+            by_file.setdefault(t.file, []).append(t)
         for file, items in by_file.items():
             ingestor.begin_file(file)
             specs, jobs = [], []
 
-            def one(item: tuple[str, TensorManifest, TensorManifest, int, int]) -> _Factored:
-                name, m, p, rank, _ = item
-                return _factored(_delta(ctx, name, m, p), rank, _tensor_seed(seed, name))
+            def one(t: _Todo) -> _Made | None:
+                delta = _delta(ctx, t.name, t.m, t.p)
+                if isinstance(t.size, list):
+                    return _dared(t, delta, _stream_seed(seed, commit, t.name))
+                return _factored(t, delta, _tensor_seed(seed, t.name))
 
             # one tensor per core, each single-threaded in BLAS: LAPACK's eigh and QR scale poorly
             # on two threads, and both levels at once oversubscribe the cores (measured 1.06 s
             # sequential, 1.5 s both, 0.9 s this way for a MiniLM expert at 50%)
             with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(WORKERS) as workers:
-                factored = list(ordered_map(workers, one, items))
-            for (name, m, _, _, cost), f in zip(items, factored, strict=True):
-                bar.advance(m.nbytes)
-                if not f.sigma:  # the delta is 0 to within rounding: nothing to sketch
+                made = list(ordered_map(workers, one, items))
+            for t, done in zip(items, made, strict=True):
+                bar.advance(t.m.nbytes)
+                if done is None:  # the delta is 0 to within rounding: nothing to sketch
                     exact += 1
                     continue
-                expert_bytes += cost
-                rank = len(f.sigma)  # the Gram route may drop directions of σ 0
-                start = 0
-                for block, end in enumerate(lowrank.block_ends(rank)):
-                    for factor, rows in (("a", f.a[start:end]), ("b", f.b[start:end])):
-                        raw = np.ascontiguousarray(rows).tobytes()
-                        key = factor_name(name, block, factor)
-                        specs.append((key, bf16, tuple(rows.shape)))
+                expert_bytes += t.cost
+                for block, level in enumerate(done.levels):
+                    for factor, values in level:
+                        raw = np.ascontiguousarray(values).tobytes()
+                        key = factor_name(t.name, block, factor)
+                        specs.append((key, bf16, tuple(values.shape)))
                         read = lambda o, n, r=raw: r[o : o + n]  # noqa: E731
-                        jobs.append(TensorJob(key, bf16, tuple(rows.shape), len(raw), read))
-                    start = end
-                shape = (m.shape[0], m.shape[1])
-                sketches.append(TensorSketch(file, name, shape, rank, f.sigma, f.energy, f.residuals, 0))
+                        jobs.append(TensorJob(key, bf16, tuple(values.shape), len(raw), read))
+                sketches.append(done.sketch)
             if not jobs:
                 continue
             ids = dict(zip([j.name for j in jobs], ingestor.tensors(jobs), strict=True))  # one window for all
             out[file] = Entry("safetensors", ingestor.safetensors_tree(build_header(specs, {}), ids))
             for n, ts in enumerate(sketches):
                 if ts.file == file:
-                    blocks = len(lowrank.block_ends(ts.rank))
-                    keys = [factor_name(ts.name, j, f) for j in range(blocks) for f in "ab"]
+                    keys = [factor_name(ts.name, j, f) for j in range(len(ts.ends())) for f in block_factors(kind)]
                     sketches[n] = dataclasses.replace(ts, stored_bytes=sum(_stored(ctx, ids[k]) for k in keys))
-    params = {"algorithm": "svd", "version": lowrank.VERSION, "exact_from": lowrank.EXACT_FROM,
-              "oversample": lowrank.OVERSAMPLE, "power_iterations": lowrank.NITER,
-              "factor_dtype": lowrank.FACTOR_DTYPE}  # fmt: skip
+    if kind == "dare":
+        params: dict[str, Any] = {"algorithm": "dare", "version": dare.VERSION, "max_rate": dare.MAX_RATE,
+                                  "max_tiers": dare.MAX_TIERS, "value_dtype": dare.VALUE_DTYPE}  # fmt: skip
+    else:
+        params = {"algorithm": "svd", "version": lowrank.VERSION, "exact_from": lowrank.EXACT_FROM,
+                  "oversample": lowrank.OVERSAMPLE, "power_iterations": lowrank.NITER,
+                  "factor_dtype": lowrank.FACTOR_DTYPE}  # fmt: skip
     record = SketchRecord(commit, parent, kind, share, seed, params, sketches, exact, expert_bytes)
     return record, out
 
 
 @dataclass
-class _Factored:
-    """One tensor's sketch before it is stored: σ, ‖Δ‖², the residual at each block end, and
-    the factors as stored (bf16 bit patterns)."""
+class _Todo:
+    """A tensor to sketch: its manifests here and in the parent, its size (a rank, or DARE keep
+    rates), the bytes its sketch may take and its differing chunks' stored bytes."""
 
-    sigma: list[float]
-    energy: float
-    residuals: list[float]
-    a: np.ndarray
-    b: np.ndarray
+    file: str
+    name: str
+    m: TensorManifest
+    p: TensorManifest
+    size: int | list[float]
+    budget: int
+    cost: int
 
 
-def _factored(delta: np.ndarray, rank: int, seed: int) -> _Factored:
+@dataclass
+class _Made:
+    """One tensor's sketch before it is stored: its record (stored bytes still 0) and, per
+    level, the blocks it adds as stored (bf16 bit patterns), by factor name."""
+
+    sketch: TensorSketch
+    levels: list[list[tuple[str, np.ndarray]]]
+
+
+def _factored(t: _Todo, delta: np.ndarray, seed: int) -> _Made | None:
     from mgit.merge.sketch import lowrank
+    from mgit.merge.sketch.record import TensorSketch
 
-    a_t, b_t, sigma = lowrank.factorize(delta, rank, seed)
+    assert isinstance(t.size, int)
+    a_t, b_t, sigma = lowrank.factorize(delta, t.size, seed)
+    if not sigma:
+        return None
     a_bits, b_bits = bf16_bits(a_t), bf16_bits(b_t)  # as stored, and measured so
-    ends = lowrank.block_ends(len(sigma))
+    ends = lowrank.block_ends(len(sigma))  # the Gram route may drop directions of σ 0
     residuals = lowrank.residuals(delta, from_bf16_bits(a_bits), from_bf16_bits(b_bits), ends)
     energy = float(np.einsum("ij,ij->", delta, delta, dtype=np.float64))
-    return _Factored(sigma, energy, residuals, a_bits, b_bits)
+    levels, start = [], 0
+    for end in ends:
+        levels.append([("a", a_bits[start:end]), ("b", b_bits[start:end])])
+        start = end
+    shape = (t.m.shape[0], t.m.shape[1])
+    return _Made(TensorSketch(t.file, t.name, shape, len(sigma), sigma, energy, residuals, 0), levels)
+
+
+def _dared(t: _Todo, delta: np.ndarray, stream: int) -> _Made | None:
+    from mgit.merge.sketch import dare
+    from mgit.merge.sketch.record import TensorSketch
+
+    assert isinstance(t.size, list)
+    cut = dare.split(delta, stream, t.size)
+    if cut.energy == 0:
+        return None
+    n = len(cut.tiers)  # the kept counts are binomial: a top tier that would not fit is dropped
+    while n > 0 and dare.stored_bound([v.size for v in cut.tiers[:n]]) > t.budget:
+        n -= 1
+    if n == 0:
+        return None
+    shape = (t.m.shape[0], t.m.shape[1])
+    made = TensorSketch(
+        t.file, t.name, shape, n, [], cut.energy, cut.residuals[:n], 0, t.size[:n], cut.kept[:n], stream
+    )
+    return _Made(made, [[("v", v)] for v in cut.tiers[:n]])
 
 
 def _ids(m: TensorManifest) -> list[str]:
@@ -267,6 +325,12 @@ def _tensor_seed(seed: int, name: str) -> int:
     from blake3 import blake3
 
     return int.from_bytes(blake3(f"{seed}:{name}".encode()).digest()[:8], "little") >> 1
+
+
+def _stream_seed(seed: int, commit: str, name: str) -> int:
+    """A DARE tensor's stream: the commit takes part, so two experts keep independent positions
+    (one mask for all would drop the same elements of every expert)."""
+    return _tensor_seed(seed, f"{commit}:{name}")
 
 
 def _stored(ctx: Context, manifest_id: str) -> int:
@@ -304,8 +368,7 @@ def offers(
     merge base's (``base_tensors``): only there is the sketched delta the merge's delta.
     ``price``: chunk ids → what reading each costs (default: its stored bytes here; a partial
     clone asks the remote for those it lacks, in one batch)."""
-    from mgit.merge.sketch.lowrank import block_ends
-    from mgit.merge.sketch.record import factor_name
+    from mgit.merge.sketch.record import block_factors, factor_name
     from mgit.merge.sketch.use import SketchOffer
 
     stored = _stored_sketch(ctx, commit)
@@ -323,18 +386,15 @@ def offers(
         if ts.file not in loaded:
             loaded[ts.file] = load_safetensors(ctx.graph, files[ts.file].oid, ts.file).manifests
         manifests = loaded[ts.file]
-        n = len(block_ends(ts.rank))
-        blocks_a = tuple(manifests[factor_name(ts.name, j, "a")] for j in range(n))
-        blocks_b = tuple(manifests[factor_name(ts.name, j, "b")] for j in range(n))
-        found.append((ts, blocks_a, blocks_b))
-    ids = [c.id for _, a, b in found for m in (*a, *b) for c in m.chunks]
+        levels = range(len(ts.ends()))
+        found.append((ts, tuple(tuple(manifests[factor_name(ts.name, j, f)] for f in block_factors(ts.kind))
+                                for j in levels)))  # fmt: skip
+    ids = [c.id for _, blocks in found for level in blocks for m in level for c in m.chunks]
     costs = price(ids) if price is not None else {cid: ctx.store.read_cost(cid) for cid in ids}
     out: dict[str, SketchOffer] = {}
-    for ts, blocks_a, blocks_b in found:
-        per_block = tuple(
-            sum(costs[c.id] for m in (a, b) for c in m.chunks) for a, b in zip(blocks_a, blocks_b, strict=True)
-        )
-        out[ts.name] = SketchOffer(ts, blocks_a, blocks_b, per_block)
+    for ts, blocks in found:
+        per_level = tuple(sum(costs[c.id] for m in level for c in m.chunks) for level in blocks)
+        out[ts.name] = SketchOffer(ts, blocks, per_level)
     return out
 
 

@@ -136,20 +136,21 @@ def rm(ctx: Context, paths: Iterable[str | os.PathLike[str]], cached: bool = Fal
 def commit(ctx: Context, message: str, allow_empty: bool = False, sketch: str | float | None = None) -> str:
     """Commit the index; the current branch moves last, by compare-and-swap. With ``sketch`` (a
     share, e.g. ``"10%"``; default: config ``sketch.share``, else none) the new commit's change
-    to its parent is then sketched for budgeted merges (mgit.ops.sketch)."""
+    to its parent is then sketched for budgeted merges (mgit.ops.sketch; the kind: config
+    ``sketch.kind``)."""
     if not message.strip():
         raise BadInputError("empty commit message; pass -m MESSAGE")
     share = sketch if sketch is not None else ctx.config_get("sketch.share")
     if share is not None:
         from mgit.merge.sketch.record import parse_share
-
-        parse_share(share)  # a bad share is refused before anything is committed
-    made = _commit_index(ctx, message, allow_empty)
-    if share is not None and ctx.graph.commit(made).parents:
         from mgit.ops import sketch as sketches
 
+        parse_share(share)  # a bad share or kind is refused before anything is committed
+        kind = sketches.configured_kind(ctx)
+    made = _commit_index(ctx, message, allow_empty)
+    if share is not None and ctx.graph.commit(made).parents:
         try:
-            sketches.sketch(ctx, made, share=share)
+            sketches.sketch(ctx, made, share=share, kind=kind)
         except MgitError as e:
             raise MgitError(f"committed {made[:12]}, but its sketch failed: {e} (run `mgit sketch` again)") from e
     return made

@@ -132,7 +132,7 @@ def reads_table(plan: MergePlan, record: dict) -> Printout:
         table.add_column(col, justify="left" if col == "tensor" else "right", overflow="fold")
     for tp in plan.tensors:
         cells = [
-            f"sketch r{u.rank} {decimal(b)}" if u is not None else f"{len(r)}/{len(tp.base.chunks)} {decimal(b)}"
+            f"sketch {u.label()} {decimal(b)}" if u is not None else f"{len(r)}/{len(tp.base.chunks)} {decimal(b)}"
             for r, b, u in zip(tp.reads, tp.read_bytes, [tp.sketch(k) for k in range(len(tp.reads))], strict=True)
         ]
         table.add_row(tp.name, *cells)

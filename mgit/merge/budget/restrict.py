@@ -207,11 +207,11 @@ def _report(
         tb = report.tensors[tp.name]
         tb.captured += weight * weight * use.captured
         tb.planned_bytes += use.cost
-        tb.bound += weight * offers[(t, k)].sketch.residual(use.rank)
+        tb.bound += weight * use.sketch.residual(use.rank)
         # the reconstructed expert (base + Δ̂) is rounded to the base's dtype before the method sees it
         norms = [c.l2 for c in tp.base.chunks]
         base_norm = math.inf if None in norms else math.sqrt(sum(n * n for n in norms if n is not None))
-        tb.rounding += weight * roundoff_for(tp) * (base_norm + math.sqrt(use.captured))
+        tb.rounding += weight * roundoff_for(tp) * (base_norm + use.sketch.norm_bound(use.rank))
         tb.sketch_ranks[k] = use.rank
         report.expert_captured[k] += weight * weight * use.captured
         report.sketches_used += 1

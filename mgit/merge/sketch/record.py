@@ -10,7 +10,7 @@ from typing import Any
 from mgit.errors import BadInputError
 
 SKETCH_SCHEMA = "mgit.sketch/1"
-KINDS = ("lowrank",)
+KINDS = ("lowrank", "dare")
 
 
 def parse_share(text: str | float) -> float:
@@ -27,9 +27,12 @@ def parse_share(text: str | float) -> float:
 
 @dataclass(frozen=True)
 class TensorSketch:
-    """One tensor's sketch: the singular values, ‖Δ‖² of the exact delta and, at each of its
-    rank blocks' ends (:func:`mgit.merge.sketch.lowrank.block_ends`), ‖Δ − Δ̂‖ measured with
-    the stored factors (what an affine merge's error bound adds up)."""
+    """One tensor's sketch, nested in levels a budget reads by prefix: a low-rank sketch's rank
+    blocks (``rank``: its rank; ``sigma``: the singular values) or a DARE sketch's tiers
+    (``rates``: each tier's keep rate, lowest first; ``rank``: how many; ``stream``: the seed
+    its positions are drawn from). ``energy`` is ‖Δ‖² of the exact delta; ``residuals`` holds,
+    at each level's end, ‖Δ − Δ̂‖ measured with the stored values (what an affine merge's error
+    bound adds up); a DARE sketch's ``kept``, the energy of Δ along Δ̂ there."""
 
     file: str
     name: str
@@ -37,44 +40,73 @@ class TensorSketch:
     rank: int
     sigma: list[float]
     energy: float  # ‖Δ‖²
-    residuals: list[float]  # ‖Δ − Δ̂_r‖ at each block end r
-    stored_bytes: int  # of every block of both factors
+    residuals: list[float]  # ‖Δ − Δ̂‖ at each level's end
+    stored_bytes: int  # of every level
+    rates: list[float] = field(default_factory=list)  # DARE only
+    kept: list[float] = field(default_factory=list)  # DARE only
+    stream: int = 0  # DARE only
 
-    def captured(self, rank: int) -> float:
-        """What the rank-``rank`` prefix keeps of ‖Δ‖²: ‖Δ‖² − ‖Δ − Δ̂_r‖² at a block end, as
-        measured with the stored factors (Σ_{i≤r} σ_i² for an exact SVD), else Σ_{i≤r} σ_i²."""
+    @property
+    def kind(self) -> str:
+        return "dare" if self.rates else "lowrank"
+
+    def ends(self) -> list[int]:
+        """The levels a budget can read by prefix: rank-block ends, or tier counts 1 … T."""
         from mgit.merge.sketch.lowrank import block_ends
 
-        ends = block_ends(self.rank)
-        if rank in ends:
-            return max(0.0, self.energy - self.residuals[ends.index(rank)] ** 2)
-        return sum(s * s for s in self.sigma[:rank])
+        return list(range(1, self.rank + 1)) if self.rates else block_ends(self.rank)
 
-    def residual(self, rank: int) -> float:
-        """‖Δ − Δ̂‖ of the prefix ending at ``rank`` (a block end)."""
-        from mgit.merge.sketch.lowrank import block_ends
+    def captured(self, level: int) -> float:
+        """What a budget values the prefix ending at ``level`` at, in units of ‖Δ‖². Low-rank:
+        ‖Δ‖² − ‖Δ − Δ̂_r‖² at a block end, as measured with the stored factors (Σ_{i≤r} σ_i² for
+        an exact SVD), else Σ_{i≤r} σ_i². DARE: :func:`mgit.merge.sketch.dare.value`."""
+        if self.rates:
+            from mgit.merge.sketch.dare import value
 
-        return self.residuals[block_ends(self.rank).index(rank)]
+            return value(self.energy, self.kept[level - 1])
+        ends = self.ends()
+        if level in ends:
+            return max(0.0, self.energy - self.residuals[ends.index(level)] ** 2)
+        return sum(s * s for s in self.sigma[:level])
+
+    def norm_bound(self, level: int) -> float:
+        """At least ‖Δ̂‖ of the prefix ending at ``level``: what the reconstructed expert's
+        rounding is proportional to (low-rank: ‖Δ̂‖ itself; DARE: ‖Δ‖ + ‖Δ − Δ̂‖)."""
+        if self.rates:
+            return self.energy**0.5 + self.residual(level)
+        return self.captured(level) ** 0.5
+
+    def residual(self, level: int) -> float:
+        """‖Δ − Δ̂‖ of the prefix ending at ``level`` (a level's end)."""
+        return self.residuals[self.ends().index(level)]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "name": self.name,
-            "shape": list(self.shape),
-            "rank": self.rank,
-            "sigma": self.sigma,
-            "energy": self.energy,
-            "residuals": self.residuals,
-            "captured_share": min(1.0, self.captured(self.rank) / self.energy) if self.energy > 0 else 1.0,
-            "stored_bytes": self.stored_bytes,
-        }
+        share = min(1.0, self.captured(self.rank) / self.energy) if self.energy > 0 else 1.0
+        head = {"file": self.file, "name": self.name, "shape": list(self.shape)}
+        if self.rates:
+            return head | {
+                "tiers": self.rank, "rates": self.rates, "stream": self.stream, "energy": self.energy,
+                "kept": self.kept, "residuals": self.residuals, "captured_share": share,
+                "stored_bytes": self.stored_bytes,
+            }  # fmt: skip
+        return head | {
+            "rank": self.rank, "sigma": self.sigma, "energy": self.energy, "residuals": self.residuals,
+            "captured_share": share, "stored_bytes": self.stored_bytes,
+        }  # fmt: skip
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TensorSketch:
         m, n = doc["shape"]
+        common = (doc["file"], doc["name"], (int(m), int(n)))
+        if "rates" in doc:
+            return cls(
+                *common, int(doc["tiers"]), [], float(doc["energy"]), [float(r) for r in doc["residuals"]],
+                int(doc["stored_bytes"]), [float(p) for p in doc["rates"]], [float(k) for k in doc["kept"]],
+                int(doc["stream"]),
+            )  # fmt: skip
         return cls(
-            doc["file"], doc["name"], (int(m), int(n)), int(doc["rank"]), [float(s) for s in doc["sigma"]],
-            float(doc["energy"]), [float(r) for r in doc["residuals"]], int(doc["stored_bytes"]),
+            *common, int(doc["rank"]), [float(s) for s in doc["sigma"]], float(doc["energy"]),
+            [float(r) for r in doc["residuals"]], int(doc["stored_bytes"]),
         )  # fmt: skip
 
 
@@ -132,6 +164,12 @@ class SketchRecord:
 
 
 def factor_name(tensor: str, block: int, factor: str) -> str:
-    """The name a rank block of a factor (``a``: Aᵀ, ``b``: Bᵀ) is stored under in the sketch
-    commit's file (names differ from every other tensor's blocks: the suffix is fixed)."""
+    """The name a level's block is stored under in the sketch commit's file: a rank block of a
+    factor (``a``: Aᵀ, ``b``: Bᵀ) or a DARE tier's values (``v``). Names differ from every other
+    tensor's blocks: the suffix is fixed."""
     return f"{tensor}.sketch.{block}.{factor}"
+
+
+def block_factors(kind: str) -> str:
+    """The factors each level of a sketch of ``kind`` stores a block of."""
+    return "v" if kind == "dare" else "ab"
