@@ -54,8 +54,10 @@ METHODS: dict[str, dict[str, Any]] = {
 }
 BUDGETS, QUICK_BUDGETS = (50, 25, 10, 5), (25, 10)
 # importance / per-expert / uniform: whole chunks only (--no-sketches); sketch / sketch-per-expert: the
-# experts' stored low-rank sketches as well (mgit sketch), chosen by the planner over resolutions
-SELECTIONS = ("importance", "uniform", "per-expert", "sketch", "sketch-per-expert")
+# experts' stored low-rank sketches as well (mgit sketch), chosen by the planner over resolutions;
+# dare: the experts' DARE sketches instead (mgit sketch --kind dare, in a second repository: one
+# sketch per commit), with the default per-expert fairness
+SELECTIONS = ("importance", "uniform", "per-expert", "sketch", "sketch-per-expert", "dare")
 QUICK_SELECTIONS = ("importance", "sketch")
 SKETCH_SHARE = "50%"  # each expert's sketch, stored once; a budget reads a prefix of its ranks
 TRAIN, TEST, QUICK_TRAIN, QUICK_TEST = 4000, 600, 600, 200
@@ -183,9 +185,9 @@ def _timed(repo_dir: Path, *args: str) -> float:
     return time.perf_counter() - started
 
 
-def commit_all(repo_dir: Path, paths: dict[str, Path], timings: dict[str, list[float]]) -> Any:
+def commit_all(repo_dir: Path, paths: dict[str, Path], timings: dict[str, list[float]], kind: str = "lowrank") -> Any:
     """A fresh repository: the base on main, expert NAME on branch task-NAME, each expert then
-    sketched (``timings``: seconds of each expert's `mgit add`, and of its `mgit sketch`)."""
+    sketched (``kind``; ``timings``: seconds of each expert's `mgit add`, and of its `mgit sketch`)."""
     from mgit import Repository
 
     shutil.rmtree(repo_dir, ignore_errors=True)
@@ -204,7 +206,7 @@ def commit_all(repo_dir: Path, paths: dict[str, Path], timings: dict[str, list[f
             continue
         timings["add"].append(_timed(repo_dir, "add", "model"))
         repo.commit(name)
-        timings["sketch"].append(_timed(repo_dir, "sketch", f"task-{name}", "--share", SKETCH_SHARE))
+        timings["sketch"].append(_timed(repo_dir, "sketch", f"task-{name}", "--share", SKETCH_SHARE, "--kind", kind))
         made = repo.sketch_record(f"task-{name}")
         assert made is not None
         timings["captured"].append(made.captured_share)
@@ -229,19 +231,25 @@ def evaluate(enc: Encoder, heads: dict[str, Any], tests: dict[str, list[tuple[st
     return out
 
 
-def run_merges(repo: Any, names: list[str], merges: list[Merge]) -> dict[Merge, int]:
-    """Each merge as a branch; the stored expert bytes it read (its plan record)."""
+def run_merges(repos: dict[str, Any], names: list[str], merges: list[Merge]) -> dict[Merge, int]:
+    """Each merge as a branch (of the repository whose sketches it reads); the stored expert
+    bytes it read (its plan record)."""
     read = {}
     for m in merges:
         params = METHODS[m.method]
         budget = None if m.budget is None else f"{m.budget}%"
-        fairness = "per-expert" if m.select.endswith("per-expert") else "global"
+        fairness = "per-expert" if m.select.endswith("per-expert") or m.select == "dare" else "global"
         select = "uniform" if m.select == "uniform" else "importance"
+        repo = repo_of(repos, m)
         sha = repo.merge([f"task-{n}" for n in names], m.method, base="main", branch=m.branch, checkout=False,
                          budget=budget, budget_select=select, budget_fairness=fairness,
-                         budget_sketches=m.select.startswith("sketch"), **params)  # fmt: skip
+                         budget_sketches=m.select.startswith("sketch") or m.select == "dare", **params)  # fmt: skip
         read[m] = int(repo.merge_record(sha)["bytes"]["experts_measured"])
     return read
+
+
+def repo_of(repos: dict[str, Any], m: Merge) -> Any:
+    return repos["dare"] if m.select == "dare" else repos["lowrank"]
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -267,7 +275,9 @@ def report(scored: list[Scored], names: list[str], ctx: dict[str, Any]) -> str:
         "each expert's share of the budget first (`--budget-fairness per-expert`); *uniform*: chunks drawn at "
         "random (seeded) up to the same budget; *sketch*: the planner over resolutions, which may read each "
         f"expert tensor's stored low-rank sketch (`mgit sketch --share {SKETCH_SHARE}`, a prefix of its ranks) "
-        "instead of its chunks; *sketch-per-expert*: the same with `--budget-fairness per-expert`. Expert bytes: "
+        "instead of its chunks; *sketch-per-expert*: the same with `--budget-fairness per-expert`; *dare*: the "
+        f"experts' DARE sketches instead (`mgit sketch --kind dare --share {SKETCH_SHARE}`, in a second "
+        "repository, a prefix of its keep-rate tiers), per-expert fairness (the default). Expert bytes: "
         "stored bytes of expert chunks and sketch blocks the merge read (its plan record), as a share of the "
         "exact merge's.",
         "",
@@ -281,6 +291,14 @@ def report(scored: list[Scored], names: list[str], ctx: dict[str, Any]) -> str:
             f"≤ 2×); stored "
             f"{min(t['stored_share']):.0%}–{max(t['stored_share']):.0%} of the changed chunks' stored bytes, "
             f"capturing {min(t['captured']):.1%}–{max(t['captured']):.1%} of Σ‖Δ‖².",
+            "",
+        ]
+    d = ctx["dare_timings"]
+    if d["sketch"]:
+        lines += [
+            f"DARE sketches (`--kind dare`): {sum(d['sketch']) / len(d['sketch']):.2f} s on average "
+            f"({sum(d['sketch']) / sum(d['add']):.2f}× the add); stored "
+            f"{min(d['stored_share']):.0%}–{max(d['stored_share']):.0%} of the changed chunks' stored bytes.",
             "",
         ]
     full = {s.merge.method: s for s in scored if s.merge is not None and s.merge.budget is None}
@@ -334,7 +352,8 @@ def plot(scored: list[Scored], base: Scored, budgets: Sequence[int]) -> str:
             if all(f is None for _, f in found):
                 continue
             pts = [(float(b), 100 * s.average) for b, s in found if s is not None] + [(100.0, 100 * full.average)]
-            series.append(Series(f"{method}, {select}", pts, PALETTE[j], (DASHED, DOTTED)[k] if k < 2 else ""))
+            colour = PALETTE[j if j < 5 else j + 3]  # 5–7 are the reference lines'
+            series.append(Series(f"{method}, {select}", pts, colour, (DASHED, DOTTED)[k] if k < 2 else ""))
     ticks = [(float(b), f"{b}%") for b in (5, 10, 25, 50, 100)]
     return line_chart(series, refs, title="Average test accuracy against the budget", x_ticks=ticks, log_x=True,
                       x_label="budget (share of the expert bytes, log scale)", y_label="accuracy (%)")  # fmt: skip
@@ -363,13 +382,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = experts(workdir, tasks, steps, train)
     print("committing the base and the experts ...", flush=True)
     timings: dict[str, list[float]] = {"add": [], "sketch": [], "captured": [], "stored_share": []}
-    repo = commit_all(workdir / "repo", paths, timings)
+    repos = {"lowrank": commit_all(workdir / "repo", paths, timings)}
     budgets = QUICK_BUDGETS if args.quick else BUDGETS
     methods = list(METHODS)[:1] if args.quick else list(METHODS)
     selections = QUICK_SELECTIONS if args.quick else SELECTIONS
+    dare_timings: dict[str, list[float]] = {"add": [], "sketch": [], "captured": [], "stored_share": []}
+    if "dare" in selections:
+        repos["dare"] = commit_all(workdir / "repo-dare", paths, dare_timings, kind="dare")
     merges = [Merge(m, None) for m in methods] + [Merge(m, b, s) for m in methods for b in budgets for s in selections]
     print(f"{len(merges)} merges ...", flush=True)
-    read = run_merges(repo, names, merges)
+    read = run_merges(repos, names, merges)
     tests = {t.name: t.examples(test, seed=SEED + 1) for t in tasks}
     heads = {}
     for t in tasks:
@@ -380,19 +402,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = Scored("base (no merge)", evaluate(enc, heads, tests))
     alone = {}
     for name in names:
-        enc.load(repo.state_dict(f"task-{name}"))
+        enc.load(repos["lowrank"].state_dict(f"task-{name}"))
         alone[name] = evaluate(enc, {name: heads[name]}, {name: tests[name]})[name]
     scored = [base, Scored("each expert alone, on its own task", alone)]
     for m in merges:
-        enc.load(repo.state_dict(m.branch))
+        enc.load(repo_of(repos, m).state_dict(m.branch))
         label = f"{m.method}, " + ("full merge" if m.budget is None else f"--budget {m.budget}%, {m.select}")
         scored.append(Scored(label, evaluate(enc, heads, tests), read[m], m))
-    repo.close()
+    for repo in repos.values():
+        repo.close()
     versions = {"mgit": _version(), "torch": torch.__version__, "transformers": _package("transformers")}
     base_mb = (base_dir() / "model.safetensors").stat().st_size / MB
     ctx = {"command": cli.command_line(argv, __file__), "workdir": workdir, "versions": versions,
            "took": took(time.perf_counter() - started, 0), "steps": steps, "train": train, "test": test,
-           "base_mb": base_mb, "timings": timings}  # fmt: skip
+           "base_mb": base_mb, "timings": timings, "dare_timings": dare_timings}  # fmt: skip
     publish(relative(report(scored, names, ctx)), SECTION_TITLE, args.write_docs)
     svg = plot(scored, base, budgets)
     if args.write_docs:

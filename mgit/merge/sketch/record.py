@@ -153,11 +153,13 @@ class SketchRecord:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> SketchRecord:
+        """The record; one of a kind this version does not know keeps no tensors (none is offered)."""
         known = {"schema", "commit", "parent", "kind", "share", "seed", "params", "expert_bytes", "stored_bytes",
-                 "exact_tensors", "tensors"}  # fmt: skip
+                 "exact_tensors"} | ({"tensors"} if doc["kind"] in KINDS else set())  # fmt: skip
         return cls(
             doc["commit"], doc["parent"], doc["kind"], float(doc["share"]), int(doc["seed"]), dict(doc["params"]),
-            [TensorSketch.from_json(t) for t in doc["tensors"]], int(doc.get("exact_tensors", 0)),
+            [TensorSketch.from_json(t) for t in doc["tensors"]] if doc["kind"] in KINDS else [],
+            int(doc.get("exact_tensors", 0)),
             int(doc.get("expert_bytes", 0)), doc.get("schema", SKETCH_SCHEMA),
             {k: v for k, v in doc.items() if k not in known},
         )  # fmt: skip
