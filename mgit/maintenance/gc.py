@@ -32,6 +32,7 @@ class GcReport:
     objects_removed: int
     chunks: RepackReport
     leftovers_removed: int = 0
+    sketches_removed: int = 0  # sketch refs of commits nothing else kept (mgit.ops.sketch.drop_orphans)
 
 
 def leftover_files(git_dir: Path) -> list[Path]:

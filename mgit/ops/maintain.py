@@ -4,6 +4,7 @@ The work is mgit.maintenance's; here it is framed by the lock and the store's se
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass, field
@@ -44,11 +45,15 @@ class Repair:
 
 
 def gc(ctx: Context, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> GcReport:
-    """Remove what no ref, reflog entry or the index reaches (older than the grace period)."""
+    """Remove what no ref, reflog entry or the index reaches (older than the grace period),
+    first the sketches of commits nothing else keeps."""
+    from mgit.ops import sketch
+
     with ctx.writing():
         ctx.clear_staging()  # what a killed merge staged
         remove_stale_git_locks(ctx.git_dir, warn)  # the object directories too
-        return collect(ctx.graph, ctx.store, ctx.index(), grace_seconds)
+        orphans = sketch.drop_orphans(ctx, grace_seconds)
+        return dataclasses.replace(collect(ctx.graph, ctx.store, ctx.index(), grace_seconds), sketches_removed=orphans)
 
 
 def fsck_repair(ctx: Context) -> Repair:

@@ -4,10 +4,10 @@ A sketch is derived, labelled data: it never enters a model tree. It is a commit
 (no parents), named by ``refs/mgit/sketches/<sketched commit>``, whose root holds the sketch
 record (``.mgit-sketch``, schema ``mgit.sketch/1``) and, at each sketched file's path, a
 safetensors file of the sketch's levels: a low-rank sketch's rank blocks or a DARE sketch's
-tiers (mgit.merge.sketch). So its chunks are stored,
-deduplicated, verified, kept by gc and checked by fsck like any commit's, and the sketched
-commit's id does not change. Only a budgeted merge reads it (mgit.ops.merge); checkout, diff
-and exact merges read exact chunks only.
+tiers (mgit.merge.sketch). So its chunks are stored, deduplicated, verified, kept by gc and
+checked by fsck like any commit's, and the sketched commit's id does not change. Only a
+budgeted merge reads it (mgit.ops.merge); checkout, diff and exact merges read exact chunks
+only.
 """
 
 from __future__ import annotations
@@ -84,6 +84,30 @@ def configured_kind(ctx: Context) -> str:
     if kind not in KINDS:
         raise BadInputError(f"config sketch.kind is {kind!r}; set it to one of {', '.join(KINDS)}")
     return kind
+
+
+def drop_orphans(ctx: Context, grace_seconds: float) -> int:
+    """Delete the sketch refs whose sketched commit nothing else keeps (its branch deleted, its
+    reflog entries expired): a ref is a root, so gc would otherwise keep a sketch no merge can
+    use, forever. A ref younger than ``grace_seconds`` stays (its commit may be being named).
+    Returns how many were deleted; the caller holds the lock."""
+    from mgit.graph.integrity import scan_refs
+    from mgit.maintenance.reach import roots
+    from mgit.model.reach import walk
+
+    named = {ref[len(SKETCH_REFS) :]: ref for ref in scan_refs(ctx.git_dir).values if ref.startswith(SKETCH_REFS)}
+    if not named:
+        return 0
+    starts = {sha: where for sha, where in roots(ctx.graph, ctx.index()).items() if not where.startswith(SKETCH_REFS)}
+    kept = walk(ctx.graph, starts).objects
+    now, dropped = time.time(), 0
+    for commit, ref in sorted(named.items()):
+        path = ctx.git_dir / ref
+        young = path.exists() and now - path.stat().st_mtime < grace_seconds
+        if commit not in kept and not young:
+            del ctx.graph.repo.refs[ref_name(ref.encode())]
+            dropped += 1
+    return dropped
 
 
 def find(ctx: Context, commit: str) -> str | None:
@@ -222,7 +246,7 @@ def _compute(
                 made = list(ordered_map(workers, one, items))
             for t, done in zip(items, made, strict=True):
                 bar.advance(t.m.nbytes)
-                if done is None:  # the delta is 0 to within rounding: nothing to sketch
+                if done is None:  # the delta is 0 to within rounding, or no DARE tier fits: nothing to sketch
                     exact += 1
                     continue
                 expert_bytes += t.cost

@@ -344,3 +344,21 @@ def test_a_sketched_expert_is_the_base_where_its_chunks_equal_the_bases(repo, sm
             part = slice(starts[i] // size, starts[i + 1] // size)
             same = torch.equal(got[part], flat[part])
             assert same == (i not in use.chunks)
+
+
+def test_gc_drops_the_sketch_of_a_commit_nothing_else_keeps(experts):
+    repo, _ = experts
+    e1, e2 = repo.resolve("e1"), repo.resolve("e2")
+    repo.checkout("e1")
+    repo.checkout("main")
+    repo.delete_branch("e1", force=True)
+    assert repo.gc(0).sketches_removed == 0  # HEAD's reflog still keeps e1's commit
+    assert repo.sketch_record(e1) is not None
+    repo.reflog_expire(None)
+    report = repo.gc(0)
+    assert report.sketches_removed == 1
+    assert repo.sketch_record(e2) is not None
+    assert f"refs/mgit/sketches/{e1}".encode() not in repo.graph.repo.refs.keys()
+    assert repo.fsck() == []
+    shown = invoke("gc", "--now", cwd=repo.root, check=True)
+    assert "sketch" not in shown.stderr  # nothing left to drop

@@ -19,6 +19,7 @@ def gc_line(report: GcReport) -> str:
         f"removed {c.removed_chunks} chunk(s) and {report.objects_removed} object(s); kept {c.kept_chunks} chunk(s); "
         f"chunk store {decimal(c.bytes_before)} → {decimal(c.bytes_after)}"
         + (f"; removed {report.leftovers_removed} leftover temporary file(s)" if report.leftovers_removed else "")
+        + (f"; dropped {report.sketches_removed} sketch(es) of removed commits" if report.sketches_removed else "")
     )
 
 

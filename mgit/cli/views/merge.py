@@ -185,6 +185,11 @@ def merge_text(sha: str, branch: str | None, record: dict, checked_out: bool = T
     return p
 
 
+def _captured_as(kind: str) -> str:
+    """What a sketch's captured share measures (docs/merging.md, "Sketches")."""
+    return "of ‖Δ‖² captured" if kind == "lowrank" else "of ‖Δ‖² in value (‖Δ‖·‖Δ kept‖, DARE's)"
+
+
 def sketch_text(result: dict) -> Printout:
     """What ``mgit sketch`` made (``result``: SketchResult.to_json())."""
     p = Printout()
@@ -195,7 +200,7 @@ def sketch_text(result: dict) -> Printout:
         f"sketched {result['tensors_sketched']} tensor(s) of {result['commit'][:12]} against "
         f"{result['parent'][:12]} ({result['kind']}, {result['share'] * 100:g}%) → {result['sketch'][:12]}: "
         f"{decimal(result['stored_bytes'])} stored for {decimal(result['expert_bytes'])} of changed chunks, "
-        f"{result['captured_share']:.1%} of ‖Δ‖² captured; {result['tensors_exact']} tensor(s) left exact "
-        f"({result['seconds']:.1f} s)"
+        f"{result['captured_share']:.1%} {_captured_as(result['kind'])}; "
+        f"{result['tensors_exact']} tensor(s) left exact ({result['seconds']:.1f} s)"
     )
     return p

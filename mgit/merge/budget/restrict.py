@@ -90,7 +90,7 @@ def restrict(
         report.best_share = _best_with_sketches(cands, groups, limit or 0)
     else:
         taken = choose(cands, limit, select, seed, fairness)
-    chosen = _report(plan, cands, taken, weights_for, method.affine, roundoff_for, report, uses, offers)
+    chosen = _report(plan, cands, taken, weights_for, method.affine, roundoff_for, report, uses)
     return _restricted(plan, chosen, report, uses), report
 
 
@@ -167,7 +167,6 @@ def _report(
     roundoff_for: Callable[[TensorPlan], float],
     report: BudgetReport,
     uses: Uses,
-    offers: Mapping[tuple[int, int], SketchOffer],
 ) -> dict[tuple[int, int], list[int]]:
     """Fill the report from the choice; returns the chosen chunks per (tensor, expert)."""
     chosen: dict[tuple[int, int], list[int]] = {}
