@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from mgit.merge.sketch.use import SketchOffer
 
 SKETCH_REFS = "refs/mgit/sketches/"
-EXACT_BYTES = 8192  # tensors this small are cheaper read exactly than sketched
-SKETCHABLE = ("F32", "F16", "BF16", "F64")
 
 
 def sketch_ref(commit: str) -> str:
@@ -192,7 +190,7 @@ def _compute(
 
     from mgit.merge.plan import model_tensors
     from mgit.merge.sketch import dare, lowrank
-    from mgit.merge.sketch.record import SketchRecord, block_factors, factor_name
+    from mgit.merge.sketch.record import SketchRecord, block_factors, factor_name, sketchable
     from mgit.model.ingest import Ingestor, TensorJob
     from mgit.model.safetensors_file import build_header
 
@@ -206,7 +204,7 @@ def _compute(
             m, p = mine[name], theirs.get(name)
             if p is None or (p.dtype, p.shape) != (m.dtype, m.shape) or _ids(p) == _ids(m):
                 continue  # new, reshaped or unchanged: nothing a delta sketch can stand for
-            if len(m.shape) != 2 or m.dtype not in SKETCHABLE or m.nbytes <= EXACT_BYTES:
+            if not sketchable(m.shape, m.dtype, m.nbytes):
                 exact += 1
                 continue
             held = {c.id for c in p.chunks}
@@ -377,7 +375,7 @@ def _delta(ctx: Context, name: str, m: TensorManifest, p: TensorManifest) -> np.
     differing = [i for i, c in enumerate(m.chunks) if not same_cut or c.id != p.chunks[i].id]
     read_into(ctx.store, None, m, differing, mine, what, counters, (p, parent_bytes, set(range(len(p.chunks)))))
     dtype = lookup(m.dtype)
-    assert dtype is not None  # SKETCHABLE dtypes only
+    assert dtype is not None  # sketchable dtypes only
     delta: np.ndarray = (to_float32(mine, dtype) - to_float32(parent_bytes, dtype)).reshape(m.shape)
     return delta
 

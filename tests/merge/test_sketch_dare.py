@@ -190,3 +190,15 @@ def test_a_partial_clone_fetches_only_the_dare_tiers_it_reads(dared, tmp_path):
     record = partial.merge_record(sha)
     assert record["budget"]["sketches"]["used"] > 0
     assert record["bytes"]["experts_fetched"] <= record["budget"]["limit_bytes"]
+
+
+def test_the_tensors_a_sketch_leaves_exact_are_read_first_at_a_small_budget(dared):
+    repo, base = dared
+    sha = repo.merge(["e1", "e2"], "task_arithmetic", branch="s", checkout=False, budget="5%", weight=WEIGHTS)
+    record = repo.merge_record(sha)
+    small = [t for t in record["tensors"] if "budget" in t and base[t["name"]].dim() == 1]
+    assert small and all(t["budget"]["chosen"] == t["budget"]["candidates"] for t in small)
+    assert record["bytes"]["experts_measured"] <= record["budget"]["limit_bytes"]
+    # a budget below them is still a budget: then they compete with the sketches
+    tiny = repo.merge(["e1", "e2"], "task_arithmetic", branch="t", checkout=False, budget="0.2%", weight=WEIGHTS)
+    assert repo.merge_record(tiny)["bytes"]["experts_measured"] <= repo.merge_record(tiny)["budget"]["limit_bytes"]

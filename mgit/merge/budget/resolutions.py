@@ -11,7 +11,7 @@ every tensor captures far more than whole chunks of a few (docs/merging.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 from mgit.merge.budget.importance import Candidate
@@ -29,12 +29,15 @@ class Group:
     members: list[int]  # indexes into the candidates this group decides
 
 
-def groups_of(cands: list[Candidate], offers: Mapping[tuple[int, int], SketchOffer]) -> list[Group]:
+def groups_of(
+    cands: list[Candidate], offers: Mapping[tuple[int, int], SketchOffer], skip: Set[int] = frozenset()
+) -> list[Group]:
     """The choice's groups: one per sketched expert tensor, one per other candidate chunk.
-    Candidates of unknown importance (always read) are in none."""
+    Candidates of unknown importance (always read) and those in ``skip`` are in none."""
     by_tensor: dict[tuple[int, int], list[int]] = {}
     for n, c in enumerate(cands):
-        by_tensor.setdefault((c.tensor, c.expert), []).append(n)
+        if n not in skip:
+            by_tensor.setdefault((c.tensor, c.expert), []).append(n)
     groups = []
     for key, members in by_tensor.items():
         offer = offers.get(key)

@@ -11,6 +11,14 @@ from mgit.errors import BadInputError
 
 SKETCH_SCHEMA = "mgit.sketch/1"
 KINDS = ("lowrank", "dare")
+EXACT_BYTES = 8192  # tensors this small are cheaper read exactly than sketched
+FLOATS = ("F32", "F16", "BF16", "F64")
+
+
+def sketchable(shape: tuple[int, ...] | list[int], dtype: str, nbytes: int) -> bool:
+    """Whether a changed tensor is sketched: 2-D, floating and above :data:`EXACT_BYTES`. The
+    others (1-D norms and biases, small tensors) a sketch leaves to their exact chunks."""
+    return len(shape) == 2 and dtype in FLOATS and nbytes > EXACT_BYTES
 
 
 def parse_share(text: str | float) -> float:
