@@ -31,3 +31,10 @@ def commit_experts(repo, seed: int) -> dict:
         repo.create_branch(name, "main")
         repo.commit_state_dict(low_rank_finetune(base, seed + k), message=name, branch=name)
     return base
+
+
+def push_experts(repo, remote) -> None:
+    """Push main, e1 and e2 (``commit_experts``) to a directory remote ``origin`` at ``remote``."""
+    repo.remote_add("origin", str(remote))
+    for branch in ("main", "e1", "e2"):
+        repo.push("origin", branch)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers.cli import invoke
 from helpers.models import llama_state_dict
-from helpers.sketches import SPEC, commit_experts, low_rank_finetune
+from helpers.sketches import SPEC, commit_experts, low_rank_finetune, push_experts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -257,9 +257,7 @@ def test_push_fetch_and_clones_carry_sketches_and_a_partial_clone_fetches_only_t
 
     repo, _ = experts
     remote = tmp_path / "remote"
-    repo.remote_add("origin", str(remote))
-    for branch in ("main", "e1", "e2"):
-        repo.push("origin", branch)
+    push_experts(repo, remote)
     sketch_ref = f"refs/mgit/sketches/{repo.resolve('e1')}"
     assert (remote / sketch_ref).is_file()  # pushed with the commit it sketches
     full = Repository.clone(str(remote), tmp_path / "full")

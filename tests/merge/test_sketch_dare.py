@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.cli import invoke
-from helpers.sketches import commit_experts
+from helpers.sketches import commit_experts, push_experts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -180,9 +180,7 @@ def test_a_partial_clone_fetches_only_the_dare_tiers_it_reads(dared, tmp_path):
 
     repo, _ = dared
     remote = tmp_path / "remote"
-    repo.remote_add("origin", str(remote))
-    for branch in ("main", "e1", "e2"):
-        repo.push("origin", branch)
+    push_experts(repo, remote)
     partial = Repository.clone(str(remote), tmp_path / "partial", partial=True)
     assert partial.sketch_record("origin/e1") == repo.sketch_record("e1")
     sha = partial.merge(["origin/e1", "origin/e2"], "task_arithmetic", branch="m", checkout=False, budget="5%",
