@@ -88,16 +88,28 @@ def drop_orphans(ctx: Context, grace_seconds: float) -> int:
     """Delete the sketch refs whose sketched commit nothing else keeps (its branch deleted, its
     reflog entries expired): a ref is a root, so gc would otherwise keep a sketch no merge can
     use, forever. A ref younger than ``grace_seconds`` stays (its commit may be being named).
-    Returns how many were deleted; the caller holds the lock."""
+    Only commits are walked (gc's own walk reads the trees). Returns how many were deleted;
+    the caller holds the lock."""
+    from dulwich.objects import Commit, Tag
+
     from mgit.graph.integrity import scan_refs
     from mgit.maintenance.reach import roots
-    from mgit.model.reach import walk
 
     named = {ref[len(SKETCH_REFS) :]: ref for ref in scan_refs(ctx.git_dir).values if ref.startswith(SKETCH_REFS)}
     if not named:
         return 0
-    starts = {sha: where for sha, where in roots(ctx.graph, ctx.index()).items() if not where.startswith(SKETCH_REFS)}
-    kept = walk(ctx.graph, starts).objects
+    pending = [sha for sha, where in roots(ctx.graph, ctx.index()).items() if not where.startswith(SKETCH_REFS)]
+    kept: set[str] = set()
+    while pending:
+        sha = pending.pop()
+        if sha in kept or not ctx.graph.has(sha):
+            continue
+        obj = ctx.graph.read(sha)
+        if isinstance(obj, Tag):  # a tag keeps what it names
+            pending.append(obj.object[1].decode())
+        elif isinstance(obj, Commit):
+            kept.add(sha)
+            pending.extend(p.decode() for p in obj.parents)
     now, dropped = time.time(), 0
     for commit, ref in sorted(named.items()):
         path = ctx.git_dir / ref

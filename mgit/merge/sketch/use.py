@@ -33,9 +33,7 @@ class SketchOffer:
     def use(self, level: int, chunks: tuple[int, ...]) -> SketchUse:
         """The use of the prefix ending at ``level`` (one of :meth:`options`) in place of ``chunks``."""
         n = self.sketch.ends().index(level) + 1
-        cost = sum(self.block_costs[:n])
-        captured = self.sketch.captured(level)
-        return SketchUse(level, self.blocks[:n], chunks, cost, captured, self.sketch.energy, self.sketch)
+        return SketchUse(level, self.blocks[:n], chunks, sum(self.block_costs[:n]), self.sketch)
 
 
 @dataclass(frozen=True)
@@ -48,9 +46,12 @@ class SketchUse:
     blocks: tuple[tuple[TensorManifest, ...], ...]
     chunks: tuple[int, ...]
     cost: int  # stored bytes of the blocks read
-    captured: float  # the planner's value of it, in units of ‖Δ‖²
-    energy: float  # ‖Δ‖² of the exact delta
     sketch: TensorSketch
+
+    @property
+    def captured(self) -> float:
+        """The planner's value of it, in units of ‖Δ‖² (:meth:`TensorSketch.captured`)."""
+        return self.sketch.captured(self.rank)
 
     def manifests(self) -> list[TensorManifest]:
         return [m for level in self.blocks for m in level]
