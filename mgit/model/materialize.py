@@ -66,7 +66,7 @@ def local_chunks(graph: Graph, entry: Entry) -> LocalChunks:
     return out
 
 
-def _plan(graph: Graph, entry: Entry, rel: str) -> tuple[bytes, list[tuple[str, int, str]]]:
+def plan_file(graph: Graph, entry: Entry, rel: str) -> tuple[bytes, list[tuple[str, int, str]]]:
     """(leading bytes, [(chunk id, size, what)]) making up the file in order."""
     if entry.kind == "chunked":
         return b"", [(c.id, c.size, rel) for c in load_chunked(graph, entry.oid).chunks]
@@ -85,7 +85,7 @@ def store_reads(graph: Graph, entry: Entry, rel: str, local: LocalChunks | None 
     if entry.kind == "blob":
         return []
     local = local or {}
-    return [cid for cid, _, _ in _plan(graph, entry, rel)[1] if cid not in local]
+    return [cid for cid, _, _ in plan_file(graph, entry, rel)[1] if cid not in local]
 
 
 def _write_chunks(
@@ -98,31 +98,46 @@ def _write_chunks(
     bar: Bar,
     dest: Path | None = None,
 ) -> None:
-    """Decode chunks and pwrite them at their offsets from the workers: the page-cache
-    writes then run on every core instead of one."""
-    offsets = []
-    for _, size, _ in parts:
-        offsets.append(start)
+    """Write ``parts`` one after another from offset ``start`` of a new file."""
+    items = []
+    for cid, size, what in parts:
+        items.append((start, cid, size, what))
         start += size
     os.ftruncate(fd, start)
+    write_chunks_at(store, pool, fd, items, reuse, bar, dest)
 
+
+def write_chunks_at(
+    store: ChunkStore,
+    pool: ThreadPoolExecutor,
+    fd: int,
+    items: list[tuple[int, str, int, str]],
+    reuse: tuple[Path, LocalChunks] | None,
+    bar: Bar,
+    dest: Path | None = None,
+    crash_point: str | None = None,
+) -> None:
+    """Decode chunks and pwrite each at its offset, ``items`` being (offset, chunk id, size,
+    what), from the workers: the page-cache writes then run on every core instead of one."""
     with ChunkSource(store, reuse, missing_ok=False) as source:
 
         def one(i: int) -> int:
-            cid, size, what = parts[i]
+            at, cid, size, what = items[i]
             data = source.get(cid, size, what)
-            _pwrite_all(fd, data, offsets[i], dest)
+            if crash_point is not None:
+                _crashpoints.point(crash_point)
+            _pwrite_all(fd, data, at, dest)
             return len(data)
 
         ahead = _ReadAhead(store, source.fd, source.local)
 
         def submitted() -> Iterator[int]:
             """Chunk indexes, each submitted once the one WINDOW places later is asked for."""
-            for i in range(min(WINDOW, len(parts))):
-                ahead.advise(*parts[i][:2])
-            for i in range(len(parts)):
-                if i + WINDOW < len(parts):
-                    ahead.advise(*parts[i + WINDOW][:2])
+            for i in range(min(WINDOW, len(items))):
+                ahead.advise(*items[i][1:3])
+            for i in range(len(items)):
+                if i + WINDOW < len(items):
+                    ahead.advise(*items[i + WINDOW][1:3])
                 yield i
 
         try:
@@ -198,6 +213,26 @@ class _ReadAhead:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
+
+
+def patchable(dest: Path, source: ChunkSource, file_size: int, header: bytes) -> bool:
+    """Whether the working file at ``dest`` may be written in place: it is the very file
+    ``source`` reads (a regular one, no other name linked to it, no symlink), with the new
+    file's size and header, and no other process has it open or mapped (a process reading the
+    old model keeps it whole, mgit.inuse)."""
+    if source.fd is None:
+        return False
+    try:
+        seen, known = os.lstat(dest), os.fstat(source.fd)
+        if not stat.S_ISREG(seen.st_mode) or seen.st_nlink != 1 or seen.st_size != file_size:
+            return False
+        if (seen.st_dev, seen.st_ino) != (known.st_dev, known.st_ino):
+            return False
+        if os.pread(source.fd, len(header), 0) != header:
+            return False
+        return not held_elsewhere(seen)
+    except OSError:
+        return False
 
 
 def _pwrite_all(fd: int, data: RawBytes, offset: int, dest: Path | None) -> None:
@@ -316,25 +351,13 @@ class StagedFile:
         merged file's size and header, and the merged and missing chunks make at most half of
         it. None: install by rename."""
         source = self.source
-        if not self.in_place or source is None or source.fd is None:
+        if not self.in_place or source is None:
             return None
         misplaced = [c for c in self.carried if source.local.get(c[1], (-1, 0))[0] != c[0]]
         patch_bytes = sum(size for _, size in self.merged) + sum(c[2] for c in misplaced)
         if 2 * patch_bytes > self.file_size:  # decided before any look at the file or at /proc
             return None
-        try:
-            seen, known = os.lstat(self.dest), os.fstat(source.fd)
-            if not stat.S_ISREG(seen.st_mode) or seen.st_nlink != 1 or seen.st_size != self.file_size:
-                return None
-            if (seen.st_dev, seen.st_ino) != (known.st_dev, known.st_ino):
-                return None
-            if os.pread(source.fd, len(self.header), 0) != self.header:
-                return None
-            if held_elsewhere(seen):  # a process reading the old model keeps it whole (mgit.inuse)
-                return None
-        except OSError:
-            return None
-        return misplaced
+        return misplaced if patchable(self.dest, source, self.file_size, self.header) else None
 
     def _patch(self, misplaced: list[tuple[int, str, int, str]]) -> None:
         """Write the missing carried chunks, then the merged ones, over the working file. A
@@ -412,7 +435,7 @@ def write_entry(
                 out.write(data)
                 bar.advance(len(data))
             else:
-                lead, parts = _plan(graph, entry, rel)
+                lead, parts = plan_file(graph, entry, rel)
                 out.write(lead)
                 out.flush()
                 bar.advance(len(lead))

@@ -17,10 +17,11 @@ from mgit.graph import records
 from mgit.graph.refs import check_ref_name
 from mgit.graph.snapshot import Entry, Snapshot
 from mgit.model.materialize import LocalChunks, StagedFile, entry_size, local_chunks, store_reads, write_entry
+from mgit.model.patching import patch_entry
 from mgit.ops import remotes, workfiles
 from mgit.ops.paths import prune_dirs, under
 from mgit.ops.workfiles import CheckoutResult, WorkForm, clean, finish_command, holds, shown
-from mgit.progress import byte_progress
+from mgit.progress import Bar, byte_progress
 from mgit.worktree import journal
 from mgit.worktree.cost import CheckoutCost, checkout_budget, estimate, over_budget
 from mgit.worktree.index import Index, IndexEntry
@@ -240,6 +241,7 @@ def write_files(
     if budget is not None:
         result.cost = within_budget(ctx, index, todo, forms, reuse, budget, result.commit)
     sizes = {p: entry_size(ctx.graph, forms[p].entry) for p in todo if forms[p].written}
+    patch = workfiles.in_place(ctx, "checkout.inPlace")
     if plan is not None:
         journal.save(ctx.git_dir, plan)
     with byte_progress("checkout", sum(sizes.values())) as bar:
@@ -258,9 +260,31 @@ def write_files(
                 result.written.append(p)
                 bar.advance(sizes[p])
                 continue
-            write_entry(ctx.graph, ctx.store, ctx.pool, form.entry, dest, p, reuse[p], bar)
+            if _patched(ctx, index, p, form, reuse[p], patch, bar):
+                result.patched.append(p)
+            else:
+                write_entry(ctx.graph, ctx.store, ctx.pool, form.entry, dest, p, reuse[p], bar)
             index.set(p, entry, os.stat(dest), projection=form.projection(entry))
             result.written.append(p)
+
+
+def _patched(
+    ctx: Context,
+    index: Index,
+    rel: str,
+    form: WorkForm,
+    old: tuple[Path, LocalChunks] | None,
+    allowed: bool,
+    bar: Bar,
+) -> bool:
+    """Whether the working file was brought to ``form`` by patching it in place (model/patching.py):
+    only a file known to hold what the index says (a dirty one, overwritten by --force, is
+    written anew)."""
+    if not allowed or old is None:
+        return False
+    was = index.entries[rel].worktree
+    is_clean = lambda: clean(ctx, rel, was, index)  # noqa: E731 - asked only when a patch would pay
+    return patch_entry(ctx.graph, ctx.store, ctx.pool, form.entry, ctx.root / rel, rel, was, old, bar, is_clean)
 
 
 def _reusable(ctx: Context, index: Index, rel: str, form: WorkForm) -> tuple[Path, LocalChunks] | None:

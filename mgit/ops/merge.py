@@ -124,7 +124,7 @@ def merge(
         staging = ctx.clear_staging()
         index = ctx.index()
 
-        in_place = patches_in_place(ctx)
+        in_place = workfiles.in_place(ctx, "merge.inPlace")
 
         def stage_file(file: str, header: bytes, size: int) -> StagedFile:
             local = ChunkSource(ctx.store, local_file(ctx, index, file))  # unchanged chunks: copied from it
@@ -145,18 +145,6 @@ def merge(
         finally:
             for staged in run.staged.values():
                 staged.discard()  # those not installed
-
-
-def patches_in_place(ctx: Context) -> bool:
-    """Whether a checked-out merge may patch a working file in place (``merge.inPlace``,
-    default true; a file another process holds is replaced anyway, mgit.inuse). Off, every
-    changed file is replaced by a new one, as a checkout does."""
-    value = ctx.config_get("merge.inPlace")
-    if value is None or value.strip().lower() in ("true", "yes", "on", "1"):
-        return True
-    if value.strip().lower() in ("false", "no", "off", "0"):
-        return False
-    raise BadInputError(f"config merge.inPlace is {value!r}: expected true or false")
 
 
 def _refuse_stale_base(ctx: Context, base_commit: str, on_head: bool, branch: str | None) -> None:

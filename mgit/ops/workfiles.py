@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 
 from mgit.context import Context
-from mgit.errors import RefUpdateError
+from mgit.errors import BadInputError, RefUpdateError
 from mgit.graph.snapshot import Entry
 from mgit.model.projection import project, tensor_count
 from mgit.ops.paths import prune_dirs
@@ -25,6 +25,7 @@ from mgit.worktree.status import working_matches
 class CheckoutResult:
     commit: str | None
     written: list[str] = field(default_factory=list)
+    patched: list[str] = field(default_factory=list)  # of those written, the files patched in place
     removed: list[str] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)  # sparse: safetensors files with no tensor selected
     chunks_read: int = 0
@@ -82,6 +83,18 @@ def clean(ctx: Context, rel: str, want: Entry, index: Index) -> bool:
     if same and since is not None:
         index.refresh(rel, ie, st, since)
     return same
+
+
+def in_place(ctx: Context, key: str) -> bool:
+    """Whether a working file may be patched in place (config ``key``: ``checkout.inPlace``,
+    ``merge.inPlace``; default true; a file another process holds is replaced anyway,
+    mgit.inuse). Off, every changed file is replaced by a new one."""
+    value = ctx.config_get(key)
+    if value is None or value.strip().lower() in ("true", "yes", "on", "1"):
+        return True
+    if value.strip().lower() in ("false", "no", "off", "0"):
+        return False
+    raise BadInputError(f"config {key} is {value!r}: expected true or false")
 
 
 def holds(ctx: Context, rel: str, form: WorkForm, index: Index) -> bool:

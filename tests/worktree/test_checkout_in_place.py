@@ -1,0 +1,165 @@
+"""A checkout that changes a small part of a clean working file patches it in place, writing
+only the chunks that differ; the bytes are those a fresh checkout writes, and a patch killed
+half way is finished by the next command."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from helpers.models import commit_model, llama_state_dict, sha256, touch_later, uneven_finetune
+from helpers.run import run_mgit
+
+from mgit.errors import BadInputError
+from mgit.model import materialize
+from mgit.repo import Repository
+
+MODEL = "model/model.safetensors"
+CHANGED = ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.up_proj.weight")
+
+
+@pytest.fixture
+def two(repo):
+    """main: a bf16 base; lora: two of its projections changed (a LoRA merged into them); full:
+    most tensors changed. main checked out."""
+    base = llama_state_dict(seed=3)
+    commit_model(repo, base, "base")
+    repo.checkout(create_branch="lora")
+    lora = dict(base)
+    for name in CHANGED:
+        lora[name] = (base[name].float() + 0.01 * torch.ones_like(base[name], dtype=torch.float32)).to(torch.bfloat16)
+    commit_model(repo, lora, "lora")
+    repo.checkout("main")
+    repo.checkout(create_branch="full")
+    commit_model(repo, uneven_finetune(base, seed=9), "full")
+    repo.checkout("main")
+    return repo
+
+
+@pytest.fixture
+def writes(monkeypatch):
+    """Bytes written into files by chunk (pwrite), in this process."""
+    seen: list[int] = []
+    real = materialize._pwrite_all
+
+    def counted(fd, data, offset, dest):
+        seen.append(len(data))
+        return real(fd, data, offset, dest)
+
+    monkeypatch.setattr(materialize, "_pwrite_all", counted)
+    return seen
+
+
+def _fresh_sha(repo: Repository, rev: str) -> str:
+    """The file as a checkout from the store writes it (no working file to patch)."""
+    shutil.rmtree(repo.root / "model")
+    repo.checkout(rev, force=True)
+    return sha256(repo.root / MODEL)
+
+
+def _changed_bytes(base_repo: Repository) -> int:
+    sd = base_repo.state_dict("lora")
+    return sum(sd[n].numel() * sd[n].element_size() for n in CHANGED)
+
+
+def test_switching_to_a_few_changed_tensors_patches_only_them(two, writes):
+    repo = two
+    inode = os.stat(repo.root / MODEL).st_ino
+    res = repo.checkout("lora")
+    assert res.patched == [MODEL] and MODEL in res.written
+    assert os.stat(repo.root / MODEL).st_ino == inode  # the same file, patched
+    assert sum(writes) == _changed_bytes(repo)  # nothing else was written
+    assert repo.status().clean
+    patched = sha256(repo.root / MODEL)
+    assert _fresh_sha(repo, "lora") == patched
+    back = repo.checkout("main")  # and back: the same two tensors again
+    assert back.patched == [MODEL]
+    assert sha256(repo.root / MODEL) == _fresh_sha(repo, "main")
+
+
+def test_a_file_mostly_changed_is_replaced(two, writes):
+    repo = two
+    inode = os.stat(repo.root / MODEL).st_ino
+    res = repo.checkout("full")
+    assert res.patched == []
+    assert os.stat(repo.root / MODEL).st_ino != inode
+    assert sha256(repo.root / MODEL) == _fresh_sha(repo, "full")
+
+
+def test_a_dirty_file_forced_over_is_written_anew_not_patched(two):
+    """Bytes changed in a tensor the switch leaves alone must not survive a --force checkout."""
+    repo = two
+    path = repo.root / MODEL
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF  # the last tensor's bytes: not one of CHANGED
+    path.write_bytes(bytes(data))
+    touch_later(path)
+    res = repo.checkout("lora", force=True)
+    assert res.patched == []
+    assert sha256(path) == _fresh_sha(repo, "lora")
+
+
+def test_in_place_checkout_can_be_turned_off(two):
+    repo = two
+    repo.config_set("checkout.inPlace", "false")
+    inode = os.stat(repo.root / MODEL).st_ino
+    res = repo.checkout("lora")
+    assert res.patched == []
+    assert os.stat(repo.root / MODEL).st_ino != inode
+    assert repo.status().clean
+
+
+def test_a_bad_in_place_setting_is_refused_before_any_write(two):
+    repo = two
+    repo.config_set("checkout.inPlace", "sometimes")
+    before, head = sha256(repo.root / MODEL), repo.refs.head()
+    with pytest.raises(BadInputError, match=r"checkout\.inPlace"):
+        repo.checkout("lora")
+    assert sha256(repo.root / MODEL) == before and repo.refs.head() == head
+    assert not (repo.root / ".mgit" / "journal.json").exists()
+
+
+def test_a_hard_linked_working_file_is_not_patched(two, tmp_path):
+    """Another name for the file (a copy made with `cp -l`) keeps the old bytes."""
+    repo = two
+    other = tmp_path / "elsewhere.safetensors"
+    before = sha256(repo.root / MODEL)
+    os.link(repo.root / MODEL, other)
+    res = repo.checkout("lora")
+    assert res.patched == []
+    assert sha256(other) == before
+    assert sha256(repo.root / MODEL) != before
+
+
+@pytest.mark.parametrize("point", ["write:1", "write:2"])
+def test_a_patch_killed_half_way_is_finished_by_the_next_command(two, point):
+    """SIGKILL before the first and the second patched chunk: the journal names the file, and
+    the next command rewrites it, byte for byte."""
+    repo = two
+    root = repo.root
+    repo.close()
+    killed = run_mgit("checkout", "lora", cwd=root, env={"MGIT_CRASH_AT": point})
+    assert killed.returncode == -9, killed.stderr
+    assert (root / ".mgit" / "journal.json").is_file()
+    status = run_mgit("status", cwd=root, check=True)
+    assert "finishing the interrupted checkout" in status.stderr
+    assert not (root / ".mgit" / "journal.json").exists()
+    with Repository(root) as again:
+        assert again.status().clean
+        assert again.refs.current_branch() == "lora"
+        finished = sha256(root / MODEL)
+        assert _fresh_sha(again, "lora") == finished
+    assert run_mgit("fsck", cwd=root).returncode == 0
+
+
+def test_checkout_json_names_the_patched_files(two):
+    repo = two
+    root = repo.root
+    repo.close()
+    out = run_mgit("checkout", "lora", "--json", cwd=root, check=True)
+    doc = json.loads(out.stdout)
+    assert doc["schema"] == "mgit.checkout/1"
+    assert doc["patched"] == [MODEL] and MODEL in doc["written"]
