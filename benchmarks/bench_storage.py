@@ -31,7 +31,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -240,6 +240,39 @@ def mgit_restore(store: MgitStore, rev: str, label: str, sums: dict[str, str], r
 
     best, times = best_of(reps, lambda: shutil.rmtree(store.root / MODEL_DIR), checkout)
     return Result("mgit", f"checkout {rev} ({label})", best, times, identical=identical)
+
+
+SWITCH_TO = "lora"  # a branch switch between fine-tunes of one model, from a clean checkout of the base
+SWITCH_STEP = f"switch main → {SWITCH_TO} (the working tree holding the base)"
+
+
+def mgit_switch(store: MgitStore, sums: dict[str, str], reps: int) -> Result:
+    """`mgit checkout lora` from a clean checkout of main, ``reps`` times (back to main untimed):
+    the common case of trying one fine-tune after another, where only some tensors differ."""
+    identical = True
+
+    def measure() -> Proc:
+        nonlocal identical
+        proc = store.runner.run([*store.mgit, "checkout", SWITCH_TO], store.root, timed=True)
+        identical &= sha256_files(store.root / MODEL_DIR) == sums
+        return proc
+
+    best, times = best_of(reps, lambda: store.mgit_run("checkout", "--force", "main"), measure)
+    return Result("mgit", SWITCH_STEP, best, times, identical=identical)
+
+
+def lfs_switch(store: GitLfsStore, sums: dict[str, str], reps: int) -> Result:
+    """The same switch with git + git-lfs (`git checkout lora`: its smudge filter writes the files)."""
+    identical = True
+
+    def measure() -> Proc:
+        nonlocal identical
+        proc = store.runner.run(["git", "checkout", "-q", SWITCH_TO], store.root, timed=True)
+        identical &= sha256_files(store.root / MODEL_DIR) == sums
+        return proc
+
+    best, times = best_of(reps, lambda: store.runner.run(["git", "checkout", "-q", "-f", "main"], store.root), measure)
+    return Result("git + git-lfs", SWITCH_STEP, best, times, identical=identical)
 
 
 def mgit_verify(store: MgitStore, versions: list[Version]) -> dict[str, bool]:
@@ -469,6 +502,13 @@ def notes(o: Outcome) -> list[str]:
             f"was stored without deltas (a keyframe: the delta chain is bounded) and cost "
             f"{costs[k].grown / by[k].raw:.3f} of raw."
         )
+    switches = {r.tool: r.best.seconds for r in o.throughput if r.step == SWITCH_STEP}
+    if len(switches) == 2 and switches["mgit"] > 0:
+        out.append(
+            f"- Switching from the base to `{SWITCH_TO}` ({mb(by[SWITCH_TO].changed)} MB of tensors changed): mgit "
+            f"{switches['mgit']:.2f} s, {switches['git + git-lfs'] / switches['mgit']:.1f}× faster than git + git-lfs "
+            "(mgit patches the files in place, writing only the changed chunks; git writes every changed file whole)."
+        )
     vocab = next((r for r in references(o) if r.version.name == "vocab"), None)
     if vocab and vocab.ref_a and vocab.cost.grown > PARTIAL_TOLERANCE * vocab.ref_a:
         out.append(
@@ -530,7 +570,8 @@ def report(o: Outcome, tools: Tools, plan: ModelPlan, workdir: Path, reps: int, 
         "",
         *notes(o),
         "",
-        "**Throughput** (the base's raw size over wall time; every row restores or copies the same number of bytes):",
+        "**Throughput** (the base's raw size over wall time; every row leaves a model directory of that size: "
+        "restored into an empty one, copied, or switched to from a checkout of the base):",
         "",
         steps_table(o.throughput, base.raw),
         "",
@@ -549,7 +590,9 @@ def report(o: Outcome, tools: Tools, plan: ModelPlan, workdir: Path, reps: int, 
         f"{plural(reps, 'run')}, each in a fresh repository holding a plain copy of the base; the last one goes on "
         "to store the variants. Restore: the model directory is deleted and `mgit checkout --force REV` run (HEAD "
         f"already at REV), {plural(reps, 'time')}, sha256 checked after each; `cp -r` copies the base's model "
-        "directory. Peak RSS "
+        f"directory. Switch: from a clean checkout of `main` (made untimed before each run), `mgit checkout "
+        f"{SWITCH_TO}` / `git checkout {SWITCH_TO}` (git-lfs's smudge filter writes the files), "
+        f"{plural(reps, 'time')}, sha256 checked after each. Peak RSS "
         "includes mgit's memory-mapped pack files (page cache). Targets are reported, not asserted.",
     ]
     if skipped:
@@ -578,10 +621,15 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
     return p.parse_args(argv)
 
 
-def run_baseline(store: VersionStore, versions: list[Version], keep: bool) -> tuple[dict[str, Cost], int]:
+def run_baseline(
+    store: VersionStore, versions: list[Version], keep: bool, then: Callable[[], None] | None = None
+) -> tuple[dict[str, Cost], int]:
+    """Store every version with a baseline tool (and run ``then`` on its repository before it goes)."""
     print(f"{store.name} ...", flush=True)
     costs = store_all(store, versions)
     total = store.size()
+    if then is not None:
+        then()
     if not keep:
         shutil.rmtree(store.root, ignore_errors=True)
     return costs, total
@@ -620,6 +668,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         label = f"{name}; its new chunks: {encodings_cell(costs['mgit'][name].encodings)}"
         rev = "main" if name == "base" else name
         throughput.append(mgit_restore(mgit, rev, label, by[name].sums, args.reps))
+    print(f"  mgit {SWITCH_STEP}", flush=True)
+    throughput.append(mgit_switch(mgit, by[SWITCH_TO].sums, args.reps))
     print("verifying every version and running fsck", flush=True)
     identical = mgit_verify(mgit, versions)
     fsck = mgit_fsck(mgit)
@@ -628,9 +678,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(runs / "cp", ignore_errors=True)
 
     if tools.git_lfs:
-        costs["git + git-lfs"], totals["git + git-lfs"] = run_baseline(
-            GitLfsStore(runs / "git-lfs", runner), versions, args.keep
-        )
+        lfs = GitLfsStore(runs / "git-lfs", runner)
+        switched = lambda: throughput.append(lfs_switch(lfs, by[SWITCH_TO].sums, args.reps))  # noqa: E731
+        costs["git + git-lfs"], totals["git + git-lfs"] = run_baseline(lfs, versions, args.keep, switched)
     if tools.dvc:
         costs["dvc"], totals["dvc"] = run_baseline(DvcStore(runs / "dvc", runner, tools.dvc), versions, args.keep)
     zipped, zipnn_ok = None, None
