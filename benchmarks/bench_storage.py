@@ -246,19 +246,22 @@ SWITCH_TO = "lora"  # a branch switch between fine-tunes of one model, from a cl
 SWITCH_STEP = f"switch main → {SWITCH_TO} (the working tree holding the base)"
 
 
-def mgit_switch(store: MgitStore, sums: dict[str, str], reps: int) -> Result:
+def mgit_switch(store: MgitStore, sums: dict[str, str], reps: int) -> tuple[Result, str]:
     """`mgit checkout lora` from a clean checkout of main, ``reps`` times (back to main untimed):
-    the common case of trying one fine-tune after another, where only some tensors differ."""
-    identical = True
+    the common case of trying one fine-tune after another, where only some tensors differ.
+    Also: how the files were written (its --json: patched in place, or written anew)."""
+    identical, how = True, ""
 
     def measure() -> Proc:
-        nonlocal identical
-        proc = store.runner.run([*store.mgit, "checkout", SWITCH_TO], store.root, timed=True)
+        nonlocal identical, how
+        proc = store.runner.run([*store.mgit, "checkout", SWITCH_TO, "--json"], store.root, timed=True)
         identical &= sha256_files(store.root / MODEL_DIR) == sums
+        doc = json.loads(proc.output)
+        how = f"{len(doc['patched'])} of the {len(doc['written'])} files written were patched in place"
         return proc
 
     best, times = best_of(reps, lambda: store.mgit_run("checkout", "--force", "main"), measure)
-    return Result("mgit", SWITCH_STEP, best, times, identical=identical)
+    return Result("mgit", SWITCH_STEP, best, times, identical=identical), how
 
 
 def lfs_switch(store: GitLfsStore, sums: dict[str, str], reps: int) -> Result:
@@ -369,6 +372,7 @@ class Outcome:
     throughput: list[Result]
     identical: dict[str, bool]
     fsck: str
+    switched_how: str = ""  # how mgit's switch wrote the files (its --json)
 
 
 def stored_table(o: Outcome) -> str:
@@ -507,7 +511,7 @@ def notes(o: Outcome) -> list[str]:
         out.append(
             f"- Switching from the base to `{SWITCH_TO}` ({mb(by[SWITCH_TO].changed)} MB of tensors changed): mgit "
             f"{switches['mgit']:.2f} s, {switches['git + git-lfs'] / switches['mgit']:.1f}× faster than git + git-lfs "
-            "(mgit patches the files in place, writing only the changed chunks; git writes every changed file whole)."
+            f"(mgit: {o.switched_how}, writing only the changed chunks; git writes every changed file whole)."
         )
     vocab = next((r for r in references(o) if r.version.name == "vocab"), None)
     if vocab and vocab.ref_a and vocab.cost.grown > PARTIAL_TOLERANCE * vocab.ref_a:
@@ -669,7 +673,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rev = "main" if name == "base" else name
         throughput.append(mgit_restore(mgit, rev, label, by[name].sums, args.reps))
     print(f"  mgit {SWITCH_STEP}", flush=True)
-    throughput.append(mgit_switch(mgit, by[SWITCH_TO].sums, args.reps))
+    switch, switched_how = mgit_switch(mgit, by[SWITCH_TO].sums, args.reps)
+    throughput.append(switch)
     print("verifying every version and running fsck", flush=True)
     identical = mgit_verify(mgit, versions)
     fsck = mgit_fsck(mgit)
@@ -690,7 +695,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if not args.keep:
         shutil.rmtree(runs, ignore_errors=True)
-    outcome = Outcome(versions, costs, zipped, zipnn_ok, totals, throughput, identical, fsck)
+    outcome = Outcome(versions, costs, zipped, zipnn_ok, totals, throughput, identical, fsck, switched_how)
     section = report(outcome, tools, plan, workdir, args.reps, command)
     publish(section, SECTION_TITLE, args.write_docs)
     ok = all(identical.values()) and all(r.identical is not False for r in throughput)

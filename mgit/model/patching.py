@@ -56,8 +56,8 @@ def patch_entry(
     written) unless that is at most PATCH_SHARE of the file, every chunk to write is in the
     store (a chunk copied from elsewhere in the file may be one the patch overwrote), the
     file may be patched at all (:func:`~mgit.model.materialize.patchable`, the same
-    permission bits) and ``clean()`` says it holds what ``old`` says (asked last: it may
-    hash the whole file)."""
+    permission bits) and ``clean()`` says it holds ``was`` (asked last: it may hash the
+    whole file)."""
     if entry.kind not in CHUNKED_KINDS or was.kind not in CHUNKED_KINDS:
         return False
     lead, parts = plan_file(graph, entry, rel)

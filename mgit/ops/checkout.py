@@ -4,6 +4,7 @@ lacks first, capped). Sparse checkouts: the patterns choose which tensors a file
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -283,7 +284,7 @@ def _patched(
     if not allowed or old is None:
         return False
     was = index.entries[rel].worktree
-    is_clean = lambda: clean(ctx, rel, was, index)  # noqa: E731 - asked only when a patch would pay
+    is_clean = functools.partial(clean, ctx, rel, was, index)  # asked only when a patch would pay
     return patch_entry(ctx.graph, ctx.store, ctx.pool, form.entry, ctx.root / rel, rel, was, old, bar, is_clean)
 
 
