@@ -16,7 +16,9 @@ on one machine, with the same generated inputs, in one run:
    measure how much each tool's store grows; compress every variant with ZipNN;
 3. time ingesting the base (mgit add + commit against ``cp -r``) and restoring versions into
    an empty working tree (mgit checkout of the base, the dense fine-tune and of the chain's
-   deepest delta and last checkpoint against ``cp -r``);
+   deepest delta and last checkpoint against ``cp -r``), and switching from a checkout of the
+   base to the LoRA variant (mgit checkout, which patches the changed chunks in place, against
+   git + git-lfs's ``git checkout``);
 4. check that mgit gives back every version byte for byte (sha256) and that ``mgit fsck``
    passes; print Markdown tables and, with ``--write-docs``, replace this benchmark's section
    of docs/benchmarks.md (other sections are kept).
