@@ -135,7 +135,9 @@ def test_a_large_bin_file_status_and_diff_agree(repo):
     assert invoke("diff", cwd=repo.root).stderr.startswith("no differences")
     with open(path, "r+b") as f:  # a real change: both report it
         f.seek(100)
-        f.write(b"\xff" if f.read(1) != b"\xff" else b"\x00")
+        flipped = bytes([f.read(1)[0] ^ 0xFF])  # (the read moved on: write where it read)
+        f.seek(100)
+        f.write(flipped)
     touch_later(path)
     assert [f.path for f in repo.status().unstaged] == ["pytorch_model.bin"]
     proc = invoke("diff", cwd=repo.root)
