@@ -5,11 +5,14 @@ trees, refs, tags and small blobs such as manifests. ``git --git-dir=.mgit log``
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dulwich.object_store import DiskObjectStore
 from dulwich.objects import Blob, Commit, ShaFile, Tree
 from dulwich.refs import DiskRefsContainer
 from dulwich.repo import Repo
@@ -77,6 +80,22 @@ class Graph:
         self._cache[sha] = stored
         return stored
 
+    def prefetch(self, shas: Iterable[str]) -> None:
+        """Ask the kernel to read the loose objects ``shas`` ahead (``posix_fadvise``
+        WILLNEED), so that the caller's reads, one after another, find them in the page cache:
+        on a cold cache each loose object is a random read, and waiting for thousands one at a
+        time costs ~0.1 ms each. Only a hint: errors are left for the caller's read to report."""
+        root = self.objects.path if isinstance(self.objects, DiskObjectStore) else None
+        if root is None or not hasattr(os, "posix_fadvise"):
+            return
+        for sha in dict.fromkeys(shas):
+            if sha not in self._cache:
+                _advise_whole(os.path.join(root, sha[:2], sha[2:]))
+
+    def cached(self, sha: str) -> bool:
+        """Whether object ``sha`` was read (or prefetched) already: reading it costs no I/O."""
+        return sha in self._cache
+
     def _add(self, obj: Blob | Tree | Commit) -> None:
         try:
             self.objects.add_object(obj)
@@ -142,6 +161,20 @@ class Graph:
             timezone=c.commit_timezone,
             message=c.message.decode("utf-8", "replace"),
         )
+
+
+def _advise_whole(path: str) -> None:
+    """Ask the kernel to read the file at ``path`` ahead; only a hint (errors are ignored)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def blob_id(data: bytes) -> str:

@@ -11,7 +11,7 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mgit.errors import BadInputError
+from mgit.errors import BadInputError, CorruptObjectError
 from mgit.graph.objects import Graph
 from mgit.graph.snapshot import Snapshot
 from mgit.merge.budget.report import BudgetReport
@@ -79,6 +79,22 @@ def model_tensors(graph: Graph, snap: Snapshot, model: str) -> tuple[dict[str, l
     return files, manifests
 
 
+def prefetch_models(graph: Graph, snaps: list[Snapshot], model: str) -> None:
+    """Ask for the stored safetensors trees of ``model`` in every snapshot, then for their
+    manifests, ahead (:meth:`Graph.prefetch`): planning reads all of them, and at K = 16 they are
+    thousands of small objects. A tree that cannot be read is left for :func:`model_tensors` to
+    name, in its order."""
+    trees = [e.oid for s in snaps for p, e in s.items() if e.kind == "safetensors" and posixpath.dirname(p) == model]
+    graph.prefetch(trees)
+    blobs: list[str] = []
+    for tree in trees:
+        try:
+            blobs += [blob for _, _, blob in graph.tree(tree)]
+        except CorruptObjectError:
+            continue
+    graph.prefetch(blobs)
+
+
 def plan_merge(
     graph: Graph,
     store: ChunkStore,
@@ -94,6 +110,7 @@ def plan_merge(
     ``cost(chunk id, chunk ids held decoded)``, by default the stored bytes the read touches
     (a partial clone passes the bytes a fetch costs for chunks it lacks)."""
     cost = cost or store.read_cost
+    prefetch_models(graph, [base_snap, *expert_snaps], model)
     files, base = model_tensors(graph, base_snap, model)
     if not files:
         raise BadInputError(f"the base holds no model in {model or '.'!r}")
