@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 REPAIR_HINT = "; run `mgit fsck --repair`"
 _HEX40 = re.compile(rb"[0-9a-f]{40}")
-_HEX40_STR = re.compile(r"[0-9a-f]{40}")
+HEX40 = re.compile(r"[0-9a-f]{40}")  # a git object id, as text
 
 
 def _why(exc: BaseException) -> str:
@@ -50,7 +50,7 @@ def _why(exc: BaseException) -> str:
 def read_object(objects: BaseObjectStore, sha: str) -> ShaFile:
     """The object ``sha``, checked against its id. KeyError when absent; a stored object
     that does not decompress, parse or hash to its id raises CorruptObjectError naming it."""
-    if not _HEX40_STR.fullmatch(sha):
+    if not HEX40.fullmatch(sha):
         raise CorruptObjectError(f"{sha[:40]!r} is not a git object id (a damaged ref or tree?){REPAIR_HINT}")
     loose = _whole_loose(objects, sha)
     if loose is not None:

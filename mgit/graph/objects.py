@@ -19,7 +19,7 @@ from dulwich.repo import Repo
 
 from mgit.errors import CorruptObjectError
 from mgit.graph.ids import object_id
-from mgit.graph.integrity import REPAIR_HINT, checked_refs, read_object
+from mgit.graph.integrity import HEX40, REPAIR_HINT, checked_refs, read_object
 
 _CACHE_OBJECTS = 50_000
 MODE_TREE = 0o040000
@@ -89,11 +89,12 @@ class Graph:
         if root is None or not hasattr(os, "posix_fadvise"):
             return
         for sha in dict.fromkeys(shas):
-            if sha not in self._cache:
+            if sha not in self._cache and HEX40.fullmatch(sha):  # an id, not a path
                 _advise_whole(os.path.join(root, sha[:2], sha[2:]))
 
     def cached(self, sha: str) -> bool:
-        """Whether object ``sha`` was read (or prefetched) already: reading it costs no I/O."""
+        """Whether object ``sha`` was read already (it is in this graph's cache): reading it
+        again costs no I/O."""
         return sha in self._cache
 
     def _add(self, obj: Blob | Tree | Commit) -> None:

@@ -49,7 +49,7 @@ def test_prefetch_leaves_missing_and_damaged_objects_to_the_read(tmp_path: Path,
     path = _loose(g, bad)
     path.chmod(0o644)
     path.write_bytes(path.read_bytes()[:5])
-    g.prefetch(["0" * 40, bad, good])  # no error: the absent one is skipped
+    g.prefetch(["0" * 40, "../../HEAD", bad, good])  # no error: the absent one and the non-id are skipped
     assert advised == [path, _loose(g, good)]
     assert g.blob(good) == b"good"
     with pytest.raises(CorruptObjectError, match=bad[:12]):
