@@ -33,7 +33,7 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("math (merge method)", ("merge_one (", "MergeMethod.", "mgit/merge/methods/", "mgit/merge/sparsify")),
     ("encode (group, XOR, zstd)", ("encode_delta (", "encode (mgit/store", "group_bytes (")),
     ("hash (BLAKE3 of new chunks)", ("chunk_id (",)),
-    ("statistics (L2, max)", ("chunk_stats (", "delta_l2 (")),
+    ("statistics (L2, max)", ("chunk_stats (", "delta_l2 (", "stats_against (")),  # before and after affe700
     ("write (store, working tree)", ("PackWriter.", "_pwrite_all (", "write_entry (", "StagedFile.")),
 )
 OTHER = "other Python (control, copies, reads)"
