@@ -85,6 +85,30 @@ def test_array_kernel_gives_the_torch_kernels_bits(case):
 
 
 @pytest.mark.parametrize("dtype", ["BF16", "F16"])
+@pytest.mark.parametrize("weight", [-0.5, 0.3])
+@pytest.mark.parametrize(("normalize", "lam"), [(False, 1.0), (True, -0.7)])
+def test_one_differing_expert_gives_the_torch_kernels_bits_zeros_signed_as_torch_signs_them(
+    dtype, weight, normalize, lam
+):
+    # one expert of three present (the kernel's shortcut for a single row): it equals the base on
+    # half the elements, so its weighted deltas there are -0 or +0, which torch's sum makes +0
+    g = torch.Generator().manual_seed(11)
+    tdt, n = TORCH_DTYPES[dtype], 3000
+    base = order_sensitive(g, (n,), -8, 2).to(tdt)
+    base[:100] = -0.0
+    expert = (base.float() + order_sensitive(g, (n,), -10, -2)).to(tdt)
+    expert[: n // 2] = base[: n // 2]
+    params = get_method("task_arithmetic").resolve(
+        {"weight": [0.2, weight, 1.0], "normalize": normalize, "lambda": lam}, 3
+    )
+    kernel = affine_kernel(dtype, params["weight"], params["normalize"], params["lambda"])
+    assert kernel is not None
+    out = np.empty(n, np.uint16)
+    assert kernel.merge(bits(base), [bits(expert)], [1], out)
+    assert np.array_equal(out, bits(torch_merge(base, [expert], params, [1])))
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16"])
 def test_array_kernel_declines_what_torch_would_make_nan_or_overflow(dtype):
     kernel = affine_kernel(dtype, (0.5, 0.5), False, 1.0)
     assert kernel is not None

@@ -127,9 +127,12 @@ class AffineKernel:
         _round(deltas, spare, self.dtype)
         np.multiply(deltas, weights, out=deltas)
         _round(deltas, spare, self.dtype)
-        np.add.reduce(deltas, axis=0, out=total)  # row after row, as torch sums up to 16 rows
-        np.add(total, 0, out=total)  # torch's sum starts from +0: an all -0 column sums to +0
-        _round(total, spare[0], self.dtype)
+        if m == 1:  # (most chunks a budget computes): the sum of one row is the row, from +0
+            np.add(deltas[0], 0, out=total)  # already a dtype value: rounding would not change it
+        else:
+            np.add.reduce(deltas, axis=0, out=total)  # row after row, as torch sums up to 16 rows
+            np.add(total, 0, out=total)  # torch's sum starts from +0: an all -0 column sums to +0
+            _round(total, spare[0], self.dtype)
         if self.divisor is not None:
             np.divide(total, self.divisor, out=total)
             _round(total, spare[0], self.dtype)
