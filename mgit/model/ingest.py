@@ -159,6 +159,10 @@ class Ingestor:
         raw = piece.read(start, end - start)
         cid = chunk_id(raw)
         base = parent.chunks[i] if parent is not None and i < len(parent.chunks) else None
+        if base is not None and base.id == cid and base.size == end - start:
+            # the parent's chunk itself (a frozen layer): its statistics are in the parent's
+            # manifest already, computed from these very bytes, so the manifest stays the same
+            return ChunkRef(cid, base.size, base.l2, base.max_abs), self.store.put(raw, group, cid).written, None
         if base is None or base.id == cid or not self.store.has(base.id):
             l2, max_abs = chunk_stats(raw, dtype) if dtype is not None else (None, None)
             return ChunkRef(cid, end - start, l2, max_abs), self.store.put(raw, group, cid).written, None

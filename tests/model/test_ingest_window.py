@@ -230,3 +230,36 @@ def test_tensors_read_ahead_what_they_will_read_and_nothing_carried(tmp_path):
     assert not any(n == 2 for _, n, _ in events)  # carried: nothing announced, nothing read
     reads = [(n, o) for kind, n, o in events if kind == "read"]
     assert reads and all(events.index(("ahead", n, o)) < events.index(("read", n, o)) for n, o in reads)
+
+
+def test_a_chunk_its_parent_holds_takes_the_parents_statistics_without_computing_them(tmp_path, monkeypatch):
+    """A frozen layer's chunks are its parent's: their statistics come from the parent's manifest
+    (the numbers the parent computed from these very bytes), so the manifest is the one a fresh add
+    gives and no chunk is measured twice."""
+    monkeypatch.setattr("mgit.model.ingest.chunk_size_for", lambda shape, bits: 4096)
+    base = _model(tmp_path / "base.safetensors", 0)
+    tuned = _fine_tune(base, tmp_path / "tuned.safetensors")
+    graph, store = _setup(tmp_path / "repo")
+    measured: list[bytes] = []
+    real = ingest.chunk_stats
+
+    def counting(raw, dtype):
+        measured.append(bytes(raw))
+        return real(raw, dtype)
+
+    with make_pool() as pool:
+        first = Ingestor(graph, store, pool)
+        first.begin_file("m.safetensors")
+        parents = graph_tensors(graph, first.safetensors_file(base, "m.safetensors").oid)
+        fresh = Ingestor(graph, store, pool)  # no parent: every chunk measured
+        fresh.begin_file("m.safetensors")
+        want = graph_tensors(graph, fresh.safetensors_file(tuned, "m.safetensors").oid)
+        monkeypatch.setattr(ingest, "chunk_stats", counting)
+        second = Ingestor(graph, store, pool, parents=lambda rel: parents)
+        second.begin_file("m.safetensors")
+        got = graph_tensors(graph, second.safetensors_file(tuned, "m.safetensors").oid)
+    assert got == want  # the same manifests, statistics included
+    held = {c.id for m in parents.values() for c in m.chunks}
+    unchanged = [c for name, m in got.items() for c in m.chunks if c in parents[name].chunks]
+    assert len(unchanged) > 10  # the odd layers, the norm: frozen
+    assert not [raw for raw in measured if ingest.chunk_id(raw) in held]
