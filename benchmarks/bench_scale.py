@@ -24,8 +24,8 @@ from the disk, and each step's bytes read from and written to the disk are count
    (`/proc/<pid>/io` read_bytes / write_bytes of the process and its children), ratios to
    mergekit, git-lfs and `cp -r`;
 5. print Markdown tables, draw wall time against the budget for both tools (SVG; mergekit a
-   horizontal line) and, with ``--write-docs``, replace this benchmark's section of
-   docs/benchmarks.md and write docs/bench_scale.svg.
+   horizontal line) and, with ``--write-docs``, replace this benchmark's sections of
+   docs/benchmarks.md (one per part: a run of one part keeps the other's) and write docs/bench_scale.svg.
 
 The run checks the free disk first (the full size needs tens of GB: it prints what) and stops,
 before writing anything, when it is short. Targets (issue 14) are reported, never asserted.
@@ -78,7 +78,10 @@ from harness.runner import (
 from harness.tools import Tools, find_tools, json_output, mergekit_cmd, tool_env
 from harness.variants import DENSE_NOISE, EXPERT_SEED, SCALE_DECADES, Version, ensure_variant
 
-SECTION_TITLE = "## Merges and storage at scale (bench_scale.py)"
+# One docs section per part, so that a run of one part (--parts store) replaces its own tables and keeps
+# the other part's, measured in an earlier run.
+MERGE_TITLE = "## Merges at scale (bench_scale.py)"
+STORE_TITLE = "## Storage at scale (bench_scale.py)"
 DOCS_IMAGE = REPO_ROOT / "docs" / "bench_scale.svg"
 SHAPE, LAYERS, QUICK_LAYERS = "tinyllama", 22, 3
 KS, QUICK_KS = (8, 16), (4,)
@@ -135,7 +138,7 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
         reps=(1, "runs of every timed step; the fastest is reported"),
         other_wait=3600,
         keep="keep the repositories and run directories afterwards",
-        write_docs="replace this benchmark's section in docs/benchmarks.md and write "
+        write_docs="replace the sections of the parts run in docs/benchmarks.md (one per part) and write "
         f"{DOCS_IMAGE.relative_to(REPO_ROOT)}",
     )
     p.add_argument("--shape", choices=sorted(NAMED_SHAPES), default=SHAPE, help=f"architecture; default {SHAPE}")
@@ -551,13 +554,21 @@ def store_table(results: Sequence[Result], raw: int) -> str:
     return table(header, "llrrrrrrrrlrl", rows)
 
 
-def targets_table(merged: Sequence[Merged], stored: Sequence[Result], ks: Sequence[int]) -> str:
-    """Issue 14's targets, where this run measured what they need."""
-    rows = []
+Row = list[str]
 
-    def row(metric: str, value: float | None, target: str, ok: bool | None, fmt: str = "{:.2f}") -> None:
-        shown = "n/a" if value is None else fmt.format(value)
-        rows.append([metric, shown, target, "n/a" if ok is None or value is None else "yes" if ok else "**no**"])
+
+def target_row(metric: str, value: float | None, target: str, ok: bool | None, fmt: str = "{:.2f}") -> Row:
+    shown = "n/a" if value is None else fmt.format(value)
+    return [metric, shown, target, "n/a" if ok is None or value is None else "yes" if ok else "**no**"]
+
+
+def targets_table(rows: Sequence[Row]) -> str:
+    return table(["metric", "value", "target", "met"], "lrrl", rows)
+
+
+def merge_targets(merged: Sequence[Merged], ks: Sequence[int]) -> list[Row]:
+    """Issue 14's merge targets, where this run measured what they need."""
+    rows = []
 
     def speedup(k: int, method: str, budget: int | None, checkout: bool) -> float | None:
         mk, mg = find(merged, k, method, "mergekit"), find(merged, k, method, "mgit", budget, checkout)
@@ -567,35 +578,44 @@ def targets_table(merged: Sequence[Merged], stored: Sequence[Result], ks: Sequen
     for checkout, target in ((False, 15.0), (True, 8.0)):
         v = speedup(kmax, ta, 10, checkout)
         mode = "checked out" if checkout else "--no-checkout"
-        row(f"K = {kmax}, {ta} --budget 10%, {mode}: × faster than mergekit", v, f"≥ {target:g}",
-            v is not None and v >= target)  # fmt: skip
+        rows.append(target_row(f"K = {kmax}, {ta} --budget 10%, {mode}: × faster than mergekit", v,
+                               f"≥ {target:g}", v is not None and v >= target))  # fmt: skip
     for checkout in (False, True):
         cheap, exact = find(merged, kmax, ta, "mgit", 10, checkout), find(merged, kmax, ta, "mgit", None, checkout)
         v = cheap.proc.seconds / exact.proc.seconds if cheap and exact else None
         mode = "checked out" if checkout else "--no-checkout"
-        row(f"K = {kmax}, --budget 10% ({mode}): wall time / mgit exact", v, "≤ 0.2", v is not None and v <= 0.2)
+        rows.append(target_row(f"K = {kmax}, --budget 10% ({mode}): wall time / mgit exact", v, "≤ 0.2",
+                               v is not None and v <= 0.2))  # fmt: skip
     for k in ks:
         v = speedup(k, ta, None, True)
-        row(f"K = {k}, {ta} exact: × faster than mergekit", v, "≥ 2", v is not None and v >= 2)
+        rows.append(target_row(f"K = {k}, {ta} exact: × faster than mergekit", v, "≥ 2", v is not None and v >= 2))
     k_ties = 8 if 8 in ks else kmax
     v = speedup(k_ties, "ties", None, True)
-    row(f"K = {k_ties}, ties exact: × faster than mergekit", v, "≥ 2.5", v is not None and v >= 2.5)
+    rows.append(target_row(f"K = {k_ties}, ties exact: × faster than mergekit", v, "≥ 2.5", v is not None and v >= 2.5))
     mgit_rss = [m.proc.max_rss for m in merged if m.run.tool == "mgit"]
     v = max(mgit_rss) / MB if mgit_rss else None
-    row("mgit merge peak RSS, largest of all runs (MB)", v, "≤ 1000", v is not None and v <= 1000, "{:.0f}")
+    rows.append(target_row("mgit merge peak RSS, largest of all runs (MB)", v, "≤ 1000", v is not None and v <= 1000,
+                           "{:.0f}"))  # fmt: skip
+    return rows
+
+
+def store_targets(stored: Sequence[Result]) -> list[Row]:
+    """Issue 14's storage targets, where this run measured what they need."""
+    rows = []
     steps = {(r.tool, r.step): r for r in stored}
     for what in STORE_STEPS:
         mg, lfs, dvc = (steps.get((t, f"{lbl}: {what}")) for t, lbl in
                         (("mgit", "add + commit"), ("git + git-lfs", "add + commit"), ("dvc", "add")))  # fmt: skip
         v = lfs.best.seconds / mg.best.seconds if mg and lfs else None
-        row(f"mgit add + commit, {what}: × faster than git + git-lfs", v, "≥ 2", v is not None and v >= 2)
+        rows.append(target_row(f"mgit add + commit, {what}: × faster than git + git-lfs", v, "≥ 2",
+                               v is not None and v >= 2))  # fmt: skip
         v = dvc.best.seconds / mg.best.seconds if mg and dvc else None
-        row(f"mgit add + commit, {what}: × faster than dvc add", v, "≥ 1", v is not None and v >= 1)
+        rows.append(target_row(f"mgit add + commit, {what}: × faster than dvc add", v, "≥ 1", v is not None and v >= 1))
     co = next((r for r in stored if r.tool == "mgit" and r.store_bytes is None), None)
     cp = next((r for r in stored if r.tool == "cp -r"), None)
     v = co.best.seconds / cp.best.seconds if co and cp else None
-    row("mgit checkout time / cp -r time", v, "≤ 2.5", v is not None and v <= 2.5)
-    return table(["metric", "value", "target", "met"], "lrrl", rows)
+    rows.append(target_row("mgit checkout time / cp -r time", v, "≤ 2.5", v is not None and v <= 2.5))
+    return rows
 
 
 def plot(merged: Sequence[Merged], ks: Sequence[int], budgets: Sequence[int], title: str) -> str:
@@ -620,10 +640,19 @@ def plot(merged: Sequence[Merged], ks: Sequence[int], budgets: Sequence[int], ti
 
 
 @dataclass
+class Part:
+    """What one part of a run needs for its docs section: its versions, wall time and what it skipped."""
+
+    versions: dict[str, str] = field(default_factory=dict)
+    wall: float = 0.0
+    waited: float = 0.0
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Context:
     command: str
     quick: bool
-    versions: dict[str, str]
     plan: ModelPlan
     raw: int
     ks: tuple[int, ...]
@@ -632,69 +661,22 @@ class Context:
     reps: int
     cold: bool
     cache_note: str
-    skipped: list[str]
     example_cmds: list[str]
-    wall: float
-    waited: float
     image: str  # the SVG, relative to docs/
 
 
-def report(merged: Sequence[Merged], stored: Sequence[Result], c: Context) -> str:
-    """This benchmark's docs section (also printed to stdout)."""
+def model_line(c: Context) -> str:
     s = c.plan.shape
-    kmax = max(c.ks)
-    lines = [*header_lines(SECTION_TITLE, c.command, c.workdir, c.versions, took(c.wall, c.waited))]
-    if c.quick:
-        lines += ["**A `--quick` run** (a smoke test at a small size; the full run's numbers replace it).", ""]
-    lines += [
-        f"Input: a generated llama-like bf16 base model of {c.raw / GB:.3f} GB ({c.plan.layers} layers, hidden "
+    return (
+        f"a generated llama-like bf16 base model of {c.raw / GB:.3f} GB ({c.plan.layers} layers, hidden "
         f"{s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, {len(c.plan.tensors)} tensors, weights "
         f"N(0, 0.02) from seed {SEED}, norms ones; sharded in up to {SHARDS} safetensors files with index and "
-        f"config), a dense fine-tune of it (every tensor + N(0, ({DENSE_NOISE:.0%} σ)²)) and {kmax} experts made "
-        "like fine-tunes as in bench_merge.py (a random third of the tensors left byte for byte as the base's, "
-        f"every other tensor + Gaussian noise at a scale drawn log-uniformly from 1e{SCALE_DECADES[0]:.0f} to "
-        f"1e{SCALE_DECADES[1]:.0f} of its std; seeds {EXPERT_SEED + 1}…{EXPERT_SEED + kmax}).",
-        "",
-        f"Page cache: {c.cache_note}",
-        "",
-    ]
-    if stored:
-        lines += [
-            "**Storage.** Per tool, in a fresh directory holding a copy of the base: store the base, overwrite the "
-            "model directory with the dense fine-tune and store it, delete the model directory and materialise it "
-            "again (the fine-tune); `cp -r` copies the fine-tune's directory. × faster than git-lfs compares the "
-            "same step; time / cp -r the checkouts. Store: `du -s` of `.mgit/`, `.git/`, `.dvc/cache` after the "
-            "step (both versions after the second).",
-            "",
-            store_table(stored, c.raw),
-            "",
-        ]
-    if merged:
-        lines += [
-            "**Merges** of experts 1..K, weights 1/K, bf16: task_arithmetic exact and under `--budget B%` (of the "
-            "expert bytes the exact merge reads), ties (density 0.5) exact; mergekit reads the model directories, "
-            "mgit has the base on `main` and expert N on branch `expert-N` of one repository, and each merge starts "
-            "from a checkout of `main`. A checked-out merge also writes the merged model into the working tree; "
-            "with `-b NAME --no-checkout` it only commits; those run in a copy of the repository made before the "
-            "first merge (sharing its sealed packs by hard link), so neither variant finds the other's result "
-            "already stored. Read from / written to disk: "
-            "the process's (and its "
-            "children's) `read_bytes` / `write_bytes` in `/proc/<pid>/io`; bytes the tool reads: mergekit's input "
-            "files, mgit's merge record (`plan.bytes`, stored chunk bytes of the base and the experts), which also "
-            "counts the output chunks it computed and those it carried over from the base unread. Equal to "
-            "mergekit: the checked-out exact merge's tensors (`Repository.state_dict`) against mergekit's output, "
-            "bit for bit.",
-            "",
-            merges_table(merged),
-            "",
-            f"![wall time against the budget]({c.image})",
-            "",
-        ]
-    lines += ["Targets (issue 14; reported, not asserted):", "", targets_table(merged, stored, c.ks), ""]
-    if c.example_cmds:
-        lines += [f"Commands, e.g. at K = {kmax} (paths relative to the repository root):", "", "```",
-                  *c.example_cmds, "```", ""]  # fmt: skip
-    lines.append(
+        "config)"
+    )
+
+
+def how_measured(c: Context) -> str:
+    return (
         "How it was measured: every step is a separate process timed by wall clock, after untimed waits until no "
         f"other benchmark of this repository runs and under {IDLE_BELOW:.0%} of the CPUs are busy, and an untimed "
         "`sync`" + (", then the page cache dropped" if c.cold else "") + ". "
@@ -704,9 +686,76 @@ def report(merged: Sequence[Merged], stored: Sequence[Result], c: Context) -> st
         "peak of its anonymous part. write_bytes counts pages dirtied for writing (also those deleted before "
         "writeback). Other load is the share of all CPUs that other processes used meanwhile."
     )  # fmt: skip
-    if c.skipped:
-        lines += ["", "Skipped: " + "; ".join(c.skipped) + "."]
+
+
+def section(title: str, c: Context, part: Part, body: list[str]) -> str:
+    """One part's docs section: its header, the inputs, ``body``, how it was measured and what it skipped."""
+    lines = [*header_lines(title, c.command, c.workdir, part.versions, took(part.wall, part.waited))]
+    if c.quick:
+        lines += ["**A `--quick` run** (a smoke test at a small size; the full run's numbers replace it).", ""]
+    lines += [*body, how_measured(c)]
+    if part.skipped:
+        lines += ["", "Skipped: " + "; ".join(part.skipped) + "."]
     return "\n".join(lines) + "\n"
+
+
+def store_section(stored: Sequence[Result], c: Context, part: Part) -> str:
+    body = [
+        f"Input: {model_line(c)} and a dense fine-tune of it (every tensor + N(0, ({DENSE_NOISE:.0%} σ)²)).",
+        "",
+        f"Page cache: {c.cache_note}",
+        "",
+        "Per tool, in a fresh directory holding a copy of the base: store the base, overwrite the model directory "
+        "with the dense fine-tune and store it, delete the model directory and materialise it again (the "
+        "fine-tune); `cp -r` copies the fine-tune's directory. × faster than git-lfs compares the same step; "
+        "time / cp -r the checkouts. Store: `du -s` of `.mgit/`, `.git/`, `.dvc/cache` after the step (both "
+        "versions after the second).",
+        "",
+        store_table(stored, c.raw),
+        "",
+        "Targets (issue 14; reported, not asserted):",
+        "",
+        targets_table(store_targets(stored)),
+        "",
+    ]
+    return section(STORE_TITLE, c, part, body)
+
+
+def merge_section(merged: Sequence[Merged], c: Context, part: Part) -> str:
+    kmax = max(c.ks)
+    body = [
+        f"Input: {model_line(c)} and {kmax} experts made like fine-tunes as in bench_merge.py (a random third of "
+        "the tensors left byte for byte as the base's, every other tensor + Gaussian noise at a scale drawn "
+        f"log-uniformly from 1e{SCALE_DECADES[0]:.0f} to 1e{SCALE_DECADES[1]:.0f} of its std; seeds "
+        f"{EXPERT_SEED + 1}…{EXPERT_SEED + kmax}).",
+        "",
+        f"Page cache: {c.cache_note}",
+        "",
+        "Merges of experts 1..K, weights 1/K, bf16: task_arithmetic exact and under `--budget B%` (of the "
+        "expert bytes the exact merge reads), ties (density 0.5) exact; mergekit reads the model directories, "
+        "mgit has the base on `main` and expert N on branch `expert-N` of one repository, and each merge starts "
+        "from a checkout of `main`. A checked-out merge also writes the merged model into the working tree; "
+        "with `-b NAME --no-checkout` it only commits; those run in a copy of the repository made before the "
+        "first merge (sharing its sealed packs by hard link), so neither variant finds the other's result "
+        "already stored. Read from / written to disk: the process's (and its children's) `read_bytes` / "
+        "`write_bytes` in `/proc/<pid>/io`; bytes the tool reads: mergekit's input files, mgit's merge record "
+        "(`plan.bytes`, stored chunk bytes of the base and the experts), which also counts the output chunks it "
+        "computed and those it carried over from the base unread. Equal to mergekit: the checked-out exact "
+        "merge's tensors (`Repository.state_dict`) against mergekit's output, bit for bit.",
+        "",
+        merges_table(merged),
+        "",
+        f"![wall time against the budget]({c.image})",
+        "",
+        "Targets (issue 14; reported, not asserted):",
+        "",
+        targets_table(merge_targets(merged, c.ks)),
+        "",
+    ]
+    if c.example_cmds:
+        body += [f"Commands, e.g. at K = {kmax} (paths relative to the repository root):", "", "```",
+                 *c.example_cmds, "```", ""]  # fmt: skip
+    return section(MERGE_TITLE, c, part, body)
 
 
 # -- main -----------------------------------------------------------------------------------
@@ -714,7 +763,6 @@ def report(merged: Sequence[Merged], stored: Sequence[Result], c: Context) -> st
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    started = time.perf_counter()
     command = cli.command_line(argv, __file__)
     workdir = args.workdir.resolve()
     plan = plan_layers(NAMED_SHAPES[args.shape], args.layers)
@@ -736,23 +784,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(describe_need(need, cached, cli.free_disk(workdir)), flush=True)
     cli.check_free_disk(workdir, disk_total(need, cached), "pass --quick, fewer --ks or --layers")
     lock_workdir(workdir, "bench_scale.py")
-    skipped: list[str] = []
+    store, merge = Part(), Part()
     stored: list[Result] = []
-    versions: dict[str, str] = {}
-    waited = 0.0
     raw = plan.nbytes
     if "store" in parts:
+        started = time.perf_counter()
         stored, tools, raw, store_runner = run_store_part(args, workdir, plan, cold)
-        versions.update(tools.versions)
-        waited += store_runner.waited
-        skipped += [f"{n} (not installed)" for n, ok in (("git-lfs", tools.git_lfs), ("dvc", tools.dvc)) if not ok
-                    and not (n == "dvc" and args.no_dvc)]  # fmt: skip
+        store.versions, store.waited = tools.versions, store_runner.waited
+        store.wall = time.perf_counter() - started - store.waited
+        store.skipped += [f"{n} (not installed)" for n, ok in (("git-lfs", tools.git_lfs), ("dvc", tools.dvc))
+                          if not ok and not (n == "dvc" and args.no_dvc)]  # fmt: skip
         if args.no_dvc:
-            skipped.append("dvc (--no-dvc)")
+            store.skipped.append("dvc (--no-dvc)")
     merged: list[Merged] = []
     example: list[str] = []
     no_checkout = False
     if "merge" in parts:
+        started = time.perf_counter()
 
         def check_mgit(mgit: list[str], where: str) -> None:
             nonlocal no_checkout
@@ -760,20 +808,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not no_checkout:
                 why = f"the mgit under test ({where}) has no `merge --no-checkout`"
                 print(f"skipping the --no-checkout merges: {why}", flush=True)
-                skipped.append(f"the `--no-checkout` merges ({why})")
+                merge.skipped.append(f"the `--no-checkout` merges ({why})")
 
         s = merges.prepare(args, workdir, None, max(ks), check_mgit, plan=plan, with_mergekit=not args.no_mergekit,
                            cold=cold)  # fmt: skip
-        versions = {**s.versions, **{k: v for k, v in versions.items() if k != "mgit"}}
+        merge.versions = s.versions
         if no_checkout:
             print("copying the repository for the --no-checkout merges (untimed; its packs hard-linked) ...",
                   flush=True)  # fmt: skip
             copy_repository(s.repo, s.scratch / NC_REPO)
         if args.no_mergekit:
-            skipped.append("mergekit (--no-mergekit)")
+            merge.skipped.append("mergekit (--no-mergekit)")
         for k in ks:
             merged += bench_merges(s, k, budgets, no_checkout, args.methods)
-        waited += s.runner.waited
+        merge.waited = s.runner.waited
         kmax = max(ks)
         run = MergeRun(kmax, BUDGET_METHOD, "mgit", 10 if 10 in budgets else None, not no_checkout)
         if s.mergekit is not None:
@@ -783,21 +831,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         example.append(relative(shlex.join(mgit_merge_cmd([*s.mgit, "-C", str(repo_of(s, run))], run))))
         if not args.keep:
             shutil.rmtree(s.scratch, ignore_errors=True)
-    wall = time.perf_counter() - started - waited
+        merge.wall = time.perf_counter() - started - merge.waited
     image = workdir / DOCS_IMAGE.name
-    ctx = Context(command, args.quick, versions, plan, raw, ks, budgets, workdir, args.reps, cold, cache_note,
-                  skipped, example, wall, waited, os.path.relpath(DOCS_IMAGE, DOCS_IMAGE.parent))  # fmt: skip
-    section = report(merged, stored, ctx)
-    kind = " (--quick)" if args.quick else ""
-    title = f"{BUDGET_METHOD}, {plan.nbytes / GB:.2f} GB bf16 base{kind}: wall time against the read budget"
+    ctx = Context(command, args.quick, plan, raw, ks, budgets, workdir, args.reps, cold, cache_note, example,
+                  os.path.relpath(DOCS_IMAGE, DOCS_IMAGE.parent))  # fmt: skip
+    sections = []  # (title, text): one per part run; a part not run keeps its section in the docs
     if merged:
+        sections.append((MERGE_TITLE, merge_section(merged, ctx, merge)))
+        kind = " (--quick)" if args.quick else ""
+        title = f"{BUDGET_METHOD}, {plan.nbytes / GB:.2f} GB bf16 base{kind}: wall time against the read budget"
         write_svg(image, plot(merged, ks, budgets, title))
-    print()
-    print(section)
+    if stored:
+        sections.append((STORE_TITLE, store_section(stored, ctx, store)))
+    for _, text in sections:
+        print()
+        print(text)
     if merged:
         print(f"plot: {image}")
     if args.write_docs:
-        update_docs(section, SECTION_TITLE)
+        for title, text in sections:
+            update_docs(text, title)
         if merged:
             shutil.copyfile(image, DOCS_IMAGE)
         print(f"updated docs/benchmarks.md{' and ' + str(DOCS_IMAGE.relative_to(REPO_ROOT)) if merged else ''}")

@@ -16,7 +16,7 @@ import pytest
 BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH_DIR))
 
-from harness import cli, machine, merges, models, plot, runner  # noqa: E402
+from harness import cli, machine, merges, models, plot, report, runner  # noqa: E402
 from harness.runner import Proc, Runner  # noqa: E402
 
 bench_scale = importlib.import_module("bench_scale")
@@ -321,7 +321,7 @@ def test_a_tiny_run_end_to_end(tmp_path: Path, capsys) -> None:
             "--other-wait", "0"]  # fmt: skip
     assert bench_scale.main(argv) == 0
     out = capsys.readouterr().out
-    assert bench_scale.SECTION_TITLE in out
+    assert bench_scale.MERGE_TITLE in out and bench_scale.STORE_TITLE in out
     assert "| mgit | add + commit: base |" in out and "| mgit | add + commit: dense fine-tune |" in out
     assert "| cp -r | copy the model directory |" in out
     assert "| 2 | task_arithmetic | mgit merge --budget 10% |" in out
@@ -329,6 +329,25 @@ def test_a_tiny_run_end_to_end(tmp_path: Path, capsys) -> None:
     assert "**NO**" not in out
     root = ET.fromstring((workdir / "bench_scale.svg").read_text())
     assert root.findall(f"{SVG}polyline")
+
+
+@pytest.mark.bench_smoke
+def test_a_run_of_one_part_writes_only_that_parts_section(tmp_path: Path, monkeypatch, capsys) -> None:
+    """--parts store --write-docs replaces the storage section and leaves the merges' (and the plot),
+    measured in an earlier run, as they are."""
+    docs = tmp_path / "benchmarks.md"
+    titles = bench_scale.MERGE_TITLE, bench_scale.STORE_TITLE
+    docs.write_text(f"# Benchmarks\n\n{titles[0]}\n\nearlier merges\n\n{titles[1]}\n\nstale storage\n")
+    monkeypatch.setattr(bench_scale, "update_docs", lambda text, title: report.update_docs(text, title, docs))
+    argv = ["--workdir", str(tmp_path / "scale"), "--shape", "tiny", "--layers", "1", "--parts", "store",
+            "--no-dvc", "--warm", "--idle-wait", "0", "--other-wait", "0", "--write-docs"]  # fmt: skip
+    assert bench_scale.main(argv) == 0
+    text = docs.read_text()
+    assert "earlier merges" in text and "stale storage" not in text
+    assert "| mgit | add + commit: base |" in text.split(bench_scale.STORE_TITLE)[1]
+    assert text.index(bench_scale.MERGE_TITLE) < text.index(bench_scale.STORE_TITLE)
+    assert not (tmp_path / "scale" / "bench_scale.svg").exists()  # nor copied over docs/bench_scale.svg
+    assert bench_scale.MERGE_TITLE not in capsys.readouterr().out
 
 
 # -- the bit-for-bit check against another tool's output ------------------------------------
