@@ -688,23 +688,24 @@ def how_measured(c: Context) -> str:
     )  # fmt: skip
 
 
-def section(title: str, c: Context, part: Part, body: list[str]) -> str:
-    """One part's docs section: its header, the inputs, ``body``, how it was measured and what it skipped."""
+def section(title: str, c: Context, part: Part, inputs: str, body: list[str], targets: list[Row],
+            after: Sequence[str] = ()) -> str:  # fmt: skip
+    """One part's docs section: its header, ``inputs`` and the page cache, ``body``, its targets, ``after``,
+    how it was measured and what it skipped."""
     lines = [*header_lines(title, c.command, c.workdir, part.versions, took(part.wall, part.waited))]
     if c.quick:
         lines += ["**A `--quick` run** (a smoke test at a small size; the full run's numbers replace it).", ""]
-    lines += [*body, how_measured(c)]
+    lines += [f"Input: {model_line(c)} and {inputs}", "", f"Page cache: {c.cache_note}", "", *body]
+    lines += ["Targets (issue 14; reported, not asserted):", "", targets_table(targets), ""]
+    lines += [*after, how_measured(c)]
     if part.skipped:
         lines += ["", "Skipped: " + "; ".join(part.skipped) + "."]
     return "\n".join(lines) + "\n"
 
 
 def store_section(stored: Sequence[Result], c: Context, part: Part) -> str:
+    inputs = f"a dense fine-tune of it (every tensor + N(0, ({DENSE_NOISE:.0%} σ)²))."
     body = [
-        f"Input: {model_line(c)} and a dense fine-tune of it (every tensor + N(0, ({DENSE_NOISE:.0%} σ)²)).",
-        "",
-        f"Page cache: {c.cache_note}",
-        "",
         "Per tool, in a fresh directory holding a copy of the base: store the base, overwrite the model directory "
         "with the dense fine-tune and store it, delete the model directory and materialise it again (the "
         "fine-tune); `cp -r` copies the fine-tune's directory. × faster than git-lfs compares the same step; "
@@ -713,24 +714,19 @@ def store_section(stored: Sequence[Result], c: Context, part: Part) -> str:
         "",
         store_table(stored, c.raw),
         "",
-        "Targets (issue 14; reported, not asserted):",
-        "",
-        targets_table(store_targets(stored)),
-        "",
     ]
-    return section(STORE_TITLE, c, part, body)
+    return section(STORE_TITLE, c, part, inputs, body, store_targets(stored))
 
 
 def merge_section(merged: Sequence[Merged], c: Context, part: Part) -> str:
     kmax = max(c.ks)
+    inputs = (
+        f"{kmax} experts made like fine-tunes as in bench_merge.py (a random third of the tensors left byte for "
+        "byte as the base's, every other tensor + Gaussian noise at a scale drawn log-uniformly from "
+        f"1e{SCALE_DECADES[0]:.0f} to 1e{SCALE_DECADES[1]:.0f} of its std; seeds {EXPERT_SEED + 1}…"
+        f"{EXPERT_SEED + kmax})."
+    )
     body = [
-        f"Input: {model_line(c)} and {kmax} experts made like fine-tunes as in bench_merge.py (a random third of "
-        "the tensors left byte for byte as the base's, every other tensor + Gaussian noise at a scale drawn "
-        f"log-uniformly from 1e{SCALE_DECADES[0]:.0f} to 1e{SCALE_DECADES[1]:.0f} of its std; seeds "
-        f"{EXPERT_SEED + 1}…{EXPERT_SEED + kmax}).",
-        "",
-        f"Page cache: {c.cache_note}",
-        "",
         "Merges of experts 1..K, weights 1/K, bf16: task_arithmetic exact and under `--budget B%` (of the "
         "expert bytes the exact merge reads), ties (density 0.5) exact; mergekit reads the model directories, "
         "mgit has the base on `main` and expert N on branch `expert-N` of one repository, and each merge starts "
@@ -747,15 +743,10 @@ def merge_section(merged: Sequence[Merged], c: Context, part: Part) -> str:
         "",
         f"![wall time against the budget]({c.image})",
         "",
-        "Targets (issue 14; reported, not asserted):",
-        "",
-        targets_table(merge_targets(merged, c.ks)),
-        "",
     ]
-    if c.example_cmds:
-        body += [f"Commands, e.g. at K = {kmax} (paths relative to the repository root):", "", "```",
-                 *c.example_cmds, "```", ""]  # fmt: skip
-    return section(MERGE_TITLE, c, part, body)
+    commands = [f"Commands, e.g. at K = {kmax} (paths relative to the repository root):", "", "```",
+                *c.example_cmds, "```", ""] if c.example_cmds else []  # fmt: skip
+    return section(MERGE_TITLE, c, part, inputs, body, merge_targets(merged, c.ks), commands)
 
 
 # -- main -----------------------------------------------------------------------------------
