@@ -59,8 +59,9 @@ if TYPE_CHECKING:
     from mgit.merge.methods.inputs import Prepared
 
 # Sparsifiers decide on whole deltas; TIES sorts one single-threaded, so experts are decided
-# concurrently while their scratch fits in DECIDE_MEMORY: measured ~22 bytes per element for a
-# bf16 delta (the delta, its float32 magnitudes, torch.sort's int64 indices and its own buffer).
+# concurrently while their scratch fits in DECIDE_MEMORY: at most ~22 bytes per element for a
+# bf16 delta (the delta, whose buffer holds its sorted magnitudes, torch.sort's int64 indices and
+# the int64 range it fills them from: 18; 4 more where the magnitudes need a float32 copy).
 DECIDE_MEMORY = 2**30
 DECIDE_BYTES_PER_ELEMENT = 22
 # Elements of a chunk merged at a time: the method's scratch (K deltas and more) stays in the

@@ -13,6 +13,7 @@ so a generator seeded with ``s`` reproduces ``torch.manual_seed(s)`` + mergekit 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import numbers
 from dataclasses import dataclass
@@ -21,8 +22,12 @@ import numpy as np
 import torch
 
 from mgit.errors import BadInputError
+from mgit.parallel import give_back_freed_memory
 
 _RESCALE_EPS = 1e-7
+# torch.sort's scratch beyond the values: the int64 indices and the int64 range it fills them from.
+_SORT_BYTES_PER_ELEMENT = 16
+_TRIM_BEFORE_SORTING = 64 * 2**20  # scratch at least this large: give freed heap memory back first
 
 
 @dataclass(frozen=True)
@@ -139,10 +144,45 @@ def _sampling_dtype(delta: torch.Tensor) -> torch.dtype:
     return torch.float32
 
 
-def _magnitude_order(delta: torch.Tensor, descending: bool) -> torch.Tensor:
+# dtypes whose numbers torch's CPU sort compares exactly as their float32 copies: converting them
+# to float32 is exact, so std::sort sees the same comparisons and yields the same permutation.
+_EXACT_IN_FLOAT32 = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@functools.cache
+def _sorts_as_float32(dtype: torch.dtype) -> bool:
+    """Whether torch orders numbers held in ``dtype`` exactly as their float32 copies, ties included.
+
+    True when both go through the same comparison sort (torch's std::sort path), since their
+    comparisons agree; a torch built with x86-simd-sort sorts float32 with another algorithm, whose
+    ties fall otherwise. Checked once per process on tie-heavy probes, both directions."""
+    if dtype == torch.float32:
+        return True
+    generator = torch.Generator().manual_seed(0)
+    for n in (4099, 1 << 18):
+        probe = torch.randint(0, 97, (n,), generator=generator).to(dtype)
+        for descending in (True, False):
+            own = torch.argsort(probe, descending=descending)
+            if not torch.equal(own, torch.argsort(probe.float(), descending=descending)):
+                return False
+    return True
+
+
+def _magnitude_order(delta: torch.Tensor, descending: bool, overwrite: bool = False) -> torch.Tensor:
     """Indices of |delta| (as float32, flattened) in sorted order, ties broken exactly as
-    ``torch.argsort`` breaks them; sorted in place so the float copy holds the values."""
-    values = delta.abs().reshape(-1).float()
+    ``torch.argsort`` of the float32 magnitudes breaks them (mergekit's ranking).
+
+    Memory is what decides here (TIES sorts whole embeddings): the magnitudes are sorted in the
+    delta's own dtype where that gives the same order (half of float32's bytes for bf16), and with
+    ``overwrite`` in the delta's own buffer. torch.sort adds int64 indices and an int64 range it
+    fills them from, 16 bytes per element, which no choice here avoids."""
+    flat = delta.reshape(-1)
+    if delta.device.type == "cpu" and delta.dtype in _EXACT_IN_FLOAT32 and _sorts_as_float32(delta.dtype):
+        values = flat.abs_() if overwrite else flat.abs()
+    else:
+        values = flat.abs().float()
+    if delta.device.type == "cpu" and values.numel() * _SORT_BYTES_PER_ELEMENT >= _TRIM_BEFORE_SORTING:
+        give_back_freed_memory()  # the sort's scratch then reuses it instead of adding to it
     order = torch.empty(values.shape, dtype=torch.int64, device=delta.device)
     torch.sort(values, descending=descending, out=(values, order))
     return order
@@ -154,13 +194,15 @@ def _mask_of(indices: torch.Tensor, n: int, device: torch.device) -> torch.Tenso
     return keep
 
 
-def magnitude_sparsity(delta: torch.Tensor, density: float, rescale: bool = False) -> Sparsity:
+def magnitude_sparsity(delta: torch.Tensor, density: float, rescale: bool = False, overwrite: bool = False) -> Sparsity:
     """TIES trim: keep the ``k = max(1, int(density * n))`` largest magnitudes, zero the rest.
 
     Ranking uses ``torch.argsort(|delta| as float32, descending=True)`` like mergekit's CPU path,
     so ties between equal magnitudes (common in bf16) are broken identically. density >= 1 leaves
     the delta untouched (no rescale); density <= 0 or an empty tensor gives zeros. When at most k
     elements are non-zero they are all kept without sorting: which zeros join them changes no bit.
+    With ``overwrite`` the ranking may use the delta's buffer (a caller done with the delta saves
+    a copy of it); rescaling needs the delta afterwards and keeps it.
     """
     if density >= 1:
         return UNTOUCHED
@@ -171,7 +213,8 @@ def magnitude_sparsity(delta: torch.Tensor, density: float, rescale: bool = Fals
     if int(torch.count_nonzero(delta)) <= k:
         keep = (delta != 0).reshape(-1)
     else:
-        keep = _mask_of(_magnitude_order(delta, descending=True)[:k], n, delta.device)
+        order = _magnitude_order(delta, descending=True, overwrite=overwrite and not rescale)
+        keep = _mask_of(order[:k], n, delta.device)
     return Sparsity(keep, ratio=_l1_ratio(delta, keep.reshape(delta.shape).to(delta.dtype), rescale))
 
 
@@ -180,21 +223,23 @@ def trim_magnitude(delta: torch.Tensor, density: float, rescale: bool = False) -
     return magnitude_sparsity(delta, density, rescale).apply(delta)
 
 
-def outlier_sparsity(delta: torch.Tensor, density: float, gamma: float, rescale: bool = False) -> Sparsity:
+def outlier_sparsity(
+    delta: torch.Tensor, density: float, gamma: float, rescale: bool = False, overwrite: bool = False
+) -> Sparsity:
     """Model Breadcrumbs: drop the ``int(gamma * n)`` largest magnitudes (outliers) and the smallest,
     keeping ``int(density * n)`` values.
 
     As in mergekit, the outlier cut shrinks when density + gamma > 1 (the smallest
     ``max(0, n - kept - outliers)`` are dropped first, then ``kept`` values are taken upwards), and
     the ranking is ``torch.sort(|delta| as float32)`` ascending. Deterministic; density >= 1 leaves
-    the delta untouched.
+    the delta untouched. ``overwrite`` as for :func:`magnitude_sparsity`.
     """
     if density >= 1:
         return UNTOUCHED
     n = delta.numel()
     kept = int(density * n)
     dropped_low = max(0, n - kept - int(gamma * n))
-    order = _magnitude_order(delta, descending=False)
+    order = _magnitude_order(delta, descending=False, overwrite=overwrite and not rescale)
     keep = _mask_of(order[dropped_low : dropped_low + kept], n, delta.device)
     return Sparsity(keep, ratio=_l1_ratio(delta, keep.reshape(delta.shape).to(delta.dtype), rescale))
 

@@ -64,3 +64,60 @@ def test_packed_decisions_take_an_eighth_of_the_memory():
     decision = magnitude_sparsity(_delta(8000, 2), 0.5)
     assert decision.keep is not None and decision.keep.dtype == torch.bool
     assert decision.packed().bits.nbytes == 1000 and decision.packed().keep is None
+
+
+def _mergekit_keep(delta: torch.Tensor, density: float, descending: bool) -> torch.Tensor:
+    """mergekit's ranking on the CPU: argsort of the float32 magnitudes, the first k kept."""
+    n = delta.numel()
+    k = max(1, int(density * n))
+    order = torch.argsort(delta.abs().reshape(-1).float(), descending=descending)
+    keep = torch.zeros(n, dtype=torch.bool)
+    keep[order[:k] if descending else order[n - k :]] = True
+    return keep
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("sorts_as_float32", [True, False])
+def test_the_magnitude_ranking_keeps_what_the_float32_argsort_keeps(monkeypatch, dtype, sorts_as_float32):
+    """Whatever dtype the magnitudes are sorted in, and whether or not in the delta's buffer,
+    ties (most magnitudes here) fall as in torch.argsort of the float32 copy."""
+    import mgit.merge.sparsify as sparsify
+
+    if not sorts_as_float32:  # a torch whose float32 sort is another algorithm: float32 keys
+        monkeypatch.setattr(sparsify, "_sorts_as_float32", lambda dtype: dtype == torch.float32)
+    delta = _delta(200_003, 5).to(dtype)
+    assert int(torch.count_nonzero(delta)) > 0.4 * delta.numel()  # the sort runs
+    expected = _mergekit_keep(delta, 0.4, descending=True)
+    assert torch.equal(magnitude_sparsity(delta.clone(), 0.4).keep, expected)
+    assert torch.equal(magnitude_sparsity(delta.clone(), 0.4, overwrite=True).keep, expected)
+    # Breadcrumbs ranks ascending: density 0.5, no outliers, keeps the upper half of the order
+    ascending = _mergekit_keep(delta, 0.5, descending=False)
+    assert torch.equal(outlier_sparsity(delta.clone(), 0.5, 0.0, overwrite=True).keep, ascending)
+
+
+def test_an_overwriting_ranking_sorts_a_bf16_delta_in_its_own_buffer(monkeypatch):
+    """TIES sorts whole embeddings: the magnitudes are sorted where the delta is, in bf16, not in
+    a float32 copy (6 bytes per element less than mergekit's way, same order)."""
+    import mgit.merge.sparsify as sparsify
+
+    sorted_in: list[tuple[int, torch.dtype]] = []
+    real_sort = torch.sort
+
+    def spy(values, *args, **kwargs):
+        sorted_in.append((values.data_ptr(), values.dtype))
+        return real_sort(values, *args, **kwargs)
+
+    monkeypatch.setattr(sparsify.torch, "sort", spy)
+    delta = _delta(50_000, 6)
+    magnitude_sparsity(delta, 0.3, overwrite=True)
+    assert sorted_in == [(delta.data_ptr(), torch.bfloat16)]
+    assert bool((delta >= 0).all())  # what is left there: the sorted magnitudes
+
+
+def test_a_rescaling_ranking_leaves_the_delta_as_it_was():
+    """Rescaling needs the delta after the ranking, so overwrite=True does not touch it."""
+    delta = _delta(50_000, 7)
+    before = delta.clone()
+    decision = magnitude_sparsity(delta, 0.3, rescale=True, overwrite=True)
+    assert torch.equal(delta.view(torch.int16), before.view(torch.int16))
+    assert torch.equal(decision.keep, magnitude_sparsity(before, 0.3, rescale=True).keep)

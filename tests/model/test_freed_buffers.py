@@ -54,3 +54,38 @@ def test_glibc_takes_the_settings():
     code = "from mgit.parallel import keep_freed_buffers; print(keep_freed_buffers())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_freed_memory_goes_back_through_malloc_trim(monkeypatch):
+    calls: list[int] = []
+
+    class Trim:
+        def __init__(self) -> None:
+            def malloc_trim(pad: int) -> int:
+                calls.append(pad)
+                return 1
+
+            self.malloc_trim = malloc_trim
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: Trim())
+    assert parallel.give_back_freed_memory() is True
+    assert calls == [0]
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: object())
+    assert parallel.give_back_freed_memory() is False
+
+
+def test_a_large_magnitude_sort_gives_freed_memory_back_first(monkeypatch):
+    """TIES sorting a whole embedding needs 16 bytes per element on top of what the process holds:
+    the heap's freed buffers go back before, not after (small sorts skip it)."""
+    import torch
+
+    import mgit.merge.sparsify as sparsify
+
+    trims: list[int] = []
+    monkeypatch.setattr(sparsify, "give_back_freed_memory", lambda: trims.append(1) or True)
+    small = torch.randn(1000).to(torch.bfloat16)
+    sparsify.magnitude_sparsity(small, 0.5)
+    assert trims == []
+    large = torch.randn(sparsify._TRIM_BEFORE_SORTING // sparsify._SORT_BYTES_PER_ELEMENT).to(torch.bfloat16)
+    sparsify.magnitude_sparsity(large, 0.5, overwrite=True)
+    assert trims == [1]

@@ -178,7 +178,10 @@ class MergeMethod(ABC):
         """One output tensor from whole input tensors (every method implements it)."""
 
     def decide(self, delta: torch.Tensor, k: int, p: Mapping[str, Any], s: Sampling) -> Sparsity:
-        """Methods that :attr:`decides_per_expert`: the decision on expert ``k``'s whole delta."""
+        """Methods that :attr:`decides_per_expert`: the decision on expert ``k``'s whole delta.
+
+        The delta is the method's to use up: callers hand over a fresh ``expert - base`` and drop
+        it afterwards, so a method may overwrite it (TIES sorts magnitudes in its buffer)."""
         raise TypeError(f"{self.name} decides nothing per expert (decides_per_expert is False)")
 
     def merge_part(

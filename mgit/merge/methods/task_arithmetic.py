@@ -94,13 +94,13 @@ Decide = Callable[["torch.Tensor", int, Mapping[str, Any], "Sampling", str], "Sp
 def _magnitude(delta: torch.Tensor, k: int, p: Mapping[str, Any], s: Sampling, m: str) -> Sparsity:
     from mgit.merge.sparsify import magnitude_sparsity
 
-    return magnitude_sparsity(delta, p["density"][k], p["rescale"])
+    return magnitude_sparsity(delta, p["density"][k], p["rescale"], overwrite=True)
 
 
 def _outliers(delta: torch.Tensor, k: int, p: Mapping[str, Any], s: Sampling, m: str) -> Sparsity:
     from mgit.merge.sparsify import outlier_sparsity
 
-    return outlier_sparsity(delta, p["density"][k], p["gamma"][k], p["rescale"])
+    return outlier_sparsity(delta, p["density"][k], p["gamma"][k], p["rescale"], overwrite=True)
 
 
 def _random(delta: torch.Tensor, k: int, p: Mapping[str, Any], s: Sampling, m: str) -> Sparsity:
@@ -210,7 +210,8 @@ class TaskArithmetic(MergeMethod):
         return Weights(tuple(lam * x / total for x in w), 1.0)
 
     def decide(self, delta: torch.Tensor, k: int, p: Mapping[str, Any], s: Sampling) -> Sparsity:
-        """The sparsifier's decision on expert ``k``'s whole delta (expert - base)."""
+        """The sparsifier's decision on expert ``k``'s whole delta (expert - base), which it may
+        overwrite (see :meth:`MergeMethod.decide`)."""
         assert self.sparsifier is not None
         return self.sparsifier.decide(delta, k, p, s, self.name)
 
