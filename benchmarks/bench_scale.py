@@ -830,8 +830,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if merged:
         sections.append((MERGE_TITLE, merge_section(merged, ctx, merge)))
         kind = " (--quick)" if args.quick else ""
-        title = f"{BUDGET_METHOD}, {plan.nbytes / GB:.2f} GB bf16 base{kind}: wall time against the read budget"
-        write_svg(image, plot(merged, ks, budgets, title))
+        plot_title = f"{BUDGET_METHOD}, {plan.nbytes / GB:.2f} GB bf16 base{kind}: wall time against the read budget"
+        write_svg(image, plot(merged, ks, budgets, plot_title))
     if stored:
         sections.append((STORE_TITLE, store_section(stored, ctx, store)))
     for _, text in sections:

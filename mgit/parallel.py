@@ -11,7 +11,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import TypeVar
+from typing import TypeVar, cast
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -26,6 +26,16 @@ MMAP_THRESHOLD = 32 * 2**20  # above every chunk-sized buffer (chunks are at mos
 TRIM_THRESHOLD = 64 * 2**20  # a few chunks' buffers per thread stay ready for the next chunk
 
 
+def _libc(name: str, argtypes: list[type], restype: type) -> Callable[..., int] | None:
+    """A function of the C library by name, typed; None where it has none (not glibc)."""
+    try:
+        fn = getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError, TypeError):
+        return None
+    fn.argtypes, fn.restype = argtypes, restype
+    return cast("Callable[..., int]", fn)
+
+
 @functools.cache
 def keep_freed_buffers() -> bool:
     """Let the next chunk's few-MiB buffers (read, grouped, compressed, decoded) reuse the memory
@@ -34,11 +44,9 @@ def keep_freed_buffers() -> bool:
     kernel on free, so a 0.97 GB checkout took ~340k page faults and 1-2 s of system time
     (17k faults and 0.4-0.5 s with these settings). Once per process; False where the C
     library has no glibc mallopt (other platforms keep their allocator's defaults)."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError, TypeError):
+    mallopt = _libc("mallopt", [ctypes.c_int, ctypes.c_int], ctypes.c_int)
+    if mallopt is None:
         return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) & bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
@@ -48,11 +56,9 @@ def give_back_freed_memory() -> bool:
     :func:`keep_freed_buffers` keeps a few hundred MB of them across threads' arenas for reuse;
     before one large allocation (TIES sorting a whole embedding: 16 bytes per element) they
     would only add to its peak. False where the C library has no glibc ``malloc_trim``."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):
+    trim = _libc("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
+    if trim is None:
         return False
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     trim(0)
     return True
 
