@@ -79,7 +79,8 @@ from harness.tools import Tools, find_tools, json_output, mergekit_cmd, tool_env
 from harness.variants import DENSE_NOISE, EXPERT_SEED, SCALE_DECADES, Version, ensure_variant
 
 # One docs section per part, so that a run of one part (--parts store) replaces its own tables and keeps
-# the other part's, measured in an earlier run.
+# the other part's, measured in an earlier run. A merge run of some of the methods has a section (and a
+# plot) of its own, placed after the full run's, which it leaves as it is.
 MERGE_TITLE = "## Merges at scale (bench_scale.py)"
 STORE_TITLE = "## Storage at scale (bench_scale.py)"
 DOCS_IMAGE = REPO_ROOT / "docs" / "bench_scale.svg"
@@ -138,8 +139,8 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
         reps=(1, "runs of every timed step; the fastest is reported"),
         other_wait=3600,
         keep="keep the repositories and run directories afterwards",
-        write_docs="replace the sections of the parts run in docs/benchmarks.md (one per part) and write "
-        f"{DOCS_IMAGE.relative_to(REPO_ROOT)}",
+        write_docs="replace the sections of the parts run in docs/benchmarks.md (one per part; a merge run "
+        f"of some --methods has its own) and write {DOCS_IMAGE.relative_to(REPO_ROOT)} (or that run's own plot)",
     )
     p.add_argument("--shape", choices=sorted(NAMED_SHAPES), default=SHAPE, help=f"architecture; default {SHAPE}")
     p.add_argument("--layers", type=int, help=f"layers of the model; default {LAYERS} ({QUICK_LAYERS} with --quick)")
@@ -566,37 +567,76 @@ def targets_table(rows: Sequence[Row]) -> str:
     return table(["metric", "value", "target", "met"], "lrrl", rows)
 
 
-def merge_targets(merged: Sequence[Merged], ks: Sequence[int]) -> list[Row]:
-    """Issue 14's merge targets, where this run measured what they need."""
+def merge_title(methods: Sequence[str]) -> str:
+    """The merge section's title: the full run's, or one of its own for a run of some methods only."""
+    if set(methods) == set(METHODS):
+        return MERGE_TITLE
+    return f"## Merges at scale, {' and '.join(methods)} only (bench_scale.py)"
+
+
+def docs_image(methods: Sequence[str]) -> Path:
+    """Where the plot goes in docs/: one per merge section, so a run of some methods keeps the full run's."""
+    if set(methods) == set(METHODS):
+        return DOCS_IMAGE
+    return DOCS_IMAGE.with_name(f"{DOCS_IMAGE.stem}-{'-'.join(methods)}{DOCS_IMAGE.suffix}")
+
+
+def read_targets(merged: Sequence[Merged], kmax: int) -> list[Row]:
+    """Each budgeted merge's reads at the largest K against what it may read (from its merge record):
+    the experts' chunk bytes against the budget, the base's against the base chunks its plan computes
+    from (what the method needs; issue 14 allows 1.5 x the budget's share of the base on top)."""
     rows = []
+    for budget in sorted({m.run.budget for m in merged if m.run.k == kmax and m.run.budget}, reverse=True):
+        m = find(merged, kmax, BUDGET_METHOD, "mgit", budget) or find(merged, kmax, BUDGET_METHOD, "mgit", budget,
+                                                                      False)  # fmt: skip
+        if m is None:
+            continue
+        sizes, limit = m.record.get("bytes", {}), (m.record.get("budget") or {}).get("limit_bytes")
+        read, needed = sizes.get("experts_measured"), sizes.get("base_estimated")
+        v = read / limit if read is not None and limit else None
+        rows.append(target_row(f"K = {kmax}, --budget {budget}%: expert bytes read / the budget", v, "≤ 1",
+                               v is not None and v <= 1, "{:.3f}"))  # fmt: skip
+        read = sizes.get("base_measured")
+        v = read / needed if read is not None and needed else None
+        rows.append(target_row(f"K = {kmax}, --budget {budget}%: base bytes read / base chunks the plan computes from",
+                               v, "≤ 1", v is not None and v <= 1, "{:.3f}"))  # fmt: skip
+    return rows
+
+
+def merge_targets(merged: Sequence[Merged], ks: Sequence[int]) -> list[Row]:
+    """Issue 14's merge targets, where this run measured what they need (a method not run has none)."""
+    rows = []
+    methods = {m.run.method for m in merged}
 
     def speedup(k: int, method: str, budget: int | None, checkout: bool) -> float | None:
         mk, mg = find(merged, k, method, "mergekit"), find(merged, k, method, "mgit", budget, checkout)
         return mk.proc.seconds / mg.proc.seconds if mk and mg else None
 
     ta, kmax = BUDGET_METHOD, max(ks)
-    for checkout, target in ((False, 15.0), (True, 8.0)):
+    for checkout, target in ((False, 15.0), (True, 8.0)) if ta in methods else ():
         v = speedup(kmax, ta, 10, checkout)
         mode = "checked out" if checkout else "--no-checkout"
         rows.append(target_row(f"K = {kmax}, {ta} --budget 10%, {mode}: × faster than mergekit", v,
                                f"≥ {target:g}", v is not None and v >= target))  # fmt: skip
-    for checkout in (False, True):
+    for checkout in (False, True) if ta in methods else ():
         cheap, exact = find(merged, kmax, ta, "mgit", 10, checkout), find(merged, kmax, ta, "mgit", None, checkout)
         v = cheap.proc.seconds / exact.proc.seconds if cheap and exact else None
         mode = "checked out" if checkout else "--no-checkout"
         rows.append(target_row(f"K = {kmax}, --budget 10% ({mode}): wall time / mgit exact", v, "≤ 0.2",
                                v is not None and v <= 0.2))  # fmt: skip
-    for k in ks:
+    for k in ks if ta in methods else ():
         v = speedup(k, ta, None, True)
         rows.append(target_row(f"K = {k}, {ta} exact: × faster than mergekit", v, "≥ 2", v is not None and v >= 2))
     k_ties = 8 if 8 in ks else kmax
-    v = speedup(k_ties, "ties", None, True)
-    rows.append(target_row(f"K = {k_ties}, ties exact: × faster than mergekit", v, "≥ 2.5", v is not None and v >= 2.5))
+    if "ties" in methods:
+        v = speedup(k_ties, "ties", None, True)
+        rows.append(target_row(f"K = {k_ties}, ties exact: × faster than mergekit", v, "≥ 2.5",
+                               v is not None and v >= 2.5))  # fmt: skip
     mgit_rss = [m.proc.max_rss for m in merged if m.run.tool == "mgit"]
     v = max(mgit_rss) / MB if mgit_rss else None
     rows.append(target_row("mgit merge peak RSS, largest of all runs (MB)", v, "≤ 1000", v is not None and v <= 1000,
                            "{:.0f}"))  # fmt: skip
-    return rows
+    return rows + read_targets(merged, kmax)
 
 
 def store_targets(stored: Sequence[Result]) -> list[Row]:
@@ -663,6 +703,7 @@ class Context:
     cache_note: str
     example_cmds: list[str]
     image: str  # the SVG, relative to docs/
+    methods: tuple[str, ...] = tuple(METHODS)  # the merge methods run
 
 
 def model_line(c: Context) -> str:
@@ -726,9 +767,13 @@ def merge_section(merged: Sequence[Merged], c: Context, part: Part) -> str:
         f"1e{SCALE_DECADES[0]:.0f} to 1e{SCALE_DECADES[1]:.0f} of its std; seeds {EXPERT_SEED + 1}…"
         f"{EXPERT_SEED + kmax})."
     )
+    runs = []
+    if BUDGET_METHOD in c.methods:
+        runs.append(f"{BUDGET_METHOD} exact and under `--budget B%` (of the expert bytes the exact merge reads)")
+    runs += [f"{m} ({', '.join(f'{k} {v:g}' for k, v in METHODS[m].items())}) exact" for m in c.methods
+             if m != BUDGET_METHOD]  # fmt: skip
     body = [
-        "Merges of experts 1..K, weights 1/K, bf16: task_arithmetic exact and under `--budget B%` (of the "
-        "expert bytes the exact merge reads), ties (density 0.5) exact; mergekit reads the model directories, "
+        f"Merges of experts 1..K, weights 1/K, bf16: {', '.join(runs)}; mergekit reads the model directories, "
         "mgit has the base on `main` and expert N on branch `expert-N` of one repository, and each merge starts "
         "from a checkout of `main`. A checked-out merge also writes the merged model into the working tree; "
         "with `-b NAME --no-checkout` it only commits; those run in a copy of the repository made before the "
@@ -746,7 +791,7 @@ def merge_section(merged: Sequence[Merged], c: Context, part: Part) -> str:
     ]
     commands = [f"Commands, e.g. at K = {kmax} (paths relative to the repository root):", "", "```",
                 *c.example_cmds, "```", ""] if c.example_cmds else []  # fmt: skip
-    return section(MERGE_TITLE, c, part, inputs, body, merge_targets(merged, c.ks), commands)
+    return section(merge_title(c.methods), c, part, inputs, body, merge_targets(merged, c.ks), commands)
 
 
 # -- main -----------------------------------------------------------------------------------
@@ -823,28 +868,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(s.scratch, ignore_errors=True)
         merge.wall = time.perf_counter() - started - merge.waited
-    image = workdir / DOCS_IMAGE.name
+    docs_svg = docs_image(args.methods)
+    image = workdir / docs_svg.name
     ctx = Context(command, args.quick, plan, raw, ks, budgets, workdir, args.reps, cold, cache_note, example,
-                  os.path.relpath(DOCS_IMAGE, DOCS_IMAGE.parent))  # fmt: skip
-    sections = []  # (title, text): one per part run; a part not run keeps its section in the docs
+                  os.path.relpath(docs_svg, docs_svg.parent), tuple(args.methods))  # fmt: skip
+    sections = []  # (title, text, after): one per part run; a part not run keeps its section in the docs
     if merged:
-        sections.append((MERGE_TITLE, merge_section(merged, ctx, merge)))
+        sections.append((merge_title(args.methods), merge_section(merged, ctx, merge), MERGE_TITLE))
         kind = " (--quick)" if args.quick else ""
         plot_title = f"{BUDGET_METHOD}, {plan.nbytes / GB:.2f} GB bf16 base{kind}: wall time against the read budget"
         write_svg(image, plot(merged, ks, budgets, plot_title))
     if stored:
-        sections.append((STORE_TITLE, store_section(stored, ctx, store)))
-    for _, text in sections:
+        sections.append((STORE_TITLE, store_section(stored, ctx, store), None))
+    for _, text, _ in sections:
         print()
         print(text)
     if merged:
         print(f"plot: {image}")
     if args.write_docs:
-        for title, text in sections:
-            update_docs(text, title)
+        for title, text, after in sections:
+            update_docs(text, title, after=after)
         if merged:
-            shutil.copyfile(image, DOCS_IMAGE)
-        print(f"updated docs/benchmarks.md{' and ' + str(DOCS_IMAGE.relative_to(REPO_ROOT)) if merged else ''}")
+            shutil.copyfile(image, docs_svg)
+        print(f"updated docs/benchmarks.md{' and ' + relative(str(docs_svg)) if merged else ''}")
     bad = [m for m in merged if m.same is not None and not m.same.bit_identical]
     broken = [r for r in stored if r.identical is False]
     return 1 if bad or broken else 0

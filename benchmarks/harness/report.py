@@ -59,17 +59,29 @@ def took(wall: float, waited: float) -> str:
     return f" (took {wall / 60:.0f} min, plus {waited / 60:.0f} min waiting for other benchmarks)"
 
 
-def update_docs(section: str, title: str, path: Path = DOCS_FILE) -> None:
-    """Create or replace the section headed ``title`` (this benchmark's); keep every other section as it is."""
+def update_docs(section: str, title: str, path: Path = DOCS_FILE, after: str | None = None) -> None:
+    """Create or replace the section headed ``title`` (this benchmark's); keep every other section as it is.
+    A new section goes right after the one headed ``after`` when there is one, else at the end."""
     text = path.read_text() if path.exists() else DOCS_INTRO
     lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == title), None)
-    if start is None:
+
+    def span(heading: str) -> tuple[int, int] | None:
+        """[start, end) of the lines of the section with that heading."""
+        start = next((i for i, line in enumerate(lines) if line.rstrip() == heading), None)
+        if start is None:
+            return None
+        return start, next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+
+    place = span(title)
+    if place is None and after is not None:
+        neighbour = span(after)
+        place = None if neighbour is None else (neighbour[1], neighbour[1])  # empty, right after it
+    if place is None:
         text = text.rstrip("\n") + "\n\n" + section
     else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        rest = "".join(lines[end:])
-        text = "".join(lines[:start]) + section + ("\n" + rest if rest else "")
+        head, rest = "".join(lines[: place[0]]), "".join(lines[place[1] :])
+        head = head.rstrip("\n") + "\n\n" if head else ""
+        text = head + section + ("\n" + rest if rest else "")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
 

@@ -70,6 +70,18 @@ def test_update_docs_appends_a_new_section_and_creates_the_page(tmp_path: Path) 
     assert page.read_text() == report.DOCS_INTRO + "\n## C (c.py)\n\nc\n"
 
 
+def test_update_docs_puts_a_new_section_right_after_the_one_named(tmp_path: Path) -> None:
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\n## A (a.py)\n\na\n\n## B (b.py)\n\nb\n")
+    report.update_docs("## A, some (a.py)\n\nsome a\n", "## A, some (a.py)", page, after="## A (a.py)")
+    first = "# Benchmarks\n\n## A (a.py)\n\na\n\n## A, some (a.py)\n\nsome a\n\n## B (b.py)\n\nb\n"
+    assert page.read_text() == first
+    report.update_docs("## A, some (a.py)\n\nnewer\n", "## A, some (a.py)", page, after="## A (a.py)")
+    assert page.read_text() == first.replace("some a", "newer")  # replaced where it is, once
+    report.update_docs("## C (c.py)\n\nc\n", "## C (c.py)", page, after="## Z (z.py)")  # no such section
+    assert page.read_text().endswith("## B (b.py)\n\nb\n\n## C (c.py)\n\nc\n")
+
+
 def test_fmt_rss_shows_the_sampled_anonymous_peak_when_there_is_one() -> None:
     assert report.fmt_rss(Proc(1.0, 300 * 10**6, 0.0, "")) == "300"
     assert report.fmt_rss(Proc(1.0, 300 * 10**6, 0.0, "", peaks={"RssAnon": 120 * 10**6})) == "300 (120)"

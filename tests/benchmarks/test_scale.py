@@ -4,6 +4,7 @@ the disk it needs, the SVG chart, its arguments and runs; and one end-to-end run
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import os
@@ -241,6 +242,37 @@ def test_the_benchmark_plot_draws_mgit_per_mode_and_mergekit_as_a_line() -> None
     assert "K = 4: mergekit-yaml" in texts and "K = 4: mgit merge --no-checkout" in texts
 
 
+def _merged(run: object, seconds: float, record: dict | None = None) -> object:
+    return bench_scale.Merged(run, Proc(seconds, 100 * 10**6, 0.0, ""), [seconds], 0, record or {})
+
+
+def test_the_targets_leave_out_a_method_not_run_and_check_budgeted_reads_against_the_record() -> None:
+    mr = bench_scale.MergeRun
+    record = {"budget": {"limit_bytes": 1000}, "bytes": {"experts_measured": 990, "base_measured": 500,
+                                                          "base_estimated": 400}}  # fmt: skip
+    runs = [_merged(mr(4, "task_arithmetic", "mergekit"), 60.0), _merged(mr(4, "task_arithmetic", "mgit"), 20.0),
+            _merged(mr(4, "task_arithmetic", "mgit", 10), 3.0, record),
+            _merged(mr(4, "task_arithmetic", "mgit", 10, False), 2.0, record)]  # fmt: skip
+    rows = {r[0]: r[1:] for r in bench_scale.merge_targets(runs, (4,))}
+    assert not any("ties" in metric for metric in rows)  # not run: no row saying "n/a"
+    assert rows["K = 4, task_arithmetic exact: × faster than mergekit"] == ["3.00", "≥ 2", "yes"]
+    assert rows["K = 4, --budget 10%: expert bytes read / the budget"] == ["0.990", "≤ 1", "yes"]
+    base = rows["K = 4, --budget 10%: base bytes read / base chunks the plan computes from"]
+    assert base == ["1.250", "≤ 1", "**no**"]  # read more of the base than the plan needs
+    ties = [_merged(mr(4, "ties", "mergekit"), 90.0), _merged(mr(4, "ties", "mgit"), 30.0)]
+    rows = {r[0]: r[1:] for r in bench_scale.merge_targets(ties, (4,))}
+    assert rows["K = 4, ties exact: × faster than mergekit"] == ["3.00", "≥ 2.5", "yes"]
+    assert not any("task_arithmetic" in metric or "budget" in metric for metric in rows)
+
+
+def test_a_run_of_some_methods_has_its_own_section_and_plot() -> None:
+    assert bench_scale.merge_title(("ties", "task_arithmetic")) == bench_scale.MERGE_TITLE
+    assert bench_scale.docs_image(("task_arithmetic", "ties")) == bench_scale.DOCS_IMAGE
+    title = bench_scale.merge_title(("task_arithmetic",))
+    assert title == "## Merges at scale, task_arithmetic only (bench_scale.py)"
+    assert bench_scale.docs_image(("task_arithmetic",)).name == "bench_scale-task_arithmetic.svg"
+
+
 # -- arguments and runs ---------------------------------------------------------------------
 
 
@@ -311,23 +343,34 @@ def test_the_mergekit_config_matches_the_mgit_merge(tmp_path: Path) -> None:
 
 
 @pytest.mark.bench_smoke
-def test_a_tiny_run_end_to_end(tmp_path: Path, capsys) -> None:
+def test_a_tiny_run_end_to_end(tmp_path: Path, monkeypatch, capsys) -> None:
     """A 4 MB model, K = 2, task_arithmetic exact and at one budget, no mergekit or DVC (not installed
     from the network here), warm cache: every table is printed, the chart written, the checkouts
-    byte-identical, each merge with and without --no-checkout."""
-    workdir = tmp_path / "scale"
+    byte-identical, each merge with and without --no-checkout. Of one method only, its section goes
+    after the full run's, which stays, and its plot beside the full run's."""
+    workdir, docs = tmp_path / "scale", tmp_path / "benchmarks.md"
+    docs.write_text(f"# Benchmarks\n\n{bench_scale.MERGE_TITLE}\n\nall methods\n\n## Other (other.py)\n\nother\n")
+    monkeypatch.setattr(bench_scale, "update_docs", functools.partial(report.update_docs, path=docs))
+    named = bench_scale.docs_image
+    monkeypatch.setattr(bench_scale, "docs_image", lambda methods: tmp_path / named(methods).name)
     argv = ["--workdir", str(workdir), "--shape", "tiny", "--layers", "2", "--ks", "2", "--budgets", "10",
             "--methods", "task_arithmetic", "--no-mergekit", "--no-dvc", "--warm", "--idle-wait", "0",
-            "--other-wait", "0"]  # fmt: skip
+            "--other-wait", "0", "--write-docs"]  # fmt: skip
     assert bench_scale.main(argv) == 0
     out = capsys.readouterr().out
-    assert bench_scale.MERGE_TITLE in out and bench_scale.STORE_TITLE in out
+    title = bench_scale.merge_title(("task_arithmetic",))
+    assert title in out and bench_scale.STORE_TITLE in out
+    text = docs.read_text()
+    assert "all methods" in text and text.index(bench_scale.MERGE_TITLE) < text.index(title) < text.index("## Other")
+    assert "| K = 2, --budget 10%: expert bytes read / the budget |" in text
+    assert "(bench_scale-task_arithmetic.svg)" in text and (tmp_path / "bench_scale-task_arithmetic.svg").exists()
+    assert not (tmp_path / "bench_scale.svg").exists()
     assert "| mgit | add + commit: base |" in out and "| mgit | add + commit: dense fine-tune |" in out
     assert "| cp -r | copy the model directory |" in out
     assert "| 2 | task_arithmetic | mgit merge --budget 10% |" in out
     assert "| 2 | task_arithmetic | mgit merge --budget 10% --no-checkout |" in out
     assert "**NO**" not in out
-    root = ET.fromstring((workdir / "bench_scale.svg").read_text())
+    root = ET.fromstring((workdir / "bench_scale-task_arithmetic.svg").read_text())
     assert root.findall(f"{SVG}polyline")
 
 
@@ -338,7 +381,7 @@ def test_a_run_of_one_part_writes_only_that_parts_section(tmp_path: Path, monkey
     docs = tmp_path / "benchmarks.md"
     titles = bench_scale.MERGE_TITLE, bench_scale.STORE_TITLE
     docs.write_text(f"# Benchmarks\n\n{titles[0]}\n\nearlier merges\n\n{titles[1]}\n\nstale storage\n")
-    monkeypatch.setattr(bench_scale, "update_docs", lambda text, title: report.update_docs(text, title, docs))
+    monkeypatch.setattr(bench_scale, "update_docs", functools.partial(report.update_docs, path=docs))
     argv = ["--workdir", str(tmp_path / "scale"), "--shape", "tiny", "--layers", "1", "--parts", "store",
             "--no-dvc", "--warm", "--idle-wait", "0", "--other-wait", "0", "--write-docs"]  # fmt: skip
     assert bench_scale.main(argv) == 0
