@@ -30,6 +30,11 @@ LARGE_FILE_BYTES = DEFAULT_CHUNK_BYTES  # non-tensor files above this are chunke
 # Chunks in flight: only the ones running (one per worker) hold their bytes; the queued ones
 # hold nothing but the read-ahead they asked the kernel for, so a longer window costs no memory.
 WINDOW = 4 * WORKERS
+# Chunks whose reads are asked for ahead of the one submitted: a hint to the kernel (page cache, no
+# memory of ours). A window's worth was too little on a cold disk, where each of a merge's scattered
+# reads waits on its latency: 32 chunks (128 MiB of a file) made a budgeted K = 16 merge of a 2.2 GB
+# model ~7% faster and a dense add ~15% (docs/benchmarks.md, bench_scale).
+READ_AHEAD = max(WINDOW, 32)
 ReadAt = Callable[[int, int], bytes | memoryview]  # (offset, size) → bytes
 
 
@@ -189,12 +194,12 @@ class Ingestor:
                     will_need(start, end - start)
 
         def ahead() -> Iterator[tuple[_Piece, int, int, int]]:
-            """The items, each submitted once the one WINDOW places later is asked for: a
-            window's worth of reads is under way beyond the chunks being worked on."""
-            for k in range(min(WINDOW, len(items))):
+            """The items, each submitted once the one READ_AHEAD places later is asked for: that
+            many chunks' reads are under way beyond the chunks being worked on."""
+            for k in range(min(READ_AHEAD, len(items))):
                 advise(k)
             for k, item in enumerate(items):
-                advise(k + WINDOW)
+                advise(k + READ_AHEAD)
                 yield item
 
         refs = []

@@ -122,7 +122,7 @@ def test_chunks_of_different_tensors_are_stored_at_once(tmp_path, monkeypatch):
 
 def test_every_chunk_is_read_ahead_before_it_is_read(tmp_path, monkeypatch):
     monkeypatch.setattr("mgit.model.ingest.chunk_size_for", lambda shape, bits: 1024)
-    path = _model(tmp_path / "m.safetensors", 2, tensors=3)
+    path = _model(tmp_path / "m.safetensors", 2, tensors=6)
     events: list[tuple[str, int]] = []
     lock = threading.Lock()
     advise = os.posix_fadvise
@@ -148,8 +148,10 @@ def test_every_chunk_is_read_ahead_before_it_is_read(tmp_path, monkeypatch):
     assert len(reads) > 20
     for offset in reads:
         assert events.index(("advise", offset)) < events.index(("read", offset))
-    # read-ahead runs a window ahead: by the first read, a window of chunks has been asked for
-    assert sum(1 for e, _ in events[: events.index(("read", reads[0]))] if e == "advise") >= ingest.WINDOW
+    # read-ahead runs READ_AHEAD chunks ahead, further than the window of chunks worked on: by the
+    # first read, that many have been asked for
+    assert len(reads) > ingest.READ_AHEAD > ingest.WINDOW
+    assert sum(1 for e, _ in events[: events.index(("read", reads[0]))] if e == "advise") >= ingest.READ_AHEAD
 
 
 def test_a_file_that_shrinks_while_read_is_an_error(tmp_path):
