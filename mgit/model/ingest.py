@@ -32,8 +32,8 @@ LARGE_FILE_BYTES = DEFAULT_CHUNK_BYTES  # non-tensor files above this are chunke
 WINDOW = 4 * WORKERS
 # Chunks whose reads are asked for ahead of the one submitted: a hint to the kernel (page cache, no
 # memory of ours). A window's worth was too little on a cold disk, where each of a merge's scattered
-# reads waits on its latency: 32 chunks (128 MiB of a file) made a budgeted K = 16 merge of a 2.2 GB
-# model ~7% faster and a dense add ~15% (docs/benchmarks.md, bench_scale).
+# reads waits on its latency: 32 chunks (128 MiB of a file) made a budgeted K = 16 merge of bench_scale's
+# 2.2 GB model ~7% faster and its dense add ~15% (by hand, cold page cache, 2 cores).
 READ_AHEAD = max(WINDOW, 32)
 ReadAt = Callable[[int, int], bytes | memoryview]  # (offset, size) → bytes
 
