@@ -52,9 +52,16 @@ def slices(draw):
     n = draw(st.sampled_from([1, 2, 7, 31, 64, 128, 200, 1152, 40_960, 1 << 19]))
     seed = draw(st.integers(0, 2**31))
     lowest = draw(st.integers(-30, 0) if dtype == "BF16" else st.integers(-12, 0))
-    weights = draw(st.lists(st.floats(-2, 2, allow_subnormal=False), min_size=count, max_size=count))
+    # any weights, or powers of two only (then the kernel skips the rounding after each product
+    # when it would change nothing), or all ones (a plain sum: no products at all)
+    weight = st.floats(-2, 2, allow_subnormal=False) | st.sampled_from([0.0625, -0.5, 0.25, 2.0, 1.0, 2.0**-20])
+    weights = draw(
+        st.lists(weight, min_size=count, max_size=count)
+        | st.lists(st.sampled_from([0.0625, -0.5, 1.0, 2.0**-20]), min_size=count, max_size=count)
+        | st.just([1.0] * count)
+    )
     normalize = draw(st.booleans())
-    lam = draw(st.sampled_from([1.0, 0.5, 1.7, -0.3]))
+    lam = draw(st.sampled_from([1.0, 0.5, 1.7, -0.3, 2.0**-30]))
     present = draw(st.none() | st.lists(st.integers(0, count - 1), min_size=0, max_size=count, unique=True).map(sorted))
     return dtype, count, n, seed, lowest, weights, normalize, lam, present
 
@@ -106,6 +113,27 @@ def test_one_differing_expert_gives_the_torch_kernels_bits_zeros_signed_as_torch
     out = np.empty(n, np.uint16)
     assert kernel.merge(bits(base), [bits(expert)], [1], out)
     assert np.array_equal(out, bits(torch_merge(base, [expert], params, [1])))
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16"])
+@pytest.mark.parametrize("count", [1, 3])
+def test_power_of_two_weights_that_take_deltas_below_the_normal_range_round_as_torch_rounds(dtype, count):
+    # deltas near the smallest normal number times 2^-12: the products are subnormal, and many are
+    # not dtype values, so the rounding the kernel skips for exact products must still happen here
+    g = torch.Generator().manual_seed(3)
+    tdt, n = TORCH_DTYPES[dtype], 4 * BLOCK
+    lowest = -120 if dtype == "BF16" else -10
+    base = order_sensitive(g, (n,), lowest, lowest + 6).to(tdt)
+    experts = [(base.float() + order_sensitive(g, (n,), lowest - 2, lowest + 4)).to(tdt) for _ in range(count)]
+    params = get_method("task_arithmetic").resolve({"weight": 2.0**-12, "normalize": False}, count)
+    kernel = affine_kernel(dtype, params["weight"], params["normalize"], params["lambda"])
+    assert kernel is not None and kernel.exact_products
+    out = np.empty(n, np.uint16)
+    assert kernel.merge(bits(base), [bits(e) for e in experts], None, out)
+    expected = torch_merge(base, experts, params, None)
+    assert np.array_equal(out, bits(expected))
+    unrounded = (experts[0].float() - base.float()).to(tdt).float() * 2.0**-12
+    assert not torch.equal(unrounded.to(tdt).float(), unrounded)  # the case this test is for
 
 
 @pytest.mark.parametrize("dtype", ["BF16", "F16"])

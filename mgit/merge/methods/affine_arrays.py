@@ -27,6 +27,7 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -68,6 +69,21 @@ def _round(values: np.ndarray, spare: np.ndarray, dtype: str) -> None:
     np.bitwise_and(u, 0xFFFF0000, out=u)
 
 
+def _round_if_needed(values: np.ndarray, spare: np.ndarray, dtype: str) -> None:
+    """:func:`_round`, skipped when every value is already one of the dtype's (then rounding
+    changes nothing): one pass to look instead of five to round. Worth it only where the result
+    is nearly always exact, as a bf16 delta times a power of two is."""
+    if dtype == "BF16" and not int(np.bitwise_or.reduce(values.view(np.uint32), axis=None)) & 0xFFFF:
+        return
+    _round(values, spare, dtype)
+
+
+def _power_of_two(value: np.float32) -> bool:
+    """Whether ``value`` is ±2^k: a product by it is exact in float32 unless it leaves the range."""
+    mantissa, _ = math.frexp(float(value))
+    return abs(mantissa) == 0.5
+
+
 def _scalar(value: float, dtype: str) -> np.float32:
     """A Python float as torch makes it a dtype element: through float32."""
     held = np.array([value], np.float32)
@@ -85,6 +101,12 @@ class AffineKernel:
     divisor: np.float32 | None  # normalize: Σ of all weights in the dtype (|.| < 1e-8 in the dtype → 1)
     scale: np.float32 | None  # lambda as float32, when != 1
     limit: int  # inputs' exponent fields must be below this (bits as stored)
+
+    @cached_property
+    def exact_products(self) -> bool:
+        """Every weight ±2^k: a delta times it is nearly always a dtype value already, so the
+        rounding after the product is looked for before it is done (see :func:`_round_if_needed`)."""
+        return all(_power_of_two(w) for w in self.weights)
 
     def merge(
         self, base: np.ndarray, experts: Sequence[np.ndarray], present: Sequence[int] | None, out: np.ndarray
@@ -106,7 +128,9 @@ class AffineKernel:
             for bits in (base[part], *(e[part] for e in experts)):
                 if int(np.bitwise_and(bits, mask, out=exponents[: bits.size]).max()) >= self.limit:
                     return False
-        weights = np.array([self.weights[k] for k in which], np.float32).reshape(-1, 1)
+        weights: np.ndarray | None = None  # a plain sum (all ones): the products are the deltas themselves
+        if any(self.weights[k] != 1 for k in which):
+            weights = np.array([self.weights[k] for k in which], np.float32).reshape(-1, 1)
         for lo in range(0, base.size, SLICE):
             part = slice(lo, lo + SLICE)
             scratch = _scratch(2 * len(which) + 2, min(SLICE, base.size - lo))
@@ -114,7 +138,12 @@ class AffineKernel:
         return True
 
     def _merge_part(
-        self, base: np.ndarray, experts: list[np.ndarray], weights: np.ndarray, scratch: np.ndarray, out: np.ndarray
+        self,
+        base: np.ndarray,
+        experts: list[np.ndarray],
+        weights: np.ndarray | None,
+        scratch: np.ndarray,
+        out: np.ndarray,
     ) -> None:
         """One part into ``out``, in float32 ``scratch`` (2m + 2 rows of the part's size for m
         experts): the experts' deltas as one [m, n] stack, each step one numpy call."""
@@ -125,8 +154,9 @@ class AffineKernel:
         self._widen(base, b)
         np.subtract(deltas, b, out=deltas)
         _round(deltas, spare, self.dtype)
-        np.multiply(deltas, weights, out=deltas)
-        _round(deltas, spare, self.dtype)
+        if weights is not None:
+            np.multiply(deltas, weights, out=deltas)
+            (_round_if_needed if self.exact_products else _round)(deltas, spare, self.dtype)
         if m == 1:  # (most chunks a budget computes): the sum of one row is the row, from +0
             np.add(deltas[0], 0, out=total)  # already a dtype value: rounding would not change it
         else:
@@ -135,17 +165,21 @@ class AffineKernel:
             _round(total, spare[0], self.dtype)
         if self.divisor is not None:
             np.divide(total, self.divisor, out=total)
-            _round(total, spare[0], self.dtype)
+            (_round_if_needed if _power_of_two(self.divisor) else _round)(total, spare[0], self.dtype)
         if self.scale is not None:
             np.multiply(total, self.scale, out=total)
-            _round(total, spare[0], self.dtype)
+            (_round_if_needed if _power_of_two(self.scale) else _round)(total, spare[0], self.dtype)
         np.add(b, total, out=b)
         if self.dtype == "F16":
             np.copyto(out.view(np.float16), b, casting="same_kind")
             return
-        _round(b, spare[0], self.dtype)
-        np.right_shift(b.view(np.uint32), 16, out=spare[0].view(np.uint32))
-        np.copyto(out, spare[0].view(np.uint32), casting="unsafe")  # the upper halves: the bf16 bits
+        # _round's steps, the last one replaced: the rounded upper halves go straight to the output
+        u, s = b.view(np.uint32), spare[0].view(np.uint32)
+        np.right_shift(u, 16, out=s)
+        np.bitwise_and(s, 1, out=s)
+        np.add(s, 0x7FFF, out=s)
+        np.add(u, s, out=u)
+        np.right_shift(u, 16, out=out, casting="unsafe")
 
     def _widen(self, bits: np.ndarray, out: np.ndarray) -> None:
         if self.dtype == "F16":
