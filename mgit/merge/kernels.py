@@ -68,10 +68,13 @@ def merge_one(
 class Kernels:
     """Which kernels a merge runs its chunks on, and torch's threads meanwhile.
 
-    A method's array kernel (torch-free) costs ~3x torch's per byte: a merge that computes little
-    is quicker without importing torch (~1.3 s warm, ~4 s cold), one that computes much is not
-    (bench_scale, 2.2 GB, cold cache, in pairs: --budget 10% at K = 16 went from ~9.5 to ~6.5 s,
-    the exact K = 8 merge from ~25 to ~30 s). So ``arrays`` holds for plans whose expert chunks to
+    A method's array kernel (torch-free) costs more than torch's where few experts differ (task
+    arithmetic, two threads, 4 MiB bf16 chunks: 1.4x torch's time at one expert, 1.5x at four, the
+    same at sixteen): a merge that computes little is quicker without importing torch (~1.3 s
+    warm, ~4 s cold), one that computes much is not (bench_scale, 2.2 GB, cold cache, in pairs:
+    --budget 10% at K = 16 went from ~9.5 to ~6.5 s; with array kernels for every chunk the exact
+    K = 8 merge took 24.0-24.5 s against 24.3-26.5 s, the exact K = 16 one 42.3-43.8 s against
+    39.0-41.8 s, so the bound stays). So ``arrays`` holds for plans whose expert chunks to
     merge sum to at most ARRAY_KERNEL_BYTES, in a process that has not loaded torch already (a
     Python session merging tensors it made with torch gains nothing from avoiding it).
 
