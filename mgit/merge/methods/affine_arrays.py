@@ -55,27 +55,28 @@ def _scratch(rows: int, n: int) -> np.ndarray:
     return held[: rows * n].reshape(rows, n)
 
 
-def _round(values: np.ndarray, spare: np.ndarray, dtype: str) -> None:
-    """float32 ``values`` rounded to ``dtype`` (to nearest, ties to even) in place, as an op's
-    result is; ``spare`` is scratch of their shape."""
-    if dtype == "F16":
-        np.copyto(values, values.astype(np.float16))
-        return
+def _add_rounding_bias(values: np.ndarray, spare: np.ndarray) -> None:
+    """Add to each float32's bits what rounds it to bf16 (to nearest, ties to even): the upper
+    halves are then the rounded bf16 bits, the lower ones garbage to clear or drop."""
     u, s = values.view(np.uint32), spare.view(np.uint32)
     np.right_shift(u, 16, out=s)
     np.bitwise_and(s, 1, out=s)
     np.add(s, 0x7FFF, out=s)
     np.add(u, s, out=u)
-    np.bitwise_and(u, 0xFFFF0000, out=u)
 
 
-def _round_if_needed(values: np.ndarray, spare: np.ndarray, dtype: str) -> None:
-    """:func:`_round`, skipped when every value is already one of the dtype's (then rounding
-    changes nothing): one pass to look instead of five to round. Worth it only where the result
-    is nearly always exact, as a bf16 delta times a power of two is."""
-    if dtype == "BF16" and not int(np.bitwise_or.reduce(values.view(np.uint32), axis=None)) & 0xFFFF:
+def _round(values: np.ndarray, spare: np.ndarray, dtype: str, look_first: bool = False) -> None:
+    """float32 ``values`` rounded to ``dtype`` (to nearest, ties to even) in place, as an op's
+    result is; ``spare`` is scratch of their shape. ``look_first``: where the values are nearly
+    always dtype values already (a bf16 delta times a power of two), first look whether rounding
+    would change any of them (one pass, against five to round)."""
+    if dtype == "F16":
+        np.copyto(values, values.astype(np.float16))
         return
-    _round(values, spare, dtype)
+    if look_first and not int(np.bitwise_or.reduce(values.view(np.uint32), axis=None)) & 0xFFFF:
+        return
+    _add_rounding_bias(values, spare)
+    np.bitwise_and(values.view(np.uint32), 0xFFFF0000, out=values.view(np.uint32))
 
 
 def _power_of_two(value: np.float32) -> bool:
@@ -105,7 +106,7 @@ class AffineKernel:
     @cached_property
     def exact_products(self) -> bool:
         """Every weight ±2^k: a delta times it is nearly always a dtype value already, so the
-        rounding after the product is looked for before it is done (see :func:`_round_if_needed`)."""
+        rounding after the product is looked for before it is done (``_round``'s ``look_first``)."""
         return all(_power_of_two(w) for w in self.weights)
 
     def merge(
@@ -156,7 +157,7 @@ class AffineKernel:
         _round(deltas, spare, self.dtype)
         if weights is not None:
             np.multiply(deltas, weights, out=deltas)
-            (_round_if_needed if self.exact_products else _round)(deltas, spare, self.dtype)
+            _round(deltas, spare, self.dtype, look_first=self.exact_products)
         if m == 1:  # (most chunks a budget computes): the sum of one row is the row, from +0
             np.add(deltas[0], 0, out=total)  # already a dtype value: rounding would not change it
         else:
@@ -165,21 +166,16 @@ class AffineKernel:
             _round(total, spare[0], self.dtype)
         if self.divisor is not None:
             np.divide(total, self.divisor, out=total)
-            (_round_if_needed if _power_of_two(self.divisor) else _round)(total, spare[0], self.dtype)
+            _round(total, spare[0], self.dtype, look_first=_power_of_two(self.divisor))
         if self.scale is not None:
             np.multiply(total, self.scale, out=total)
-            (_round_if_needed if _power_of_two(self.scale) else _round)(total, spare[0], self.dtype)
+            _round(total, spare[0], self.dtype, look_first=_power_of_two(self.scale))
         np.add(b, total, out=b)
         if self.dtype == "F16":
             np.copyto(out.view(np.float16), b, casting="same_kind")
             return
-        # _round's steps, the last one replaced: the rounded upper halves go straight to the output
-        u, s = b.view(np.uint32), spare[0].view(np.uint32)
-        np.right_shift(u, 16, out=s)
-        np.bitwise_and(s, 1, out=s)
-        np.add(s, 0x7FFF, out=s)
-        np.add(u, s, out=u)
-        np.right_shift(u, 16, out=out, casting="unsafe")
+        _add_rounding_bias(b, spare[0])  # rounded as _round rounds, the upper halves straight to the output
+        np.right_shift(b.view(np.uint32), 16, out=out, casting="unsafe")
 
     def _widen(self, bits: np.ndarray, out: np.ndarray) -> None:
         if self.dtype == "F16":
