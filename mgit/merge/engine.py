@@ -58,12 +58,11 @@ if TYPE_CHECKING:
 
     from mgit.merge.methods.inputs import Prepared
 
-# Sparsifiers decide on whole deltas; TIES sorts one single-threaded, so experts are decided
-# concurrently while their scratch fits in DECIDE_MEMORY: at most ~22 bytes per element for a
-# bf16 delta (the delta, whose buffer holds its sorted magnitudes, torch.sort's int64 indices and
-# the int64 range it fills them from: 18; 4 more where the magnitudes need a float32 copy).
-DECIDE_MEMORY = 2**30
-DECIDE_BYTES_PER_ELEMENT = 22
+# Sparsifiers decide on whole deltas, each on one thread, so experts are decided concurrently
+# while their scratch fits in DECIDE_MEMORY (per element: see sparsify's *_BYTES_PER_ELEMENT):
+# a 65M-element bf16 embedding (~0.5 GB of ranking scratch) is decided one expert at a time,
+# which keeps a TIES merge's peak near 1 GB; its 11.5M-element MLP matrices two at a time.
+DECIDE_MEMORY = 768 * 2**20
 # Elements of a chunk merged at a time: the method's scratch (K deltas and more) stays in the
 # caches and below malloc's mmap threshold, instead of fresh, page-faulting buffers per chunk.
 SLICE_ELEMENTS = 1 << 19
@@ -131,12 +130,13 @@ def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs, carried: s
     else every expert equals it, so the deltas there are 0 whatever the base holds."""
     import torch
 
-    from mgit.merge.sparsify import seeded_generator
+    from mgit.merge.sparsify import SELECT_BYTES_PER_ELEMENT, SORT_BYTES_PER_ELEMENT, seeded_generator, selects_by_rank
 
     method = setup.method
     base_t = inputs.read_base(base_chunks_read(tp, setup, carried)) if method.decides_per_expert else None
     numel = max(1, tp.base.nbytes * 8 // _dtype(tp.base.dtype).bits)
-    workers = min(WORKERS, DECIDE_MEMORY // (DECIDE_BYTES_PER_ELEMENT * numel))
+    per_element = SELECT_BYTES_PER_ELEMENT if selects_by_rank() else SORT_BYTES_PER_ELEMENT
+    workers = min(WORKERS, DECIDE_MEMORY // (per_element * numel))
     each = None
     if base_t is not None and not method.random and workers >= 2:
 

@@ -22,12 +22,20 @@ import numpy as np
 import torch
 
 from mgit.errors import BadInputError
+from mgit.merge.sort_select import sorted_range
 from mgit.parallel import give_back_freed_memory
 
 _RESCALE_EPS = 1e-7
 # torch.sort's scratch beyond the values: the int64 indices and the int64 range it fills them from.
-_SORT_BYTES_PER_ELEMENT = 16
+_SORT_SCRATCH_PER_ELEMENT = 16
 _TRIM_BEFORE_SORTING = 64 * 2**20  # scratch at least this large: give freed heap memory back first
+# Rankings of at least this many elements find their kept range with sort_select instead of
+# sorting (below it torch.sort takes at most a few ms); both give the same elements.
+SELECT_FROM = 1 << 14
+# Peak bytes per element of ranking a bf16 delta: sorting adds torch.sort's 16 to the delta's 2 (and
+# 4 where magnitudes need a float32 copy); sort_select adds 4 (original positions) and 1 (the mask).
+SORT_BYTES_PER_ELEMENT = 22
+SELECT_BYTES_PER_ELEMENT = 8
 
 
 @dataclass(frozen=True)
@@ -181,11 +189,65 @@ def _magnitude_order(delta: torch.Tensor, descending: bool, overwrite: bool = Fa
         values = flat.abs_() if overwrite else flat.abs()
     else:
         values = flat.abs().float()
-    if delta.device.type == "cpu" and values.numel() * _SORT_BYTES_PER_ELEMENT >= _TRIM_BEFORE_SORTING:
+    if delta.device.type == "cpu" and values.numel() * _SORT_SCRATCH_PER_ELEMENT >= _TRIM_BEFORE_SORTING:
         give_back_freed_memory()  # the sort's scratch then reuses it instead of adding to it
     order = torch.empty(values.shape, dtype=torch.int64, device=delta.device)
     torch.sort(values, descending=descending, out=(values, order))
     return order
+
+
+# The largest magnitude bit pattern that is a number, per dtype whose magnitudes sort_select
+# compares as unsigned bit patterns (non-negative floats order like their bits): above it, NaN.
+_LARGEST_BITS = {torch.bfloat16: 0x7F80, torch.float16: 0x7C00}
+
+
+def _comparable_magnitudes(delta: torch.Tensor, overwrite: bool) -> np.ndarray | None:
+    """|delta| flattened as a numpy array that compares exactly as its float32 copy does: the bf16
+    or fp16 bit patterns (with ``overwrite`` in the delta's own buffer), float32 itself, else a
+    float32 copy (mergekit ranks float32 copies). None when a magnitude is NaN: torch orders
+    NaNs by its own rule, so those are left to it."""
+    flat = delta.reshape(-1)
+    if delta.dtype in _LARGEST_BITS:
+        magnitudes = flat.abs_() if overwrite else flat.abs()
+        bits = magnitudes.view(torch.int16).numpy().view(np.uint16)
+        return None if len(bits) and int(bits.max()) > _LARGEST_BITS[delta.dtype] else bits
+    values = (flat.abs_() if overwrite and delta.dtype == torch.float32 else flat.abs().float()).numpy()
+    return None if bool(np.isnan(values.max())) else values
+
+
+@functools.cache
+def _select_reproduces_torch() -> bool:
+    """Whether sort_select picks the elements torch's CPU argsort of float32 puts in a range, ties
+    included: it replays libstdc++'s introsort, which a torch built with another sort (x86-simd-sort)
+    does not use. Checked once per process on tie-heavy probes, both directions."""
+    generator = torch.Generator().manual_seed(1)
+    for n, distinct in ((4099, 7), (1 << 18, 97), (1 << 18, 3000)):
+        probe = torch.randint(0, distinct, (n,), generator=generator).float()
+        for descending, lo, hi in ((True, 0, n // 3), (False, n // 5, n - n // 7)):
+            order = torch.argsort(probe, descending=descending)
+            mask = sorted_range(probe.numpy().copy(), lo, hi, descending)
+            if mask is None or not torch.equal(torch.from_numpy(mask), _mask_of(order[lo:hi], n, probe.device)):
+                return False
+    return True
+
+
+def selects_by_rank() -> bool:
+    """Whether rankings of large deltas (TIES, Breadcrumbs) run through sort_select here."""
+    return _select_reproduces_torch()
+
+
+def _ranked(delta: torch.Tensor, lo: int, hi: int, descending: bool, overwrite: bool) -> torch.Tensor:
+    """Flat bool mask of the elements ``torch.argsort(|delta| as float32)`` (mergekit's ranking)
+    puts at positions [lo, hi): found by sort_select where it reproduces torch, else by sorting."""
+    n = delta.numel()
+    if delta.device.type == "cpu" and n >= SELECT_FROM and _select_reproduces_torch():
+        values = _comparable_magnitudes(delta, overwrite)
+        mask = None if values is None else sorted_range(values, lo, hi, descending)
+        if mask is not None:
+            return torch.from_numpy(mask)
+        # NaN, or introsort would have switched to heapsort (values are back in their order): sort
+    order = _magnitude_order(delta, descending, overwrite)
+    return _mask_of(order[lo:hi], n, delta.device)
 
 
 def _mask_of(indices: torch.Tensor, n: int, device: torch.device) -> torch.Tensor:
@@ -213,8 +275,7 @@ def magnitude_sparsity(delta: torch.Tensor, density: float, rescale: bool = Fals
     if int(torch.count_nonzero(delta)) <= k:
         keep = (delta != 0).reshape(-1)
     else:
-        order = _magnitude_order(delta, descending=True, overwrite=overwrite and not rescale)
-        keep = _mask_of(order[:k], n, delta.device)
+        keep = _ranked(delta, 0, k, descending=True, overwrite=overwrite and not rescale)
     return Sparsity(keep, ratio=_l1_ratio(delta, keep.reshape(delta.shape).to(delta.dtype), rescale))
 
 
@@ -239,8 +300,7 @@ def outlier_sparsity(
     n = delta.numel()
     kept = int(density * n)
     dropped_low = max(0, n - kept - int(gamma * n))
-    order = _magnitude_order(delta, descending=False, overwrite=overwrite and not rescale)
-    keep = _mask_of(order[dropped_low : dropped_low + kept], n, delta.device)
+    keep = _ranked(delta, dropped_low, dropped_low + kept, descending=False, overwrite=overwrite and not rescale)
     return Sparsity(keep, ratio=_l1_ratio(delta, keep.reshape(delta.shape).to(delta.dtype), rescale))
 
 

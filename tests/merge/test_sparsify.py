@@ -96,10 +96,11 @@ def test_the_magnitude_ranking_keeps_what_the_float32_argsort_keeps(monkeypatch,
 
 
 def test_an_overwriting_ranking_sorts_a_bf16_delta_in_its_own_buffer(monkeypatch):
-    """TIES sorts whole embeddings: the magnitudes are sorted where the delta is, in bf16, not in
-    a float32 copy (6 bytes per element less than mergekit's way, same order)."""
+    """Where TIES sorts whole embeddings (sort_select off), the magnitudes are sorted where the
+    delta is, in bf16, not in a float32 copy (6 bytes per element less than mergekit's way)."""
     import mgit.merge.sparsify as sparsify
 
+    monkeypatch.setattr(sparsify, "SELECT_FROM", 2**62)
     sorted_in: list[tuple[int, torch.dtype]] = []
     real_sort = torch.sort
 
@@ -112,6 +113,47 @@ def test_an_overwriting_ranking_sorts_a_bf16_delta_in_its_own_buffer(monkeypatch
     magnitude_sparsity(delta, 0.3, overwrite=True)
     assert sorted_in == [(delta.data_ptr(), torch.bfloat16)]
     assert bool((delta >= 0).all())  # what is left there: the sorted magnitudes
+
+
+def test_a_large_ranking_selects_in_the_deltas_own_buffer_without_sorting(monkeypatch):
+    """Above SELECT_FROM the kept range comes from sort_select, on the bf16 magnitudes' bits in
+    the delta's own buffer (overwrite): no torch.sort, and the same elements as mergekit's."""
+    import mgit.merge.sort_select as sort_select
+    import mgit.merge.sparsify as sparsify
+
+    if not sparsify.selects_by_rank():
+        pytest.skip("this torch's sort is not libstdc++'s introsort: rankings sort")
+    monkeypatch.setattr(sparsify.torch, "sort", lambda *a, **k: pytest.fail("sorted"))
+    seen: list[int] = []
+    real = sort_select.sorted_range
+    monkeypatch.setattr(sparsify, "sorted_range", lambda v, *a: seen.append(v.ctypes.data) or real(v, *a))
+    delta = _delta(50_000, 6)
+    expected = _mergekit_keep(delta, 0.3, descending=True)
+    assert torch.equal(magnitude_sparsity(delta, 0.3, overwrite=True).keep, expected)
+    assert seen == [delta.data_ptr()]
+
+
+@pytest.mark.parametrize("why", ["nan", "heapsort", "another sort"])
+def test_rankings_sort_where_sort_select_cannot_answer(monkeypatch, why):
+    """NaN magnitudes (torch orders them by its own rule), introsort's heapsort fallback, or a torch
+    whose sort sort_select does not replay: the ranking sorts, and keeps what mergekit keeps."""
+    import mgit.merge.sort_select as sort_select
+    import mgit.merge.sparsify as sparsify
+
+    delta = _delta(60_001, 8)
+    if why == "nan":
+        delta[::997] = float("nan")
+    elif why == "heapsort":
+        monkeypatch.setattr(sort_select, "depth_limit", lambda n: 2)
+    else:
+        monkeypatch.setattr(sparsify, "_select_reproduces_torch", lambda: False)
+    sorts: list[int] = []
+    real_sort = torch.sort
+    monkeypatch.setattr(sparsify.torch, "sort", lambda *a, **k: sorts.append(1) or real_sort(*a, **k))
+    expected = _mergekit_keep(delta, 0.4, descending=True)
+    for overwrite in (False, True):
+        assert torch.equal(magnitude_sparsity(delta.clone(), 0.4, overwrite=overwrite).keep, expected)
+    assert sorts == [1, 1]
 
 
 def test_a_rescaling_ranking_leaves_the_delta_as_it_was():

@@ -1,0 +1,96 @@
+"""sort_select: the elements torch's CPU argsort puts in a range of positions, found without sorting.
+
+Every case compares against ``torch.argsort`` itself (what mergekit ranks with), on tie-heavy
+inputs: among equal values, which ones fall inside the range is what there is to get right.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mgit.merge.sort_select import LEAF, depth_limit, sorted_range
+from mgit.merge.sparsify import selects_by_rank
+
+pytestmark = pytest.mark.skipif(
+    not selects_by_rank(), reason="this torch's CPU sort is not libstdc++'s introsort; rankings sort instead"
+)
+
+
+def _argsort_range(values: np.ndarray, lo: int, hi: int, descending: bool) -> np.ndarray:
+    order = torch.argsort(torch.from_numpy(values.astype(np.float32)), descending=descending).numpy()
+    keep = np.zeros(len(values), dtype=bool)
+    keep[order[lo:hi]] = True
+    return keep
+
+
+def _check(values: np.ndarray, lo: int, hi: int, descending: bool) -> None:
+    got = sorted_range(values.copy(), lo, hi, descending)
+    assert got is not None
+    assert np.array_equal(got, _argsort_range(values, lo, hi, descending))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(0, 3000),
+    distinct=st.sampled_from([1, 2, 3, 10, 97, 5000]),
+    ends=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+    descending=st.booleans(),
+    bits=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_range_holds_what_argsort_puts_there(n, distinct, ends, descending, bits, seed):
+    values = np.random.default_rng(seed).integers(0, distinct, n).astype(np.uint16 if bits else np.float32)
+    lo, hi = sorted(int(e * n) for e in ends)
+    _check(values, lo, hi, descending)
+
+
+@pytest.mark.parametrize("n", [LEAF, LEAF + 1, 2 * LEAF + 1, 65_537, 300_001])
+@pytest.mark.parametrize("descending", [True, False])
+def test_segment_and_block_edges(n, descending):
+    rng = np.random.default_rng(n)
+    values = rng.integers(0, 40, n).astype(np.float32)
+    for lo, hi in ((0, n // 2), (n // 3, n), (0, n), (n // 4, n // 4 + 1), (1, n - 1)):
+        _check(values, lo, hi, descending)
+
+
+def test_sorted_and_reversed_inputs():
+    """Already ordered inputs move the median-of-three pivots to their extremes."""
+    n = 100_003
+    for values in (np.arange(n, dtype=np.float32), np.arange(n, 0, -1).astype(np.float32), np.zeros(n, np.float32)):
+        for descending in (True, False):
+            _check(values, 0, n // 7, descending)
+
+
+def test_a_ties_trim_of_bf16_deltas_keeps_what_mergekit_keeps():
+    """A fine-tune-like bf16 delta, ranked as TIES does: its magnitude bits, the top half."""
+    g = torch.Generator().manual_seed(3)
+    base = (torch.randn(2_000_000, generator=g) * 0.02).bfloat16()
+    delta = (base.float() + torch.randn(base.shape, generator=g) * 3e-4).bfloat16() - base
+    bits = delta.abs().view(torch.int16).numpy().view(np.uint16)
+    k = delta.numel() // 2
+    order = torch.argsort(delta.abs().float(), descending=True)
+    expected = torch.zeros(delta.numel(), dtype=torch.bool)
+    expected[order[:k]] = True
+    got = sorted_range(bits.copy(), 0, k, True)
+    assert got is not None and torch.equal(torch.from_numpy(got), expected)
+
+
+def test_empty_and_whole_ranges():
+    values = np.random.default_rng(0).integers(0, 5, 1000).astype(np.float32)
+    assert not sorted_range(values.copy(), 300, 300, True).any()
+    assert not sorted_range(values.copy(), 700, 200, False).any()
+    assert sorted_range(values.copy(), 0, 1000, True).all()
+    assert sorted_range(values.copy(), -5, 5000, False).all()
+    assert sorted_range(np.empty(0, np.float32), 0, 0, True).size == 0
+
+
+def test_where_introsort_would_heapsort_it_answers_none_and_puts_the_values_back():
+    values = np.random.default_rng(1).integers(0, 9, 50_000).astype(np.uint16)
+    before = values.copy()
+    assert depth_limit(len(values)) == 2 * 15
+    assert sorted_range(values, 0, 20_000, True, depth=3) is None
+    assert np.array_equal(values, before)
