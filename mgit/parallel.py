@@ -54,7 +54,7 @@ def give_back_freed_memory() -> bool:
     """Return the memory freed buffers left in glibc's heaps to the kernel (``malloc_trim``).
 
     :func:`keep_freed_buffers` keeps a few hundred MB of them across threads' arenas for reuse;
-    before one large allocation (TIES sorting a whole embedding: 16 bytes per element) they
+    before one large allocation (TIES ranking a whole embedding: 5 to 16 bytes per element) they
     would only add to its peak. False where the C library has no glibc ``malloc_trim``."""
     trim = _libc("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
     if trim is None:

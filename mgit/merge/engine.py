@@ -11,7 +11,7 @@ expert identical to the base costs nothing). Two ways through a tensor:
   each expert's whole delta (the base in memory, experts read one at a time, decided
   concurrently while DECIDE_MEMORY allows) and keep only the decision (a bit per element),
   then read the experts' chunks again for the merge: memory ~ the base plus one or two
-  experts' sorting scratch, at the price of reading expert chunks twice.
+  experts' ranking scratch, at the price of reading expert chunks twice.
 * **whole tensor** otherwise (SLERP and Model Stock compare whole tensors; a result chunked
   unlike its inputs): the base and all K experts are in memory.
 
@@ -123,6 +123,15 @@ def _by_chunk(tp: TensorPlan, setup: MergeSetup) -> bool:
     return [e - s for s, e in chunk_ranges(tp.base.nbytes, size)] == sizes
 
 
+def _decide_workers(tp: TensorPlan) -> int:
+    """How many experts' whole deltas may be decided at once within DECIDE_MEMORY."""
+    from mgit.merge.sparsify import SELECT_BYTES_PER_ELEMENT, SORT_BYTES_PER_ELEMENT, select_reproduces_torch
+
+    numel = max(1, tp.base.nbytes * 8 // _dtype(tp.base.dtype).bits)
+    per_element = SELECT_BYTES_PER_ELEMENT if select_reproduces_torch() else SORT_BYTES_PER_ELEMENT
+    return min(WORKERS, DECIDE_MEMORY // (per_element * numel))
+
+
 def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs, carried: set[int]) -> Prepared:
     """The method's per-tensor decisions; sparsifiers see the base and each expert whole, the
     experts read one at a time, or several at once (deterministic methods, memory permitting).
@@ -130,15 +139,13 @@ def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs, carried: s
     else every expert equals it, so the deltas there are 0 whatever the base holds."""
     import torch
 
-    from mgit.merge.sparsify import SELECT_BYTES_PER_ELEMENT, SORT_BYTES_PER_ELEMENT, seeded_generator, selects_by_rank
+    from mgit.merge.sparsify import seeded_generator
 
     method = setup.method
     base_t = inputs.read_base(base_chunks_read(tp, setup, carried)) if method.decides_per_expert else None
-    numel = max(1, tp.base.nbytes * 8 // _dtype(tp.base.dtype).bits)
-    per_element = SELECT_BYTES_PER_ELEMENT if selects_by_rank() else SORT_BYTES_PER_ELEMENT
-    workers = min(WORKERS, DECIDE_MEMORY // (per_element * numel))
     each = None
-    if base_t is not None and not method.random and workers >= 2:
+    workers = _decide_workers(tp) if base_t is not None and not method.random else 1
+    if workers >= 2:
 
         def each(fn: Callable[[int], None], ks: list[int]) -> None:
             with ThreadPoolExecutor(workers, thread_name_prefix="mgit-decide") as deciders:

@@ -51,25 +51,147 @@ def sorted_range(values: np.ndarray, lo: int, hi: int, descending: bool, depth: 
     lo, hi = max(0, lo), min(n, hi)
     if lo >= hi:
         return keep
-    origin = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)  # where each element came from
-    todo = [(0, n, depth_limit(n) if depth is None else depth)]
+    budget = depth_limit(n) if depth is None else depth
+    if lo == 0 and hi == n:
+        keep[:] = True
+        return keep
+    if n <= LEAF:
+        _leaf(values, np.arange(n), lo, hi, descending, keep)
+        return keep
+    if budget == 0:
+        return None
+    first = _first_partition(values, lo, hi, descending, keep)
+    # segments still holding an end of the range, each with where its elements came from
+    todo = [(a, b, budget - 1, origin) for a, b, origin in first.open]
     while todo:
-        first, last, budget = todo.pop()
-        if last <= lo or first >= hi:
+        start, stop, budget, origin = todo.pop()
+        if stop <= lo or start >= hi:
             continue
-        if lo <= first and last <= hi:
-            keep[origin[first:last]] = True
+        if lo <= start and stop <= hi:
+            keep[origin] = True
             continue
-        if last - first <= LEAF:
-            _leaf(values[first:last], origin[first:last], lo - first, hi - first, descending, keep)
+        if stop - start <= LEAF:
+            _leaf(values[start:stop], origin, lo - start, hi - start, descending, keep)
             continue
         if budget == 0:
-            values[origin] = values.copy()  # undo every swap
+            first.put_back(values)
             return None
-        cut = first + _partition(values[first:last], origin[first:last], descending)
-        todo.append((first, cut, budget - 1))
-        todo.append((cut, last, budget - 1))
+        cut = start + _partition(values[start:stop], origin, descending)
+        todo.append((start, cut, budget - 1, origin[: cut - start]))
+        todo.append((cut, stop, budget - 1, origin[cut - start :]))
     return keep
+
+
+class _FirstPartition:
+    """The whole array's partition, done without a position per element: the 4 bytes each would
+    take are most of this module's memory. Only a side that still holds an end of the range gets
+    its elements' original positions (after the partition: half the array, or less); a side
+    wholly inside or outside is marked in ``keep`` from the swaps as they happen.
+
+    Positions and original indices differ by the swaps: the median's (0 with ``median``) and the
+    partition's pairs. ``put_back`` undoes them all from the open sides' positions alone."""
+
+    def __init__(self, n: int, median: int, cut: int) -> None:
+        self.n, self.median, self.cut = n, median, cut
+        self.open: list[tuple[int, int, np.ndarray]] = []
+
+    def original(self, positions: np.ndarray) -> np.ndarray:
+        """Where the elements the partition's pairs left at ``positions`` were before the median's swap."""
+        out = positions.copy()
+        out[positions == 0] = self.median
+        out[positions == self.median] = 0
+        return out
+
+    def put_back(self, values: np.ndarray) -> None:
+        """Undo every swap made so far (introsort would heapsort: the caller sorts the original)."""
+        before = np.empty_like(values)
+        placed = np.zeros(self.n, dtype=bool)  # original indices of the elements in open sides
+        for start, stop, origin in self.open:
+            before[origin] = values[start:stop]
+            placed[origin] = True
+        if len(self.open) == 1:  # the other side is settled: its swapped elements pair with the open side's
+            start, stop, _ = self.open[0]
+            settled = (0, self.cut) if start == self.cut else (self.cut, self.n)
+            here = np.arange(*settled)
+            there = np.arange(start, stop)
+            moved_out = here[placed[self.original(here)]]  # their own elements went to the open side
+            moved_in = there[~placed[self.original(there)]]  # their own elements came here
+            stayed = here[~placed[self.original(here)]]
+            before[self.original(stayed)] = values[stayed]
+            # the i-th swap pairs the i-th left stop from the left with the i-th right stop from the right
+            if settled[0] == 0:
+                before[self.original(moved_in[::-1])] = values[moved_out]
+            else:
+                before[self.original(moved_in)] = values[moved_out[::-1]]
+        values[:] = before
+
+
+def _partner(position: int, lpos: np.ndarray, rpos: np.ndarray, otherwise: int) -> int:
+    """Where the element at ``position`` goes if this batch of swaps (``lpos`` rising, ``rpos``
+    falling, pairwise) moves it, else ``otherwise``."""
+    i = int(np.searchsorted(lpos, position))
+    if i < len(lpos) and lpos[i] == position:
+        return int(rpos[i])
+    i = len(rpos) - 1 - int(np.searchsorted(rpos[::-1], position))
+    if 0 <= i < len(rpos) and rpos[i] == position:
+        return int(lpos[i])
+    return otherwise
+
+
+def _side(start: int, stop: int, lo: int, hi: int) -> str:
+    if stop <= lo or start >= hi:
+        return "out"
+    return "in" if lo <= start and stop <= hi else "open"
+
+
+def _first_partition(values: np.ndarray, lo: int, hi: int, descending: bool, keep: np.ndarray) -> _FirstPartition:
+    """:func:`_partition` of the whole array (more than LEAF elements), keeping track of original
+    positions only for the sides still open; marks a side inside [lo, hi) in ``keep``."""
+    n = len(values)
+    median = _median_index(values, descending)
+    values[0], values[median] = values[median], values[0]
+    pivot = values[0]
+    rest = values[1:]
+    left_upper, right_upper = not descending, descending
+    swaps, cut = _swaps_and_cut(rest, pivot, left_upper, right_upper)
+    cut += 1
+    sides = [(0, cut, _side(0, cut, lo, hi)), (cut, n, _side(cut, n, lo, hi))]
+    index = np.int32 if n < 2**31 else np.int64
+    origins = {a: np.arange(a, b, dtype=index) for a, b, role in sides if role == "open"}
+    for a, b, role in sides:
+        if role == "in":
+            keep[a:b] = True
+    left = _StopStream(rest, pivot, left_upper, from_left=True)
+    right = _StopStream(rest, pivot, right_upper, from_left=False)
+    median_now = median  # where the element the median's swap put at ``median`` ends up
+    for done in range(0, swaps, BLOCK):
+        lpos = left.take(min(BLOCK, swaps - done)) + 1
+        rpos = right.take(len(lpos)) + 1
+        median_now = _partner(median, lpos, rpos, median_now)
+        held = values[lpos]
+        values[lpos] = values[rpos]
+        values[rpos] = held
+        if sides[0][2] == "in":
+            keep[lpos] = False
+            keep[rpos] = True
+        elif sides[1][2] == "in":
+            keep[rpos] = False
+            keep[lpos] = True
+        if 0 in origins:
+            origins[0][lpos] = rpos
+        if cut in origins:
+            origins[cut][rpos - cut] = lpos
+    keep[0], keep[median] = keep[median], keep[0]  # the median's swap, on what is marked so far
+    first = _FirstPartition(n, median, cut)
+    for a, b, _ in sides:
+        if a in origins:
+            origin = origins[a]
+            if a <= median_now < b:
+                origin[median_now - a] = 0
+            if a == 0:
+                origin[0] = median
+            first.open.append((a, b, origin))
+    return first
 
 
 def _leaf(values: np.ndarray, origin: np.ndarray, lo: int, hi: int, descending: bool, keep: np.ndarray) -> None:
@@ -87,24 +209,22 @@ def _before(a: object, b: object, descending: bool) -> bool:
     return bool(a > b) if descending else bool(a < b)  # type: ignore[operator]
 
 
-def _median_to_first(values: np.ndarray, origin: np.ndarray, descending: bool) -> None:
-    """``std::__move_median_to_first(first, first + 1, mid, last - 1)``."""
+def _median_index(values: np.ndarray, descending: bool) -> int:
+    """Which of (first + 1, mid, last - 1) ``std::__move_median_to_first`` swaps to the front."""
     m = len(values)
     a, b, c = 1, m // 2, m - 1
     va, vb, vc = values[a], values[b], values[c]
     if _before(va, vb, descending):
         if _before(vb, vc, descending):
-            j = b
-        elif _before(va, vc, descending):
-            j = c
-        else:
-            j = a
-    elif _before(va, vc, descending):
-        j = a
-    elif _before(vb, vc, descending):
-        j = c
-    else:
-        j = b
+            return b
+        return c if _before(va, vc, descending) else a
+    if _before(va, vc, descending):
+        return a
+    return c if _before(vb, vc, descending) else b
+
+
+def _median_to_first(values: np.ndarray, origin: np.ndarray, descending: bool) -> None:
+    j = _median_index(values, descending)
     values[0], values[j] = values[j], values[0]
     origin[0], origin[j] = origin[j], origin[0]
 
@@ -143,35 +263,34 @@ class _StopStream:
 
 def _partition(values: np.ndarray, origin: np.ndarray, descending: bool) -> int:
     """``std::__unguarded_partition_pivot`` on the whole segment (more than LEAF elements): the
-    same swaps, in place; returns the cut (the right part's first position)."""
+    same swaps, in place, ``origin`` swapped alike; returns the cut (the right part's first position)."""
     _median_to_first(values, origin, descending)
     pivot = values[0]
     rest, rest_origin = values[1:], origin[1:]
-    # the left scan stops where an element is not before the pivot, the right scan where the pivot is not before it
     left_upper, right_upper = not descending, descending
-    s, total_left = _swap_count(rest, pivot, left_upper, right_upper)
+    swaps, cut = _swaps_and_cut(rest, pivot, left_upper, right_upper)
     left = _StopStream(rest, pivot, left_upper, from_left=True)
     right = _StopStream(rest, pivot, right_upper, from_left=False)
-    last_right = len(rest)
-    for done in range(0, s, BLOCK):
-        lpos = left.take(min(BLOCK, s - done))
+    for done in range(0, swaps, BLOCK):
+        lpos = left.take(min(BLOCK, swaps - done))
         rpos = right.take(len(lpos))
         for arr in (rest, rest_origin):
             held = arr[lpos]
             arr[lpos] = arr[rpos]
             arr[rpos] = held
-        last_right = int(rpos[-1])
-    # the scans' last meeting: the next left stop, or the last right stop's position, whichever is first
-    next_left = int(left.take(1)[0]) if total_left > s else len(rest)
-    return 1 + min(next_left, last_right)
+    return 1 + cut
 
 
-def _swap_count(values: np.ndarray, pivot: object, left_upper: bool, right_upper: bool) -> tuple[int, int]:
-    """How many swaps the partition makes, and how many left stops there are in all.
+def _swaps_and_cut(values: np.ndarray, pivot: object, left_upper: bool, right_upper: bool) -> tuple[int, int]:
+    """How many swaps the partition of ``values`` (the segment after its pivot) makes, and where
+    its scans meet (the cut, in ``values``).
 
-    The i-th left stop L_i swaps with the i-th right stop R_i while L_i < R_i, so the count is the
-    most x at which at least x left stops lie before a position and x right stops at or after it:
-    max over positions of min(left stops before, right stops from)."""
+    The left scan stops where an element is not before the pivot, the right scan where the pivot
+    is not before it. The i-th left stop L_i swaps with the i-th right stop R_i while L_i < R_i,
+    so the count s is the most x at which at least x left stops lie before a position and x right
+    stops at or after it: max over positions of min(left stops before, right stops from). The
+    scans then meet at L_s or at R_(s-1), whichever comes first (the left scan stops on the
+    element the last swap put there)."""
     n = len(values)
     starts = range(0, n, BLOCK)
     per_left = np.array([np.count_nonzero(_stops(values[i : i + BLOCK], pivot, left_upper)) for i in starts])
@@ -183,4 +302,21 @@ def _swap_count(values: np.ndarray, pivot: object, left_upper: bool, right_upper
     block = values[starts[b] : starts[b] + BLOCK]
     left_in = np.concatenate(([0], np.cumsum(_stops(block, pivot, left_upper)))) + before[b]
     right_in = np.concatenate((np.cumsum(_stops(block, pivot, right_upper)[::-1])[::-1], [0])) + after[b + 1]
-    return int(np.minimum(left_in, right_in).max()), int(before[-1])
+    swaps = int(np.minimum(left_in, right_in).max())
+    next_left = _nth_stop(values, pivot, left_upper, before, swaps) if before[-1] > swaps else n
+    last_right = _nth_stop(values, pivot, right_upper, after, swaps - 1, from_right=True) if swaps else n
+    return swaps, min(next_left, last_right)
+
+
+def _nth_stop(
+    values: np.ndarray, pivot: object, upper: bool, counts: np.ndarray, i: int, from_right: bool = False
+) -> int:
+    """The position of a scan's i-th stop (from 0), given the stops before each block's start
+    (from the left) or from each block's start on (from the right)."""
+    if from_right:  # counts[b]: stops at or after block b's start, falling
+        b = int(np.searchsorted(-counts, -i, side="left")) - 1  # the block with counts[b + 1] <= i < counts[b]
+        found = np.flatnonzero(_stops(values[b * BLOCK : (b + 1) * BLOCK], pivot, upper))
+        return b * BLOCK + int(found[len(found) - 1 - (i - counts[b + 1])])
+    b = int(np.searchsorted(counts, i, side="right")) - 1  # the block with counts[b] <= i < counts[b + 1]
+    found = np.flatnonzero(_stops(values[b * BLOCK : (b + 1) * BLOCK], pivot, upper))
+    return b * BLOCK + int(found[i - counts[b]])

@@ -120,10 +120,11 @@ UNTOUCHED = Sparsity()
 
 
 def _l1_ratio(delta: torch.Tensor, keep: torch.Tensor, rescale: bool) -> torch.Tensor | None:
-    """mergekit's ``rescale``: sum |delta| over sum |kept| (both in the delta's dtype), or None
-    when not rescaling or either sum is below 1e-7."""
+    """mergekit's ``rescale``: sum |delta| over sum |kept| (both in the delta's dtype, the mask
+    too, in the delta's shape), or None when not rescaling or either sum is below 1e-7."""
     if not rescale:
         return None
+    keep = keep.reshape(delta.shape).to(delta.dtype)
     before = delta.abs().sum()
     after = (delta * keep).abs().sum()
     if before < _RESCALE_EPS or after < _RESCALE_EPS:
@@ -216,7 +217,7 @@ def _comparable_magnitudes(delta: torch.Tensor, overwrite: bool) -> np.ndarray |
 
 
 @functools.cache
-def _select_reproduces_torch() -> bool:
+def select_reproduces_torch() -> bool:
     """Whether sort_select picks the elements torch's CPU argsort of float32 puts in a range, ties
     included: it replays libstdc++'s introsort, which a torch built with another sort (x86-simd-sort)
     does not use. Checked once per process on tie-heavy probes, both directions."""
@@ -231,21 +232,27 @@ def _select_reproduces_torch() -> bool:
     return True
 
 
-def selects_by_rank() -> bool:
-    """Whether rankings of large deltas (TIES, Breadcrumbs) run through sort_select here."""
-    return _select_reproduces_torch()
-
-
-def _ranked(delta: torch.Tensor, lo: int, hi: int, descending: bool, overwrite: bool) -> torch.Tensor:
+def _ranked(
+    delta: torch.Tensor, lo: int, hi: int, descending: bool, overwrite: bool, nonzero_upto: int | None = None
+) -> torch.Tensor:
     """Flat bool mask of the elements ``torch.argsort(|delta| as float32)`` (mergekit's ranking)
-    puts at positions [lo, hi): found by sort_select where it reproduces torch, else by sorting."""
+    puts at positions [lo, hi): found by sort_select where it reproduces torch, else by sorting.
+    With ``nonzero_upto``, at most that many non-zero magnitudes are all kept without ranking
+    (TIES' top k holds them all then, and which zeros join them changes no bit)."""
     n = delta.numel()
-    if delta.device.type == "cpu" and n >= SELECT_FROM and _select_reproduces_torch():
+    if delta.device.type == "cpu" and n >= SELECT_FROM and select_reproduces_torch():
+        if n * SELECT_BYTES_PER_ELEMENT >= _TRIM_BEFORE_SORTING:
+            give_back_freed_memory()  # its positions and mask then reuse that memory
         values = _comparable_magnitudes(delta, overwrite)
-        mask = None if values is None else sorted_range(values, lo, hi, descending)
-        if mask is not None:
-            return torch.from_numpy(mask)
+        if values is not None:
+            if nonzero_upto is not None and np.count_nonzero(values) <= nonzero_upto:
+                return torch.from_numpy(values != 0)
+            mask = sorted_range(values, lo, hi, descending)
+            if mask is not None:
+                return torch.from_numpy(mask)
         # NaN, or introsort would have switched to heapsort (values are back in their order): sort
+    if nonzero_upto is not None and int(torch.count_nonzero(delta)) <= nonzero_upto:
+        return (delta != 0).reshape(-1)
     order = _magnitude_order(delta, descending, overwrite)
     return _mask_of(order[lo:hi], n, delta.device)
 
@@ -272,11 +279,8 @@ def magnitude_sparsity(delta: torch.Tensor, density: float, rescale: bool = Fals
     if density <= 0 or n == 0:
         return Sparsity(zero=True)
     k = max(1, int(density * n))
-    if int(torch.count_nonzero(delta)) <= k:
-        keep = (delta != 0).reshape(-1)
-    else:
-        keep = _ranked(delta, 0, k, descending=True, overwrite=overwrite and not rescale)
-    return Sparsity(keep, ratio=_l1_ratio(delta, keep.reshape(delta.shape).to(delta.dtype), rescale))
+    keep = _ranked(delta, 0, k, descending=True, overwrite=overwrite and not rescale, nonzero_upto=k)
+    return Sparsity(keep, ratio=_l1_ratio(delta, keep, rescale))
 
 
 def trim_magnitude(delta: torch.Tensor, density: float, rescale: bool = False) -> torch.Tensor:
@@ -301,7 +305,7 @@ def outlier_sparsity(
     kept = int(density * n)
     dropped_low = max(0, n - kept - int(gamma * n))
     keep = _ranked(delta, dropped_low, dropped_low + kept, descending=False, overwrite=overwrite and not rescale)
-    return Sparsity(keep, ratio=_l1_ratio(delta, keep.reshape(delta.shape).to(delta.dtype), rescale))
+    return Sparsity(keep, ratio=_l1_ratio(delta, keep, rescale))
 
 
 def trim_outliers(delta: torch.Tensor, density: float, gamma: float, rescale: bool = False) -> torch.Tensor:

@@ -9,15 +9,41 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.introsort import introsort_order
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mgit.merge.sort_select import LEAF, depth_limit, sorted_range
-from mgit.merge.sparsify import selects_by_rank
+from mgit.merge.sparsify import select_reproduces_torch
+
+
+def _torch_sorts_by_introsort() -> bool:
+    """Whether this torch's CPU argsort is libstdc++'s introsort (the one sort_select replays),
+    judged by the reference implementation alone, so a broken sort_select fails rather than skips."""
+    rng = np.random.default_rng(11)
+    for n in (40, 700):
+        values = rng.integers(0, 6, n).astype(np.float32)
+        for descending in (True, False):
+            order = torch.argsort(torch.from_numpy(values), descending=descending).tolist()
+            if order != introsort_order(values.tolist(), descending):
+                return False
+    return True
+
 
 pytestmark = pytest.mark.skipif(
-    not selects_by_rank(), reason="this torch's CPU sort is not libstdc++'s introsort; rankings sort instead"
+    not _torch_sorts_by_introsort(), reason="this torch's CPU sort is not libstdc++'s introsort; rankings sort instead"
 )
+
+
+def test_the_once_per_process_probe_finds_that_sort_select_reproduces_this_torch():
+    assert select_reproduces_torch()
+
+
+@pytest.mark.parametrize("descending", [True, False])
+def test_the_reference_introsort_is_torchs_permutation(descending):
+    values = np.random.default_rng(5).integers(0, 9, 3000).astype(np.float32)
+    expected = torch.argsort(torch.from_numpy(values), descending=descending).tolist()
+    assert introsort_order(values.tolist(), descending) == expected
 
 
 def _argsort_range(values: np.ndarray, lo: int, hi: int, descending: bool) -> np.ndarray:
@@ -94,3 +120,27 @@ def test_where_introsort_would_heapsort_it_answers_none_and_puts_the_values_back
     assert depth_limit(len(values)) == 2 * 15
     assert sorted_range(values, 0, 20_000, True, depth=3) is None
     assert np.array_equal(values, before)
+    assert sorted_range(values, 0, 20_000, True, depth=0) is None
+    assert np.array_equal(values, before)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    n=st.integers(LEAF + 1, 6000),
+    distinct=st.sampled_from([2, 10, 97, 5000]),
+    ends=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+    descending=st.booleans(),
+    depth=st.integers(1, 7),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_a_cut_short_selection_puts_back_every_swap(n, distinct, ends, descending, depth, seed):
+    """Out of recursion budget at any depth, whichever sides of the first partition were still
+    open (one: TIES's top k; both: a Breadcrumbs window), the values are back in their order."""
+    values = np.random.default_rng(seed).integers(0, distinct, n).astype(np.float32)
+    before = values.copy()
+    lo, hi = sorted(int(e * n) for e in ends)
+    got = sorted_range(values, lo, hi, descending, depth=depth)
+    if got is None:
+        assert np.array_equal(values, before)
+    else:
+        assert np.array_equal(got, _argsort_range(before, lo, hi, descending))

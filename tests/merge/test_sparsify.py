@@ -121,7 +121,7 @@ def test_a_large_ranking_selects_in_the_deltas_own_buffer_without_sorting(monkey
     import mgit.merge.sort_select as sort_select
     import mgit.merge.sparsify as sparsify
 
-    if not sparsify.selects_by_rank():
+    if not sparsify.select_reproduces_torch():
         pytest.skip("this torch's sort is not libstdc++'s introsort: rankings sort")
     monkeypatch.setattr(sparsify.torch, "sort", lambda *a, **k: pytest.fail("sorted"))
     seen: list[int] = []
@@ -146,7 +146,7 @@ def test_rankings_sort_where_sort_select_cannot_answer(monkeypatch, why):
     elif why == "heapsort":
         monkeypatch.setattr(sort_select, "depth_limit", lambda n: 2)
     else:
-        monkeypatch.setattr(sparsify, "_select_reproduces_torch", lambda: False)
+        monkeypatch.setattr(sparsify, "select_reproduces_torch", lambda: False)
     sorts: list[int] = []
     real_sort = torch.sort
     monkeypatch.setattr(sparsify.torch, "sort", lambda *a, **k: sorts.append(1) or real_sort(*a, **k))
