@@ -789,8 +789,7 @@ def merge_section(merged: Sequence[Merged], c: Context, part: Part) -> str:
         "",
         merges_table(merged),
         "",
-        f"![wall time against the budget]({c.image})",
-        "",
+        *([f"![wall time against the budget]({c.image})", ""] if BUDGET_METHOD in c.methods else []),
     ]
     commands = [f"Commands, e.g. at K = {kmax} (paths relative to the repository root):", "", "```",
                 *c.example_cmds, "```", ""] if c.example_cmds else []  # fmt: skip
@@ -862,9 +861,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             merged += bench_merges(s, k, budgets, no_checkout, args.methods)
         merge.waited = s.runner.waited
         kmax = max(ks)
-        run = MergeRun(kmax, BUDGET_METHOD, "mgit", 10 if 10 in budgets else None, not no_checkout)
+        shown = BUDGET_METHOD if BUDGET_METHOD in args.methods else args.methods[0]  # the example's method
+        budget = 10 if 10 in budgets and shown == BUDGET_METHOD else None
+        run = MergeRun(kmax, shown, "mgit", budget, not no_checkout)
         if s.mergekit is not None:
-            mk = MergeRun(kmax, BUDGET_METHOD, "mergekit")
+            mk = MergeRun(kmax, shown, "mergekit")
             yml, out = s.scratch / f"mergekit-{mk.method}-{kmax}.yml", s.scratch / f"mergekit-{mk.method}-{kmax}"
             example.append(relative(shlex.join(mergekit_cmd(s.mergekit, yml, out))))
         example.append(relative(shlex.join(mgit_merge_cmd([*s.mgit, "-C", str(repo_of(s, run))], run))))
@@ -876,8 +877,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctx = Context(command, args.quick, plan, raw, ks, budgets, workdir, args.reps, cold, cache_note, example,
                   os.path.relpath(docs_svg, docs_svg.parent), tuple(args.methods))  # fmt: skip
     sections = []  # (title, text, after): one per part run; a part not run keeps its section in the docs
+    plotted = bool(merged) and BUDGET_METHOD in args.methods  # the plot shows the budgeted method only
     if merged:
         sections.append((merge_title(args.methods), merge_section(merged, ctx, merge), MERGE_TITLE))
+    if plotted:
         kind = " (--quick)" if args.quick else ""
         plot_title = f"{BUDGET_METHOD}, {plan.nbytes / GB:.2f} GB bf16 base{kind}: wall time against the read budget"
         write_svg(image, plot(merged, ks, budgets, plot_title))
@@ -886,14 +889,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for _, text, _ in sections:
         print()
         print(text)
-    if merged:
+    if plotted:
         print(f"plot: {image}")
     if args.write_docs:
         for title, text, after in sections:
             update_docs(text, title, after=after)
-        if merged:
+        if plotted:
             shutil.copyfile(image, docs_svg)
-        print(f"updated docs/benchmarks.md{' and ' + relative(str(docs_svg)) if merged else ''}")
+        print(f"updated docs/benchmarks.md{' and ' + relative(str(docs_svg)) if plotted else ''}")
     bad = [m for m in merged if m.same is not None and not m.same.bit_identical]
     broken = [r for r in stored if r.identical is False]
     return 1 if bad or broken else 0

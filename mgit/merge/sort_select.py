@@ -11,7 +11,8 @@ wholly inside or outside [lo, hi) is settled whatever happens inside it later (l
 move elements within their segment, and the final insertion sort never moves one past a segment
 boundary, since earlier segments hold no element that compares after a later one). So only the
 segments holding ``lo`` or ``hi`` are partitioned further: about 2n element steps instead of
-n log n, vectorised with numpy, plus 4 bytes per element for the original positions.
+n log n, vectorised with numpy. Memory: a bool mask, and the original positions (int32) of the
+elements still in an open segment after the first partition (about half of them, or fewer).
 
 Each partition does exactly what ``std::__unguarded_partition_pivot`` does: the median of
 (first + 1, middle, last - 1) is swapped to the front, then two scans stop at elements not
@@ -19,8 +20,8 @@ strictly before / after the pivot, and the i-th stop from the left swaps with th
 the right until they cross. The stops are found from the original values block by block, their
 crossing from per-block counts. Segments of at most 16 elements are left for the final insertion
 sort, which is stable within them. When introsort would switch to heapsort (recursion deeper than
-2 log2 n) this returns None and the caller sorts. ``sparsify`` checks once per process that this
-reproduces the torch it runs with, and sorts otherwise.
+2 log2 n) this puts every element back and returns None, and the caller sorts. ``sparsify``
+checks once per process that this reproduces the torch it runs with, and sorts otherwise.
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ class _FirstPartition:
         self.open: list[tuple[int, int, np.ndarray]] = []
 
     def original(self, positions: np.ndarray) -> np.ndarray:
-        """Where the elements the partition's pairs left at ``positions`` were before the median's swap."""
+        """The original indices of the elements that sat at ``positions`` right after the median's
+        swap (which exchanged positions 0 and ``median``), before the partition's pairs."""
         out = positions.copy()
         out[positions == 0] = self.median
         out[positions == self.median] = 0
