@@ -116,9 +116,10 @@ class _FirstPartition:
             settled = (0, self.cut) if start == self.cut else (self.cut, self.n)
             here = np.arange(*settled)
             there = np.arange(start, stop)
-            moved_out = here[placed[self.original(here)]]  # their own elements went to the open side
+            left_here = placed[self.original(here)]
+            moved_out = here[left_here]  # their own elements went to the open side
             moved_in = there[~placed[self.original(there)]]  # their own elements came here
-            stayed = here[~placed[self.original(here)]]
+            stayed = here[~left_here]
             before[self.original(stayed)] = values[stayed]
             # the i-th swap pairs the i-th left stop from the left with the i-th right stop from the right
             if settled[0] == 0:
@@ -163,12 +164,9 @@ def _first_partition(values: np.ndarray, lo: int, hi: int, descending: bool, kee
     for a, b, role in sides:
         if role == "in":
             keep[a:b] = True
-    left = _StopStream(rest, pivot, left_upper, from_left=True)
-    right = _StopStream(rest, pivot, right_upper, from_left=False)
     median_now = median  # where the element the median's swap put at ``median`` ends up
-    for done in range(0, swaps, BLOCK):
-        lpos = left.take(min(BLOCK, swaps - done)) + 1
-        rpos = right.take(len(lpos)) + 1
+    for rest_l, rest_r in _swap_pairs(rest, pivot, left_upper, right_upper, swaps):
+        lpos, rpos = rest_l + 1, rest_r + 1  # positions in values, past the pivot
         median_now = _partner(median, lpos, rpos, median_now)
         held = values[lpos]
         values[lpos] = values[rpos]
@@ -271,16 +269,23 @@ def _partition(values: np.ndarray, origin: np.ndarray, descending: bool) -> int:
     rest, rest_origin = values[1:], origin[1:]
     left_upper, right_upper = not descending, descending
     swaps, cut = _swaps_and_cut(rest, pivot, left_upper, right_upper)
-    left = _StopStream(rest, pivot, left_upper, from_left=True)
-    right = _StopStream(rest, pivot, right_upper, from_left=False)
-    for done in range(0, swaps, BLOCK):
-        lpos = left.take(min(BLOCK, swaps - done))
-        rpos = right.take(len(lpos))
+    for lpos, rpos in _swap_pairs(rest, pivot, left_upper, right_upper, swaps):
         for arr in (rest, rest_origin):
             held = arr[lpos]
             arr[lpos] = arr[rpos]
             arr[rpos] = held
     return 1 + cut
+
+
+def _swap_pairs(
+    values: np.ndarray, pivot: object, left_upper: bool, right_upper: bool, swaps: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The partition's swaps in batches: the i-th left stop (rising) with the i-th right stop (falling)."""
+    left = _StopStream(values, pivot, left_upper, from_left=True)
+    right = _StopStream(values, pivot, right_upper, from_left=False)
+    for done in range(0, swaps, BLOCK):
+        lpos = left.take(min(BLOCK, swaps - done))
+        yield lpos, right.take(len(lpos))
 
 
 def _swaps_and_cut(values: np.ndarray, pivot: object, left_upper: bool, right_upper: bool) -> tuple[int, int]:

@@ -33,7 +33,7 @@ _TRIM_BEFORE_SORTING = 64 * 2**20  # scratch at least this large: give freed hea
 # sorting (below it torch.sort takes at most a few ms); both give the same elements.
 SELECT_FROM = 1 << 14
 # Peak bytes per element of ranking a bf16 delta: sorting adds torch.sort's 16 to the delta's 2 (and
-# 4 where magnitudes need a float32 copy); sort_select adds 4 (original positions) and 1 (the mask).
+# 4 where magnitudes need a float32 copy); sort_select adds at most 4 (original positions) and 1 (the mask).
 SORT_BYTES_PER_ELEMENT = 22
 SELECT_BYTES_PER_ELEMENT = 8
 
