@@ -34,7 +34,7 @@ import numpy as np
 
 from mgit.errors import BadInputError
 from mgit.graph.snapshot import Entry
-from mgit.merge.carry import base_chunks_read, carried_chunks
+from mgit.merge.carry import base_chunks_read, carried_chunks, streams_deltas
 from mgit.merge.execution import Execution
 from mgit.merge.kernels import Kernels, array_kernel_for, chunk_bits, merge_one
 from mgit.merge.plan import MergePlan, TensorPlan
@@ -48,7 +48,7 @@ from mgit.model.manifest import ChunkRef
 from mgit.model.materialize import StagedFile
 from mgit.model.safetensors_file import build_header
 from mgit.model.torch_io import dtype_name, tensor_bytes, tensor_from_bytes, torch_dtype
-from mgit.parallel import WORKERS
+from mgit.parallel import WORKERS, give_back_freed_memory
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore, ReadCounters
 from mgit.store.record import RawBytes
@@ -89,23 +89,35 @@ def _tensor(raw: RawBytes, dtype: str) -> torch.Tensor:
 
 # -- chunk by chunk ------------------------------------------------------------------------
 
-_buffers = threading.local()
 
+class _ChunkBuffers:
+    """One merge's reusable chunk buffers, per thread. A chunk merge decodes its inputs and writes
+    its result into these instead of fresh allocations: first touches of fresh memory cost a page
+    fault per 4 KiB, dearer here than decoding. Everything a chunk's merge puts in them is used
+    before the same thread merges its next chunk (the ingestor hashes, measures and stores the
+    result, and takes the base chunk as its delta base, in the same call).
 
-def _scratch(slot: int, size: int) -> memoryview:
-    """This thread's reusable buffer number ``slot``, ``size`` bytes of it. A chunk merge decodes its
-    inputs and writes its result into these instead of fresh allocations: first touches of fresh
-    memory cost a page fault per 4 KiB, dearer here than decoding. Everything a chunk's merge puts
-    in them is used before the same thread merges its next chunk (the ingestor hashes, measures and
-    stores the result, and takes the base chunk as its delta base, in the same call)."""
-    held: list[bytearray] | None = getattr(_buffers, "held", None)
-    if held is None:
-        held = _buffers.held = []
-    while len(held) <= slot:
-        held.append(bytearray())
-    if len(held[slot]) < size:
-        held[slot] = bytearray(size)
-    return memoryview(held[slot])[:size]
+    They hold (K + 2) chunks per thread, idle while a sparsifier decides on whole tensors, which
+    is when a merge needs the most memory: :meth:`drop` frees them then (no chunk is being merged;
+    the next chunks fault them in again, a few ms)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[int, list[bytearray]] = {}  # thread id -> its buffers by slot
+
+    def get(self, slot: int, size: int) -> memoryview:
+        """This thread's buffer number ``slot``, ``size`` bytes of it."""
+        with self._lock:
+            held = self._held.setdefault(threading.get_ident(), [])
+        while len(held) <= slot:
+            held.append(bytearray())
+        if len(held[slot]) < size:
+            held[slot] = bytearray(size)
+        return memoryview(held[slot])[:size]
+
+    def drop(self) -> None:
+        with self._lock:
+            self._held.clear()
 
 
 def _by_chunk(tp: TensorPlan, setup: MergeSetup) -> bool:
@@ -132,24 +144,46 @@ def _decide_workers(tp: TensorPlan) -> int:
     return min(WORKERS, DECIDE_MEMORY // (per_element * numel))
 
 
-def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs, carried: set[int]) -> Prepared:
-    """The method's per-tensor decisions; sparsifiers see the base and each expert whole, the
-    experts read one at a time, or several at once (deterministic methods, memory permitting).
-    Of the base, only the chunks the merge computes (and non-finite ones) are read: everywhere
-    else every expert equals it, so the deltas there are 0 whatever the base holds."""
+def _prepare(
+    tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs, carried: set[int], buffers: _ChunkBuffers
+) -> Prepared:
+    """The method's per-tensor decisions; sparsifiers see each expert's whole delta, made one at a
+    time, or several at once (deterministic methods, memory permitting). Of the base, only the
+    chunks the merge computes (and non-finite ones) are read: everywhere else every expert equals
+    it, so the deltas there are 0 whatever the base holds. Large tensors (carry.streams_deltas)
+    have their deltas made chunk by chunk, neither the base nor an expert held whole, and the
+    idle chunk buffers freed first (150 MB with K = 16): deciding on an embedding is a merge's
+    peak of memory."""
     import torch
 
     from mgit.merge.sparsify import seeded_generator
 
     method = setup.method
-    base_t = inputs.read_base(base_chunks_read(tp, setup, carried)) if method.decides_per_expert else None
-    each = None
-    workers = _decide_workers(tp) if base_t is not None and not method.random else 1
-    if workers >= 2:
+    delta_at = each = None
+    if method.decides_per_expert:
+        only = base_chunks_read(tp, setup, carried)
+        workers = _decide_workers(tp) if not method.random else 1
+        if workers >= 2:
 
-        def each(fn: Callable[[int], None], ks: list[int]) -> None:
-            with ThreadPoolExecutor(workers, thread_name_prefix="mgit-decide") as deciders:
-                list(deciders.map(fn, ks))
+            def each(fn: Callable[[int], None], ks: list[int]) -> None:
+                with ThreadPoolExecutor(workers, thread_name_prefix="mgit-decide") as deciders:
+                    list(deciders.map(fn, ks))
+
+        if streams_deltas(tp, setup):
+            buffers.drop()
+            give_back_freed_memory()
+
+            def delta_at(k: int, work: torch.dtype) -> torch.Tensor:
+                return inputs.delta(k, work, only, buffers.get, use_pool=each is None)
+
+        else:
+            base_t = inputs.read_base(only)
+
+            def delta_at(k: int, work: torch.dtype) -> torch.Tensor:
+                expert = inputs.expert(k, base_t, use_pool=each is None)
+                aligned, aligned_base = expert.to(dtype=work), base_t.to(dtype=work)
+                # the expert's buffer is made for this read (it becomes the delta) unless it is the base
+                return aligned.sub_(aligned_base) if expert is not base_t else aligned - aligned_base
 
     with torch.no_grad():
         return method.prepare(
@@ -157,11 +191,10 @@ def _prepare(tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs, carried: s
             setup.tensor_params(tp.name),
             torch_dtype(tp.base.dtype),
             dtype=torch_dtype(setup.dtype) if setup.dtype else None,
-            base=base_t,
-            expert_at=None if base_t is None else lambda k: inputs.expert(k, base_t, use_pool=each is None),
             generator=seeded_generator(setup.seed, tp.name) if method.random else None,
             name=tp.name,
             each=each,
+            delta_at=delta_at,
         )
 
 
@@ -202,6 +235,7 @@ def _chunk_job(
     run: Execution,
     staged: StagedFile | None,
     kernels: Kernels,
+    buffers: _ChunkBuffers,
 ) -> tuple[TensorJob, dict[int, bytes | memoryview]]:
     """The ingestor's job for one tensor merged chunk by chunk, and the base chunks it holds for
     the ingestor (as delta bases) until each is taken; cleared once the job has run. A chunk
@@ -222,7 +256,7 @@ def _chunk_job(
         return TensorJob(tp.name, out, tp.base.shape, tp.base.nbytes, _unread, carried=tp.base.chunks.__getitem__), held
     if setup.method.decides_per_expert:  # its decisions read the base and the experts first
         _prefetch(tp, store, {i for i in range(len(tp.base.chunks)) if i not in carried})
-    prepared = _Once(lambda: _prepare(tp, setup, inputs, carried))
+    prepared = _Once(lambda: _prepare(tp, setup, inputs, carried, buffers))
     if setup.method.decides_per_expert:
         prepared.get()
     index = {start: i for i, start in enumerate(starts[:-1])}
@@ -241,7 +275,7 @@ def _chunk_job(
     def base_chunk(i: int, counters: ReadCounters) -> RawBytes:
         if inputs.base is not None and i in inputs.held:  # already in memory
             return memoryview(inputs.base)[starts[i] : starts[i + 1]]
-        return store.get(tp.base.chunks[i].id, what, counters=counters, out=_scratch(0, starts[i + 1] - starts[i]))
+        return store.get(tp.base.chunks[i].id, what, counters=counters, out=buffers.get(0, starts[i + 1] - starts[i]))
 
     def with_torch(base_raw: RawBytes, raws: list[RawBytes], which: list[int] | None, out: memoryview, at: int) -> None:
         """The chunk (element ``at`` on) merged by the method's torch kernel, slice by slice, into ``out``."""
@@ -276,14 +310,14 @@ def _chunk_job(
         raws = []
         for slot, k in enumerate(present, start=2):
             if sketched[k] and i in wanted[k]:
-                raws.append(_sketched_chunk(inputs, k, base_raw, offset // itemsize, _scratch(slot, size)))
+                raws.append(_sketched_chunk(inputs, k, base_raw, offset // itemsize, buffers.get(slot, size)))
             elif i in wanted[k]:
                 cid = tp.experts[k].chunks[i].id
-                raws.append(store.get(cid, what, known=known, counters=expert_costs, out=_scratch(slot, size)))
+                raws.append(store.get(cid, what, known=known, counters=expert_costs, out=buffers.get(slot, size)))
             else:
                 raws.append(base_raw)
         which = None if len(present) == len(tp.experts) else present
-        out = _scratch(1, size)
+        out = buffers.get(1, size)
         if kernel is None or not kernel.merge(
             chunk_bits(base_raw), [chunk_bits(r) for r in raws], which, chunk_bits(out)
         ):
@@ -417,10 +451,11 @@ def execute(
     run = Execution()
     by_name = {tp.name: tp for tp in plan.tensors}
     kernels = Kernels.for_plan(plan)
+    buffers = _ChunkBuffers()
     try:
         for file, names in plan.files.items():
             tensors = [by_name[n] for n in names]
-            _execute_file(file, tensors, setup, ingestor, store, pool, base_entries, bar, stage, run, kernels)
+            _execute_file(file, tensors, setup, ingestor, store, pool, base_entries, bar, stage, run, kernels, buffers)
     except BaseException:
         for staged in run.staged.values():
             staged.discard()
@@ -440,6 +475,7 @@ def _execute_file(
     stage: Callable[[str, bytes, int], StagedFile] | None,
     run: Execution,
     kernels: Kernels,
+    buffers: _ChunkBuffers,
 ) -> None:
     ingestor.begin_file(file)
     metadata = load_safetensors(ingestor.graph, base_entries[file].oid, file).layout.metadata
@@ -466,7 +502,7 @@ def _execute_file(
                 bar.advance(tp.base.nbytes)
                 continue
             if _by_chunk(tp, setup):
-                batch.append(_chunk_job(tp, setup, store, pool, run, staged, kernels))
+                batch.append(_chunk_job(tp, setup, store, pool, run, staged, kernels, buffers))
                 if setup.method.decides_per_expert:  # its decisions are held until the tensor is merged
                     ids |= _run_jobs(ingestor, batch, kernels)
                 out = setup.result_dtype(tp.base.dtype)

@@ -5,12 +5,14 @@ expert chunks stored as deltas against a base chunk in memory are decoded from i
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from mgit.errors import CorruptObjectError
+from mgit.merge.carry import delta_chunks
 from mgit.merge.execution import Execution
 from mgit.merge.plan import TensorPlan
 from mgit.merge.sketch.use import Delta
@@ -22,6 +24,8 @@ from mgit.store.chunkstore import ChunkStore, ReadCounters
 
 if TYPE_CHECKING:
     import torch
+
+Scratch = Callable[[int, int], memoryview]  # (slot, size) -> the calling thread's reusable buffer
 
 
 def chunk_starts(m: TensorManifest) -> list[int]:
@@ -133,6 +137,42 @@ class TensorInputs:
         self.run.count(costs, ReadCounters(), 0)
         return tensor_from_bytes(self.base, tp.base.dtype, tp.base.shape)
 
+    def delta(self, k: int, work: torch.dtype, only: set[int], scratch: Scratch, use_pool: bool = True) -> torch.Tensor:
+        """Expert k's delta from the base in the working dtype, what ``expert(k) - read_base(only)``
+        gives, made chunk by chunk (those of :func:`delta_chunks`; elsewhere it is 0): neither
+        tensor is held whole, at the price of decoding the base's chunks once per expert.
+        ``scratch(slot, size)``: the calling thread's reusable buffers."""
+        import torch
+
+        tp = self.tp
+        assert tp.sketch(k) is None  # a sketched expert is made over the whole base
+        dtype, starts, itemsize = tp.base.dtype, chunk_starts(tp.base), _dtype(tp.base.dtype).bits // 8
+        differs = set(tp.reads[k])
+        flat = torch.zeros(tp.base.nbytes // itemsize, dtype=work)
+        base_costs, expert_costs = ReadCounters(), ReadCounters()
+
+        def one(i: int) -> None:
+            size = starts[i + 1] - starts[i]
+            base_id = tp.base.chunks[i].id
+            base_raw = self.store.get(base_id, self.what, counters=base_costs, out=scratch(0, size))
+            expert_raw = base_raw
+            if i in differs:
+                known = lambda cid: base_raw if cid == base_id else None  # noqa: E731
+                expert_id = tp.experts[k].chunks[i].id
+                expert_raw = self.store.get(
+                    expert_id, self.what, known=known, counters=expert_costs, out=scratch(1, size)
+                )
+            base_t = tensor_from_bytes(cast(bytearray, base_raw), dtype, (-1,)).to(work)
+            expert_t = tensor_from_bytes(cast(bytearray, expert_raw), dtype, (-1,)).to(work)
+            at = starts[i] // itemsize
+            torch.sub(expert_t, base_t, out=flat[at : at + base_t.numel()])
+
+        chunks = delta_chunks(tp, k, only)
+        for _ in ordered_map(self.pool, one, chunks) if use_pool else map(one, chunks):
+            pass
+        self.run.count(base_costs, expert_costs, len(differs))
+        return flat.reshape(tp.base.shape)
+
     def expert(self, k: int, base_t: torch.Tensor, use_pool: bool = True) -> torch.Tensor:
         """Expert k whole: the base's bytes with its differing chunks read over them."""
         tp = self.tp
@@ -156,7 +196,7 @@ class TensorInputs:
 
 
 def _dtype(name: str) -> DType:
-    """The DType of a floating dtype a sketch is made for (known: the sketch exists)."""
+    """The DType of a floating dtype a merge reads (known: its plan was made from it)."""
     dtype = lookup(name)
     assert dtype is not None
     return dtype

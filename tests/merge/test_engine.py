@@ -203,14 +203,14 @@ KILL = """
 import os, signal, sys
 from mgit import Repository
 from mgit.merge import engine
-real = engine._scratch
+real = engine._ChunkBuffers.get
 count = [0]
-def dying(*a, **k):  # every merged chunk's result goes into scratch slot 1
-    count[0] += a[0] == 1
+def dying(self, slot, size):  # every merged chunk's result goes into buffer slot 1
+    count[0] += slot == 1
     if count[0] == 10:
         os.kill(os.getpid(), signal.SIGKILL)
-    return real(*a, **k)
-engine._scratch = dying
+    return real(self, slot, size)
+engine._ChunkBuffers.get = dying
 Repository(sys.argv[1]).merge(["math", "code"], "task_arithmetic", weight=0.5)
 """
 

@@ -11,6 +11,7 @@ import torch
 from helpers.models import LlamaSpec, llama_state_dict, touch_later, tree_hashes, write_model
 from mergekit.merge_methods.api import merge_state_dicts
 
+import mgit.merge.carry as carry
 import mgit.merge.engine as engine
 import mgit.merge.methods.task_arithmetic as methods
 import mgit.model.ingest as ingest
@@ -41,6 +42,15 @@ def small_pieces(monkeypatch):
     monkeypatch.setattr(engine, "chunk_size_for", small)
     monkeypatch.setattr(engine, "SLICE_ELEMENTS", 77)
     monkeypatch.setattr(methods, "COMBINE_SLICE", 50)
+
+
+@pytest.fixture(params=[False, True], ids=["held", "streamed"])
+def deltas(request, monkeypatch):
+    """Sparsifiers' deltas from the base held whole, or made chunk by chunk as for embeddings
+    (every tensor here is far below carry.STREAM_DELTAS_FROM; 0 streams them all)."""
+    if request.param:
+        monkeypatch.setattr(carry, "STREAM_DELTAS_FROM", 0)
+    return request.param
 
 
 @pytest.fixture
@@ -81,7 +91,7 @@ DETERMINISTIC = [
 
 
 @pytest.mark.parametrize(("method", "params", "mk_params"), DETERMINISTIC)
-def test_chunked_merges_equal_mergekit(varied, method, params, mk_params):
+def test_chunked_merges_equal_mergekit(varied, deltas, method, params, mk_params):
     repo, base, tuned = varied
     ref = merge_state_dicts({"base": base} | tuned, method, base="base", parameters=mk_params)
     repo.merge(list(NAMES), method, "main", branch="m", **params)
@@ -108,7 +118,7 @@ def test_tensors_really_are_cut_into_many_chunks(varied):
         ("linear", {"weight": [0.2, 0.3, 0.5]}),
     ],
 )
-def test_chunk_by_chunk_equals_whole_tensors(varied, monkeypatch, method, params):
+def test_chunk_by_chunk_equals_whole_tensors(varied, deltas, monkeypatch, method, params):
     """Random methods included: decisions drawn once per expert whole, in expert order."""
     repo, _, _ = varied
     a = repo.merge(list(NAMES), method, "main", branch="chunked", seed=7, **params)
@@ -117,7 +127,7 @@ def test_chunk_by_chunk_equals_whole_tensors(varied, monkeypatch, method, params
     assert dict(repo.snapshot(a)) == dict(repo.snapshot(b))  # the merged files (the plans' measured reads differ)
 
 
-def test_concurrent_and_sequential_decisions_agree(varied, monkeypatch):
+def test_concurrent_and_sequential_decisions_agree(varied, deltas, monkeypatch):
     repo, _, _ = varied
     monkeypatch.setattr(engine, "DECIDE_MEMORY", 2**40)
     monkeypatch.setattr(engine, "WORKERS", 4)
@@ -145,7 +155,7 @@ def test_staged_files_are_the_committed_files(varied, method):
     assert tree_hashes(repo.root) == written and repo.status().clean
 
 
-def test_sparsifiers_read_each_differing_chunk_twice_as_planned(varied):
+def test_sparsifiers_read_each_differing_chunk_twice_as_planned(varied, deltas):
     repo, _, _ = varied
     plan, _ = repo.merge_plan(list(NAMES), "ties", "main", weight=0.5, density=0.5)
     assert plan.expert_passes == 2
@@ -157,6 +167,30 @@ def test_sparsifiers_read_each_differing_chunk_twice_as_planned(varied):
     assert b["base_measured"] == b["base_estimated"]
     ta = repo.merge_record(repo.merge(list(NAMES), "task_arithmetic", "main", branch="t", weight=0.5))["bytes"]
     assert ta["expert_passes"] == 1 and ta["experts_measured"] == ta["experts_estimated"] == b["experts_measured"] // 2
+
+
+def test_streamed_deltas_hold_neither_the_base_nor_an_expert_whole(varied, monkeypatch):
+    """Made chunk by chunk, after the idle chunk buffers are freed; the base's chunks are read
+    again for each expert and for the merge, as the plan estimates; the result is the same."""
+    repo, _, _ = varied
+    params = {"weight": 0.5, "density": 0.5}
+    held = repo.merge_record(repo.merge(list(NAMES), "ties", "main", branch="held", **params))
+    monkeypatch.setattr(carry, "STREAM_DELTAS_FROM", 0)
+    from mgit.merge.tensor_inputs import TensorInputs
+
+    monkeypatch.setattr(TensorInputs, "read_base", lambda *a, **k: pytest.fail("the base read whole"))
+    monkeypatch.setattr(TensorInputs, "expert", lambda *a, **k: pytest.fail("an expert read whole"))
+    drops: list[int] = []
+    real_drop = engine._ChunkBuffers.drop
+    monkeypatch.setattr(engine._ChunkBuffers, "drop", lambda self: drops.append(1) or real_drop(self))
+    sha = repo.merge(list(NAMES), "ties", "main", branch="streamed", **params)
+    streamed = repo.merge_record(sha)
+    assert dict(repo.snapshot(sha)) == dict(repo.snapshot("held"))
+    merged = [t for t in streamed["tensors"] if t.get("decision", "merged") == "merged"]
+    assert len(drops) >= 1 and len(drops) <= len(merged)
+    b, h = streamed["bytes"], held["bytes"]
+    assert b["base_measured"] == b["base_estimated"] > h["base_measured"] == h["base_estimated"]
+    assert b["experts_measured"] == h["experts_measured"]
 
 
 def test_killed_merge_leaves_staging_to_the_next_merge(varied):

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from mgit.merge.methods.inputs import Each, Prepared
+    from mgit.merge.methods.inputs import DeltaAt, Each, Prepared
     from mgit.merge.sparsify import Sampling, Sparsity
 
 
@@ -230,6 +230,7 @@ class MergeMethod(ABC):
         generator: torch.Generator | None = None,
         name: str | None = None,
         each: Each | None = None,
+        delta_at: DeltaAt | None = None,
     ) -> Prepared:
         """Everything an elementwise method decides on whole tensors, before it merges slices.
 
@@ -237,11 +238,13 @@ class MergeMethod(ABC):
         inputs' common dtype). Sparsifying methods (TIES, Breadcrumbs, DARE, DELLA) also need the
         whole ``base`` and the experts, made one at a time by ``expert_at(k)`` and dropped after
         their decision (kept as bits); ``each(fn, ks)``, when given, may run the deterministic
-        ones concurrently. Then :meth:`merge_slice` merges any slice on its own.
+        ones concurrently. A caller that makes the deltas itself (the engine: from stored chunks,
+        without holding whole tensors it does not need) gives ``delta_at(k, working dtype)``
+        instead, each delta made for the call. Then :meth:`merge_slice` merges any slice on its own.
         """
         from mgit.merge.methods.inputs import prepare
 
-        return prepare(self, count, params, input_dtype, dtype, base, expert_at, generator, name, each)
+        return prepare(self, count, params, input_dtype, dtype, base, expert_at, generator, name, each, delta_at)
 
     def merge_slice(
         self,

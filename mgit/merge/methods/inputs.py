@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # the interface calls in here (lazily): no import back at run
     from mgit.merge.methods.base import MergeMethod
 
 Each = Callable[[Callable[[int], None], list[int]], None]  # runs fn(k) for every k, maybe concurrently
+# (k, working dtype) -> expert k's delta from the base in that dtype, made for the call (it is overwritten)
+DeltaAt = Callable[[int, torch.dtype], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,8 @@ def call(
     check_tensors(where, inputs)
     work = dtype or promoted(inputs)
     if method.elementwise:
-        prepared = _prepare(method, where, base, len(experts), experts.__getitem__, params, work, generator, masks)
+        deltas = deltas_of(base, experts.__getitem__) if base is not None else None
+        prepared = _prepare(method, where, base, len(experts), deltas, params, work, generator, masks)
         result = method.merge_slice(prepared, base, experts)
     else:
         resolved = method.resolve(params, len(experts))
@@ -81,15 +84,33 @@ def prepare(
     generator: torch.Generator | None,
     name: str | None,
     each: Each | None,
+    delta_at: DeltaAt | None = None,
 ) -> Prepared:
     """:meth:`MergeMethod.prepare`, checked."""
     where = where_of(method, name)
     if not method.elementwise:
         raise BadInputError(f"{where}: needs whole tensors; call the method instead")
     check_inputs(method, where, method.needs_base, count, dtype, None)
-    if method.decides_per_expert and (base is None or expert_at is None):
-        raise BadInputError(f"{where}: decides on whole deltas; give base and expert_at")
-    return _prepare(method, where, base, count, expert_at, params, dtype or input_dtype, generator, None, each, True)
+    if delta_at is None and base is not None and expert_at is not None:
+        delta_at = deltas_of(base, expert_at)
+    if method.decides_per_expert and delta_at is None:
+        raise BadInputError(f"{where}: decides on whole deltas; give base and expert_at, or delta_at")
+    return _prepare(method, where, base, count, delta_at, params, dtype or input_dtype, generator, None, each, True)
+
+
+def deltas_of(base: torch.Tensor, expert_at: Callable[[int], torch.Tensor]) -> DeltaAt:
+    """Deltas from a base and experts held by the caller (left as they are): a converted copy of
+    an expert becomes its delta in place, else the delta is a new tensor."""
+    aligned_bases: dict[torch.dtype, torch.Tensor] = {}  # the base in each working dtype asked for
+
+    def delta_at(k: int, work: torch.dtype) -> torch.Tensor:
+        if work not in aligned_bases:
+            aligned_bases[work] = base.to(dtype=work)
+        expert = expert_at(k)
+        aligned = expert.to(dtype=work)
+        return aligned.sub_(aligned_bases[work]) if aligned is not expert else aligned - aligned_bases[work]
+
+    return delta_at
 
 
 def _prepare(
@@ -97,7 +118,7 @@ def _prepare(
     where: str,
     base: torch.Tensor | None,
     count: int,
-    expert_at: Callable[[int], torch.Tensor] | None,
+    delta_at: DeltaAt | None,
     params: Mapping[str, Any] | None,
     work: torch.dtype,
     generator: torch.Generator | None,
@@ -108,13 +129,12 @@ def _prepare(
     resolved = method.resolve(params, count)
     if not method.decides_per_expert or count == 0:
         return Prepared(resolved, work)
-    assert base is not None and expert_at is not None
+    assert delta_at is not None
     sampling = _sampling(method, where, generator, masks, base, count)
-    aligned_base = base.to(dtype=work)
     decided: list[Sparsity | None] = [None] * count
 
     def one(k: int) -> None:
-        delta = expert_at(k).to(dtype=work) - aligned_base  # the expert is dropped here
+        delta = delta_at(k, work)  # the method may overwrite it
         sparsity = method.decide(delta, k, resolved, sampling)
         decided[k] = sparsity.packed() if pack else sparsity
 
@@ -157,7 +177,7 @@ def _sampling(
     where: str,
     generator: torch.Generator | None,
     masks: Sequence[torch.Tensor | None] | None,
-    like: torch.Tensor,
+    like: torch.Tensor | None,
     count: int,
 ) -> Sampling:
     if not method.random:
@@ -165,6 +185,7 @@ def _sampling(
             raise BadInputError(f"{where}: is deterministic and takes no masks")
         return Sampling()
     if masks is not None:
+        assert like is not None  # masks come only with whole tensors (call), the base among them
         if isinstance(masks, torch.Tensor) or len(masks) != count:
             raise BadInputError(f"{where}: give one mask (or None) per expert, {count} in all")
         for mask in masks:
