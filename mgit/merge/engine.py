@@ -35,6 +35,7 @@ import numpy as np
 from mgit.errors import BadInputError
 from mgit.graph.snapshot import Entry
 from mgit.merge.carry import base_chunks_read, carried_chunks, streams_deltas
+from mgit.merge.chunk_buffers import ChunkBuffers
 from mgit.merge.execution import Execution
 from mgit.merge.kernels import Kernels, array_kernel_for, chunk_bits, merge_one
 from mgit.merge.plan import MergePlan, TensorPlan
@@ -90,36 +91,6 @@ def _tensor(raw: RawBytes, dtype: str) -> torch.Tensor:
 # -- chunk by chunk ------------------------------------------------------------------------
 
 
-class _ChunkBuffers:
-    """One merge's reusable chunk buffers, per thread. A chunk merge decodes its inputs and writes
-    its result into these instead of fresh allocations: first touches of fresh memory cost a page
-    fault per 4 KiB, dearer here than decoding. Everything a chunk's merge puts in them is used
-    before the same thread merges its next chunk (the ingestor hashes, measures and stores the
-    result, and takes the base chunk as its delta base, in the same call).
-
-    They hold (K + 2) chunks per thread, idle while a sparsifier decides on whole tensors, which
-    is when a merge needs the most memory: :meth:`drop` frees them then (no chunk is being merged;
-    the next chunks fault them in again, a few ms)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: dict[int, list[bytearray]] = {}  # thread id -> its buffers by slot
-
-    def get(self, slot: int, size: int) -> memoryview:
-        """This thread's buffer number ``slot``, ``size`` bytes of it."""
-        with self._lock:
-            held = self._held.setdefault(threading.get_ident(), [])
-        while len(held) <= slot:
-            held.append(bytearray())
-        if len(held[slot]) < size:
-            held[slot] = bytearray(size)
-        return memoryview(held[slot])[:size]
-
-    def drop(self) -> None:
-        with self._lock:
-            self._held.clear()
-
-
 def _by_chunk(tp: TensorPlan, setup: MergeSetup) -> bool:
     """Whether this tensor can be merged one stored chunk at a time: an elementwise method
     and the result cut into chunks exactly where the base and every expert are."""
@@ -145,7 +116,7 @@ def _decide_workers(tp: TensorPlan) -> int:
 
 
 def _prepare(
-    tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs, carried: set[int], buffers: _ChunkBuffers
+    tp: TensorPlan, setup: MergeSetup, inputs: TensorInputs, carried: set[int], buffers: ChunkBuffers
 ) -> Prepared:
     """The method's per-tensor decisions; sparsifiers see each expert's whole delta, made one at a
     time, or several at once (deterministic methods, memory permitting). Of the base, only the
@@ -235,7 +206,7 @@ def _chunk_job(
     run: Execution,
     staged: StagedFile | None,
     kernels: Kernels,
-    buffers: _ChunkBuffers,
+    buffers: ChunkBuffers,
 ) -> tuple[TensorJob, dict[int, bytes | memoryview]]:
     """The ingestor's job for one tensor merged chunk by chunk, and the base chunks it holds for
     the ingestor (as delta bases) until each is taken; cleared once the job has run. A chunk
@@ -451,7 +422,7 @@ def execute(
     run = Execution()
     by_name = {tp.name: tp for tp in plan.tensors}
     kernels = Kernels.for_plan(plan)
-    buffers = _ChunkBuffers()
+    buffers = ChunkBuffers()
     try:
         for file, names in plan.files.items():
             tensors = [by_name[n] for n in names]
@@ -475,7 +446,7 @@ def _execute_file(
     stage: Callable[[str, bytes, int], StagedFile] | None,
     run: Execution,
     kernels: Kernels,
-    buffers: _ChunkBuffers,
+    buffers: ChunkBuffers,
 ) -> None:
     ingestor.begin_file(file)
     metadata = load_safetensors(ingestor.graph, base_entries[file].oid, file).layout.metadata

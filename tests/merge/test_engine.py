@@ -202,15 +202,15 @@ def test_shape_mismatch_is_refused(repo):
 KILL = """
 import os, signal, sys
 from mgit import Repository
-from mgit.merge import engine
-real = engine._ChunkBuffers.get
+from mgit.merge.chunk_buffers import ChunkBuffers
+real = ChunkBuffers.get
 count = [0]
 def dying(self, slot, size):  # every merged chunk's result goes into buffer slot 1
     count[0] += slot == 1
     if count[0] == 10:
         os.kill(os.getpid(), signal.SIGKILL)
     return real(self, slot, size)
-engine._ChunkBuffers.get = dying
+ChunkBuffers.get = dying
 Repository(sys.argv[1]).merge(["math", "code"], "task_arithmetic", weight=0.5)
 """
 

@@ -15,6 +15,7 @@ import mgit.merge.carry as carry
 import mgit.merge.engine as engine
 import mgit.merge.methods.task_arithmetic as methods
 import mgit.model.ingest as ingest
+from mgit.merge.chunk_buffers import ChunkBuffers
 from mgit.model.chunking import chunk_size_for
 
 SPEC = LlamaSpec(vocab=300, hidden=48, intermediate=112, layers=2)
@@ -181,8 +182,8 @@ def test_streamed_deltas_hold_neither_the_base_nor_an_expert_whole(varied, monke
     monkeypatch.setattr(TensorInputs, "read_base", lambda *a, **k: pytest.fail("the base read whole"))
     monkeypatch.setattr(TensorInputs, "expert", lambda *a, **k: pytest.fail("an expert read whole"))
     drops: list[int] = []
-    real_drop = engine._ChunkBuffers.drop
-    monkeypatch.setattr(engine._ChunkBuffers, "drop", lambda self: drops.append(1) or real_drop(self))
+    real_drop = ChunkBuffers.drop
+    monkeypatch.setattr(ChunkBuffers, "drop", lambda self: drops.append(1) or real_drop(self))
     sha = repo.merge(list(NAMES), "ties", "main", branch="streamed", **params)
     streamed = repo.merge_record(sha)
     assert dict(repo.snapshot(sha)) == dict(repo.snapshot("held"))
