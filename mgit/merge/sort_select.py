@@ -139,6 +139,13 @@ class _FirstPartition:
         values[:] = before
 
 
+def _swap(arr: np.ndarray, lpos: np.ndarray, rpos: np.ndarray) -> None:
+    """Exchange ``arr`` at each pair of positions (disjoint pairs: a partition's swaps)."""
+    held = arr[lpos]
+    arr[lpos] = arr[rpos]
+    arr[rpos] = held
+
+
 def _partner(position: int, lpos: np.ndarray, rpos: np.ndarray, otherwise: int) -> int:
     """Where the element at ``position`` goes if this batch of swaps (``lpos`` rising, ``rpos``
     falling, pairwise) moves it, else ``otherwise``."""
@@ -194,23 +201,17 @@ def _nested(
     pairs = []
     for rest_l, rest_r in _swap_pairs(rest, pivot, not descending, descending, swaps):
         lpos, rpos = (rest_l + 1).astype(index), (rest_r + 1).astype(index)  # positions in values
-        held = values[lpos]
-        values[lpos] = values[rpos]
-        values[rpos] = held
+        _swap(values, lpos, rpos)
         pairs.append((lpos, rpos))
     (a, b, _), (c, d, settled) = sorted(sides, key=lambda side: side[2] != "open")
     if sorted_range(values[a:b], lo - a, hi - a, descending, depth=budget - 1, out=keep[a:b]) is None:
         for lpos, rpos in pairs:  # the open side is as the swaps left it: undo them
-            held = values[lpos]
-            values[lpos] = values[rpos]
-            values[rpos] = held
+            _swap(values, lpos, rpos)
         values[0], values[median] = values[median], values[0]
         return None
     keep[c:d] = settled == "in"
     for lpos, rpos in pairs:  # the swaps are disjoint pairs: undone in any order
-        held = keep[lpos]
-        keep[lpos] = keep[rpos]
-        keep[rpos] = held
+        _swap(keep, lpos, rpos)
     keep[0], keep[median] = keep[median], keep[0]
     return keep
 
@@ -242,9 +243,7 @@ def _first_partition(
     for rest_l, rest_r in _swap_pairs(rest, pivot, left_upper, right_upper, swaps):
         lpos, rpos = rest_l + 1, rest_r + 1  # positions in values, past the pivot
         median_now = _partner(median, lpos, rpos, median_now)
-        held = values[lpos]
-        values[lpos] = values[rpos]
-        values[rpos] = held
+        _swap(values, lpos, rpos)
         if sides[0][2] == "in":
             keep[lpos] = False
             keep[rpos] = True
@@ -345,9 +344,7 @@ def _partition(values: np.ndarray, origin: np.ndarray, descending: bool) -> int:
     swaps, cut = _swaps_and_cut(rest, pivot, left_upper, right_upper)
     for lpos, rpos in _swap_pairs(rest, pivot, left_upper, right_upper, swaps):
         for arr in (rest, rest_origin):
-            held = arr[lpos]
-            arr[lpos] = arr[rpos]
-            arr[rpos] = held
+            _swap(arr, lpos, rpos)
     return 1 + cut
 
 
