@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -66,12 +67,11 @@ def sorted_range(
         return keep
     if budget == 0:
         return None
-    median, swaps, cut = _pivot_and_cut(values, descending)
-    sides = [(0, cut, _side(0, cut, lo, hi)), (cut, n, _side(cut, n, lo, hi))]
-    open_sides = [(a, b) for a, b, role in sides if role == "open"]
-    if len(open_sides) == 1 and swaps < NEST_BELOW * (open_sides[0][1] - open_sides[0][0]):
-        return _nested(values, lo, hi, descending, keep, median, swaps, sides, budget)
-    first = _first_partition(values, lo, hi, descending, keep, median, swaps, cut, sides)
+    plan = _plan_first(values, lo, hi, descending)
+    open_sides = [(a, b) for a, b, role in plan.sides if role == "open"]
+    if len(open_sides) == 1 and plan.swaps < NEST_BELOW * (open_sides[0][1] - open_sides[0][0]):
+        return _nested(values, lo, hi, descending, keep, plan, budget)
+    first = _first_partition(values, descending, keep, plan)
     # segments still holding an end of the range, each with where its elements came from
     todo = [(a, b, budget - 1, origin) for a, b, origin in first.open]
     while todo:
@@ -164,13 +164,26 @@ def _side(start: int, stop: int, lo: int, hi: int) -> str:
     return "in" if lo <= start and stop <= hi else "open"
 
 
-def _pivot_and_cut(values: np.ndarray, descending: bool) -> tuple[int, int, int]:
-    """The whole array's partition planned (more than LEAF elements): its median-of-three swapped
-    to the front (the only change made), then how many swaps the partition makes and its cut."""
+@dataclass(frozen=True)
+class _FirstPlan:
+    """The whole array's partition before its swaps: where the median of three came from, how
+    many swaps there are, the cut, and each side's role for [lo, hi) ("in", "out" or "open")."""
+
+    median: int
+    swaps: int
+    cut: int
+    sides: tuple[tuple[int, int, str], tuple[int, int, str]]
+
+
+def _plan_first(values: np.ndarray, lo: int, hi: int, descending: bool) -> _FirstPlan:
+    """Plan the whole array's partition (more than LEAF elements); the median-of-three's swap
+    to the front is the only change made."""
+    n = len(values)
     median = _median_index(values, descending)
     values[0], values[median] = values[median], values[0]
     swaps, cut = _swaps_and_cut(values[1:], values[0], not descending, descending)
-    return median, swaps, cut + 1
+    cut += 1
+    return _FirstPlan(median, swaps, cut, ((0, cut, _side(0, cut, lo, hi)), (cut, n, _side(cut, n, lo, hi))))
 
 
 # A lopsided first partition (a pivot near an end: common among bf16 magnitudes' ties) leaves one
@@ -187,23 +200,22 @@ def _nested(
     hi: int,
     descending: bool,
     keep: np.ndarray,
-    median: int,
-    swaps: int,
-    sides: list[tuple[int, int, str]],
+    plan: _FirstPlan,
     budget: int,
 ) -> np.ndarray | None:
-    """The rest of :func:`sorted_range` after :func:`_pivot_and_cut` for one open side: the
+    """The rest of :func:`sorted_range` after :func:`_plan_first` for one open side: the
     partition's swaps made and logged, the open side ranked in place by :func:`sorted_range`
     (into ``keep``'s slice), then ``keep`` taken from positions back to original indices by
     undoing the swaps, the partition's and then the median's, on it."""
     pivot, rest = values[0], values[1:]
     index = np.int32 if len(values) < 2**31 else np.int64
     pairs = []
-    for rest_l, rest_r in _swap_pairs(rest, pivot, not descending, descending, swaps):
+    for rest_l, rest_r in _swap_pairs(rest, pivot, not descending, descending, plan.swaps):
         lpos, rpos = (rest_l + 1).astype(index), (rest_r + 1).astype(index)  # positions in values
         _swap(values, lpos, rpos)
         pairs.append((lpos, rpos))
-    (a, b, _), (c, d, settled) = sorted(sides, key=lambda side: side[2] != "open")
+    median = plan.median
+    (a, b, _), (c, d, settled) = sorted(plan.sides, key=lambda side: side[2] != "open")
     if sorted_range(values[a:b], lo - a, hi - a, descending, depth=budget - 1, out=keep[a:b]) is None:
         for lpos, rpos in pairs:  # the open side is as the swaps left it: undo them
             _swap(values, lpos, rpos)
@@ -216,21 +228,12 @@ def _nested(
     return keep
 
 
-def _first_partition(
-    values: np.ndarray,
-    lo: int,
-    hi: int,
-    descending: bool,
-    keep: np.ndarray,
-    median: int,
-    swaps: int,
-    cut: int,
-    sides: list[tuple[int, int, str]],
-) -> _FirstPartition:
-    """:func:`_partition` of the whole array (more than LEAF elements), planned by
-    :func:`_pivot_and_cut`, keeping track of original positions only for the sides still open;
-    marks a side inside [lo, hi) in ``keep``."""
+def _first_partition(values: np.ndarray, descending: bool, keep: np.ndarray, plan: _FirstPlan) -> _FirstPartition:
+    """:func:`_partition` of the whole array (more than LEAF elements) as :func:`_plan_first`
+    planned it, keeping track of original positions only for the sides still open; marks a side
+    inside [lo, hi) in ``keep``."""
     n = len(values)
+    median, swaps, cut, sides = plan.median, plan.swaps, plan.cut, plan.sides
     pivot = values[0]
     rest = values[1:]
     left_upper, right_upper = not descending, descending
