@@ -57,7 +57,7 @@ from mgit.store.record import RawBytes
 if TYPE_CHECKING:
     import torch
 
-    from mgit.merge.methods.inputs import Prepared
+    from mgit.merge.methods.inputs import DeltaAt, Prepared
 
 # Sparsifiers decide on whole deltas, each on one thread, so experts are decided concurrently
 # while their scratch fits in DECIDE_MEMORY (per element: see sparsify's *_BYTES_PER_ELEMENT):
@@ -127,10 +127,12 @@ def _prepare(
     peak of memory."""
     import torch
 
+    from mgit.merge.methods.inputs import deltas_of
     from mgit.merge.sparsify import seeded_generator
 
     method = setup.method
-    delta_at = each = None
+    delta_at: DeltaAt | None = None
+    each = None
     if method.decides_per_expert:
         only = base_chunks_read(tp, setup, carried)
         workers = _decide_workers(tp) if not method.random else 1
@@ -144,17 +146,15 @@ def _prepare(
             buffers.drop()
             give_back_freed_memory()
 
-            def delta_at(k: int, work: torch.dtype) -> torch.Tensor:
+            def streamed(k: int, work: torch.dtype) -> torch.Tensor:
                 return inputs.delta(k, work, only, buffers.get, use_pool=each is None)
+
+            delta_at = streamed
 
         else:
             base_t = inputs.read_base(only)
-
-            def delta_at(k: int, work: torch.dtype) -> torch.Tensor:
-                expert = inputs.expert(k, base_t, use_pool=each is None)
-                aligned, aligned_base = expert.to(dtype=work), base_t.to(dtype=work)
-                # the expert's buffer is made for this read (it becomes the delta) unless it is the base
-                return aligned.sub_(aligned_base) if expert is not base_t else aligned - aligned_base
+            pooled = each is None
+            delta_at = deltas_of(base_t, lambda k: inputs.expert(k, base_t, use_pool=pooled), made_for_call=True)
 
     with torch.no_grad():
         return method.prepare(

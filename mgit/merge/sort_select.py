@@ -53,8 +53,11 @@ def sorted_range(
     place, and put back in its order when None is returned (the caller then sorts it). ``depth``
     overrides the recursion budget (tests); ``out``: the bool array to write the mask into."""
     n = len(values)
-    keep = np.zeros(n, dtype=bool) if out is None else out
-    keep[:] = False
+    if out is None:
+        keep = np.zeros(n, dtype=bool)
+    else:
+        keep = out
+        keep[:] = False
     lo, hi = max(0, lo), min(n, hi)
     if lo >= hi:
         return keep

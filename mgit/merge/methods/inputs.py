@@ -98,9 +98,10 @@ def prepare(
     return _prepare(method, where, base, count, delta_at, params, dtype or input_dtype, generator, None, each, True)
 
 
-def deltas_of(base: torch.Tensor, expert_at: Callable[[int], torch.Tensor]) -> DeltaAt:
-    """Deltas from a base and experts held by the caller (left as they are): a converted copy of
-    an expert becomes its delta in place, else the delta is a new tensor."""
+def deltas_of(base: torch.Tensor, expert_at: Callable[[int], torch.Tensor], made_for_call: bool = False) -> DeltaAt:
+    """Deltas from a base and experts, left as they are: a converted copy of an expert becomes its
+    delta in place, else the delta is a new tensor. With ``made_for_call``, ``expert_at`` makes
+    each expert for the call (the base itself excepted), so it becomes its delta in place too."""
     aligned_bases: dict[torch.dtype, torch.Tensor] = {}  # the base in each working dtype asked for
 
     def delta_at(k: int, work: torch.dtype) -> torch.Tensor:
@@ -108,7 +109,8 @@ def deltas_of(base: torch.Tensor, expert_at: Callable[[int], torch.Tensor]) -> D
             aligned_bases[work] = base.to(dtype=work)
         expert = expert_at(k)
         aligned = expert.to(dtype=work)
-        return aligned.sub_(aligned_bases[work]) if aligned is not expert else aligned - aligned_bases[work]
+        own = aligned is not expert or (made_for_call and expert is not base)
+        return aligned.sub_(aligned_bases[work]) if own else aligned - aligned_bases[work]
 
     return delta_at
 
