@@ -93,7 +93,7 @@ PARTS = ("store", "merge")
 
 # What the disk must hold, as shares of the model's raw size (measured at 0.25-0.6 GB by bench_merge,
 # bench_budget and a --quick run: the base stores at 0.68 of it, an expert committed on it at 0.16, a
-# merge's result, stored as XOR deltas against the base's chunks and carrying the base's where it keeps
+# merge's result, stored as deltas against the base's chunks and carrying the base's where it keeps
 # them, at about 0.2).
 BASE_STORE_SHARE = 0.7
 EXPERT_STORE_SHARE = 0.2

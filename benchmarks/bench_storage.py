@@ -3,7 +3,7 @@
 Why: a model is rarely stored once. Fine-tunes, adapters, vocabulary extensions and training
 checkpoints each add a version that shares most of its bytes (or most of its bits) with
 another one. mgit's claim is that such a version costs about the compressed size of what
-changed: unchanged chunks are deduplicated, changed chunks are stored as XOR deltas against
+changed: unchanged chunks are deduplicated, changed chunks are stored as deltas against
 their parent. git-lfs and DVC deduplicate whole files only, and ZipNN compresses every file
 on its own without any cross-version sharing. This script measures all four side by side,
 on one machine, with the same generated inputs, in one run:
@@ -499,7 +499,7 @@ def notes(o: Outcome) -> list[str]:
     by = {v.name: v for v in o.versions}
     chain = [v for v in o.versions if v.name.startswith("chain-")]
     costs = o.costs["mgit"]
-    keyframes = [v.name for v in chain if "delta" not in costs[v.name].encodings]
+    keyframes = [v.name for v in chain if not {"delta", "diff"} & set(costs[v.name].encodings)]
     deltas = [costs[v.name].grown / v.raw for v in chain if v.name not in keyframes]
     if keyframes and deltas:
         k = keyframes[0]
@@ -570,7 +570,8 @@ def report(o: Outcome, tools: Tools, plan: ModelPlan, workdir: Path, reps: int, 
         "compressed on its own. *B*: modified tensors at the dense fine-tune's delta cost (mgit's dense bytes "
         "/ dense changed bytes), new rows and tensors at the base's compression. *elements changed*: share of the "
         "elements of same-shape tensors whose bf16 value changed. New chunks are counted by how mgit stored them "
-        "(`delta`: XOR against the parent chunk; `zstd`: byte-grouped zstd alone, e.g. a keyframe; `raw`).",
+        "(`diff`: the elements' difference to the parent chunk, zigzagged; `delta`: XOR against the parent chunk; "
+        "`zstd`: byte-grouped zstd alone, e.g. a keyframe; `raw`).",
         "",
         targets_table(o),
         "",

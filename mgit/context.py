@@ -36,8 +36,9 @@ if TYPE_CHECKING:
     from mgit.remote.promisor import Promisor
 
 GIT_DIR = ".mgit"
-FORMAT_VERSION = 2  # docs/format.md; bumped on incompatible changes
-READABLE_FORMATS = (1, 2)  # format 1 (loose chunks) is read, and upgraded on the first write
+FORMAT_VERSION = 3  # docs/format.md; bumped on incompatible changes (3: difference deltas)
+# formats 1 (loose chunks) and 2 (no difference deltas) are read, and upgraded on the first write
+READABLE_FORMATS = (1, 2, 3)
 AUTO_REPACK_PACKS = 32  # more sealed packs than this after a write: merge the small ones
 
 

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mgit import Repository
+from mgit.errors import MgitError
 from mgit.model.filetree import load_safetensors
 from mgit.store.chunkstore import MAX_DELTA_DEPTH
 
@@ -62,7 +63,7 @@ def test_dense_finetune_is_delta_encoded_and_round_trips(base_repo):
     res = repo.add(["model"])
     repo.commit("dense sft")
     raw = sum(t.numel() * t.element_size() for t in tuned.values())
-    assert res.stored_bytes < 0.5 * raw  # the XOR delta pays: a plain bf16 chunk is ~0.7x
+    assert res.stored_bytes < 0.5 * raw  # the delta pays: a plain bf16 chunk is ~0.7x
     deltas = [repo.store.location(c) for c in chunk_ids(repo)]
     assert sum(loc.base is not None for loc in deltas) > len(deltas) // 2
     sft_files = tree_hashes(repo.root)
@@ -149,6 +150,7 @@ def test_identical_tensors_on_two_branches_share_one_manifest_blob(base_repo):
 CRASH = """
 import os, signal, sys
 from mgit import Repository
+from mgit.errors import MgitError
 from mgit.store import chunkstore
 put = chunkstore.ChunkStore.put
 count = [0]
@@ -300,7 +302,7 @@ def test_du_and_show_stats(base_repo):
 
     doc = json.loads(invoke("du", "--json", cwd=repo.root, check=True).stdout)
     assert doc["schema"] == "mgit.du/1" and len(doc["commits"]) == 2
-    assert doc["store"]["chunks_by_encoding"]["delta"] > 0
+    assert doc["store"]["chunks_by_encoding"]["diff"] > 0  # a bf16 fine-tune: difference deltas
     show = json.loads(invoke("show", "--stats", "--json", cwd=repo.root, check=True).stdout)
     assert show["usage"]["new_stored_bytes"] == head.new_stored_bytes
     assert "dedup" in invoke("du", cwd=repo.root, check=True).stdout
@@ -337,18 +339,61 @@ def test_format_1_loose_chunks_are_read_and_packed_by_gc(base_repo):
     repo.close()
     shutil.rmtree(repo.git_dir / "chunks" / "packs")
     config = repo.git_dir / "config"
-    config.write_text(config.read_text().replace("formatversion = 2", "formatversion = 1"))
+    config.write_text(config.read_text().replace("formatversion = 3", "formatversion = 1"))
     with Repository(repo.root) as old:
         assert old.format == 1 and old.store.ids() == ids
         got = old.state_dict()
         assert all(torch.equal(got[k], sd[k]) for k in sd)
         old.gc(grace_seconds=0)
-        assert old.format == 2 and "formatversion = 2" in config.read_text()
+        assert old.format == 3 and "formatversion = 3" in config.read_text()
         assert not list(old.store.loose_ids()) and old.store.ids() == ids
         assert old.fsck() == []
         shutil.rmtree(old.root / "model")
         old.checkout("HEAD", ["model"])
     assert tree_hashes(repo.root) == files
+
+
+def test_a_format_2_repository_is_read_and_its_next_add_stores_difference_deltas(base_repo, monkeypatch):
+    """Format 2 knew only XOR deltas. This mgit reads such a repository as it is; the first add
+    upgrades it to format 3 (older mgit would refuse the difference deltas it then writes) and
+    stores the next fine-tune as difference deltas on top of the XOR ones."""
+    from mgit.store import codec
+
+    repo, sd = base_repo
+    first = dense_finetune(sd, seed=1)
+    write_model(repo.root / "model", first)
+    touch_later(repo.root / "model" / "model.safetensors")
+    with monkeypatch.context() as m:
+        m.setattr(codec, "diffs", lambda *a: False)  # as format 2 wrote every delta
+        repo.add(["model"])
+    repo.commit("sft 1")
+    xor_ids = chunk_ids(repo)
+    repo.close()
+    config = repo.git_dir / "config"
+    config.write_text(config.read_text().replace("formatversion = 3", "formatversion = 2"))
+    with Repository(repo.root) as old:
+        assert old.format == 2
+        assert {old.store.location(c).encoding for c in xor_ids} >= {codec.XOR_DELTA}
+        assert all(torch.equal(t, first[k]) for k, t in old.state_dict().items())
+        second = dense_finetune(first, seed=2)
+        write_model(old.root / "model", second)
+        touch_later(old.root / "model" / "model.safetensors")
+        old.add(["model"])
+        old.commit("sft 2")
+        assert old.format == 3 and "formatversion = 3" in config.read_text()
+        new = [old.store.location(c) for c in chunk_ids(old) - xor_ids]
+        assert new and all(loc.encoding == codec.DIFF_DELTA for loc in new if loc.base is not None)
+        assert sum(loc.base is not None for loc in new) > len(new) // 2
+        assert old.fsck() == []
+        files = tree_hashes(old.root)
+        shutil.rmtree(old.root / "model")
+        old.checkout("HEAD", ["model"])
+        assert tree_hashes(old.root) == files
+        assert all(torch.equal(t, first[k]) for k, t in old.state_dict("HEAD~1").items())
+        assert all(torch.equal(t, second[k]) for k, t in old.state_dict().items())
+    config.write_text(config.read_text().replace("formatversion = 3", "formatversion = 4"))
+    with pytest.raises(MgitError, match="uses mgit format 4; this mgit reads formats 1, 2, 3: upgrade mgit"):
+        Repository(repo.root)
 
 
 def test_gc_cli(base_repo):

@@ -120,7 +120,7 @@ class Ingestor:
     """Turns files (or tensors) into graph entries, storing their chunks.
 
     With ``parents``, a tensor whose name, dtype and row shape match one of the base
-    revision's is stored chunk by chunk as an XOR delta against that tensor's chunk
+    revision's is stored chunk by chunk as a delta against that tensor's chunk
     (where that is smaller), and the L2 norm of each changed chunk's difference to its
     equal-sized parent chunk is recorded (``file_stats``) for the commit's stats blob.
     """

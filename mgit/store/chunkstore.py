@@ -2,7 +2,7 @@
 
 Chunks live in pack files (see pack.py). A write session appends to one new pack and
 seals it at the end of the command; readers see only sealed packs. Each chunk is stored
-byte-grouped + zstd, raw, or as an XOR delta against a base chunk, whichever is
+byte-grouped + zstd, raw, or as a delta (difference or XOR) against a base chunk, whichever is
 smallest; a delta chain is at most MAX_DELTA_DEPTH links long, after which a full
 "keyframe" is stored, so reading any chunk decodes at most MAX_DELTA_DEPTH others.
 Every read is verified against the id (record.decode_verified). Chunks of format-1
@@ -152,7 +152,7 @@ class ChunkStore:
     def put(
         self, raw: RawBytes, group: int, cid: str | None = None, base: tuple[str, RawBytes] | None = None
     ) -> PutResult:
-        """Store raw bytes unless present; with ``base`` (id, raw bytes) try an XOR delta.
+        """Store raw bytes unless present; with ``base`` (id, raw bytes) try a delta (difference or XOR).
 
         The smallest of delta / byte-grouped zstd / raw wins (record.encode); a delta whose
         chain would exceed MAX_DELTA_DEPTH is not considered (the chunk becomes a keyframe).
@@ -415,8 +415,8 @@ class ChunkStore:
     def _chain(
         self, cid: str, loc: Location, counters: ReadCounters | None, out: bytearray | memoryview | None
     ) -> RawBytes | None:
-        """A delta chunk whose bases nobody holds, decoded from its chain's records at once in the
-        grouped domain (codec.decode_chain) and verified once: its bases' bytes are never needed on
+        """A delta chunk whose bases nobody holds, decoded from its chain's records at once
+        (codec.decode_chain) and verified once: its bases' bytes are never needed on
         their own. None where the chain does not allow that, is not all in packs, or fails in any
         way: then ``_get`` decodes it link by link and names what is damaged."""
         chain = [loc]
@@ -425,7 +425,7 @@ class ChunkStore:
             if link is None:
                 return None
             chain.append(link)
-        if not codec.chains_in_planes([(c.encoding, c.group, c.raw_size) for c in chain]):
+        if not codec.decodes_as_chain([(c.encoding, c.group, c.raw_size) for c in chain]):
             return None
         expected = [cid] + [c.base for c in chain[:-1]]  # the id each link's record must carry
         records: list[Record] = []
@@ -437,7 +437,8 @@ class ChunkStore:
                 if (rec.cid, rec.base) != (want, c.base):
                     return None
                 records.append(rec)
-            raw = codec.decode_chain([r.payload for r in records], loc.group, loc.raw_size, out)
+            payloads, encodings = [r.payload for r in records], [r.encoding for r in records]
+            raw = codec.decode_chain(payloads, encodings, loc.group, loc.raw_size, out)
         except Exception:  # unreadable, or bytes that do not decode (zstd's own errors too)
             return None
         finally:

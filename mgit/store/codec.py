@@ -1,10 +1,14 @@
-"""Chunk encodings: byte-grouped zstd, XOR delta against a base chunk, or raw.
+"""Chunk encodings: byte-grouped zstd, a delta against a base chunk (XOR, or the
+elements' difference), or raw.
 
 Byte grouping splits each element into byte planes (bf16 → 2, fp32 → 4): the plane
 holding sign and exponent is highly repetitive and compresses, the mantissa planes
 barely do; zstd stores incompressible 128 KiB blocks raw, so one frame suffices.
 A fine-tuned chunk XOR its parent is mostly zero bits in the high planes, so the
-delta compresses far better than the chunk alone (the idea of ZipNN / BitX).
+delta compresses far better than the chunk alone (the idea of ZipNN / BitX). Subtracting
+the parent's elements as integers does better still (the difference delta): a small change
+of a weight is a small difference of its bit pattern, whereas XOR turns every carry into
+noise, so the high planes are zero almost everywhere and the low ones need fewer bits.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import zstandard
 RAW = 0
 GROUPED_ZSTD = 1
 XOR_DELTA = 2  # raw XOR base chunk, then byte-grouped zstd
+DIFF_DELTA = 3  # zigzag of (raw - base chunk) per little-endian element, then byte-grouped zstd
+DELTAS = (XOR_DELTA, DIFF_DELTA)  # the encodings that carry a base chunk
 ZSTD_LEVEL = 1  # measured: faster than 3 and no larger on bf16 weights
 # zstd level 1 tuned for byte planes of weights (measured on 4 MiB chunks of a bf16 llama and
 # all-MiniLM's f32: 1.8-2.4x faster to compress, ~2x faster to decode, 1-2% smaller; XOR deltas
@@ -25,8 +31,9 @@ ZSTD_LEVEL = 1  # measured: faster than 3 and no larger on bf16 weights
 # short matches cost more bits than Huffman-coded literals. Matches of 7+ bytes only, from a
 # small hash table, keep the long runs (zeros, repeated rows) and skip the rest.
 ZSTD_PARAMS = {"strategy": zstandard.STRATEGY_FAST, "min_match": 7, "hash_log": 8, "window_log": 20}
-ENCODINGS = (RAW, GROUPED_ZSTD, XOR_DELTA)
-ENCODING_NAMES = {RAW: "raw", GROUPED_ZSTD: "zstd", XOR_DELTA: "delta"}  # as `mgit du` shows them
+ENCODINGS = (RAW, GROUPED_ZSTD, XOR_DELTA, DIFF_DELTA)
+ENCODING_NAMES = {RAW: "raw", GROUPED_ZSTD: "zstd", XOR_DELTA: "delta", DIFF_DELTA: "diff"}  # as `mgit du` shows them
+DIFF_GROUPS = (2, 4, 8)  # element widths the difference delta is defined for
 MIN_SAVING = 0.02  # store raw unless compression saves at least 2%
 # The largest raw chunk the format allows (docs/format.md §5: chunks are cut at 4 MiB). A record
 # declaring more is refused before anything is decoded: a few KiB of zstd can claim a GiB.
@@ -87,6 +94,42 @@ def encode_delta(raw: bytes | bytearray | memoryview, base: bytes | bytearray | 
     """Payload of ``raw`` as a delta against ``base``: XOR over their common length (a
     chunk grown by appended rows keeps its old rows' bytes as zeros), then grouped zstd."""
     return _compressor().compress(group_bytes(_xor_prefix(raw, base), group))
+
+
+def diffs(raw_size: int, base_size: int, group: int) -> bool:
+    """Whether a chunk of ``raw_size`` bytes can be a difference delta against a base of
+    ``base_size``: both whole elements of a width the encoding knows."""
+    return group in DIFF_GROUPS and raw_size > 0 and raw_size % group == 0 and base_size % group == 0
+
+
+def _zigzag_diff(raw: bytes | bytearray | memoryview, base: bytes | bytearray | memoryview, group: int) -> memoryview:
+    """zigzag(raw − base) per little-endian element of ``group`` bytes, modulo 2^(8·group), the
+    base counting as zero past its end (a new buffer). Zigzag maps 0, −1, 1, −2 … to 0, 1, 2, 3 …,
+    so that a small difference of either sign has zero high bytes."""
+    unsigned, signed = f"<u{group}", f"<i{group}"
+    words = np.frombuffer(raw, dtype=unsigned)
+    ref = np.frombuffer(base, dtype=unsigned)
+    out = np.empty_like(words)
+    sign = thread_buffer("zigzag sign", _BLOCK * group)[: _BLOCK * group].view(signed)
+    common = min(words.size, ref.size)
+    for s in range(0, words.size, _BLOCK):
+        e = min(s + _BLOCK, words.size)
+        d = out[s:e]
+        c = max(0, min(e, common) - s)
+        np.subtract(words[s : s + c], ref[s : s + c], out=d[:c])
+        d[c:] = words[s + c : e]
+        q = sign[: e - s]
+        np.right_shift(d.view(signed), 8 * group - 1, out=q)  # arithmetic: 0 or −1
+        d <<= 1
+        d ^= q.view(unsigned)
+    return out.data.cast("B")
+
+
+def encode_diff(raw: bytes | bytearray | memoryview, base: bytes | bytearray | memoryview, group: int) -> bytes:
+    """Payload of ``raw`` as a difference delta against ``base`` (:func:`diffs` must allow it):
+    the zigzagged element differences, byte-grouped, zstd. On fine-tuned bf16 weights ~12%
+    smaller than the XOR delta and ~25% faster to compress (fewer zstd sequences)."""
+    return _compressor().compress(group_bytes(_zigzag_diff(raw, base, group), group))
 
 
 class ChunkTooLargeError(ValueError):
@@ -185,6 +228,37 @@ def _xor_into(out: npt.NDArray[np.uint8], base: npt.NDArray[np.uint8], lo: int, 
         np.bitwise_xor(out[lo:hi], base[lo:hi], out=out[lo:hi])
 
 
+def _undiff_into(
+    planes: npt.NDArray[np.uint8], group: int, out: npt.NDArray[np.uint8], base: npt.NDArray[np.uint8]
+) -> None:
+    """``out`` = ``base`` + unzigzag(ungroup(planes)) per element, the base counting as zero past
+    its end: the inverse of :func:`_zigzag_diff`, in blocks. ``base`` may be ``out`` itself (a
+    chain's link applied in place: each block is read before it is written); ``len(out)`` and
+    ``len(base)`` are multiples of ``group``, one of DIFF_GROUPS."""
+    unsigned = f"<u{group}"
+    m = len(out) // group
+    src = planes.reshape(group, m)
+    words, ref = out.view(unsigned), base.view(unsigned)
+    common = min(m, ref.size)
+    size = _BLOCK * group
+    t_all = thread_buffer("diff words", size)[:size].view(unsigned)
+    q_all = thread_buffer("zigzag sign", size)[:size].view(unsigned)
+    for s in range(0, m, _BLOCK):
+        e = min(s + _BLOCK, m)
+        t, q = t_all[: e - s], q_all[: e - s]
+        np.copyto(t, src[group - 1, s:e])
+        for i in range(group - 2, -1, -1):
+            t <<= 8
+            t |= src[i, s:e]
+        np.bitwise_and(t, 1, out=q)
+        np.negative(q, out=q)  # 0 or all ones
+        t >>= 1
+        t ^= q
+        c = max(0, min(e, common) - s)
+        np.add(t[:c], ref[s : s + c], out=words[s : s + c])
+        words[s + c : e] = t[c:]
+
+
 def decode(
     encoding: int,
     payload: bytes | memoryview,
@@ -201,14 +275,16 @@ def decode(
     Nothing is allocated but the result, and the chunk passes through memory once more
     than zstd alone needs: the frame inflates into this thread's reused buffer of planes
     (ungrouped chunks: straight into the result), un-grouping assembles the result from it
-    in cache-sized blocks, and a delta's XOR is applied to each block in place. A decode
+    in cache-sized blocks, and a delta's XOR (or sum) is applied to each block in place. A decode
     bomb costs nothing: a frame announcing more than ``raw_size`` is refused from its
     header, one announcing nothing is read in bounded pieces."""
     check_raw_size(raw_size)
     if encoding not in ENCODINGS:
         raise ValueError(f"unknown chunk encoding {encoding}")
-    if encoding == XOR_DELTA and base is None:
+    if encoding in DELTAS and base is None:
         raise ValueError("delta chunk without its base")
+    if encoding == DIFF_DELTA and base is not None and not diffs(raw_size, len(base), group):
+        raise ValueError(f"a difference delta of {raw_size} bytes against {len(base)} in elements of {group}")
     if out is None and encoding == RAW:
         return bytearray(payload)
     dest = np.empty(raw_size, dtype=np.uint8) if out is None else _into(out, raw_size)
@@ -217,54 +293,72 @@ def decode(
             raise ValueError(f"a raw record of {len(payload)} bytes, not the {raw_size} declared")
         dest[:] = np.frombuffer(payload, dtype=np.uint8)
         return dest.data
-    ref = np.frombuffer(base, dtype=np.uint8) if encoding == XOR_DELTA and base is not None else _NO_BASE
+    ref = np.frombuffer(base, dtype=np.uint8) if encoding in DELTAS and base is not None else _NO_BASE
     grouped = group > 1 and raw_size > 0 and raw_size % group == 0  # as group_bytes grouped them
     planes = thread_buffer("planes", raw_size)[:raw_size] if grouped else dest
     got = _inflate_into(payload, planes)
     if got != raw_size:
         raise ValueError(f"the zstd frame holds {got} bytes, not the {raw_size} declared")
-    if grouped:
+    if encoding == DIFF_DELTA:
+        _undiff_into(planes, group, dest, ref)
+    elif grouped:
         _ungroup_into(planes, group, dest, ref)
     else:
         _xor_into(dest, ref, 0, min(raw_size, len(ref)))
     return dest.data
 
 
-def chains_in_planes(links: list[tuple[int, int, int]]) -> bool:
+def decodes_as_chain(links: list[tuple[int, int, int]]) -> bool:
     """Whether a delta chain, given as (encoding, group, raw size) from the chunk down to its
-    keyframe, can be decoded in the grouped domain by :func:`decode_chain`: every link grouped
-    alike (2 bytes or more) and of one raw size, so that XOR commutes with the grouping."""
+    keyframe, can be decoded at once by :func:`decode_chain`: a byte-grouped keyframe, every link
+    grouped alike (2 bytes or more) and of one raw size, XOR deltas only below difference deltas
+    (XOR commutes with the grouping; a sum is applied to elements, after un-grouping)."""
     (_, group, size), keyframe = links[0], links[-1][0]
+    upward = [e for e, _, _ in reversed(links[:-1])]  # keyframe's delta first
+    xors = next((i for i, e in enumerate(upward) if e != XOR_DELTA), len(upward))  # XOR links above the keyframe
     return (
         len(links) >= 2
         and keyframe == GROUPED_ZSTD
-        and all(e == XOR_DELTA for e, _, _ in links[:-1])
+        and all(e == DIFF_DELTA for e in upward[xors:])
         and all((g, n) == (group, size) for _, g, n in links)
         and group > 1
         and size > 0
         and size % group == 0
+        and (xors == len(upward) or group in DIFF_GROUPS)
     )
 
 
 def decode_chain(
-    payloads: list[bytes | memoryview], group: int, raw_size: int, out: bytearray | memoryview | None = None
+    payloads: list[bytes | memoryview],
+    encodings: list[int],
+    group: int,
+    raw_size: int,
+    out: bytearray | memoryview | None = None,
 ) -> bytearray | memoryview:
-    """The raw bytes at the top of a delta chain that :func:`chains_in_planes` accepts, from its
-    payloads keyframe first: each delta's planes are XORed into the keyframe's, and the result is
-    un-grouped once (grouping only permutes bytes, so XOR and grouping commute). Decoding each
-    base on its own would un-group (and the caller verify) every link. Unverified: the caller
-    checks the result against its id."""
+    """The raw bytes at the top of a delta chain that :func:`decodes_as_chain` accepts, from its
+    payloads and encodings keyframe first: the XOR deltas' planes are XORed into the keyframe's
+    (grouping only permutes bytes, so XOR and grouping commute), the result is un-grouped once,
+    and each difference delta is added to it in place. Decoding each base on its own would
+    un-group (and the caller verify) every link. Unverified: the caller checks the result
+    against its id."""
     check_raw_size(raw_size)
     dest = np.empty(raw_size, dtype=np.uint8) if out is None else _into(out, raw_size)
     acc = thread_buffer("planes", raw_size)[:raw_size]
     step = thread_buffer("delta planes", raw_size)[:raw_size]
-    for n, payload in enumerate(payloads):
+    ungrouped = False
+    for n, (payload, encoding) in enumerate(zip(payloads, encodings, strict=True)):
         got = _inflate_into(payload, step if n else acc)
         if got != raw_size:
             raise ValueError(f"the zstd frame holds {got} bytes, not the {raw_size} declared")
-        if n:
+        if encoding == XOR_DELTA:
             np.bitwise_xor(acc, step, out=acc)
-    _ungroup_into(acc, group, dest, _NO_BASE)
+        elif encoding == DIFF_DELTA:
+            if not ungrouped:
+                _ungroup_into(acc, group, dest, _NO_BASE)
+                ungrouped = True
+            _undiff_into(step, group, dest, dest)
+    if not ungrouped:
+        _ungroup_into(acc, group, dest, _NO_BASE)
     return dest.data
 
 

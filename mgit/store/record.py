@@ -60,7 +60,7 @@ def chunk_id(raw: RawBytes) -> str:
 
 def has_base(encoding: int) -> bool:
     """Whether records of this encoding carry a base chunk id (a delta)."""
-    return encoding == codec.XOR_DELTA
+    return encoding in codec.DELTAS
 
 
 @dataclass(frozen=True)
@@ -191,13 +191,19 @@ def decode_verified(
 
 def encode(cid: str, raw: RawBytes, group: int, base: tuple[str, RawBytes, int] | None = None) -> Record:
     """The record to store for ``raw``: with ``base`` (id, raw bytes, the depth the delta
-    would have) the smallest of XOR delta / byte-grouped zstd / raw, except that a delta of
+    would have) the smallest of delta / byte-grouped zstd / raw, except that a delta of
     at most SURE_DELTA of the raw size is taken without trying the others; without it, the
-    smaller of byte-grouped zstd and raw."""
-    delta = codec.encode_delta(raw, base[1], group) if base is not None else None
-    if base is not None and delta is not None and len(delta) <= SURE_DELTA * len(raw):
-        return Record(cid, codec.XOR_DELTA, group, base[2], len(raw), delta, base[0])
+    smaller of byte-grouped zstd and raw. The delta is a difference delta wherever both
+    chunks are whole elements of 2, 4 or 8 bytes (weights: smaller and faster than XOR),
+    else an XOR delta."""
+    delta = None
+    if base is not None:
+        kind = codec.DIFF_DELTA if codec.diffs(len(raw), len(base[1]), group) else codec.XOR_DELTA
+        encode_delta = codec.encode_diff if kind == codec.DIFF_DELTA else codec.encode_delta
+        delta = Record(cid, kind, group, base[2], len(raw), encode_delta(raw, base[1], group), base[0])
+    if delta is not None and len(delta.payload) <= SURE_DELTA * len(raw):
+        return delta
     encoding, payload = codec.encode(raw, group)
-    if base is not None and delta is not None and len(delta) < len(payload):
-        return Record(cid, codec.XOR_DELTA, group, base[2], len(raw), delta, base[0])
+    if delta is not None and len(delta.payload) < len(payload):
+        return delta
     return Record(cid, encoding, group, 0, len(raw), payload)

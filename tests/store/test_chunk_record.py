@@ -34,7 +34,7 @@ def test_pack_framing_round_trips_keyframe_and_delta():
     back = record.parse(memoryview(framed), 4)
     assert isinstance(back.payload, memoryview)  # zero-copy from a mapping
     assert (back.cid, back.encoding, back.depth, back.base, bytes(back.payload)) == (
-        delta.cid, codec.XOR_DELTA, 1, key.cid, delta.payload
+        delta.cid, codec.DIFF_DELTA, 1, key.cid, delta.payload
     )  # fmt: skip
     head = record.read_header(framed, 4)
     assert head.end == len(framed) and record.payload_length(head.encoding, head.end - 4) == len(delta.payload)

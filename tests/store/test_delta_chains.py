@@ -1,6 +1,7 @@
-"""A delta chunk whose bases nobody holds is decoded from its whole chain in the grouped domain
-(XOR the planes, un-group once, verify once): the same bytes and read counts as decoding link by
-link, which still runs, and names the damaged link, whenever the chain is damaged or unusual."""
+"""A delta chunk whose bases nobody holds is decoded from its whole chain at once (XOR deltas'
+planes XORed in the grouped domain, un-group once, difference deltas added in place, verify once):
+the same bytes and read counts as decoding link by link, which still runs, and names the damaged
+link, whenever the chain is damaged or unusual."""
 
 from __future__ import annotations
 
@@ -100,13 +101,58 @@ def test_a_damaged_base_is_named(tmp_path):
 
 
 def test_a_grown_chunk_decodes_link_by_link(tmp_path):
-    """A last chunk grown by appended rows is a delta against a shorter base: no chain in planes."""
+    """A last chunk grown by appended rows is a delta against a shorter base: not one chain."""
     store = ChunkStore(tmp_path)
     base = _versions(4, 1, 4000, 0)[0]
     grown = base + bytes(range(256)) * 4
     b = store.put(base, 2).cid
     g = store.put(grown, 2, base=(b, base))
-    assert g.encoding == codec.XOR_DELTA
+    assert g.encoding == codec.DIFF_DELTA
     store.seal()
-    assert not codec.chains_in_planes([(codec.XOR_DELTA, 2, len(grown)), (codec.GROUPED_ZSTD, 2, len(base))])
+    assert not codec.decodes_as_chain([(codec.DIFF_DELTA, 2, len(grown)), (codec.GROUPED_ZSTD, 2, len(base))])
     assert bytes(ChunkStore(tmp_path).get(g.cid)) == grown
+
+
+def _mixed_chain(store: ChunkStore, versions: list[bytes], xor_links: list[bool], monkeypatch) -> list[str]:
+    """A chain whose links are XOR deltas where ``xor_links`` says so (as format 2 wrote every
+    delta), difference deltas elsewhere."""
+    ids = [store.put(versions[0], 2).cid]
+    for prev, raw, xor in zip(versions[:-1], versions[1:], xor_links, strict=True):
+        with monkeypatch.context() as m:
+            if xor:
+                m.setattr(codec, "diffs", lambda *a: False)
+            ids.append(store.put(raw, 2, base=(ids[-1], prev)).cid)
+    return ids
+
+
+def test_difference_deltas_above_a_format_2_chain_of_xor_deltas_decode_at_once(tmp_path, monkeypatch):
+    """A repository upgraded from format 2: new versions are difference deltas on top of the XOR
+    deltas it holds. XOR the old links' planes, un-group once, add the new ones: one verify."""
+    store = ChunkStore(tmp_path)
+    versions = _versions(5, 5, 1 << 15, edits=40)
+    ids = _mixed_chain(store, versions, [True, True, False, False], monkeypatch)
+    store.seal()
+    encodings = [store.locate(c).encoding for c in ids]
+    assert encodings == [codec.GROUPED_ZSTD, codec.XOR_DELTA, codec.XOR_DELTA, codec.DIFF_DELTA, codec.DIFF_DELTA]
+    ungroups, verified = [], []
+    ungroup, decode_verified = codec._ungroup_into, codec.decode
+    monkeypatch.setattr(codec, "_ungroup_into", lambda *a: ungroups.append(1) or ungroup(*a))
+    monkeypatch.setattr(codec, "decode", lambda *a, **k: verified.append(1) or decode_verified(*a, **k))
+    for cid, raw in zip(ids, versions, strict=True):
+        assert bytes(ChunkStore(tmp_path).get(cid)) == raw
+    assert len(ungroups) == 5 and len(verified) == 1  # once per chunk read; only the keyframe decoded alone
+    _link_by_link(store, monkeypatch)
+    assert bytes(ChunkStore(tmp_path).get(ids[-1])) == versions[-1]
+
+
+def test_an_xor_delta_above_a_difference_delta_decodes_link_by_link(tmp_path, monkeypatch):
+    """Not what mgit writes (a chunk that can be a difference delta is one), but a valid chain:
+    a sum cannot be applied in the grouped domain, so it is decoded link by link."""
+    store = ChunkStore(tmp_path)
+    versions = _versions(6, 3, 1 << 14, edits=10)
+    ids = _mixed_chain(store, versions, [False, True], monkeypatch)
+    store.seal()
+    links = [(store.locate(c).encoding, 2, len(versions[0])) for c in reversed(ids)]
+    assert [e for e, _, _ in links] == [codec.XOR_DELTA, codec.DIFF_DELTA, codec.GROUPED_ZSTD]
+    assert not codec.decodes_as_chain(links)
+    assert bytes(ChunkStore(tmp_path).get(ids[-1])) == versions[-1]
