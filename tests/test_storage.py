@@ -91,7 +91,7 @@ def test_stats_blob_records_the_change_norm_of_every_changed_chunk(base_repo):
         parent, l2 = by_chunk[new[name].chunks[0].id]
         assert parent == base[name].chunks[0].id
         expected = (tuned[name].double() - sd[name].double()).norm().item()
-        assert math.isclose(l2, expected, rel_tol=1e-12)
+        assert math.isclose(l2, expected, rel_tol=1e-5)  # bf16: summed in float32 (format.md §9.1)
     # the stats travel in the commit's tree, not in the manifests
     assert all(
         "parent" not in repo.graph.blob(oid).decode()

@@ -163,6 +163,7 @@ def dot(x: np.ndarray, y: np.ndarray) -> float:
 
 
 STATS_BLOCK = 1 << 16  # elements widened to float64 at a time: stays in cache, ~3x faster than whole chunks
+FLOAT32_BLOCK = 1 << 18  # elements of a 16-bit float chunk summed in float32 at a time (1 MiB: 25% faster)
 
 # Float dtypes whose max |x| is read off the bit patterns: (element width in bits, pattern of
 # +inf: a magnitude at or above it is an infinity or a NaN).
@@ -177,16 +178,17 @@ class _Scratch(threading.local):
     def __init__(self) -> None:
         self.wide = np.empty(2 * STATS_BLOCK, dtype=np.float64)  # 2x: a complex block is 2 floats each
         self.other = np.empty(2 * STATS_BLOCK, dtype=np.float64)
-        self.bits = np.empty(STATS_BLOCK, dtype=np.uint32)
+        self.bits = np.empty(FLOAT32_BLOCK, dtype=np.uint32)  # also a float32 block (16-bit floats)
+        self.other_bits = np.empty(FLOAT32_BLOCK, dtype=np.uint32)
 
 
 _scratch = _Scratch()
 
 
-def _blocks(raw: RawBytes, dtype: DType) -> list[memoryview]:
-    """``raw`` cut into slices of STATS_BLOCK elements (whole elements each)."""
+def _blocks(raw: RawBytes, dtype: DType, elements: int = STATS_BLOCK) -> list[memoryview]:
+    """``raw`` cut into slices of ``elements`` elements (whole elements each)."""
     view = memoryview(raw).cast("B")
-    step = STATS_BLOCK * (dtype.bits // 8)
+    step = elements * (dtype.bits // 8)
     return [view[i : i + step] for i in range(0, len(view), step)]
 
 
@@ -238,29 +240,83 @@ def chunk_stats(raw: RawBytes, dtype: DType) -> tuple[float | None, float | None
 
 @data_math
 def delta_l2(raw: RawBytes, base: RawBytes, dtype: DType | None) -> float | None:
-    """‖raw − base‖₂ as numbers of ``dtype``, in float64 (None where undefined)."""
+    """‖raw − base‖₂ as numbers of ``dtype`` (None where undefined): what
+    :func:`stats_against` records, to the bit."""
     if dtype is None or not dtype.has_numbers:
         return None
-    if len(raw) != len(base):
-        raise ValueError(f"delta_l2 of chunks of {len(raw)} and {len(base)} bytes")
-    squares = 0.0
-    for a, b in zip(_blocks(raw, dtype), _blocks(base, dtype), strict=True):
-        d = _widen(a, dtype, _scratch.wide)
-        np.subtract(d, _widen(b, dtype, _scratch.other), out=d)
-        squares += dot(d, d)
-    return _finite_or_none(math.sqrt(squares))
+    return stats_against(raw, base, dtype)[2]
+
+
+# 16-bit floats are measured in float32: their squares (8 or 11 significant bits, squared) are
+# exact there, as are the differences of two of them but for exponents 16 or more apart, and
+# float32 sums take a fine-tune's add ~20% less time than the float64 widening did. The sums
+# are within a few 1e-6 of the exact norm, which changes no merge plan and no diff. Only a
+# chunk whose peak lies in [2^-40, 2^40] is: no square then underflows into significance or
+# overflows (2^21 elements of at most 2^80); any other, and a delta whose float32 sum is not
+# finite or not positive, is measured in float64.
+SUMS_IN_FLOAT32 = ("BF16", "F16")
+FLOAT32_PEAKS = (2.0**-40, 2.0**40)
+
+
+def _narrow(block: memoryview, dtype: DType, out: np.ndarray) -> np.ndarray:
+    """A 16-bit float block's numbers as float32, written into ``out`` (uint32, at least the
+    block's length): exact."""
+    if dtype.name == "BF16":
+        bits = np.frombuffer(block, dtype="<u2")
+        x = out[: bits.size]
+        np.copyto(x, bits)
+        x <<= 16  # bf16 is the top half of a float32
+        return x.view(np.float32)
+    numbers = np.frombuffer(block, dtype=dtype.numpy)
+    x32 = out[: numbers.size].view(np.float32)
+    np.copyto(x32, numbers)
+    return x32
+
+
+def _sums_in_float32(raw: RawBytes, base: RawBytes | None, dtype: DType) -> tuple[float, float]:
+    """(Σ x², Σ (x − base)²) of a 16-bit float chunk: float32 sums of each block of
+    FLOAT32_BLOCK elements (numpy's einsum, a fixed-order loop), added up in float64 block by
+    block."""
+    squares, delta_squares = 0.0, 0.0
+    bases = _blocks(base, dtype, FLOAT32_BLOCK) if base is not None else None
+    for n, a in enumerate(_blocks(raw, dtype, FLOAT32_BLOCK)):
+        x = _narrow(a, dtype, _scratch.bits)
+        squares += float(np.einsum("i,i->", x, x))
+        if bases is not None:
+            y = _narrow(bases[n], dtype, _scratch.other_bits)
+            np.subtract(x, y, out=y)
+            delta_squares += float(np.einsum("i,i->", y, y))
+    return squares, delta_squares
+
+
+def _sums_in_float64(
+    raw: RawBytes, base: RawBytes | None, dtype: DType, peak_known: bool
+) -> tuple[float, float, list[float]]:
+    """(Σ x², Σ (x − base)², block extremes for the peak unless known) widened to float64."""
+    squares, delta_squares, peaks = 0.0, 0.0, []
+    bases = _blocks(base, dtype) if base is not None else None
+    for n, a in enumerate(_blocks(raw, dtype)):
+        x = _widen(a, dtype, _scratch.wide)
+        squares += dot(x, x)
+        if not peak_known:
+            peaks += [x.max(), -x.min()]
+        if bases is not None:
+            np.subtract(x, _widen(bases[n], dtype, _scratch.other), out=x)
+            delta_squares += dot(x, x)
+    return squares, delta_squares, peaks
 
 
 @data_math
 def stats_against(
     raw: RawBytes, base: RawBytes | None, dtype: DType
 ) -> tuple[float | None, float | None, float | None]:
-    """(L2 norm, max |x|) of one chunk and, with ``base``, ‖raw − base‖₂ (what :func:`delta_l2`
-    gives, to the bit), all in float64; None where undefined or non-finite. One pass over fixed
-    blocks in a fixed order (deterministic): each block of ``raw`` is widened once for both sums
-    (ingesting a fine-tune or a merge's output needs both for every chunk; widening was most of
-    their cost). The peak of a float chunk comes from its bit patterns (exact: the float64
-    maximum is the same number)."""
+    """(L2 norm, max |x|) of one chunk and, with ``base``, ‖raw − base‖₂; None where undefined
+    or non-finite. One pass over fixed blocks in a fixed order (deterministic): each block of
+    ``raw`` is converted once for both sums (ingesting a fine-tune or a merge's output needs both
+    for every chunk). The peak of a float chunk comes from its bit patterns (exact: the float64
+    maximum is the same number). 16-bit floats are summed in float32 (SUMS_IN_FLOAT32), the
+    rest in float64. ``raw`` alone decides how its norm is computed, so chunk_stats(raw) is
+    always this function's first two values."""
     if not dtype.has_numbers:
         return None, None, None
     if base is not None and len(raw) != len(base):
@@ -268,17 +324,14 @@ def stats_against(
     if len(raw) == 0:
         return 0.0, 0.0, None if base is None else 0.0
     known, peak = _float_peak(raw, dtype.name) if dtype.name in _FLOAT_BITS else (False, None)
-    squares, delta_squares, peaks = 0.0, 0.0, []
-    bases = _blocks(base, dtype) if base is not None else None
-    for n, a in enumerate(_blocks(raw, dtype)):
-        x = _widen(a, dtype, _scratch.wide)
-        squares += dot(x, x)
+    narrow = dtype.name in SUMS_IN_FLOAT32 and peak is not None and FLOAT32_PEAKS[0] <= peak <= FLOAT32_PEAKS[1]
+    if narrow:
+        squares, delta_squares = _sums_in_float32(raw, base, dtype)
+        if base is not None and not (math.isfinite(delta_squares) and delta_squares > 0):
+            delta_squares = _sums_in_float64(raw, base, dtype, True)[1]  # huge or tiny differences
+    else:
+        squares, delta_squares, peaks = _sums_in_float64(raw, base, dtype, known)
         if not known:
-            peaks += [x.max(), -x.min()]
-        if bases is not None:
-            np.subtract(x, _widen(bases[n], dtype, _scratch.other), out=x)
-            delta_squares += dot(x, x)
-    if not known:
-        peak = _finite_or_none(float(np.max(peaks)))  # np.max keeps a NaN
+            peak = _finite_or_none(float(np.max(peaks)))  # np.max keeps a NaN
     delta = None if base is None else _finite_or_none(math.sqrt(delta_squares))
     return _finite_or_none(math.sqrt(squares)), peak, delta

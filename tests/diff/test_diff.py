@@ -48,7 +48,10 @@ def test_known_deltas_give_exact_numbers(repo, dtype):
         t = by_name[name]
         assert t.status == "changed"
         for key, value in expected(a[name], b[name]).items():
-            assert math.isclose(getattr(t, key), value, rel_tol=1e-9, abs_tol=1e-12), (name, key)
+            # unchanged chunks count with the norm their manifest records: summed in float32
+            # for 16-bit floats (docs/format.md §8.2), within a few 1e-6 of the exact one
+            rel = 1e-9 if dtype == torch.float32 else 1e-5
+            assert math.isclose(getattr(t, key), value, rel_tol=rel, abs_tol=1e-12), (name, key)
     assert by_name["big"].chunks_changed == 1 < by_name["big"].chunks_total
 
 
