@@ -329,7 +329,7 @@ def reads_note(results: list[Result]) -> str:
     return (
         f"Chunk reads (counted untimed through mgit's Python API, the same `repo.diff` the CLI runs): "
         f"`--stat` requested {' and '.join(map(str, stat))} chunks; `--json`: " + "; ".join(parts) + ". "
-        "A delta base is decoded when a requested chunk is stored as an XOR delta against it: here B's chunk "
+        "A delta base is decoded when a requested chunk is stored as a delta against it: here B's chunk "
         "against A's chunk at the same place, which the same diff also requests, so it is decoded twice."
     )
 

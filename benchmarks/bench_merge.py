@@ -133,7 +133,7 @@ class Comparison:
     max_abs: float
     problems: list[str]  # tensors missing on one side or of another dtype/shape
     expert_own_bytes: int  # stored bytes of the expert chunks read, without their delta bases
-    expert_delta_chunks: int  # of those chunks, how many are XOR deltas (against the base's chunk)
+    expert_delta_chunks: int  # of those chunks, how many are deltas (against the base's chunk)
 
     @property
     def bit_identical(self) -> bool:
@@ -255,7 +255,7 @@ def results_table(outcomes: list[Outcome]) -> str:
 
 def reads_table(outcomes: list[Outcome]) -> str:
     header = ["method", "K", "mgit: base chunks (GB)", "mgit: expert chunks (GB)", "expert chunks read",
-              "of which XOR deltas", "their own stored bytes (GB)", "expert bytes planned (GB)",
+              "of which deltas", "their own stored bytes (GB)", "expert bytes planned (GB)",
               "mergekit: base + K experts (GB)"]  # fmt: skip
     rows = []
     for o in outcomes:
@@ -338,7 +338,7 @@ def report(outcomes: list[Outcome], c: Context) -> str:
         "(`mgit show --json`, `plan.bytes`): the base's chunks once, and per expert only the chunks whose id "
         "differs from the base's — twice for ties, which decides on each expert's whole delta before merging "
         "chunk by chunk (`plan.bytes.expert_passes` = 2; the experts' own stored bytes are counted once). "
-        "`mgit commit` stores most chunks of a fine-tune as XOR deltas against the "
+        "`mgit commit` stores most chunks of a fine-tune as deltas against the "
         "base's chunk at the same place, which decoding needs: the experts' own stored bytes (from the chunk "
         "store's index) are the least their reads can cost; measured bytes above them mean delta bases were "
         "read again. Planned: the plan's estimate (`experts_estimated`).",

@@ -27,11 +27,12 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("verify (BLAKE3 of decoded chunks)", ("decode_verified (",)),  # refined below: only its chunk_id
     ("decode (zstd)", ("inflate (", "_inflate_into (", "_inflate_unsized (")),  # before and after issue 14
     (
-        "decode (un-group, XOR)",
-        ("ungroup_bytes (", "_ungroup_into (", "_xor_into (", "decode (mgit/store/codec"),  # not encode's XOR
+        "decode (un-group, undo delta)",
+        # not encode's XOR or difference: those are under encode_delta / encode_diff
+        ("ungroup_bytes (", "_ungroup_into (", "_xor_into (", "_undiff_into (", "decode (mgit/store/codec"),
     ),
     ("math (merge method)", ("merge_one (", "MergeMethod.", "mgit/merge/methods/", "mgit/merge/sparsify")),
-    ("encode (group, XOR, zstd)", ("encode_delta (", "encode (mgit/store", "group_bytes (")),
+    ("encode (delta, group, zstd)", ("encode_delta (", "encode_diff (", "encode (mgit/store", "group_bytes (")),
     ("hash (BLAKE3 of new chunks)", ("chunk_id (",)),
     ("statistics (L2, max)", ("chunk_stats (", "delta_l2 (", "stats_against (")),  # before and after affe700
     ("write (store, working tree)", ("PackWriter.", "_pwrite_all (", "write_entry (", "StagedFile.")),

@@ -43,12 +43,12 @@ def test_every_sample_goes_to_one_step():
     assert counts == {
         "start-up (imports)": 30,
         "decode (zstd)": 20,
-        "decode (un-group, XOR)": 5,
+        "decode (un-group, undo delta)": 5,
         "verify (BLAKE3 of decoded chunks)": 4,
         "math (merge method)": 25,
         "hash (BLAKE3 of new chunks)": 6,
         "statistics (L2, max)": 7,
-        "encode (group, XOR, zstd)": 8,
+        "encode (delta, group, zstd)": 8,
         "write (store, working tree)": 2,
         OTHER: 3,
     }
@@ -57,10 +57,13 @@ def test_every_sample_goes_to_one_step():
 def test_the_decoder_of_either_revision_is_recognised():
     decode = ["decode_verified (mgit/store/record.py:1)", "decode (mgit/store/codec.py:190)"]
     assert step_of([*decode, "_inflate_into (mgit/store/codec.py:129)"]) == "decode (zstd)"
-    assert step_of([*decode, "_ungroup_into (mgit/store/codec.py:160)"]) == "decode (un-group, XOR)"
-    assert step_of([*decode, "_xor_into (mgit/store/codec.py:177)"]) == "decode (un-group, XOR)"
+    assert step_of([*decode, "_ungroup_into (mgit/store/codec.py:160)"]) == "decode (un-group, undo delta)"
+    assert step_of([*decode, "_xor_into (mgit/store/codec.py:177)"]) == "decode (un-group, undo delta)"
     encode = ["ChunkStore.put (mgit/store/chunkstore.py:160)", "encode_delta (mgit/store/codec.py:80)"]
-    assert step_of([*encode, "_xor_prefix (mgit/store/codec.py:70)"]) == "encode (group, XOR, zstd)"
+    assert step_of([*encode, "_xor_prefix (mgit/store/codec.py:70)"]) == "encode (delta, group, zstd)"
+    assert step_of([*decode, "_undiff_into (mgit/store/codec.py:201)"]) == "decode (un-group, undo delta)"
+    diff = ["ChunkStore.put (mgit/store/chunkstore.py:160)", "encode_diff (mgit/store/codec.py:120)"]
+    assert step_of([*diff, "_zigzag_diff (mgit/store/codec.py:100)"]) == "encode (delta, group, zstd)"
 
 
 def test_a_chunk_id_is_verification_only_under_a_decode():
