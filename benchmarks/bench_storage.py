@@ -520,7 +520,12 @@ def notes(o: Outcome) -> list[str]:
         out.append(
             f"- vocab: {mb(vocab.cost.grown)} MB for {mb(vocab.version.changed)} MB of new rows. New chunks: "
             f"{encodings_cell(vocab.cost.encodings)}: each grown tensor's last chunk (its old tail rows plus the new "
-            "rows) is stored again whole, without a delta (the tensor's shape changed)."
+            "rows) is stored again, "
+            + (
+                "as a delta against the old last chunk: the old rows cost nothing, the new ones what they compress to."
+                if {"delta", "diff"} & set(vocab.cost.encodings)
+                else "whole, without a delta."
+            )
         )
     return out
 

@@ -103,9 +103,10 @@ def diffs(raw_size: int, base_size: int, group: int) -> bool:
 
 
 def _zigzag_diff(raw: bytes | bytearray | memoryview, base: bytes | bytearray | memoryview, group: int) -> memoryview:
-    """zigzag(raw − base) per little-endian element of ``group`` bytes, modulo 2^(8·group), the
-    base counting as zero past its end (a new buffer). Zigzag maps 0, −1, 1, −2 … to 0, 1, 2, 3 …,
-    so that a small difference of either sign has zero high bytes."""
+    """zigzag(raw − base) per little-endian element of ``group`` bytes, modulo 2^(8·group), and
+    past the base's end (a chunk grown by appended rows) the elements as they are (a new
+    buffer). Zigzag maps 0, −1, 1, −2 … to 0, 1, 2, 3 …, so that a small difference of either
+    sign has zero high bytes; new rows keep their own patterns, which compress as weights do."""
     unsigned, signed = f"<u{group}", f"<i{group}"
     words = np.frombuffer(raw, dtype=unsigned)
     ref = np.frombuffer(base, dtype=unsigned)
@@ -116,12 +117,13 @@ def _zigzag_diff(raw: bytes | bytearray | memoryview, base: bytes | bytearray | 
         e = min(s + _BLOCK, words.size)
         d = out[s:e]
         c = max(0, min(e, common) - s)
-        np.subtract(words[s : s + c], ref[s : s + c], out=d[:c])
         d[c:] = words[s + c : e]
-        q = sign[: e - s]
-        np.right_shift(d.view(signed), 8 * group - 1, out=q)  # arithmetic: 0 or −1
-        d <<= 1
-        d ^= q.view(unsigned)
+        if c:
+            diff, q = d[:c], sign[:c]
+            np.subtract(words[s : s + c], ref[s : s + c], out=diff)
+            np.right_shift(diff.view(signed), 8 * group - 1, out=q)  # arithmetic: 0 or −1
+            diff <<= 1
+            diff ^= q.view(unsigned)
     return out.data.cast("B")
 
 
@@ -231,8 +233,8 @@ def _xor_into(out: npt.NDArray[np.uint8], base: npt.NDArray[np.uint8], lo: int, 
 def _undiff_into(
     planes: npt.NDArray[np.uint8], group: int, out: npt.NDArray[np.uint8], base: npt.NDArray[np.uint8]
 ) -> None:
-    """``out`` = ``base`` + unzigzag(ungroup(planes)) per element, the base counting as zero past
-    its end: the inverse of :func:`_zigzag_diff`, in blocks. ``base`` may be ``out`` itself (a
+    """``out`` = ``base`` + unzigzag(ungroup(planes)) per element, and past the base's end
+    ungroup(planes) as it is: the inverse of :func:`_zigzag_diff`, in blocks. ``base`` may be ``out`` itself (a
     chain's link applied in place: each block is read before it is written); ``len(out)`` and
     ``len(base)`` are multiples of ``group``, one of DIFF_GROUPS."""
     unsigned = f"<u{group}"
@@ -250,13 +252,15 @@ def _undiff_into(
         for i in range(group - 2, -1, -1):
             t <<= 8
             t |= src[i, s:e]
-        np.bitwise_and(t, 1, out=q)
-        np.negative(q, out=q)  # 0 or all ones
-        t >>= 1
-        t ^= q
         c = max(0, min(e, common) - s)
-        np.add(t[:c], ref[s : s + c], out=words[s : s + c])
         words[s + c : e] = t[c:]
+        if c:
+            diff, q = t[:c], q[:c]
+            np.bitwise_and(diff, 1, out=q)
+            np.negative(q, out=q)  # 0 or all ones
+            diff >>= 1
+            diff ^= q
+            np.add(diff, ref[s : s + c], out=words[s : s + c])
 
 
 def decode(
