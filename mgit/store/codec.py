@@ -234,9 +234,9 @@ def _undiff_into(
     planes: npt.NDArray[np.uint8], group: int, out: npt.NDArray[np.uint8], base: npt.NDArray[np.uint8]
 ) -> None:
     """``out`` = ``base`` + unzigzag(ungroup(planes)) per element, and past the base's end
-    ungroup(planes) as it is: the inverse of :func:`_zigzag_diff`, in blocks. ``base`` may be ``out`` itself (a
-    chain's link applied in place: each block is read before it is written); ``len(out)`` and
-    ``len(base)`` are multiples of ``group``, one of DIFF_GROUPS."""
+    ungroup(planes) as it is: the inverse of :func:`_zigzag_diff`, in blocks. ``base`` may be
+    ``out`` itself (a chain's link applied in place: each block is read before it is written);
+    ``len(out)`` and ``len(base)`` are multiples of ``group``, one of DIFF_GROUPS."""
     unsigned = f"<u{group}"
     m = len(out) // group
     src = planes.reshape(group, m)
@@ -255,11 +255,11 @@ def _undiff_into(
         c = max(0, min(e, common) - s)
         words[s + c : e] = t[c:]
         if c:
-            diff, q = t[:c], q[:c]
-            np.bitwise_and(diff, 1, out=q)
-            np.negative(q, out=q)  # 0 or all ones
+            diff, mask = t[:c], q[:c]
+            np.bitwise_and(diff, 1, out=mask)
+            np.negative(mask, out=mask)  # 0 or all ones
             diff >>= 1
-            diff ^= q
+            diff ^= mask
             np.add(diff, ref[s : s + c], out=words[s : s + c])
 
 
@@ -318,8 +318,8 @@ def decodes_as_chain(links: list[tuple[int, int, int]]) -> bool:
     grouped alike (2 bytes or more) and of one raw size, XOR deltas only below difference deltas
     (XOR commutes with the grouping; a sum is applied to elements, after un-grouping)."""
     (_, group, size), keyframe = links[0], links[-1][0]
-    upward = [e for e, _, _ in reversed(links[:-1])]  # keyframe's delta first
-    xors = next((i for i, e in enumerate(upward) if e != XOR_DELTA), len(upward))  # XOR links above the keyframe
+    upward = [e for e, _, _ in reversed(links[:-1])]  # the keyframe's delta first
+    xors = next((i for i, e in enumerate(upward) if e != XOR_DELTA), len(upward))  # XOR links at the bottom
     return (
         len(links) >= 2
         and keyframe == GROUPED_ZSTD
