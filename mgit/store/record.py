@@ -198,9 +198,8 @@ def encode(cid: str, raw: RawBytes, group: int, base: tuple[str, RawBytes, int] 
     else an XOR delta."""
     delta = None
     if base is not None:
-        kind = codec.DIFF_DELTA if codec.diffs(len(raw), len(base[1]), group) else codec.XOR_DELTA
-        encode_delta = codec.encode_diff if kind == codec.DIFF_DELTA else codec.encode_delta
-        delta = Record(cid, kind, group, base[2], len(raw), encode_delta(raw, base[1], group), base[0])
+        kind, payload = codec.encode_against(raw, base[1], group)
+        delta = Record(cid, kind, group, base[2], len(raw), payload, base[0])
     if delta is not None and len(delta.payload) <= SURE_DELTA * len(raw):
         return delta
     encoding, payload = codec.encode(raw, group)
