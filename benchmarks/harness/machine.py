@@ -10,11 +10,13 @@ functions (``other_benchmark_decision``) so they can be tested without a busy ma
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import platform
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 IDLE_BELOW = 0.15  # the machine counts as idle below this fraction of all cores busy
@@ -145,17 +147,50 @@ def lock_workdir(workdir: Path, script: str) -> int:
     return fd
 
 
+def cpuinfo_fields(text: str) -> dict[str, str]:
+    """The first processor's fields of a /proc/cpuinfo text (name → value)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    return fields
+
+
+# widest first: (flag in /proc/cpuinfo, name in a report)
+SIMD_FLAGS = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sse4_2", "SSE4.2"), ("asimd", "NEON"))
+
+
+def simd_level(flags: set[str]) -> str:
+    """The widest vector instructions a CPU offers (from its /proc/cpuinfo flags), as a report names
+    them: mgit's per-byte work (zstd, BLAKE3, numpy's byte planes) runs on them, so two hosts that
+    /proc/cpuinfo both calls "AMD EPYC" can differ twofold in mgit's time and not in cp's."""
+    for flag, name in SIMD_FLAGS:
+        if flag in flags:
+            return name
+    return "no SIMD flags"
+
+
+def cpu_label(fields: dict[str, str]) -> str:
+    """A CPU as a report names it: model name, x86 family/model numbers (the model name alone
+    hides the generation on VMs) and SIMD level."""
+    parts = [fields.get("model name") or fields.get("Model name") or "?"]
+    if "cpu family" in fields and "model" in fields:
+        parts.append(f"family {fields['cpu family']} model {fields['model']}")
+    flags = fields.get("flags") or fields.get("Features") or ""
+    parts.append(simd_level(set(flags.split())))
+    return ", ".join(parts)
+
+
 def describe() -> dict[str, str]:
     """CPU, RAM, OS and Python of this machine, for a report's header."""
-    cpu = "?"
     try:
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
+        cpu = cpu_label(cpuinfo_fields(Path("/proc/cpuinfo").read_text()))
+    except OSError:
+        cpu = "?"
     ram = "?"
     try:
         kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))  # type: ignore[union-attr]
@@ -168,6 +203,50 @@ def describe() -> dict[str, str]:
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
     }
+
+
+RATE_BYTES = 32 * 2**20  # per measurement: past the L3 caches of these hosts, so memcpy meets memory
+RATE_REPS = 5
+
+
+def _best_rate(fn: Callable[[], object], nbytes: int, reps: int) -> float:
+    """GB/s of the fastest of ``reps`` calls of ``fn`` over ``nbytes``."""
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return nbytes / best / 1e9
+
+
+@functools.cache
+def core_rates(nbytes: int = RATE_BYTES, reps: int = RATE_REPS) -> dict[str, float]:
+    """GB/s of one thread of this host for the operations that mgit's per-byte work is made of,
+    measured here and now: zstd (level 1) decompressing bf16 weights split into byte planes,
+    BLAKE3, and a memory copy. A report shows them beside its timings, so that runs on different
+    hosts are compared by what the host allows, not only by the peers' times (which are mostly
+    I/O and barely move with the CPU). Once per process (~1 s)."""
+    import blake3
+    import numpy as np
+    import zstandard
+
+    rng = np.random.default_rng(0)
+    bf16 = (rng.standard_normal(nbytes // 2, dtype=np.float32) * 0.02).view(np.uint32) >> 16
+    planes = np.concatenate([(bf16 & 0xFF).astype(np.uint8), (bf16 >> 8).astype(np.uint8)])
+    frame = zstandard.ZstdCompressor(level=1).compress(planes.tobytes())
+    dctx = zstandard.ZstdDecompressor()
+    target = np.empty_like(planes)
+    return {
+        "zstd decompress": _best_rate(lambda: dctx.decompress(frame), planes.nbytes, reps),
+        "BLAKE3": _best_rate(lambda: blake3.blake3(planes).digest(), planes.nbytes, reps),
+        "memcpy": _best_rate(lambda: np.copyto(target, planes), planes.nbytes, reps),
+    }
+
+
+def rates_line(rates: dict[str, float]) -> str:
+    """A report's line of :func:`core_rates`."""
+    shown = ", ".join(f"{name} {rate:.2f}" for name, rate in rates.items())
+    return f"Per-core rates (one thread, GB/s, measured as this report was written): {shown}"
 
 
 def filesystem(path: Path) -> str:

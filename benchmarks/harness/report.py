@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness.machine import describe, filesystem
+from harness.machine import core_rates, describe, filesystem, rates_line
 from harness.models import GB, MB
 from harness.runner import Proc, Result
 from harness.tools import REPO_ROOT
@@ -49,6 +49,7 @@ def header_lines(title: str, command: str, workdir: Path, versions: dict[str, st
         f"Command: `{command}`{took}  ",
         f"Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}  ",
         f"Machine: {m['cpu']}, {m['ram']} RAM, {m['os']}, {filesystem(workdir)} disk; Python {m['python']}  ",
+        f"{rates_line(core_rates())}  ",
         f"Versions: {', '.join(f'{k} {v}' for k, v in versions.items())}",
         "",
     ]

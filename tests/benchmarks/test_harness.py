@@ -120,6 +120,46 @@ def test_benchmark_lines_skip_this_process_its_ancestors_and_descendants() -> No
     assert machine.benchmark_lines(parents, argv, 12) == ["python benchmarks/bench_merge.py --quick"]
 
 
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 23
+model\t\t: 49
+model name\t: AMD EPYC
+flags\t\t: fpu sse4_2 avx avx2 bmi2
+
+processor\t: 1
+model name\t: another
+"""
+
+
+def test_the_cpu_label_names_family_model_and_simd_of_the_first_processor() -> None:
+    fields = machine.cpuinfo_fields(CPUINFO)
+    assert fields["model name"] == "AMD EPYC"
+    assert machine.cpu_label(fields) == "AMD EPYC, family 23 model 49, AVX2"
+    assert machine.cpu_label({"Model name": "Neoverse", "Features": "fp asimd"}) == "Neoverse, NEON"
+
+
+@pytest.mark.parametrize(
+    ("flags", "level"),
+    [
+        ({"avx2", "avx512f", "avx"}, "AVX-512"),
+        ({"avx", "avx2"}, "AVX2"),
+        ({"sse4_2"}, "SSE4.2"),
+        (set(), "no SIMD flags"),
+    ],
+)
+def test_simd_level_is_the_widest_flag(flags: set[str], level: str) -> None:
+    assert machine.simd_level(flags) == level
+
+
+def test_core_rates_measure_each_operation_and_the_report_shows_them() -> None:
+    rates = machine.core_rates(nbytes=2**20, reps=1)
+    assert list(rates) == ["zstd decompress", "BLAKE3", "memcpy"]
+    assert all(0 < r < float("inf") for r in rates.values())
+    line = machine.rates_line({"zstd decompress": 1.234, "BLAKE3": 3.0, "memcpy": 7.5})
+    assert line.endswith("zstd decompress 1.23, BLAKE3 3.00, memcpy 7.50")
+
+
 # -- runner ---------------------------------------------------------------------------------
 
 
