@@ -16,6 +16,7 @@ import platform
 import re
 import subprocess
 import time
+import timeit
 from collections.abc import Callable
 from pathlib import Path
 
@@ -211,12 +212,7 @@ RATE_REPS = 5
 
 def _best_rate(fn: Callable[[], object], nbytes: int, reps: int) -> float:
     """GB/s of the fastest of ``reps`` calls of ``fn`` over ``nbytes``."""
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return nbytes / best / 1e9
+    return nbytes / min(timeit.repeat(fn, number=1, repeat=reps)) / 1e9
 
 
 @functools.cache
