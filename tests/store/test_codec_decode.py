@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import tracemalloc
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -161,6 +162,15 @@ def test_a_decoded_chunk_is_its_own_buffer_not_the_reused_planes():
     assert bytes(codec.decode(*codec.encode(second, 2), 2, len(second))) == second
 
 
+def _on_threads(work: Callable[[int], None], n: int) -> None:
+    """work(0) … work(n − 1), each on its own thread, all at once."""
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_threads_decode_concurrently_into_their_own_planes():
     rng = np.random.default_rng(4)
     chunks = [_weights(rng, 1 << 19) for _ in range(4)]
@@ -173,11 +183,7 @@ def test_threads_decode_concurrently_into_their_own_planes():
             if bytes(codec.decode(enc, payload, 2, len(chunks[k]))) != chunks[k]:
                 bad.append(k)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _on_threads(work, 4)
     assert not bad
 
 
@@ -297,9 +303,5 @@ def test_threads_encode_concurrently_into_their_own_planes():
             if bytes(codec.decode(*plain, 2, len(raw))) != raw:
                 bad.append(k)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _on_threads(work, 4)
     assert not bad
