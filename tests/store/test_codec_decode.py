@@ -262,7 +262,7 @@ def test_encoding_in_blocks_matches_the_formats_definition(seed, group, elements
             assert bytes(codec.decode(codec.DIFF_DELTA, payload, group, len(raw), base)) == raw
 
 
-def test_encoding_a_difference_delta_allocates_only_its_payload():
+def test_encoding_allocates_nothing_chunk_sized_but_zstd_s_output():
     """The differences are taken, zigzagged and split into planes block by block inside this
     thread's reused buffers: encoding a 4 MiB fine-tuned chunk allocates zstd's output (a buffer
     of its compression bound, ~the raw size) and nothing chunk-sized besides (the old path held
