@@ -14,6 +14,7 @@ noise, so the high planes are zero almost everywhere and the low ones need fewer
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -69,7 +70,7 @@ def group_bytes(raw: bytes | bytearray | memoryview, group: int) -> bytes | memo
         return np.frombuffer(raw, dtype=np.uint8).reshape(-1, group).T.tobytes()
     words = np.frombuffer(raw, dtype=f"<u{group}")
     planes = _grouped_planes(len(raw), group)
-    shifted = thread_buffer("word block", _BLOCK * group)[: _BLOCK * group].view(words.dtype)
+    shifted = _block_scratch("word block", words.dtype)
     for s in range(0, words.size, _BLOCK):
         block = words[s : s + _BLOCK]
         _split_into(block, planes, s, shifted[: block.size])
@@ -139,21 +140,21 @@ def _diff_planes(raw: bytes | bytearray | memoryview, base: bytes | bytearray | 
     words = np.frombuffer(raw, dtype=unsigned)
     ref = np.frombuffer(base, dtype=unsigned)
     planes = _grouped_planes(len(raw), group)
-    size = _BLOCK * group
-    diff_all = thread_buffer("word block", size)[:size].view(unsigned)
-    sign_all = thread_buffer("zigzag sign", size)[:size].view(signed)
+    diff_all = _block_scratch("word block", unsigned)
+    sign_all = _block_scratch("zigzag sign", signed)
     common = min(words.size, ref.size)
     for s in range(0, words.size, _BLOCK):
         e = min(s + _BLOCK, words.size)
         c = max(0, min(e, common) - s)
-        diff, q = diff_all[: e - s], sign_all[:c]
-        diff[c:] = words[s + c : e]
+        block, q = diff_all[: e - s], sign_all[:c]
+        block[c:] = words[s + c : e]
         if c:
-            np.subtract(words[s : s + c], ref[s : s + c], out=diff[:c])
-            np.right_shift(diff[:c].view(signed), 8 * group - 1, out=q)  # arithmetic: 0 or −1
-            diff[:c] <<= 1
-            diff[:c] ^= q.view(unsigned)
-        _split_into(diff, planes, s, diff)
+            diff = block[:c]
+            np.subtract(words[s : s + c], ref[s : s + c], out=diff)
+            np.right_shift(diff.view(signed), 8 * group - 1, out=q)  # arithmetic: 0 or −1
+            diff <<= 1
+            diff ^= q.view(unsigned)
+        _split_into(block, planes, s, block)
     return planes.data.cast("B")
 
 
@@ -241,6 +242,13 @@ _BLOCK = 1 << 18
 _NO_BASE = np.empty(0, dtype=np.uint8)
 
 
+def _block_scratch(name: str, dtype: str | np.dtype[Any]) -> npt.NDArray[Any]:
+    """This thread's reused buffer ``name`` as _BLOCK elements of ``dtype``: a block's words
+    between the passes of grouping, un-grouping and the difference delta."""
+    size = _BLOCK * np.dtype(dtype).itemsize
+    return thread_buffer(name, size)[:size].view(dtype)
+
+
 def _ungroup_into(
     planes: npt.NDArray[np.uint8], group: int, out: npt.NDArray[np.uint8], base: npt.NDArray[np.uint8]
 ) -> None:
@@ -289,9 +297,8 @@ def _undiff_into(
     src = planes.reshape(group, m)
     words, ref = out.view(unsigned), base.view(unsigned)
     common = min(m, ref.size)
-    size = _BLOCK * group
-    t_all = thread_buffer("word block", size)[:size].view(unsigned)
-    q_all = thread_buffer("zigzag sign", size)[:size].view(unsigned)
+    t_all = _block_scratch("word block", unsigned)
+    q_all = _block_scratch("zigzag sign", unsigned)
     for s in range(0, m, _BLOCK):
         e = min(s + _BLOCK, m)
         t, q = t_all[: e - s], q_all[: e - s]
