@@ -215,8 +215,8 @@ def _float_peak(raw: RawBytes, name: str) -> tuple[bool, float | None]:
     """(known, max |x|) of a float chunk from its bit patterns, without widening anything:
     below the infinity pattern, a larger magnitude pattern is a larger magnitude. The largest
     pattern with the sign bit clear is the signed maximum, the largest with it set the
-    unsigned one. Not known for a chunk of zeros only: which zero the float64 reduction
-    returns (+0.0 or -0.0, and the manifest keeps the sign) is left to that reduction."""
+    unsigned one. Not known for a chunk of zeros only: the float64 reduction measures it
+    (its peak is +0.0)."""
     bits, inf = _FLOAT_BITS[name]
     signed = np.frombuffer(raw, dtype=f"<i{bits // 8}")
     sign = 1 << (bits - 1)
@@ -332,6 +332,8 @@ def stats_against(
     else:
         squares, delta_squares, peaks = _sums_in_float64(raw, base, dtype, known)
         if not known:
-            peak = _finite_or_none(float(np.max(peaks)))  # np.max keeps a NaN
+            # np.max keeps a NaN; abs() makes a chunk of zeros +0.0, whichever zero the
+            # reduction picks (that choice depends on the CPU's SIMD and the block count)
+            peak = _finite_or_none(abs(float(np.max(peaks))))
     delta = None if base is None else _finite_or_none(math.sqrt(delta_squares))
     return _finite_or_none(math.sqrt(squares)), peak, delta

@@ -35,6 +35,27 @@ def test_non_finite_values_give_no_statistic():
     assert chunk_stats(raw, lookup("F32")) == (None, None)
 
 
+@pytest.mark.parametrize("name", ["BF16", "F16", "F32", "F64", "I32", "U8", "C64"])
+@pytest.mark.parametrize("zero", [0.0, -0.0, "both"])
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_the_peak_of_a_chunk_of_zeros_is_positive_zero(name, zero, blocks):
+    """max |x| of zeros is +0.0 on every machine. The float64 reduction of the block extremes
+    picked either zero, depending on the CPU's SIMD and the number of blocks (-0.0 for one
+    block of +0.0 on an AVX2 CPU), so the same zero tensor had other manifest bytes, and its
+    file another tree id, depending on the machine that added it."""
+    dtype = lookup(name)
+    n = blocks * STATS_BLOCK + 5
+    values = np.zeros(n) if zero != "both" else np.where(np.arange(n) % 2 == 0, 0.0, -0.0)
+    if zero == -0.0:
+        values = -values
+    np_dtype = ml_dtypes.bfloat16 if name == "BF16" else dtype.numpy
+    raw = values.astype(np_dtype).tobytes()
+    l2, peak = chunk_stats(raw, dtype)
+    assert (l2, peak) == (0.0, 0.0)
+    assert math.copysign(1.0, peak) == 1.0
+    assert math.copysign(1.0, stats_against(raw, raw, dtype)[1]) == 1.0
+
+
 def test_bf16_statistics_do_not_import_ml_dtypes():
     """Every bf16 add and merge computes statistics; importing ml_dtypes for them cost ~0.5 s of
     start-up (measured in a merge's profile), though the bit-shift paths never use it."""

@@ -57,7 +57,7 @@ def old_chunk_stats(raw, dtype):
             x = _old_to_float64(block, dtype)
             squares += _old_dot(x, x)
             peaks += [x.max(), -x.min()]
-        return _finite_or_none(math.sqrt(squares)), _finite_or_none(float(np.max(peaks)))
+        return _finite_or_none(math.sqrt(squares)), _finite_or_none(abs(float(np.max(peaks))))
 
 
 def old_delta_l2(raw, base, dtype):
