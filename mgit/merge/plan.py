@@ -67,13 +67,16 @@ class MergePlan:
         return self.expert_passes * sum(len(r) for t in self.tensors for r in t.reads)
 
 
-def model_tensors(graph: Graph, snap: Snapshot, model: str) -> tuple[dict[str, list[str]], dict[str, TensorManifest]]:
-    """(file → tensor names in data order, name → manifest) for the model in directory ``model``."""
+def model_tensors(
+    graph: Graph, snap: Snapshot, model: str, parsed: dict[str, TensorManifest] | None = None
+) -> tuple[dict[str, list[str]], dict[str, TensorManifest]]:
+    """(file → tensor names in data order, name → manifest) for the model in directory ``model``;
+    ``parsed``: manifests already parsed, by blob id (see load_safetensors)."""
     files, manifests = {}, {}
     for path, entry in sorted(snap.items()):
         if entry.kind != "safetensors" or posixpath.dirname(path) != model:
             continue
-        stored = load_safetensors(graph, entry.oid, path)
+        stored = load_safetensors(graph, entry.oid, path, parsed)
         files[path] = [t.name for t in stored.layout.tensors]
         manifests.update(stored.manifests)
     return files, manifests
@@ -111,10 +114,11 @@ def plan_merge(
     (a partial clone passes the bytes a fetch costs for chunks it lacks)."""
     cost = cost or store.read_cost
     prefetch_models(graph, [base_snap, *expert_snaps], model)
-    files, base = model_tensors(graph, base_snap, model)
+    parsed: dict[str, TensorManifest] = {}  # the base's and experts' manifests, by blob id
+    files, base = model_tensors(graph, base_snap, model, parsed)
     if not files:
         raise BadInputError(f"the base holds no model in {model or '.'!r}")
-    experts = [model_tensors(graph, snap, model)[1] for snap in expert_snaps]
+    experts = [model_tensors(graph, snap, model, parsed)[1] for snap in expert_snaps]
     for label, tensors in zip(expert_names, experts, strict=True):
         extra = sorted(set(tensors) - set(base))
         if extra:

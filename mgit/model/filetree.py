@@ -25,7 +25,13 @@ class StoredSafetensors:
         return self.layout.file_size
 
 
-def load_safetensors(graph: Graph, oid: str, path: str = "") -> StoredSafetensors:
+def load_safetensors(
+    graph: Graph, oid: str, path: str = "", parsed: dict[str, TensorManifest] | None = None
+) -> StoredSafetensors:
+    """A stored safetensors file's layout and manifests. ``parsed`` (manifest blob id → manifest)
+    is shared by a caller loading many versions of one model (a merge's base and K experts: the
+    tensors an expert left as they were have the base's very blob), so each blob is read and
+    parsed once; it gains what this call parses."""
     header = None
     manifests: dict[str, TensorManifest] = {}
     ids: dict[str, str] = {}
@@ -34,7 +40,12 @@ def load_safetensors(graph: Graph, oid: str, path: str = "") -> StoredSafetensor
             header = graph.blob(blob)
         elif not is_reserved(name):
             tensor = decode_tensor_name(name)
-            manifests[tensor] = TensorManifest.from_bytes(graph.blob(blob))
+            manifest = parsed.get(blob) if parsed is not None else None
+            if manifest is None:
+                manifest = TensorManifest.from_bytes(graph.blob(blob))
+                if parsed is not None:
+                    parsed[blob] = manifest
+            manifests[tensor] = manifest
             ids[tensor] = blob
     if header is None:
         raise CorruptObjectError(f"{path or oid}: stored safetensors tree has no header; run `mgit fsck`")
