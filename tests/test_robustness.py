@@ -14,7 +14,7 @@ import torch
 from helpers.models import frozen_finetune, llama_state_dict, tree_hashes, write_model
 from helpers.run import run_mgit
 
-from mgit import Repository
+from mgit import Repository, progress
 from mgit.cli import main
 
 KILL_AFTER = textwrap.dedent(
@@ -112,6 +112,7 @@ def test_full_disk_gives_one_line_and_changes_nothing(committed, monkeypatch, ca
 
     monkeypatch.setattr(ChunkStore, "put", full)
     monkeypatch.chdir(repo.root)
+    monkeypatch.setattr(progress, "QUIET", progress.QUIET)  # main's -q sets it for the process
     assert main(["-q", "add", "model"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no space left on device" in err[0] and "Traceback" not in err[0]

@@ -251,6 +251,24 @@ def _pwrite_all(fd: int, data: RawBytes, offset: int, dest: Path | None) -> None
         raise
 
 
+def _move_into_place(tmp: Path, dest: Path) -> None:
+    """Rename a finished temporary file to ``dest``, removing the file ``dest`` names first.
+
+    Why not one rename over it: ext4 (``auto_da_alloc``, its default) then writes the new
+    file's data out before the rename returns, and the next fsync (HEAD's, the index's) waits
+    for the rest. Measured on 2.2 GB models (warm): a checked-out merge spent 2.4 s in its
+    final switch (now 0.03 s), a branch switch took 5.8-6.4 s (now 4.1-4.7 s). Like git's
+    checkout, the working tree's data then reaches the disk in the background; what it holds
+    is in the chunk store, durably, and an interrupted operation's journal writes a file
+    that is missing here again (docs/format.md §14.1)."""
+    try:
+        if dest.is_file() or dest.is_symlink():
+            dest.unlink()  # a kill from here to the rename: the crash point of os.replace
+    except FileNotFoundError:
+        pass
+    os.replace(tmp, dest)
+
+
 def _temporary(dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     for stale in dest.parent.glob(f".{glob_escape(dest.name)}{TMP_MARK}*"):
@@ -341,7 +359,7 @@ class StagedFile:
         os.close(self.fd)
         self.fd = -1
         self.dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(self.tmp, self.dest)
+        _move_into_place(self.tmp, self.dest)
         return os.stat(self.dest)
 
     def _patch_plan(self) -> list[tuple[int, str, int, str]] | None:
@@ -441,7 +459,7 @@ def write_entry(
                 bar.advance(len(lead))
                 _write_chunks(store, pool, out.fileno(), len(lead), parts, reuse, bar, dest)
         os.chmod(tmp, 0o755 if entry.mode == MODE_EXEC else 0o644)
-        os.replace(tmp, dest)
+        _move_into_place(tmp, dest)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         if exc.filename is None:  # buffered writes name no file: name the one being written
