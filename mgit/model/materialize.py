@@ -259,8 +259,9 @@ def _move_into_place(tmp: Path, dest: Path) -> None:
     for the rest. Measured on 2.2 GB models (warm): a checked-out merge spent 2.4 s in its
     final switch (now 0.03 s), a branch switch took 5.8-6.4 s (now 4.1-4.7 s). Like git's
     checkout, the working tree's data then reaches the disk in the background; what it holds
-    is in the chunk store, durably, and an interrupted operation's journal writes a file
-    that is missing here again (docs/format.md §14.1)."""
+    is in the chunk store, durably. A kill between the two leaves the path missing: a
+    journaled operation (checkout, merge, reset) writes it again when it is recovered
+    (docs/format.md §14.1), and restoring paths just runs again."""
     try:
         if dest.is_file() or dest.is_symlink():
             dest.unlink()  # a kill from here to the rename: the crash point of os.replace
