@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,20 @@ def repo(tmp_path: Path) -> Repository:
 @pytest.fixture
 def llama() -> dict:
     return llama_state_dict()
+
+
+@pytest.fixture
+def renames(monkeypatch) -> list[tuple[str, bool]]:
+    """Every os.replace in this process: (destination, whether a file already had its name)."""
+    seen: list[tuple[str, bool]] = []
+    real = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        seen.append((os.fsdecode(dst), os.path.lexists(dst)))
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return seen
 
 
 @pytest.fixture(scope="session")

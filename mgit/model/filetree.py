@@ -33,6 +33,7 @@ def load_safetensors(
     tensors an expert left as they were have the base's very blob), so each blob is read and
     parsed once; it gains what this call parses."""
     header = None
+    known = parsed if parsed is not None else {}
     manifests: dict[str, TensorManifest] = {}
     ids: dict[str, str] = {}
     for name, _, blob in graph.tree(oid):
@@ -40,11 +41,9 @@ def load_safetensors(
             header = graph.blob(blob)
         elif not is_reserved(name):
             tensor = decode_tensor_name(name)
-            manifest = parsed.get(blob) if parsed is not None else None
+            manifest = known.get(blob)
             if manifest is None:
-                manifest = TensorManifest.from_bytes(graph.blob(blob))
-                if parsed is not None:
-                    parsed[blob] = manifest
+                manifest = known[blob] = TensorManifest.from_bytes(graph.blob(blob))
             manifests[tensor] = manifest
             ids[tensor] = blob
     if header is None:

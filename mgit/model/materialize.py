@@ -263,8 +263,8 @@ def _move_into_place(tmp: Path, dest: Path) -> None:
     journaled operation (checkout, merge, reset) writes it again when it is recovered
     (docs/format.md §14.1), and restoring paths just runs again."""
     try:
-        if dest.is_file() or dest.is_symlink():
-            dest.unlink()  # a kill from here to the rename: the crash point of os.replace
+        if not stat.S_ISDIR(os.lstat(dest).st_mode):  # a directory in the way: os.replace says so
+            os.unlink(dest)  # a kill from here to the rename: the crash point of os.replace
     except FileNotFoundError:
         pass
     os.replace(tmp, dest)
