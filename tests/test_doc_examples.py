@@ -7,6 +7,7 @@ import re
 import shlex
 from pathlib import Path
 
+import torch
 from helpers.models import LlamaSpec, commit_model, frozen_finetune, llama_state_dict, touch_later, write_model
 from helpers.run import run_mgit
 
@@ -82,18 +83,24 @@ def test_readme_commands_run_as_written(tmp_path: Path) -> None:
 
 
 def test_readme_python_example_runs(tmp_path: Path, monkeypatch) -> None:
-    """The README's "From Python" block, with ``new_state_dict`` (its placeholder) a fine-tune."""
+    """The README's "From Python" block: the one tensor read back, changed and committed
+    updates that tensor; the model keeps every other one (issue 39)."""
     block = re.search(r"From Python:\n\n```python\n(.*?)```", README.read_text(), re.S)
     assert block, "README.md has no python block after 'From Python:'"
     monkeypatch.chdir(tmp_path)
-    write_model(tmp_path / "work" / "model", llama_state_dict(SPEC))
+    base = llama_state_dict(SPEC)
+    write_model(tmp_path / "work" / "model", base)
     monkeypatch.setenv("GIT_AUTHOR_NAME", "Ada")
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "ada@example.com")
-    names: dict = {"new_state_dict": frozen_finetune(llama_state_dict(SPEC), {0}, seed=5)}
+    names: dict = {}
     exec(compile(block.group(1), "README.md", "exec"), names)
     repo = names["repo"]
     try:
         assert list(names["sd"]) == ["lm_head.weight"]
         assert [c.summary for c in repo.log()] == ["step 1000", "base"]
+        committed = repo.state_dict()
+        assert set(committed) == set(base)
+        assert [n for n in base if not torch.equal(committed[n], base[n])] == ["lm_head.weight"]
+        assert repo.status().clean
     finally:
         repo.close()

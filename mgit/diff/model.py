@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mgit.diff.numeric import Accumulator, numeric
-from mgit.model.dtypes import lookup
+from mgit.model.dtypes import DType, lookup
 from mgit.store.record import RawBytes
 
 # (chunk index, optionally: id → raw bytes of a delta base the caller holds) → the chunk's raw bytes
@@ -106,9 +106,19 @@ def compare_tensor(model: str, name: str, a: TensorSide | None, b: TensorSide | 
     diff = TensorDiff(
         model, name, "unchanged", a.file, b.file, a.dtype, b.dtype, a.shape, b.shape, chunks_total=len(b.chunk_ids)
     )
-    if a.dtype != b.dtype or a.shape != b.shape:
+    if a.shape != b.shape:
         diff.status = "dtype-changed" if a.dtype != b.dtype else "shape-changed"
         diff.chunks_changed, diff.bytes_changed = len(b.chunk_ids), b.nbytes
+        return diff
+    if a.dtype != b.dtype:
+        diff.status = "dtype-changed"
+        diff.chunks_changed, diff.bytes_changed = len(b.chunk_ids), b.nbytes
+        da, db = lookup(a.dtype), lookup(b.dtype)
+        if with_numbers and da is not None and db is not None and _comparable(da, db):
+            acc = Accumulator()
+            for x, y in _aligned(a, b, da.group, db.group):  # element by element, both widened to float64
+                acc.add_pair(x, y, da, db)
+            _set_numbers(diff, acc)
         return diff
     same_chunking = a.chunk_sizes == b.chunk_sizes
     changed = [i for i, (x, y) in enumerate(zip(a.chunk_ids, b.chunk_ids, strict=False)) if x != y or not same_chunking]
@@ -123,7 +133,7 @@ def compare_tensor(model: str, name: str, a: TensorSide | None, b: TensorSide | 
         return diff
     acc = Accumulator()
     if not same_chunking:  # written by a different chunking rule: stream aligned windows
-        for x, y in _aligned(a, b, dtype.group):
+        for x, y in _aligned(a, b, dtype.group, dtype.group):
             acc.add_pair(x, y, dtype)
     else:
         changed_set = set(changed)
@@ -135,10 +145,20 @@ def compare_tensor(model: str, name: str, a: TensorSide | None, b: TensorSide | 
             else:  # no recorded norm (never so for stored manifests): measure it
                 raw = a.read(i)
                 acc.add_pair(raw, raw, dtype)
+    _set_numbers(diff, acc)
+    return diff
+
+
+def _set_numbers(diff: TensorDiff, acc: Accumulator) -> None:
     diff.delta_norm = acc.delta_norm
     diff.norm_a, diff.norm_b = acc.a_sq**0.5, acc.b_sq**0.5
     diff.relative_change, diff.cosine, diff.max_abs_delta = acc.relative_change, acc.cosine, acc.max_abs_delta
-    return diff
+
+
+def _comparable(a: DType, b: DType) -> bool:
+    """Whether two dtypes' elements pair up as numbers: both readable as numbers and both
+    real (a complex element widens to two floats)."""
+    return numeric(a) and numeric(b) and "C" not in (a.name[0], b.name[0])
 
 
 def _read_pair(a: TensorSide, b: TensorSide, i: int) -> tuple[RawBytes, RawBytes]:
@@ -151,8 +171,9 @@ def _read_pair(a: TensorSide, b: TensorSide, i: int) -> tuple[RawBytes, RawBytes
     return x, b.read(i, lambda cid: x if cid == a.chunk_ids[i] else None)
 
 
-def _aligned(a: TensorSide, b: TensorSide, itemsize: int) -> Iterable[tuple[bytes, bytes]]:
-    """Equal-length, element-aligned windows of both sides, about one chunk at a time."""
+def _aligned(a: TensorSide, b: TensorSide, item_a: int, item_b: int) -> Iterable[tuple[bytes, bytes]]:
+    """Windows of both sides holding the same elements (``item_a`` / ``item_b`` bytes each:
+    two dtypes), about one chunk at a time."""
     ia = (a.read(i) for i in range(len(a.chunk_ids)))
     ib = (b.read(i) for i in range(len(b.chunk_ids)))
     buf_a = buf_b = b""
@@ -161,11 +182,11 @@ def _aligned(a: TensorSide, b: TensorSide, itemsize: int) -> Iterable[tuple[byte
             buf_a = bytes(next(ia, b""))
         if not buf_b:
             buf_b = bytes(next(ib, b""))
-        n = min(len(buf_a), len(buf_b)) // itemsize * itemsize
+        n = min(len(buf_a) // item_a, len(buf_b) // item_b)
         if n == 0:
             return
-        yield buf_a[:n], buf_b[:n]
-        buf_a, buf_b = buf_a[n:], buf_b[n:]
+        yield buf_a[: n * item_a], buf_b[: n * item_b]
+        buf_a, buf_b = buf_a[n * item_a :], buf_b[n * item_b :]
 
 
 def compare_models(

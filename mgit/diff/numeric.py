@@ -32,9 +32,11 @@ class Accumulator:
         self.b_sq += sq
 
     @data_math
-    def add_pair(self, a: RawBytes, b: RawBytes, dtype: DType) -> None:
+    def add_pair(self, a: RawBytes, b: RawBytes, dtype: DType, dtype_b: DType | None = None) -> None:
+        """One chunk pair, the same elements of both sides; ``dtype_b``: B's dtype when it is
+        not A's (a dtype change: both are widened to float64, exact for every real dtype)."""
         x = to_float64(a, dtype)
-        y = to_float64(b, dtype)
+        y = to_float64(b, dtype_b or dtype)
         d = y - x
         self.delta_sq += dot(d, d)
         self.dot += dot(x, y)

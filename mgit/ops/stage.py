@@ -4,7 +4,7 @@ commit_state_dict (tensors straight from memory, the working tree following)."""
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import posixpath
 from collections.abc import Callable, Iterable, Mapping
@@ -17,10 +17,21 @@ from mgit.errors import BadInputError, DirtyWorktreeError, MgitError
 from mgit.graph import records
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
 from mgit.model.dtypes import DType, lookup
-from mgit.model.filetree import load_safetensors
+from mgit.model.filetree import StoredSafetensors, load_safetensors
 from mgit.model.ingest import Ingestor
+from mgit.model.manifest import TensorManifest
 from mgit.model.projection import combine
 from mgit.model.safetensors_file import build_header
+from mgit.model.shards import (
+    SHARD_INDEX,
+    ModelFiles,
+    TensorSize,
+    plan_shards,
+    removals,
+    shard_index,
+    tied_aliases,
+    ties_embeddings,
+)
 from mgit.ops import checkout, workfiles
 from mgit.ops.paths import models, prune_dirs, under
 from mgit.ops.workfiles import CheckoutResult, WorkForm, clean, shown
@@ -212,23 +223,36 @@ def commit_state_dict(
     metadata: dict[str, str] | None = None,
     base: str | None = None,
     branch: str | None = None,
+    delete: Iterable[str] = (),
+    replace: bool = False,
 ) -> str:
-    """Commit tensors straight from memory as the model in directory ``model``, on
+    """Commit tensors straight from memory into the model in directory ``model``, on
     ``branch`` (default: HEAD, the checked-out branch or a detached HEAD).
 
-    Tensors keep the shard file they had before (new ones go to the single file, or the
-    last shard). On the checked-out branch, the model files that are in the working tree
-    are rewritten to match (atomically, as a checkout writes them) and the index follows,
-    so status is clean and a later plain ``add`` + ``commit`` keeps the checkpoint; files
-    absent from disk stay not checked out. Uncommitted changes in those files are refused
-    first. On another branch, the working tree and index are left as they are. Changed
-    tensors are delta-encoded against ``base`` (default: the branch's tip).
+    The state dict updates the model; it need not hold all of it: each tensor given replaces
+    the one of its name in the shard file that holds it, a name the model lacks joins the
+    single file (or the last shard), and every tensor not given stays as it is, as do the files
+    holding none of the given ones (byte for byte, the same tree entries). Tensors leave the
+    model only when asked: named in ``delete``, or all those not given with ``replace=True``
+    (the state dict is then the whole model); a shard left empty is removed. A sharded model's
+    index.json follows (weight map, ``total_size`` / ``total_parameters``) when a tensor joins,
+    leaves or changes size. A tied output embedding (``lm_head.weight`` sharing storage with,
+    or equal to, the input embedding) is not added to a model saved without it (see
+    mgit.model.shards.tied_aliases). ``metadata`` is the header metadata of the files written
+    (default: what each had). On the checked-out branch, the model files that are in the
+    working tree are rewritten to match (atomically, as a checkout writes them) and the index
+    follows, so status is clean and a later plain ``add`` + ``commit`` keeps the checkpoint;
+    files absent from disk stay not checked out. Uncommitted changes in those files are
+    refused first. On another branch, the working tree and index are left as they are.
+    Changed tensors are delta-encoded against ``base`` (default: the branch's tip).
     """
     if not message.strip():
         raise BadInputError("empty commit message")
     for name in state_dict:
         if not isinstance(name, str):
             raise BadInputError(f"tensor names must be strings, got {name!r}")
+    if isinstance(delete, str):
+        raise BadInputError("delete takes a list of tensor names, not one string")
     with ctx.writing():
         checked_out = branch is None or branch == ctx.refs.current_branch()
         if checked_out:
@@ -238,7 +262,8 @@ def commit_state_dict(
         else:
             raise BadInputError(f"branch {branch!r} not found; create it first with `mgit branch {branch}`")
         before = read_snapshot(ctx.graph, ctx.graph.commit(tip).tree) if tip else {}
-        snap, stats = _ingest_state_dict(ctx, state_dict, dict(before), ctx.relpath(model), metadata, base)
+        update = ModelUpdate(ctx.relpath(model), list(delete), replace, metadata)
+        snap, stats = _ingest_state_dict(ctx, state_dict, dict(before), update, base)
         touched = {p for p in set(before) | set(snap) if before.get(p) != snap.get(p)}
         if tip and not touched:  # compared as files, not trees: the tree also holds its stats record
             raise MgitError("nothing to commit: these tensors are what the branch holds already")
@@ -262,53 +287,84 @@ def commit_state_dict(
         return commit
 
 
+@dataclass(frozen=True)
+class ModelUpdate:
+    """What a commit from memory does to the model: its directory, the tensors it deletes by
+    name, whether the state dict replaces the whole model, the header metadata it writes."""
+
+    model_dir: str
+    delete: list[str]
+    replace: bool
+    metadata: dict[str, str] | None
+
+
 def _ingest_state_dict(
-    ctx: Context,
-    state_dict: Mapping[str, torch.Tensor],
-    snap: Snapshot,
-    model_dir: str,
-    metadata: dict[str, str] | None,
-    base: str | None,
+    ctx: Context, state_dict: Mapping[str, torch.Tensor], snap: Snapshot, update: ModelUpdate, base: str | None
 ) -> tuple[Snapshot, dict[str, list[Any]]]:
-    """Store the tensors as the safetensors files of ``model_dir`` in ``snap`` (changed in
-    place and returned, with each file's relative statistics)."""
+    """Store the tensors into the safetensors files of the model in ``snap`` (changed in place
+    and returned, with the statistics of each file written): only the files that gain, lose or
+    change a tensor are written; the others keep their entries."""
     from mgit.model.torch_io import dtype_name, tensor_bytes
 
     parents = parent_lookup(ctx, ctx.snapshot(base) if base else snap)
-    old_files = models(snap).get(model_dir, [])
-    assignment: dict[str, list[str]] = {p: [] for p in old_files}
-    old_home = {}
-    for path in old_files:
-        for name in load_safetensors(ctx.graph, snap[path].oid, path).manifests:
-            old_home[name] = path
-    default = old_files[-1] if old_files else posixpath.join(model_dir, "model.safetensors")
-    for name in sorted(state_dict):
-        assignment.setdefault(old_home.get(name, default), []).append(name)
-    total = sum(t.numel() * t.element_size() for t in state_dict.values())
+    stored = {p: load_safetensors(ctx.graph, snap[p].oid, p) for p in models(snap).get(update.model_dir, [])}
+    saved = {p: [t.name for t in s.layout.tensors] for p, s in stored.items()}
+    held = {name: s for s in stored.values() for name in s.manifests}  # tensor → the file holding it
+    config = snap.get(posixpath.join(update.model_dir, "config.json"))
+    tied = ties_embeddings(ctx.graph.blob(config.oid) if config is not None and config.kind == "blob" else None)
+    aliases = tied_aliases(state_dict, held.keys(), tied)
+    given = {n: t for n, t in state_dict.items() if n not in aliases}
+    drop = removals(held, given.keys(), update.delete, update.replace, update.model_dir)
+    new_home = max(saved, default=posixpath.join(update.model_dir, "model.safetensors"))
+    shards = plan_shards(saved, given, new_home, drop)
+    sizes = {n: TensorSize(m.nbytes, math.prod(m.shape)) for n, m in _manifests(held).items()}
+    before = ModelFiles(saved, sizes)
+    sizes = {n: z for n, z in sizes.items() if n not in drop}
+    sizes.update((n, TensorSize(t.numel() * t.element_size(), t.numel())) for n, t in given.items())
+    dtypes = {n: cast(DType, lookup(dtype_name(t.dtype))) for n, t in given.items()}
     stats = {}
-    with byte_progress("commit", total) as bar:
+    with byte_progress("commit", sum(sizes[n].nbytes for n in given)) as bar:
         ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parents)
-        for path, names in assignment.items():
+        for path in sorted(shards.written):
+            names = shards.files[path]
             if not names:
-                snap.pop(path, None)
+                del snap[path]
                 continue
             ingestor.begin_file(path)
-            meta = metadata
-            if meta is None and path in old_files:
-                meta = load_safetensors(ctx.graph, snap[path].oid, path).layout.metadata
             specs, ids = [], {}
             for name in names:
-                t = state_dict[name]
-                dtype = cast(DType, lookup(dtype_name(t.dtype)))
-                raw = tensor_bytes(t)
-                specs.append((name, dtype, tuple(t.shape)))
-                read = lambda o, n, r=raw: r[o : o + n]  # noqa: E731
-                ids[name] = ingestor.tensor(name, dtype, tuple(t.shape), len(raw), read)
-            tree = ingestor.safetensors_tree(build_header(specs, meta), ids)
-            snap[path] = Entry("safetensors", tree)
+                if name in given:  # one tensor at a time: a GPU tensor's CPU copy is freed before the next
+                    t = given[name]
+                    specs.append((name, dtypes[name], tuple(t.shape)))
+                    raw = tensor_bytes(t)
+                    read = lambda o, n, r=raw: r[o : o + n]  # noqa: E731
+                    ids[name] = ingestor.tensor(name, dtypes[name], tuple(t.shape), len(raw), read)
+                else:
+                    m = held[name].manifests[name]  # kept as it is: no chunk read
+                    specs.append((name, cast(DType, lookup(m.dtype)), m.shape))
+                    ids[name] = held[name].manifest_ids[name]
+            header = _header(specs, update.metadata, stored.get(path))
+            snap[path] = Entry("safetensors", ingestor.safetensors_tree(header, ids))
             stats[path] = ingestor.file_stats
-    _update_shard_index(ctx, snap, model_dir, assignment, total)
+    _update_shard_index(ctx, snap, update.model_dir, before, ModelFiles(shards.files, sizes))
     return snap, stats
+
+
+def _header(
+    specs: list[tuple[str, DType, tuple[int, ...]]], metadata: dict[str, str] | None, old: StoredSafetensors | None
+) -> bytes:
+    """The header of a file written from memory: the file's own header, byte for byte, while
+    its tensors keep their dtypes and shapes (and the metadata is not replaced), else a new
+    one (with the file's metadata unless ``metadata`` is given)."""
+    if old is None:
+        return build_header(specs, metadata)
+    if metadata in (None, old.layout.metadata) and specs == [(t.name, t.dtype, t.shape) for t in old.layout.tensors]:
+        return old.layout.header
+    return build_header(specs, old.layout.metadata if metadata is None else metadata)
+
+
+def _manifests(held: dict[str, StoredSafetensors]) -> dict[str, TensorManifest]:
+    return {name: file.manifests[name] for name, file in held.items()}
 
 
 def _refuse_state_dict_overwrites(ctx: Context, index: Index, before: Snapshot, touched: set[str]) -> None:
@@ -366,26 +422,15 @@ def _new_commit(ctx: Context, tree: str, parent: str | None, message: str) -> st
     return ctx.graph.put_commit(tree, [parent] if parent else [], message, who, who)
 
 
-def _update_shard_index(
-    ctx: Context, snap: Snapshot, model_dir: str, assignment: dict[str, list[str]], total_size: int
-) -> None:
-    """Rewrite a sharded model's index.json weight_map to match the new assignment."""
-    path = posixpath.join(model_dir, "model.safetensors.index.json")
-    if path not in snap:
+def _update_shard_index(ctx: Context, snap: Snapshot, model_dir: str, before: ModelFiles, after: ModelFiles) -> None:
+    """A sharded model's index.json, rewritten when the commit changes what it lists."""
+    path = posixpath.join(model_dir, SHARD_INDEX)
+    entry = snap.get(path)
+    if entry is None or entry.kind != "blob":
         return
-    try:
-        doc = json.loads(ctx.graph.blob(snap[path].oid))
-    except (ValueError, RecursionError):
-        return
-    if not isinstance(doc, dict):
-        return
-    doc["weight_map"] = {
-        name: posixpath.relpath(file, model_dir or ".") for file, names in assignment.items() for name in names
-    }
-    if isinstance(doc.get("metadata"), dict) and "total_size" in doc["metadata"]:
-        doc["metadata"]["total_size"] = total_size
-    blob = json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"
-    snap[path] = Entry("blob", ctx.graph.put_blob(blob), snap[path].mode)
+    doc = shard_index(ctx.graph.blob(entry.oid), model_dir, before, after)
+    if doc is not None:
+        snap[path] = Entry("blob", ctx.graph.put_blob(doc), entry.mode)
 
 
 def _refuse_special(paths: list[str]) -> None:

@@ -102,6 +102,33 @@ def test_shape_dtype_added_removed(repo):
     }
 
 
+def test_a_dtype_change_shows_its_numeric_error(repo):
+    """fp32 → bf16 (issue 39): the rounding error in the numeric columns, both sides widened to
+    float64, in the table and in --json, not empty columns; committed and in the working tree."""
+    g = torch.Generator().manual_seed(4)
+    a = {"w": torch.randn(3000, 700, generator=g), "bias": torch.randn(64, generator=g)}  # w: several chunks
+    commit_model(repo, a, "fp32")
+    b = {k: v.to(torch.bfloat16) for k, v in a.items()}
+    write_model(repo.root / "model", b)
+    touch_later(repo.root / "model" / "model.safetensors")
+    repo.add(["model"])
+    repo.commit("bf16")
+    committed, worktree = repo.diff("HEAD~1", "HEAD").changed, repo.diff("HEAD~1").changed  # HEAD~1 vs the files
+    assert len(committed) == len(worktree) == 2
+    for t in [*committed, *worktree]:
+        assert t.status == "dtype-changed" and (t.dtype_a, t.dtype_b) == ("F32", "BF16")
+        for key, value in expected(a[t.name], b[t.name]).items():
+            assert math.isclose(getattr(t, key), value, rel_tol=1e-9), (t.name, key)
+        assert 0 < t.relative_change < 1e-2  # bf16 keeps 8 bits of mantissa
+    table = invoke("diff", "HEAD~1", "HEAD", cwd=repo.root, check=True).stdout
+    row = next(line for line in table.splitlines() if line.startswith("w "))
+    assert "dtype-changed" in row and format(expected(a["w"], b["w"])["max_abs_delta"], ".3g") in row
+    doc = json.loads(invoke("diff", "HEAD~1", "HEAD", "--json", cwd=repo.root, check=True).stdout)
+    (w,) = [t for t in doc["tensors"] if t["name"] == "w"]
+    want = expected(a["w"], b["w"])["relative_change"]
+    assert doc["schema"] == "mgit.diff/1" and math.isclose(w["relative_change"], want, rel_tol=1e-9)
+
+
 def test_tensor_moved_between_shards(repo):
     sd = llama_state_dict()
     commit_model(repo, sd, "two shards", shards=2)
