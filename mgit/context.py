@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,14 +25,14 @@ from mgit.graph.objects import Graph
 from mgit.graph.refs import Refs
 from mgit.graph.snapshot import Snapshot, read_snapshot, validate_path
 from mgit.lock import RepoLock
-from mgit.parallel import make_pool
-from mgit.remote.transfer import Transfer
-from mgit.store.chunkstore import ChunkStore
-from mgit.store.gc import consolidate
 from mgit.worktree.index import Index
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where first used: a command that reads no chunk loads no codec (numpy, zstd)
+    from concurrent.futures import ThreadPoolExecutor
+
     from mgit.remote.promisor import Promisor
+    from mgit.remote.transfer import Transfer
+    from mgit.store.chunkstore import ChunkStore
 
 GIT_DIR = ".mgit"
 FORMAT_VERSION = 3  # docs/format.md; bumped on incompatible changes (3: difference deltas)
@@ -69,13 +68,13 @@ class Context:
                 f"{', '.join(map(str, READABLE_FORMATS))}: upgrade mgit"
             )
         self.format: int = int(version)
-        self.store = ChunkStore(self.git_dir / "chunks")
+        self._store: ChunkStore | None = None
         self._on_lock = on_lock
         self.lock = RepoLock(self.git_dir / "lock", on_acquire=self._locked)
         self.refs = Refs(self.graph, self.identity())
         self._pool: ThreadPoolExecutor | None = None
         self.promisor: Promisor | None = None  # a partial clone's source of chunks not here (set by the opener)
-        self.cloned = Transfer()  # what clone() received (empty unless this object made the clone)
+        self._cloned: Transfer | None = None  # what clone() received
 
     @staticmethod
     def create(root: Path) -> None:
@@ -97,10 +96,34 @@ class Context:
         self.format = version
 
     @property
+    def store(self) -> ChunkStore:
+        """The chunk store, opened on first use."""
+        if self._store is None:
+            from mgit.store.chunkstore import ChunkStore
+
+            self._store = ChunkStore(self.git_dir / "chunks")
+        return self._store
+
+    @property
     def pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
+            from mgit.parallel import make_pool
+
             self._pool = make_pool()
         return self._pool
+
+    @property
+    def cloned(self) -> Transfer:
+        """What clone() received (empty unless this context made the clone)."""
+        if self._cloned is None:
+            from mgit.remote.transfer import Transfer
+
+            self._cloned = Transfer()
+        return self._cloned
+
+    @cloned.setter
+    def cloned(self, value: Transfer) -> None:
+        self._cloned = value
 
     @property
     def is_partial(self) -> bool:
@@ -111,10 +134,15 @@ class Context:
     def fetched(self) -> Transfer:
         """What this context's reads fetched on demand, checkouts within a budget included (a
         partial clone's; empty in a full clone)."""
-        return self.promisor.fetched if self.promisor is not None else Transfer()
+        if self.promisor is not None:
+            return self.promisor.fetched
+        from mgit.remote.transfer import Transfer
+
+        return Transfer()
 
     def close(self) -> None:
-        self.store.close()
+        if self._store is not None:
+            self._store.close()
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
@@ -127,12 +155,16 @@ class Context:
                 self.set_format(FORMAT_VERSION)
             try:
                 yield
-                self.store.seal()
+                if self._store is not None:  # a command that never opened the store wrote no chunk
+                    self._store.seal()
             except BaseException:
-                self.store.abort()
+                if self._store is not None:
+                    self._store.abort()
                 raise
-            if len(self.store.indexes()) > AUTO_REPACK_PACKS:
-                consolidate(self.store)  # each pack costs open files, mmaps and index memory: keep them few
+            if self._store is not None and len(self._store.indexes()) > AUTO_REPACK_PACKS:
+                from mgit.store.gc import consolidate
+
+                consolidate(self._store)  # each pack costs open files, mmaps and index memory: keep them few
 
     @contextmanager
     def reading(self) -> Iterator[None]:

@@ -5,17 +5,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+if TYPE_CHECKING:  # rich is imported when a bar is first shown
+    from rich.progress import Progress, TaskID
 
 
 class Bar:
@@ -37,6 +30,9 @@ def byte_progress(description: str, total: int) -> Iterator[Bar]:
     if QUIET or not sys.stderr.isatty() or total <= 0:
         yield Bar()
         return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),

@@ -6,77 +6,77 @@ are absolute or relative to the repository root.
 
 from __future__ import annotations
 
-import functools
-import inspect
+import importlib
 import os
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from mgit.context import Context
-from mgit.context import find_root as _find_root  # noqa: F401  (the cli imports it from here)
 from mgit.errors import RevisionError
-from mgit.graph.objects import Graph
-from mgit.graph.refs import Refs
-from mgit.graph.snapshot import Snapshot
-from mgit.lock import RepoLock
-from mgit.ops import checkout as _checkout
-from mgit.ops import inspect as _inspect
-from mgit.ops import lineage as _lineage
-from mgit.ops import maintain as _maintain
-from mgit.ops import merge as _merge
-from mgit.ops import opening as _opening
-from mgit.ops import refs as _refs
-from mgit.ops import remotes as _remotes
-from mgit.ops import reset as _reset
-from mgit.ops import sketch as _sketch
-from mgit.ops import stage as _stage
-from mgit.ops import sync as _sync
-from mgit.ops.inspect import FileInfo, ShowInfo
-from mgit.ops.maintain import Repair
-from mgit.ops.reset import RESET_MODES, ResetResult
-from mgit.ops.stage import AddResult
-from mgit.ops.workfiles import CheckoutResult
-from mgit.remote.backend import Backend
-from mgit.remote.promisor import Promisor
-from mgit.remote.transfer import Transfer
-from mgit.store.chunkstore import ChunkStore
-from mgit.worktree.index import Index
-from mgit.worktree.sparse import SparsePatterns, load_patterns
+from mgit.facade import forward, forward_reading
+from mgit.lazy import lazy_module
 
-P = ParamSpec("P")
-R = TypeVar("R")
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mgit.context import Context
+    from mgit.graph.objects import Graph
+    from mgit.graph.refs import Refs
+    from mgit.graph.snapshot import Snapshot
+    from mgit.lock import RepoLock
+    from mgit.ops import checkout as _checkout
+    from mgit.ops import inspect as _inspect
+    from mgit.ops import lineage as _lineage
+    from mgit.ops import maintain as _maintain
+    from mgit.ops import merge as _merge
+    from mgit.ops import opening as _opening
+    from mgit.ops import refs as _refs
+    from mgit.ops import remotes as _remotes
+    from mgit.ops import reset as _reset
+    from mgit.ops import sketch as _sketch
+    from mgit.ops import stage as _stage
+    from mgit.ops import sync as _sync
+    from mgit.ops.inspect import FileInfo, ShowInfo
+    from mgit.ops.maintain import Repair
+    from mgit.ops.reset import RESET_MODES, ResetResult
+    from mgit.ops.stage import AddResult
+    from mgit.ops.workfiles import CheckoutResult
+    from mgit.remote.backend import Backend
+    from mgit.remote.promisor import Promisor
+    from mgit.remote.transfer import Transfer
+    from mgit.store.chunkstore import ChunkStore
+    from mgit.worktree.index import Index
+    from mgit.worktree.sparse import SparsePatterns
+else:  # each operation's module is imported when one of its methods is first used (mgit.lazy)
+    _checkout = lazy_module("mgit.ops.checkout")
+    _inspect = lazy_module("mgit.ops.inspect")
+    _lineage = lazy_module("mgit.ops.lineage")
+    _maintain = lazy_module("mgit.ops.maintain")
+    _merge = lazy_module("mgit.ops.merge")
+    _opening = lazy_module("mgit.ops.opening")
+    _refs = lazy_module("mgit.ops.refs")
+    _remotes = lazy_module("mgit.ops.remotes")
+    _reset = lazy_module("mgit.ops.reset")
+    _sketch = lazy_module("mgit.ops.sketch")
+    _stage = lazy_module("mgit.ops.stage")
+    _sync = lazy_module("mgit.ops.sync")
+
+# The result types scripts import from here, each from its operation's module when first asked for.
+_RESULT_TYPES = {
+    "AddResult": "mgit.ops.stage",
+    "CheckoutResult": "mgit.ops.workfiles",
+    "FileInfo": "mgit.ops.inspect",
+    "Repair": "mgit.ops.maintain",
+    "ResetResult": "mgit.ops.reset",
+    "ShowInfo": "mgit.ops.inspect",
+    "RESET_MODES": "mgit.ops.reset",
+}
 
 
-def _op(op: Callable[Concatenate[Context, P], R]) -> Callable[Concatenate[Repository, P], R]:
-    """A facade method: ``op`` called on the repository's context."""
-
-    @functools.wraps(op)
-    def method(self: Repository, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return op(self.ctx, *args, **kwargs)
-
-    return _as_method(method, op)
-
-
-def _reading(op: Callable[Concatenate[Context, P], R]) -> Callable[Concatenate[Repository, P], R]:
-    """As :func:`_op`, within ``Context.reading()``: in a partial clone the command's reads may
-    fetch chunks, so it holds the lock and publishes what it fetched when done."""
-
-    @functools.wraps(op)
-    def method(self: Repository, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        with self.ctx.reading():
-            return op(self.ctx, *args, **kwargs)
-
-    return _as_method(method, op)
-
-
-def _as_method(method: Callable[..., R], op: Callable[..., R]) -> Callable[..., R]:
-    """``help()`` and ``inspect.signature`` show the operation's parameters, ``self`` first."""
-    sig = inspect.signature(op)
-    first, *rest = sig.parameters.values()
-    method.__signature__ = sig.replace(parameters=[first.replace(name="self", annotation=first.empty), *rest])  # type: ignore[attr-defined]
-    return method
+def __getattr__(name: str) -> Any:
+    if name in _RESULT_TYPES:
+        return getattr(importlib.import_module(_RESULT_TYPES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Repository:
@@ -210,6 +210,8 @@ class Repository:
 
     def sparse_patterns(self) -> SparsePatterns | None:
         """The patterns of a sparse checkout (None: the checkout is full)."""
+        from mgit.worktree.sparse import load_patterns
+
         return load_patterns(self.ctx.git_dir)
 
     def branches(self) -> dict[str, str]:
@@ -229,52 +231,52 @@ class Repository:
 
     # -- the operations (mgit.ops): one line each ------------------------------------------
 
-    add = _op(_stage.add)
-    rm = _op(_stage.rm)
-    commit = _op(_stage.commit)
-    commit_state_dict = _op(_stage.commit_state_dict)
+    add = forward(lambda: _stage.add)
+    rm = forward(lambda: _stage.rm)
+    commit = forward(lambda: _stage.commit)
+    commit_state_dict = forward(lambda: _stage.commit_state_dict)
 
-    status = _op(_inspect.status)
-    log = _op(_inspect.log)
-    show = _op(_inspect.show)
-    commit_stats = _op(_inspect.commit_stats)
-    diff = _reading(_inspect.diff)
-    models = _op(_inspect.models)
-    state_dict = _reading(_inspect.state_dict)
+    status = forward(lambda: _inspect.status)
+    log = forward(lambda: _inspect.log)
+    show = forward(lambda: _inspect.show)
+    commit_stats = forward(lambda: _inspect.commit_stats)
+    diff = forward_reading(lambda: _inspect.diff)
+    models = forward(lambda: _inspect.models)
+    state_dict = forward_reading(lambda: _inspect.state_dict)
 
-    checkout = _reading(_checkout.checkout)
-    reset = _reading(_reset.reset)
+    checkout = forward_reading(lambda: _checkout.checkout)
+    reset = forward_reading(lambda: _reset.reset)
 
-    merge = _op(_merge.merge)
-    merge_plan = _op(_merge.merge_plan)
-    lineage = _op(_lineage.lineage)
-    merge_record = _op(_lineage.merge_record)
-    sketch = _op(_sketch.sketch)
-    sketch_record = _op(_sketch.read_record)
+    merge = forward(lambda: _merge.merge)
+    merge_plan = forward(lambda: _merge.merge_plan)
+    lineage = forward(lambda: _lineage.lineage)
+    merge_record = forward(lambda: _lineage.merge_record)
+    sketch = forward(lambda: _sketch.sketch)
+    sketch_record = forward(lambda: _sketch.read_record)
 
-    create_branch = _op(_refs.create_branch)
-    delete_branch = _op(_refs.delete_branch)
-    rename_branch = _op(_refs.rename_branch)
-    tag = _op(_refs.tag)
-    delete_tag = _op(_refs.delete_tag)
-    reflog_ref = _op(_refs.reflog_ref)
-    reflog = _op(_refs.reflog)
-    reflog_expire = _op(_maintain.reflog_expire)
+    create_branch = forward(lambda: _refs.create_branch)
+    delete_branch = forward(lambda: _refs.delete_branch)
+    rename_branch = forward(lambda: _refs.rename_branch)
+    tag = forward(lambda: _refs.tag)
+    delete_tag = forward(lambda: _refs.delete_tag)
+    reflog_ref = forward(lambda: _refs.reflog_ref)
+    reflog = forward(lambda: _refs.reflog)
+    reflog_expire = forward(lambda: _maintain.reflog_expire)
 
-    remotes = _op(_remotes.remotes)
-    remote_add = _op(_remotes.remote_add)
-    remote_remove = _op(_remotes.remote_remove)
-    remote_branch_for = _op(_remotes.remote_branch_for)
-    push = _op(_sync.push)
-    fetch = _op(_sync.fetch)
-    pull = _op(_sync.pull)
+    remotes = forward(lambda: _remotes.remotes)
+    remote_add = forward(lambda: _remotes.remote_add)
+    remote_remove = forward(lambda: _remotes.remote_remove)
+    remote_branch_for = forward(lambda: _remotes.remote_branch_for)
+    push = forward(lambda: _sync.push)
+    fetch = forward(lambda: _sync.fetch)
+    pull = forward(lambda: _sync.pull)
 
-    gc = _op(_maintain.gc)
-    fsck = _op(_maintain.fsck)
-    fsck_repair = _op(_maintain.fsck_repair)
-    leftovers = _op(_maintain.leftovers)
-    du = _op(_maintain.du)
-    store_usage = _op(_maintain.store_usage)
+    gc = forward(lambda: _maintain.gc)
+    fsck = forward(lambda: _maintain.fsck)
+    fsck_repair = forward(lambda: _maintain.fsck_repair)
+    leftovers = forward(lambda: _maintain.leftovers)
+    du = forward(lambda: _maintain.du)
+    store_usage = forward(lambda: _maintain.store_usage)
 
 
 __all__ = [

@@ -320,7 +320,7 @@ def test_the_console_entry_point_installs_crash_points(repo: Repository) -> None
 def test_data_math_enters_a_fresh_errstate_per_call(monkeypatch) -> None:
     import numpy as np
 
-    from mgit.model import dtypes
+    from mgit.model import dtypes, stats
 
     made = []
     real = np.errstate
@@ -329,12 +329,12 @@ def test_data_math_enters_a_fresh_errstate_per_call(monkeypatch) -> None:
         made.append(kwargs)
         return real(**kwargs)
 
-    monkeypatch.setattr(dtypes.np, "errstate", counting)
+    monkeypatch.setattr(stats.np, "errstate", counting)
     raw = np.array([np.inf, -np.inf, 1.0], dtype=np.float32).tobytes()
     fp32 = dtypes.lookup("F32")
     with real(all="raise"):
         for _ in range(2):
-            assert dtypes.to_float64(raw, fp32)[2] == 1.0
+            assert stats.to_float64(raw, fp32)[2] == 1.0
     assert len(made) == 2 and made[0] == {"invalid": "ignore", "over": "ignore"}
 
 

@@ -103,7 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in args:
         cut = args.index("--")
         args, state.paths = args[:cut], args[cut + 1 :]
-    err = state.err
     try:
         rc = cli.main(args=args, prog_name="mgit", standalone_mode=False, obj=state)
         return rc if isinstance(rc, int) else 0
@@ -111,34 +110,34 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except click.UsageError as exc:
         command = exc.ctx.command_path if exc.ctx else "mgit"
-        err.print(f"error: {exc.format_message()} (see `{command} --help`)", markup=False)
+        state.err.print(f"error: {exc.format_message()} (see `{command} --help`)", markup=False)
         return exc.exit_code
     except click.ClickException as exc:
-        err.print(f"error: {exc.format_message()}", markup=False)
+        state.err.print(f"error: {exc.format_message()}", markup=False)
         return exc.exit_code
     except click.exceptions.Abort as exc:
         if isinstance(exc.__context__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
-            err.print(INTERRUPTED)
+            state.err.print(INTERRUPTED)
             return 130
-        err.print("aborted")
+        state.err.print("aborted")
         return 1
     except KeyboardInterrupt:
-        err.print(INTERRUPTED)
+        state.err.print(INTERRUPTED)
         return 130
     except MgitError as exc:
         if state.debug:
             raise
-        err.print(f"error: {exc}", markup=False)
+        state.err.print(f"error: {exc}", markup=False)
         return exc.exit_code
     except OSError as exc:
         if state.debug:
             raise
-        err.print(f"error: {_os_error_message(exc)}", markup=False)
+        state.err.print(f"error: {_os_error_message(exc)}", markup=False)
         return 1
     except Exception as exc:  # a bug: say so briefly, keep the traceback behind --debug
         if state.debug:
             raise
-        err.print(
+        state.err.print(
             f"error: internal error {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", markup=False
         )
         return 1

@@ -4,15 +4,23 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import click
 
 from mgit.cli.complete import complete_rev
 from mgit.cli.state import CliState, abs_paths, paged, pass_state
-from mgit.cli.views import diff as diff_views
-from mgit.cli.views import history as views
-from mgit.cli.views.maintain import reflog_expired_line
+from mgit.lazy import lazy_module
 from mgit.pager import paging
+
+if TYPE_CHECKING:
+    from mgit.cli.views import diff as diff_views
+    from mgit.cli.views import history as views
+    from mgit.cli.views import maintain as maintain_views
+else:  # rendering (rich) is imported when the command prints
+    diff_views = lazy_module("mgit.cli.views.diff")
+    views = lazy_module("mgit.cli.views.history")
+    maintain_views = lazy_module("mgit.cli.views.maintain")
 
 
 @click.command("lineage")
@@ -126,7 +134,7 @@ def cmd_reflog_show(state: CliState, ref: str, as_json: bool) -> None:
 def cmd_reflog_expire(state: CliState, days: float, everything: bool) -> None:
     """Forget reflog entries, so that gc can reclaim what only they kept (deleted branches)."""
     n = state.repo.reflog_expire(None if everything else days)
-    state.err.print(reflog_expired_line(n))
+    state.err.print(maintain_views.reflog_expired_line(n))
 
 
 @click.command("diff")

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from mgit.cli.state import CliState, pass_state
-from mgit.cli.views import maintain as views
-from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS
+from mgit.lazy import lazy_module
+from mgit.maintenance import DEFAULT_GRACE_SECONDS
+
+if TYPE_CHECKING:
+    from mgit.cli.views import maintain as views
+else:  # rendering (rich) is imported when the command prints
+    views = lazy_module("mgit.cli.views.maintain")
 
 
 @click.command("gc")

@@ -4,14 +4,19 @@ or a merge commit."""
 from __future__ import annotations
 
 import os
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import click
 
 from mgit.cli.complete import complete_rev
 from mgit.cli.state import CliState, pass_state
-from mgit.cli.views import merge as views
+from mgit.lazy import lazy_module
 from mgit.version import __version__
+
+if TYPE_CHECKING:
+    from mgit.cli.views import merge as views
+else:  # rendering (rich) is imported when the command prints
+    views = lazy_module("mgit.cli.views.merge")
 
 
 def _numbers(text: str | None) -> float | list[float] | None:

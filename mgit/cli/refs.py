@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from mgit.cli.complete import complete_branch, complete_rev, complete_tag
 from mgit.cli.state import CliState, abs_paths, pass_state
-from mgit.cli.views import refs as views
+from mgit.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from mgit.cli.views import refs as views
+else:  # rendering (rich) is imported when the command prints
+    views = lazy_module("mgit.cli.views.refs")
 
 
 @click.command("tag")

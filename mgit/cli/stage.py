@@ -4,22 +4,30 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from mgit.cli.complete import complete_rev
 from mgit.cli.state import CliState, abs_paths, pass_state
-from mgit.cli.views import stage as views
 from mgit.errors import BadInputError, MgitError, NotARepositoryError
-from mgit.repo import Repository, _find_root
+from mgit.lazy import lazy_module
+from mgit.repo import Repository
+
+if TYPE_CHECKING:
+    from mgit.cli.views import stage as views
+else:  # rendering (rich) is imported when the command prints
+    views = lazy_module("mgit.cli.views.stage")
 
 
 def _enclosing_repository(path: Path) -> Path | None:
     """The repository whose working tree holds ``path`` (not ``path`` itself), if any."""
+    from mgit.context import find_root
+
     if path.parent == path:
         return None
     try:
-        return _find_root(path.parent)
+        return find_root(path.parent)
     except NotARepositoryError:
         return None
 

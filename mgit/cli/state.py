@@ -11,42 +11,45 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 
 from mgit import progress
 from mgit.cli.views import Printout
 from mgit.pager import pager_command, paging
-from mgit.repo import Repository
+
+if TYPE_CHECKING:  # rich and the repository are imported when a command first prints or opens one
+    from rich.console import Console
+
+    from mgit.repo import Repository
 
 # What -q never hides on stderr: warnings, errors and the lines that say something went wrong.
 ALERTS = ("error:", "warning:", "[yellow]warning:", "interrupted", "aborted", "still missing:", "still damaged:")
 
 
-class AlertConsole(Console):
-    """stderr: notes (summaries, "Switched to branch ...") are dropped while ``hide_notes`` (-q);
-    warnings and errors (lines starting with one of ALERTS) always print. (Not rich's own
-    ``quiet``, which silences everything.)"""
-
-    hide_notes: bool = False
-
-    def print(self, *objects: Any, **kwargs: Any) -> None:
-        first = objects[0] if objects else ""
-        if self.hide_notes and not (isinstance(first, str) and first.lstrip().startswith(ALERTS)):
-            return
-        super().print(*objects, **kwargs)
-
-
 def stdout_console() -> Console:
     """stdout. Piped output is not cut at 80 columns: tables keep whole tensor names on one line.
     A terminal keeps its colours when the output goes through the pager (less -R shows them)."""
+    from rich.console import Console
+
     tty = sys.stdout.isatty()
     return Console(highlight=False, soft_wrap=True, width=None if tty else 240, force_terminal=True if tty else None)
 
 
-def stderr_console() -> AlertConsole:
+def stderr_console(hide_notes: bool) -> Console:
+    """stderr: notes (summaries, "Switched to branch ...") are dropped while ``hide_notes`` (-q);
+    warnings and errors (lines starting with one of ALERTS) always print. (Not rich's own
+    ``quiet``, which silences everything.)"""
+    from rich.console import Console
+
+    class AlertConsole(Console):
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            first = objects[0] if objects else ""
+            if hide_notes and not (isinstance(first, str) and first.lstrip().startswith(ALERTS)):
+                return
+            super().print(*objects, **kwargs)
+
     return AlertConsole(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -59,19 +62,35 @@ class CliState:
     pager: bool = True
     paths: list[str] | None = None  # the arguments after `--`, None when there is no `--`
     directory: str = "."  # the repository is looked for from here (-C has already changed directory)
-    out: Console = field(default_factory=stdout_console)
-    err: AlertConsole = field(default_factory=stderr_console)
     _repo: Repository | None = field(default=None, repr=False)
+    _out: Console | None = field(default=None, repr=False)
+    _err: Console | None = field(default=None, repr=False)
 
     def set_quiet(self, quiet: bool) -> None:
         """-q: no notes on stderr (the console filters) and no progress bars (progress reads its flag)."""
-        self.quiet = self.err.hide_notes = quiet
+        self.quiet = quiet
+        self._err = None  # made again, filtering or not, when next printed to
         progress.QUIET = quiet
+
+    @property
+    def out(self) -> Console:
+        """stdout's console, made when first printed to (rich loads only for commands that print)."""
+        if self._out is None:
+            self._out = stdout_console()
+        return self._out
+
+    @property
+    def err(self) -> Console:
+        if self._err is None:
+            self._err = stderr_console(self.quiet)
+        return self._err
 
     @property
     def repo(self) -> Repository:
         """The repository the command runs in, opened on first use."""
         if self._repo is None:
+            from mgit.repo import Repository
+
             self._repo = Repository(self.directory)
         return self._repo
 

@@ -4,15 +4,21 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import click
 
 from mgit.cli.complete import complete_branch, complete_remote, complete_rev
 from mgit.cli.state import CliState, pass_state
 from mgit.cli.views import Printout
-from mgit.cli.views import sync as views
-from mgit.remote.transfer import Transfer, is_ancestor
+from mgit.lazy import lazy_module
 from mgit.repo import Repository
+
+if TYPE_CHECKING:
+    from mgit.cli.views import sync as views
+    from mgit.remote.transfer import Transfer
+else:  # rendering (rich) is imported when the command prints
+    views = lazy_module("mgit.cli.views.sync")
 
 
 @click.group("remote", invoke_without_command=True)
@@ -62,6 +68,8 @@ def cmd_push(state: CliState, remote_name: str, branch: str | None, force: bool,
 
 def _ref_moves(repo: Repository, remote_name: str, t: Transfer) -> Printout:
     """git fetch's lines for the refs a fetch moved (nothing when none did)."""
+    from mgit.remote.transfer import is_ancestor
+
     lines = [
         views.ref_move_line(
             Repository.tracking_ref(remote_name, ref), ref, old, new,

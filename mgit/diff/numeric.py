@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgit.model.dtypes import DType, data_math, dot, to_float64
+from mgit.model.dtypes import DType
+from mgit.model.stats import data_math, dot, to_float64
 from mgit.store.record import RawBytes
 
 

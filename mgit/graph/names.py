@@ -13,6 +13,7 @@ from urllib.parse import quote, unquote
 RESERVED_PREFIX = ".mgit-"
 HEADER_ENTRY = ".mgit-header"  # in a safetensors file tree: the verbatim header bytes
 CHUNKED_ENTRY = ".mgit-chunks"  # in a chunked-file tree: its FileManifest
+TMP_MARK = ".mgit-tmp-"  # in a working file's name: a checkout's temporary, never a file of the tree
 
 
 def encode_tensor_name(name: str) -> str:

@@ -15,13 +15,11 @@ from pathlib import Path
 
 from mgit.errors import MgitError
 from mgit.graph.objects import Graph
+from mgit.maintenance import DEFAULT_GRACE_SECONDS
 from mgit.maintenance.reach import reachable
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.gc import RepackReport, repack
 from mgit.worktree.index import Index
-
-DEFAULT_GRACE_SECONDS = 3600
-
 
 TMP_MARK = ".tmp-"  # the temporary files fsck --repair, ref and reflog rewrites rename into place
 _TMP_DIRS = ("refs", "logs")  # searched in full; objects/: its two-hex directories

@@ -16,8 +16,9 @@ from mgit.merge.carry import delta_chunks
 from mgit.merge.execution import Execution
 from mgit.merge.plan import TensorPlan
 from mgit.merge.sketch.use import Delta
-from mgit.model.dtypes import DType, bf16_bits, lookup, to_float32
+from mgit.model.dtypes import DType, lookup
 from mgit.model.manifest import TensorManifest
+from mgit.model.stats import bf16_bits, to_float32
 from mgit.model.torch_io import tensor_from_bytes
 from mgit.parallel import ordered_map
 from mgit.store.chunkstore import ChunkStore, ReadCounters

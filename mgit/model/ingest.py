@@ -18,9 +18,10 @@ from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, encode_tensor_name
 from mgit.graph.objects import MODE_EXEC, MODE_FILE, Graph
 from mgit.graph.snapshot import Entry
 from mgit.model.chunking import DEFAULT_CHUNK_BYTES, chunk_ranges, chunk_size_for
-from mgit.model.dtypes import DType, chunk_stats, stats_against
+from mgit.model.dtypes import DType
 from mgit.model.manifest import ChunkRef, FileManifest, TensorManifest
 from mgit.model.safetensors_file import SafetensorsLayout, read_layout
+from mgit.model.stats import chunk_stats, stats_against
 from mgit.parallel import WORKERS, ordered_map
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore

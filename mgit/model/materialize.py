@@ -20,6 +20,7 @@ from glob import escape as glob_escape
 from pathlib import Path
 
 from mgit import _crashpoints
+from mgit.graph.names import TMP_MARK
 from mgit.graph.objects import MODE_EXEC, Graph
 from mgit.graph.snapshot import Entry
 from mgit.inuse import held_elsewhere
@@ -30,7 +31,6 @@ from mgit.progress import Bar
 from mgit.store.chunkstore import MAX_DELTA_DEPTH, ChunkStore
 from mgit.store.record import RawBytes, chunk_id
 
-TMP_MARK = ".mgit-tmp-"
 # Chunks in flight while writing a file. A chunk's bytes live only while its worker decodes and
 # writes it; the rest of the window is results (byte counts) waiting for an earlier, slower
 # chunk, so a long window costs no memory and keeps every worker busy past a slow chunk.

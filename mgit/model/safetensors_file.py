@@ -15,8 +15,6 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from mgit.errors import BadInputError
 from mgit.model.dtypes import DType, lookup
 
@@ -27,7 +25,7 @@ METADATA_KEY = "__metadata__"
 MAX_HEADER_DEPTH = 32
 _ESCAPE = re.compile(r"\\.", re.DOTALL)  # a backslash and the character it escapes
 _STRING = re.compile(r'"[^"]*"')  # once escapes are gone, a string ends at the next quote
-_OPEN, _CLOSE = np.frombuffer(b"{[", np.uint8), np.frombuffer(b"}]", np.uint8)
+_OPEN, _CLOSE = b"{[", b"}]"
 
 
 @dataclass(frozen=True)
@@ -118,9 +116,12 @@ def _offsets(value: object, name: str, source: str) -> tuple[int, int]:
 def json_depth(text: str) -> int:
     """How deep ``text``'s brackets nest outside strings, in linear time (two regex passes
     in C, then a cumulative sum), so a header never reaches the recursive JSON parser deep."""
+    import numpy as np  # here, not at the top: reading a stored header must not load numpy for `log`
+
     bare = _STRING.sub("", _ESCAPE.sub("", text)).encode("utf-8", "surrogatepass")
     codes = np.frombuffer(bare, np.uint8)
-    steps = np.isin(codes, _OPEN).astype(np.int64) - np.isin(codes, _CLOSE)
+    opening, closing = np.frombuffer(_OPEN, np.uint8), np.frombuffer(_CLOSE, np.uint8)
+    steps = np.isin(codes, opening).astype(np.int64) - np.isin(codes, closing)
     return int(np.cumsum(steps).max()) if steps.size else 0
 
 

@@ -8,12 +8,20 @@ import os
 from pathlib import Path
 
 from mgit.context import FORMAT_VERSION, Context
-from mgit.ops import recover, remotes
+from mgit.ops import remotes
+
+
+def _recover(ctx: Context) -> None:
+    """The journal's roll-forward, imported when the lock is first taken: a command that only
+    reads (status, log) never loads the checkout machinery."""
+    from mgit.ops import recover
+
+    recover.recover(ctx)
 
 
 def open_repository(path: str | os.PathLike[str] = ".") -> Context:
     """The repository holding ``path``, opened."""
-    ctx = Context(path, on_lock=recover.recover)
+    ctx = Context(path, on_lock=_recover)
     ctx.promisor = remotes.open_promisor(ctx)
     return ctx
 

@@ -12,18 +12,20 @@ from __future__ import annotations
 import functools
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mgit.context import Context
 from mgit.errors import BadInputError, MgitError, RemoteError
 from mgit.graph.ids import ref_name
 from mgit.graph.refs import check_ref_name
-from mgit.progress import Bar
-from mgit.remote.backend import Backend
 from mgit.remote.open import is_url, open_backend
-from mgit.remote.promisor import PARTIAL_KEY, Promisor
-from mgit.remote.transfer import Transfer, fetch_chunks, remote_has
+
+if TYPE_CHECKING:  # the transfer machinery is imported when a remote is used, not when a repository opens
+    from mgit.remote.backend import Backend
+    from mgit.remote.promisor import Promisor
 
 TRACKING = "refs/remotes/"
+PARTIAL_KEY = "partial"  # ``[remote "NAME"] partial = true``: the remote a partial clone fetches from
 
 
 def remotes(ctx: Context) -> dict[str, str]:
@@ -110,6 +112,9 @@ def remote_branch_for(ctx: Context, name: str) -> str | None:
 
 def recover_from_remotes(ctx: Context, wanted: set[str]) -> dict[str, set[str]]:
     """Fetch what each remote holds of ``wanted`` (verified); an unreachable remote is skipped."""
+    from mgit.progress import Bar
+    from mgit.remote.transfer import Transfer, fetch_chunks, remote_has
+
     got: dict[str, set[str]] = {}
     for name in sorted(remotes(ctx)):
         todo = sorted(wanted - {c for found in got.values() for c in found})
@@ -131,4 +136,6 @@ def open_promisor(ctx: Context) -> Promisor | None:
     name = next((n for n in remotes(ctx) if setting(ctx, n, PARTIAL_KEY) == "true"), None)
     if name is None:
         return None
+    from mgit.remote.promisor import Promisor
+
     return Promisor(name, functools.partial(backend, ctx, name), ctx.store).attach()

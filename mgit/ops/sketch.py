@@ -26,9 +26,10 @@ from mgit.errors import BadInputError
 from mgit.graph import records
 from mgit.graph.ids import object_id, ref_name
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, write_snapshot
-from mgit.model.dtypes import DType, bf16_bits, from_bf16_bits, lookup, to_float32
+from mgit.model.dtypes import DType, lookup
 from mgit.model.filetree import load_safetensors
 from mgit.model.manifest import TensorManifest
+from mgit.model.stats import bf16_bits, from_bf16_bits, to_float32
 from mgit.ops import inspect
 from mgit.parallel import WORKERS, ordered_map
 from mgit.progress import byte_progress

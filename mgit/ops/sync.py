@@ -13,11 +13,10 @@ from mgit.context import Context
 from mgit.errors import BadInputError, NonFastForwardError, RemoteError
 from mgit.graph.ids import object_id, ref_name
 from mgit.ops import checkout, opening, remotes
-from mgit.ops.remotes import TRACKING
+from mgit.ops.remotes import PARTIAL_KEY, TRACKING
 from mgit.progress import byte_progress
 from mgit.remote.backend import SKETCHES, Backend
 from mgit.remote.open import is_url, open_backend
-from mgit.remote.promisor import PARTIAL_KEY
 from mgit.remote.transfer import Transfer, ancestors, chunks_of, fetch_chunks, fetch_graph, is_ancestor, plan_push
 from mgit.remote.transfer import push as send
 from mgit.worktree.cost import checkout_budget

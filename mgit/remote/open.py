@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mgit.errors import AuthError, BadInputError
-from mgit.remote.backend import Backend
+
+if TYPE_CHECKING:
+    from mgit.remote.backend import Backend
 
 
 def read_token(token_file: str | None) -> str | None:

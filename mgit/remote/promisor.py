@@ -28,8 +28,6 @@ from mgit.store.chunkstore import ChunkStore
 from mgit.store.record import BASE_LEN as DELTA_BASE_BYTES
 from mgit.worktree.cost import CheckoutCost, FetchQuote, after_fetch, deltas_over_budget, over_budget
 
-PARTIAL_KEY = "partial"  # ``[remote "NAME"] partial = true``: the remote a partial clone fetches from
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -16,9 +16,8 @@ from pathlib import Path
 from dulwich.ignore import IgnoreFilter, read_ignore_patterns
 
 from mgit.errors import BadInputError
-from mgit.graph.names import is_reserved
+from mgit.graph.names import TMP_MARK, is_reserved
 from mgit.lock import warn
-from mgit.model.materialize import TMP_MARK
 
 IGNORE_FILE = ".mgitignore"
 

@@ -16,7 +16,6 @@ from mgit.errors import BadInputError
 from mgit.graph.objects import Graph, blob_id
 from mgit.graph.snapshot import Entry, Snapshot
 from mgit.model.filetree import load_chunked, load_safetensors
-from mgit.model.ingest import classify, scan_file_chunks, scan_tensor_chunks
 from mgit.worktree.index import Index
 from mgit.worktree.sparse import SparseSummary
 
@@ -87,6 +86,8 @@ def working_matches(
     graph: Graph, pool: ThreadPoolExecutor, path: Path, rel: str, entry: Entry
 ) -> tuple[bool, TensorChanges | None, str]:
     """Does the working file hold exactly ``entry``? (matches, tensor changes, note)."""
+    from mgit.model.ingest import classify, scan_file_chunks, scan_tensor_chunks  # hashing: only for a changed file
+
     kind = classify(rel, os.stat(path).st_size)
     if kind != entry.kind:
         return False, None, ""

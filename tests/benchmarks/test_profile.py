@@ -26,9 +26,9 @@ RAW = "\n".join(
         f"{WORKER};read (mgit/merge/engine.py:340);merge_one (mgit/merge/engine.py:120);"
         "TaskArithmetic.combine (mgit/merge/methods/task_arithmetic.py:240) 25",
         f"{WORKER};chunk_id (mgit/store/record.py:40) 6",
-        f"{WORKER};chunk_stats (mgit/model/dtypes.py:150) 3",
-        f"{WORKER};ChunkStore.put (mgit/store/chunkstore.py:160);stats_against (mgit/model/dtypes.py:275);"
-        "dot (mgit/model/dtypes.py:162) 4",
+        f"{WORKER};chunk_stats (mgit/model/stats.py:150) 3",
+        f"{WORKER};ChunkStore.put (mgit/store/chunkstore.py:160);stats_against (mgit/model/stats.py:275);"
+        "dot (mgit/model/stats.py:162) 4",
         f"{WORKER};ChunkStore.put (mgit/store/chunkstore.py:160);encode_delta (mgit/store/codec.py:100) 8",
         f"{WORKER};ChunkStore.put (mgit/store/chunkstore.py:160);PackWriter._write (mgit/store/pack.py:90) 2",
         f"{WORKER};Ingestor._chunks (mgit/model/ingest.py:120) 3",

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from mgit.errors import BadInputError
 from mgit.merge.sketch import dare
-from mgit.model.dtypes import from_bf16_bits
+from mgit.model.stats import from_bf16_bits
 from mgit.ops import sketch as sketch_ops
 
 WEIGHTS = [0.5, 0.5]

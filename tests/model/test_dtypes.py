@@ -9,7 +9,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from mgit.model.dtypes import STATS_BLOCK, SUMS_IN_FLOAT32, chunk_stats, delta_l2, lookup, stats_against
+from mgit.model.dtypes import lookup
+from mgit.model.stats import STATS_BLOCK, SUMS_IN_FLOAT32, chunk_stats, delta_l2, stats_against
 
 
 @pytest.mark.parametrize("name", ["BF16", "F16", "F32", "F64", "I8", "C64"])
@@ -64,7 +65,8 @@ def test_bf16_statistics_do_not_import_ml_dtypes():
 
     code = (
         "import sys\n"
-        "from mgit.model.dtypes import chunk_stats, delta_l2, lookup\n"
+        "from mgit.model.dtypes import lookup\n"
+        "from mgit.model.stats import chunk_stats, delta_l2\n"
         "from mgit.diff.numeric import numeric\n"
         "bf16 = lookup('BF16')\n"
         "raw, other = bytes.fromhex('803f') * 300, bytes.fromhex('0040') * 300\n"

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mgit.model.dtypes import DTYPES, STATS_BLOCK, DType, chunk_stats, delta_l2, lookup
+from mgit.model.dtypes import DTYPES, DType, lookup
+from mgit.model.stats import STATS_BLOCK, chunk_stats, delta_l2
 
 # -- the reference: chunk_stats / delta_l2 as they were (float64 copy of every block) ------------
 

@@ -35,7 +35,8 @@ from dulwich.objects import ObjectID
 
 from mgit.graph.objects import Graph
 from mgit.merge.plan import MergePlan
-from mgit.model.dtypes import delta_l2, lookup
+from mgit.model.dtypes import lookup
+from mgit.model.stats import delta_l2
 from mgit.parallel import ordered_map
 from mgit.store.chunkstore import ChunkStore, ReadCounters
 from mgit.store.paircache import PairCache

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mgit.model.dtypes import bf16_bits, from_bf16_bits
+from mgit.model.stats import bf16_bits, from_bf16_bits
 
 VALUE_DTYPE = "BF16"  # what the kept values are stored in
 VALUE_BYTES = 2
