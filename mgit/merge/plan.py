@@ -60,7 +60,10 @@ class MergePlan:
 
     @property
     def expert_bytes(self) -> int:
-        return self.expert_passes * sum(sum(t.read_bytes) for t in self.tensors)
+        """Stored expert bytes read: each chunk ``expert_passes`` times, a sketch's blocks once
+        (the engine keeps the reconstruction for both passes)."""
+        sketched = sum(u.cost for t in self.tensors for u in t.sketches if u is not None)
+        return self.expert_passes * (sum(sum(t.read_bytes) for t in self.tensors) - sketched) + sketched
 
     @property
     def expert_chunks(self) -> int:

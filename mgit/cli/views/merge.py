@@ -36,12 +36,20 @@ def plan_text(plan: dict) -> Printout:
     decisions = _decisions(plan)
     if "budget" in plan:
         p.out("  " + budget_line(plan["budget"]))
-    untouched = sum(1 for t in plan["tensors"] if not any(t["expert_chunks_read"]))
+    untouched = _unchanged(plan)
     p.out(
         f"  tensors: {', '.join(f'{n} {d}' for d, n in sorted(decisions.items()))}; "
         f"{untouched} with every expert identical to the base (no expert read)"
     )
     return p
+
+
+def _unchanged(record: dict) -> int:
+    """Tensors identical to the base in every expert: no expert chunk read, and none differing
+    either (a budget's per-tensor ``candidates``: chunks it skipped or read as a sketch count)."""
+    return sum(
+        1 for t in record["tensors"] if not any(t["expert_chunks_read"]) and not t.get("budget", {}).get("candidates")
+    )
 
 
 def _decisions(record: dict) -> dict[str, int]:
@@ -158,7 +166,7 @@ def merge_json(sha: str, branch: str | None, record: dict, checked_out: bool = T
             "plan": {
                 "tensors": len(record["tensors"]),
                 "decisions": _decisions(record),
-                "untouched": sum(1 for t in record["tensors"] if not any(t["expert_chunks_read"])),
+                "untouched": _unchanged(record),
                 "budget": record.get("budget"),
             },
         },

@@ -102,9 +102,9 @@ def candidates(
 def best_share(cands: list[Candidate], limit: int | None) -> float:
     """The largest captured share any choice of chunks within ``limit`` can reach (those of
     unknown importance read first, the rest bounded by the fractional knapsack)."""
-    energy = sum(c.importance**2 for c in cands if c.norm is not None)
-    if limit is None or energy == 0:
-        return 1.0
+    energy = math.fsum(c.importance**2 for c in cands if c.norm is not None)
+    if limit is None or energy == 0 or sum(c.cost for c in cands) <= limit:
+        return 1.0  # everything read: summed in another order the bound could fall an ulp short
     left = limit - sum(c.cost for c in cands if c.norm is None)
     items = [Item(c.cost, c.importance**2) for c in cands if c.norm is not None]
     return min(1.0, fractional_bound(items, max(left, 0)) / energy)

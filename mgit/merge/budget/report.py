@@ -40,7 +40,9 @@ class BudgetReport:
     chosen: int = 0
     energy: float = 0.0
     captured: float = 0.0
-    best_share: float = 1.0  # no choice within the limit captures more (fractional knapsack bound)
+    # no choice within the limit captures more (the fractional knapsack's optimum, or the LP
+    # relaxation's over chunks and sketch prefixes); never below captured_share
+    best_share: float = 1.0
     error_bound: float | None = None  # affine methods only
     rounding_allowance: float | None = None
     analyze_pairs: int = 0

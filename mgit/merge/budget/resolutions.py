@@ -1,32 +1,49 @@
-"""Choosing, per expert tensor, among skip / a stored sketch's rank prefix / the exact chunks:
-the planner over resolutions (a multiple-choice knapsack, :func:`~mgit.merge.budget.knapsack.choose_options`).
+"""Choosing, per expert tensor, among skip / a stored sketch's prefix / its exact chunks: the
+planner over resolutions (a multiple-choice knapsack, :func:`~mgit.merge.budget.knapsack.choose_options`).
 
-Each expert tensor with a stored sketch (mgit.ops.sketch) is one group: its options are every
-rank prefix of the sketch (cost: the blocks' stored bytes; value: (a_k‖Δ̂_r‖)², what the prefix
-captures of (a_k‖Δ‖)², the factors being orthogonal) and its exact chunks together (cost: their
-reads; value: Σ (a_k‖Δ_c‖)²). Every other candidate chunk is a group of its own (take or skip),
-as without sketches. A fine-tune's delta is close to low rank, so at a small budget a sketch of
-every tensor captures far more than whole chunks of a few (docs/merging.md).
+Each expert tensor with a stored sketch (mgit.ops.sketch) is one group. Its options are every
+prefix of the sketch's levels (cost: the blocks' stored bytes; value: a_k² times what the prefix
+captures of ‖Δ‖², :meth:`TensorSketch.captured`) and its exact chunks one at a time: the j worth
+most per byte, for every j (cost and value: their sums). The engine reads an expert tensor as
+its sketch or as exact chunks, never both, so a group's options exclude one another; yet a
+tensor's best chunks stay choosable while others are read as sketches. The exact prefixes' hull
+is the fractional knapsack of the tensor's chunks, which no subset of them beats, so the LP
+relaxation over the groups' hulls bounds every choice among skipping, sketch prefixes and chunk
+subsets (:func:`best_share_with_sketches`). Every other candidate chunk is a group of its own.
+
+The greedy is within a factor 2 of the optimum, and so is the plan without sketches, but
+neither dominates the other on every input; so both are made and the one capturing more is
+kept (:func:`choose_with_sketches`): offering sketches never lowers what a plan captures.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
-from mgit.merge.budget.importance import Candidate
-from mgit.merge.budget.knapsack import Item, choose_options
-from mgit.merge.sketch.use import SketchOffer
+from mgit.merge.budget.importance import Candidate, choose, left_after_forced
+from mgit.merge.budget.knapsack import Item, choose_options, options_bound
+from mgit.merge.sketch.use import SketchOffer, SketchUse
 
-EXACT = -1  # a group's option standing for the tensor's exact chunks (sketch ranks are ≥ 1)
+EXACT = -1  # a group's option reading exact chunks (sketch levels are ≥ 1)
+Uses = dict[tuple[int, int], SketchUse]  # (tensor index, expert) → the sketch prefix read instead of chunks
 
 
 @dataclass
 class Group:
     expert: int
     options: list[Item]
-    ranks: list[int]  # per option: the sketch rank, or EXACT
-    members: list[int]  # indexes into the candidates this group decides
+    levels: list[int]  # per option: the sketch prefix's level, or EXACT
+    reads: list[tuple[int, ...]]  # per option: the candidates (indexes) it reads exactly
+    members: list[int]  # indexes into the candidates this group decides (a sketch stands for them all)
+
+
+@dataclass
+class Choice:
+    taken: list[bool]  # per candidate: read
+    uses: Uses
+    value: float  # what it captures, Σ (a_k‖Δ‖)² units, summed exactly (math.fsum)
 
 
 def groups_of(
@@ -42,16 +59,33 @@ def groups_of(
     for key, members in by_tensor.items():
         offer = offers.get(key)
         if offer is not None and all(cands[n].norm is not None for n in members):
-            weight = cands[members[0]].weight
-            exact = Item(sum(cands[n].cost for n in members), sum(cands[n].importance ** 2 for n in members))
-            options = [Item(cost, weight * weight * captured) for _, cost, captured in offer.options()]
-            ranks = [rank for rank, _, _ in offer.options()]
-            groups.append(Group(key[1], [*options, exact], [*ranks, EXACT], members))
+            groups.append(_sketched(cands, members, offer))
             continue
         for n in members:
             if cands[n].norm is not None:
-                groups.append(Group(cands[n].expert, [Item(cands[n].cost, cands[n].importance ** 2)], [EXACT], [n]))
+                groups.append(Group(cands[n].expert, [_item(cands[n])], [EXACT], [(n,)], [n]))
     return groups
+
+
+def _item(c: Candidate) -> Item:
+    return Item(c.cost, c.importance**2)
+
+
+def _sketched(cands: list[Candidate], members: list[int], offer: SketchOffer) -> Group:
+    """A sketched expert tensor's options: each sketch prefix, and the best j exact chunks for each j."""
+    weight = cands[members[0]].weight
+    group = Group(cands[members[0]].expert, [], [], [], members)
+    for level, cost, captured in offer.options():
+        group.options.append(Item(cost, weight * weight * captured))
+        group.levels.append(level)
+        group.reads.append(())
+    densest = sorted(members, key=lambda n: -(_item(cands[n]).value / cands[n].cost if cands[n].cost else math.inf))
+    for j in range(1, len(densest) + 1):
+        chosen = tuple(densest[:j])
+        group.options.append(Item(sum(cands[n].cost for n in chosen), math.fsum(_item(cands[n]).value for n in chosen)))
+        group.levels.append(EXACT)
+        group.reads.append(chosen)
+    return group
 
 
 def choose_resolutions(groups: list[Group], limit: int, fairness: str) -> list[int]:
@@ -86,3 +120,55 @@ def choose_resolutions(groups: list[Group], limit: int, fairness: str) -> list[i
 def _most_valuable(options: list[Item]) -> int:
     """The index of the option worth most (the cheapest among equals)."""
     return max(range(len(options)), key=lambda n: (options[n].value, -options[n].cost))
+
+
+def choose_with_sketches(
+    cands: list[Candidate],
+    offers: Mapping[tuple[int, int], SketchOffer],
+    first: Set[int],
+    limit: int,
+    fairness: str,
+) -> Choice:
+    """Which candidate chunks to read and which sketch prefixes instead, within ``limit``: the
+    plan without sketches (:func:`~mgit.merge.budget.importance.choose`), unless the planner over
+    resolutions captures more — those of unknown importance and ``first`` read first, then the
+    groups' choice. Every exact chunk affordable: the exact merge, bit for bit."""
+    exact = choose(cands, limit, "importance", 0, fairness)  # the seed serves "uniform" only
+    plain = Choice(exact, {}, captured(cands, exact, {}))
+    if all(exact):
+        return plain
+    left = left_after_forced(cands, limit) - sum(cands[n].cost for n in first)
+    taken, uses = [c.norm is None or n in first for n, c in enumerate(cands)], {}
+    groups = groups_of(cands, offers, skip=first)
+    for g, pick in zip(groups, choose_resolutions(groups, left, fairness), strict=True):
+        if pick < 0:
+            continue
+        for n in g.reads[pick]:
+            taken[n] = True
+        if g.levels[pick] != EXACT:
+            head = cands[g.members[0]]
+            key = (head.tensor, head.expert)
+            uses[key] = offers[key].use(g.levels[pick], tuple(cands[n].chunk for n in g.members))
+    mixed = Choice(taken, uses, captured(cands, taken, uses))
+    return mixed if mixed.value > plain.value else plain
+
+
+def captured(cands: list[Candidate], taken: list[bool], uses: Uses) -> float:
+    """What reading the ``taken`` candidates and the sketch prefixes of ``uses`` captures."""
+    weight = {(c.tensor, c.expert): c.weight for c in cands}
+    chunks = [c.importance**2 for c, take in zip(cands, taken, strict=True) if take and c.norm is not None]
+    return math.fsum(chunks + [weight[key] ** 2 * use.captured for key, use in uses.items()])
+
+
+def best_share_with_sketches(
+    cands: list[Candidate], offers: Mapping[tuple[int, int], SketchOffer], limit: int
+) -> float:
+    """The largest captured share any choice among chunks and sketch prefixes can reach within
+    ``limit``: the LP relaxation over the groups' hulls (candidates of unknown importance read
+    first). A group's exact prefixes bound every subset of its chunks, so this bounds the plan
+    without sketches too."""
+    energy = math.fsum(c.importance**2 for c in cands if c.norm is not None)
+    if energy == 0 or sum(c.cost for c in cands) <= limit:
+        return 1.0
+    left = max(0, limit - sum(c.cost for c in cands if c.norm is None))
+    return min(1.0, options_bound([g.options for g in groups_of(cands, offers)], left) / energy)

@@ -25,18 +25,14 @@ from mgit.merge.budget.importance import (
     candidates,
     choose,
     gamma_n,
-    left_after_forced,
     unit_roundoff,
 )
-from mgit.merge.budget.knapsack import options_bound
 from mgit.merge.budget.report import BudgetReport, TensorBudget
-from mgit.merge.budget.resolutions import EXACT, Group, choose_resolutions, groups_of
+from mgit.merge.budget.resolutions import Uses, best_share_with_sketches, choose_with_sketches
 from mgit.merge.methods.base import MergeMethod, Weights
 from mgit.merge.plan import MergePlan, TensorPlan
 from mgit.merge.sketch.record import sketchable
-from mgit.merge.sketch.use import SketchOffer, SketchUse
-
-Uses = dict[tuple[int, int], SketchUse]  # (tensor index, expert) → the sketch prefix read instead of chunks
+from mgit.merge.sketch.use import SketchOffer
 
 
 def check_selection(select: str, fairness: str = "global") -> None:
@@ -81,18 +77,20 @@ def restrict(
     report.analyze_pairs, report.analyze_bytes = analysis.pairs_analyzed, analysis.bytes_read
     report.analyze = analysis.to_json()
     cands = candidates(plan, weights_for, analysis.norms, analysis.upper)
-    offers = offers if offers and limit is not None and select == "importance" else {}
     uses: Uses = {}
-    report.best_share = best_share(cands, limit)
-    if offers:
-        first = _left_exact(plan, cands, offers, limit or 0)
-        groups = groups_of(cands, offers, skip=first)
-        taken, uses = _with_sketches(cands, offers, groups, first, limit or 0, fairness)
+    if offers and limit is not None and select == "importance":
+        first = _left_exact(plan, cands, offers, limit)
+        choice = choose_with_sketches(cands, offers, first, limit, fairness)
+        taken, uses = choice.taken, choice.uses
         report.sketches_offered = len(offers)
-        report.best_share = _best_with_sketches(cands, groups_of(cands, offers), limit or 0)
+        report.best_share = best_share_with_sketches(cands, offers, limit)
     else:
         taken = choose(cands, limit, select, seed, fairness)
+        report.best_share = best_share(cands, limit)
     chosen = _report(plan, cands, taken, weights_for, method.affine, roundoff_for, report, uses)
+    # the bound holds in exact arithmetic; summed in another order it can fall an ulp below the
+    # plan's own share, which is itself a choice within the limit
+    report.best_share = max(report.best_share, report.captured_share)
     return _restricted(plan, chosen, report, uses), report
 
 
@@ -111,42 +109,6 @@ def _left_exact(
                                 plan.tensors[c.tensor].base.nbytes)}  # fmt: skip
     spare = limit - sum(c.cost for c in cands if c.norm is None)
     return small if sum(cands[n].cost for n in small) <= spare else set()
-
-
-def _with_sketches(
-    cands: list[Candidate],
-    offers: Mapping[tuple[int, int], SketchOffer],
-    groups: list[Group],
-    first: set[int],
-    limit: int,
-    fairness: str,
-) -> tuple[list[bool], Uses]:
-    """Which candidate chunks to read and which sketch prefixes instead: those of unknown
-    importance and ``first`` first, then the planner over resolutions (``groups``)."""
-    if sum(c.cost for c in cands) <= limit:  # every exact chunk fits: the exact merge, bit for bit
-        return [True] * len(cands), {}
-    left = left_after_forced(cands, limit) - sum(cands[n].cost for n in first)
-    taken, uses = [c.norm is None or n in first for n, c in enumerate(cands)], {}
-    for g, pick in zip(groups, choose_resolutions(groups, left, fairness), strict=True):
-        if pick < 0:
-            continue
-        if g.ranks[pick] == EXACT:
-            for n in g.members:
-                taken[n] = True
-        else:
-            head = cands[g.members[0]]
-            key = (head.tensor, head.expert)
-            uses[key] = offers[key].use(g.ranks[pick], tuple(cands[n].chunk for n in g.members))
-    return taken, uses
-
-
-def _best_with_sketches(cands: list[Candidate], groups: list[Group], limit: int) -> float:
-    """The largest captured share any choice among chunks and sketch prefixes can reach."""
-    energy = sum(c.importance**2 for c in cands if c.norm is not None)
-    if energy == 0:
-        return 1.0
-    left = max(0, limit - sum(c.cost for c in cands if c.norm is None))
-    return min(1.0, options_bound([g.options for g in groups], left) / energy)
 
 
 def _restricted(
