@@ -15,10 +15,14 @@ in one run, so the numbers can be compared and reproduced:
    and DVC checkout) against ``cp -r`` of the same files, and verify with sha256 that every
    run reproduced every file byte for byte;
 5. print a Markdown table and, with ``--write-docs``, replace this benchmark's section of
-   docs/benchmarks.md (other sections are kept).
+   docs/benchmarks.md (other sections are kept);
+6. the light commands (``--parts light``, a section of its own): ``--help``, ``status`` on a
+   clean tree, ``log`` and ``branch`` of a repository holding the model, against git's same
+   commands on a git (+ git-lfs) repository of the same files, each run many times: what a
+   user waits for at every prompt, where git takes milliseconds.
 
-Targets (mgit add ≥ 1.5× faster than git-lfs, store ≤ 0.75× raw for bf16, checkout ≤ 2× cp)
-are reported, never asserted. The page cache cannot be dropped here, and the machine may be
+Targets (mgit add ≥ 1.5× faster than git-lfs, store ≤ 0.75× raw for bf16, checkout ≤ 2× cp,
+each light command ≤ 0.15 s) are reported, never asserted. The page cache cannot be dropped here, and the machine may be
 shared: every timed step runs the same way (``sync``, then a wait for an idle machine, both
 untimed), every step is repeated (``--reps``, best reported, all shown), and the CPU other
 processes used meanwhile is reported beside it. GB = 10^9 bytes, MB = 10^6 bytes.
@@ -27,6 +31,7 @@ processes used meanwhile is reported beside it. GB = 10^9 bytes, MB = 10^6 bytes
 from __future__ import annotations
 
 import shutil
+import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +45,10 @@ from harness.runner import MODEL_DIR, Proc, Result, Runner, best_of, disk_usage,
 from harness.tools import Tools, find_tools, tool_env
 
 SECTION_TITLE = "## Core: add, commit, checkout (bench_core.py)"
+LIGHT_TITLE = "## Light commands: --help, status, log, branch (bench_core.py --parts light)"
+PARTS = ("store", "light")
+LIGHT_COMMANDS = (("--help",), ("status",), ("log",), ("branch",))
+LIGHT_TARGET = 0.15  # seconds, warm, each light command (issue 39)
 
 
 # -- the measurements ---------------------------------------------------------------------
@@ -209,6 +218,91 @@ def report(
     return "\n".join(lines) + "\n"
 
 
+# -- light commands -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LightTiming:
+    """One command of one tool, run ``len(times)`` times in a row (warm)."""
+
+    tool: str
+    args: tuple[str, ...]
+    times: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+
+def light_repositories(model: Path, runs: Path, runner: Runner, tools: Tools) -> dict[str, tuple[list[str], Path]]:
+    """tool → (its command, a repository holding the model committed once). An untimed status
+    in each first: it vouches for the files' stats (as any status after an edit does), so every
+    timed status finds a clean tree without reading a file."""
+    mgit, git = [*tools.mgit, "--no-pager"], ["git", "--no-pager"]
+    m = fresh_copy(model, runs / "light-mgit")
+    for cmd in ([*mgit, "-q", "init"], [*mgit, "-q", "add", MODEL_DIR], [*mgit, "commit", "-m", "base"]):
+        runner.run(cmd, m)
+    g = fresh_copy(model, runs / "light-git")
+    lfs = [["git", "lfs", "install", "--local"], ["git", "lfs", "track", "*.safetensors"]] if tools.git_lfs else []
+    for cmd in (["git", "init", "-q"], *lfs, ["git", "add", "."], ["git", "commit", "-q", "-m", "base"]):
+        runner.run(cmd, g)
+    runner.run([*mgit, "status"], m)
+    runner.run([*git, "status"], g)
+    return {"mgit": (mgit, m), "git + git-lfs" if tools.git_lfs else "git": (git, g)}
+
+
+def time_light(repos: dict[str, tuple[list[str], Path]], runner: Runner, runs: int) -> list[LightTiming]:
+    """Every light command of every tool, ``runs`` times each, one process per run."""
+    out = []
+    for args in LIGHT_COMMANDS:
+        for tool, (cmd, where) in repos.items():
+            times = [runner.run([*cmd, *args], where, timed=True).seconds for _ in range(runs)]
+            out.append(LightTiming(tool, args, times))
+    return out
+
+
+def light_report(timings: list[LightTiming], tools: Tools, workdir: Path, command: str, runs: int) -> str:
+    """The light commands' docs section."""
+    rows = []
+    for args in LIGHT_COMMANDS:
+        mine = next(t for t in timings if t.args == args and t.tool == "mgit")
+        peer = next(t for t in timings if t.args == args and t.tool != "mgit")
+        met = "yes" if mine.median <= LIGHT_TARGET else "**no**"
+        rows.append(
+            [
+                " ".join(args),
+                f"{mine.median * 1000:.0f}",
+                f"{min(mine.times) * 1000:.0f}",
+                f"{peer.median * 1000:.1f}",
+                f"{min(peer.times) * 1000:.1f}",
+                f"{mine.median / peer.median:.0f}×",
+                met,
+            ]
+        )
+    peer_name = next(t.tool for t in timings if t.tool != "mgit")
+    header = [
+        "command",
+        "mgit median (ms)",
+        "mgit best (ms)",
+        f"{peer_name} median (ms)",
+        f"{peer_name} best (ms)",
+        "mgit / peer",
+        f"mgit ≤ {LIGHT_TARGET * 1000:.0f} ms",
+    ]
+    lines = [
+        *header_lines(LIGHT_TITLE, command, workdir, tools.versions),
+        "Each tool's repository holds the generated model (as in the core benchmark above) committed once, "
+        "with a clean working tree its own status has seen. Each command runs "
+        f"{runs} times in a row as a separate process (warm: its files and modules in the page cache), "
+        "after an untimed `sync` and a wait for idle CPUs; `log` and `branch` print to a pipe (no pager).",
+        "",
+        table(header, "lrrrrrl", rows),
+        "",
+        f"Target: every light command within {LIGHT_TARGET:.2f} s (median), reported, not asserted.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 # -- main ---------------------------------------------------------------------------------
 
 
@@ -224,7 +318,16 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
         keep="keep the per-tool run directories afterwards",
     )
     p.add_argument("--no-dvc", action="store_true", help="skip the DVC baseline (and its installation)")
+    p.add_argument("--parts", type=parts_list, default=PARTS, help="what to run, of: store, light (default both)")
+    p.add_argument("--light-runs", type=int, default=20, help="runs of each light command (the median is reported)")
     return p.parse_args(argv)
+
+
+def parts_list(text: str) -> tuple[str, ...]:
+    parts = tuple(p.strip() for p in text.split(",") if p.strip())
+    if unknown := set(parts) - set(PARTS):
+        raise cli.argparse.ArgumentTypeError(f"unknown part(s) {', '.join(sorted(unknown))}; of: {', '.join(PARTS)}")
+    return parts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -234,24 +337,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     size_gb = 0.1 if args.quick else args.size_gb
     cli.check_free_disk(workdir, int(size_gb * GB * 9))  # the model, and per tool a copy and its store
     workdir.mkdir(parents=True, exist_ok=True)
-    tools = find_tools(workdir, args.mgit_rev, not args.no_dvc, workdir / ".venv-baselines")
+    tools = find_tools(workdir, args.mgit_rev, not args.no_dvc and "store" in args.parts, workdir / ".venv-baselines")
     model, plan, sums = ensure_model(workdir, size_gb)
     raw = model_bytes(model, sums)
     runner = Runner(tool_env(workdir), args.idle_wait, args.other_wait)
     runs = workdir / "runs"
-    results: list[Result] = []
-    for c in contenders(tools):
-        print(f"{c.name} ...", flush=True)
-        results += bench(c, model, runs / c.name.replace(" ", ""), runner, sums, args.reps)
-    print("cp -r ...", flush=True)
-    results.append(time_cp(model, runs / "cp", runner, sums, args.reps))
-    results.sort(key=lambda r: r.store_bytes is None)  # storing first, then materialising (stable)
-    section = report(results, raw, plan, tools, workdir, args.reps, command, runner.rss_floor(workdir))
-    publish(section, SECTION_TITLE, args.write_docs)
+    identical = True
+    if "store" in args.parts:
+        results: list[Result] = []
+        for c in contenders(tools):
+            print(f"{c.name} ...", flush=True)
+            results += bench(c, model, runs / c.name.replace(" ", ""), runner, sums, args.reps)
+        print("cp -r ...", flush=True)
+        results.append(time_cp(model, runs / "cp", runner, sums, args.reps))
+        results.sort(key=lambda r: r.store_bytes is None)  # storing first, then materialising (stable)
+        section = report(results, raw, plan, tools, workdir, args.reps, command, runner.rss_floor(workdir))
+        publish(section, SECTION_TITLE, args.write_docs)
+        mgit_co = find(results, "mgit", False)
+        identical = bool(mgit_co and mgit_co.identical)
+    if "light" in args.parts:
+        print("light commands ...", flush=True)
+        timings = time_light(light_repositories(model, runs, runner, tools), runner, args.light_runs)
+        publish(light_report(timings, tools, workdir, command, args.light_runs), LIGHT_TITLE, args.write_docs)
     if not args.keep:
         shutil.rmtree(runs, ignore_errors=True)
-    mgit_co = find(results, "mgit", False)
-    return 0 if mgit_co and mgit_co.identical else 1
+    return 0 if identical else 1
 
 
 if __name__ == "__main__":
