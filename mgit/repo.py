@@ -21,6 +21,7 @@ from mgit.graph.objects import Graph
 from mgit.graph.refs import Refs
 from mgit.graph.snapshot import Snapshot
 from mgit.lock import RepoLock
+from mgit.ops import branch_merge as _branch_merge
 from mgit.ops import checkout as _checkout
 from mgit.ops import inspect as _inspect
 from mgit.ops import lineage as _lineage
@@ -37,6 +38,7 @@ from mgit.ops.inspect import FileInfo, ShowInfo
 from mgit.ops.maintain import Repair
 from mgit.ops.reset import RESET_MODES, ResetResult
 from mgit.ops.stage import AddResult
+from mgit.ops.threeway import BranchMerge
 from mgit.ops.workfiles import CheckoutResult
 from mgit.remote.backend import Backend
 from mgit.remote.promisor import Promisor
@@ -247,6 +249,11 @@ class Repository:
 
     merge = _op(_merge.merge)
     merge_plan = _op(_merge.merge_plan)
+    merge_branch = _op(_branch_merge.merge_branch)
+    merge_base = _op(_branch_merge.merge_base)
+    merge_bases = _op(_branch_merge.merge_bases)
+    is_ancestor = _op(_branch_merge.is_ancestor)
+    revert = _op(_branch_merge.revert)
     lineage = _op(_lineage.lineage)
     merge_record = _op(_lineage.merge_record)
     sketch = _op(_sketch.sketch)
@@ -280,6 +287,7 @@ class Repository:
 __all__ = [
     "RESET_MODES",
     "AddResult",
+    "BranchMerge",
     "CheckoutResult",
     "FileInfo",
     "Repair",
