@@ -10,20 +10,22 @@ import secrets
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mgit.context import Context
 from mgit.errors import DirtyWorktreeError, MergeConflictError
 from mgit.graph import records
 from mgit.graph.snapshot import Snapshot, write_snapshot
-from mgit.merge.threeway.conflicts import Conflict, Resolution, Settled
-from mgit.merge.threeway.snapshots import TreeMerge, merge_snapshots
 from mgit.model.filetree import load_safetensors
 from mgit.model.manifest import TensorManifest
 from mgit.ops.merge import install_merge
 from mgit.ops.workfiles import clean
 from mgit.progress import byte_progress
 from mgit.worktree.index import Index
+
+if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
+    from mgit.merge.threeway.conflicts import Conflict, Settled
+    from mgit.merge.threeway.snapshots import TreeMerge
 
 Triples = list[Any]
 
@@ -91,6 +93,9 @@ def three_way(ctx: Context, sides: Sides, settle: Settle, report: BranchMerge) -
     """Merge ``sides`` (under the lock), settling conflicts as asked; the merged tree and the
     statistics of tensors a method computed. Conflicts left: MergeConflictError (``report``
     lists them), nothing written. Uncommitted changes in a path the merge writes: refused."""
+    from mgit.merge.threeway.conflicts import Resolution
+    from mgit.merge.threeway.snapshots import merge_snapshots
+
     base_snap, ours_snap, theirs_snap = sides.snaps
     patterns = Resolution(settle.ours, settle.theirs)
     tree = merge_snapshots(ctx.graph, base_snap, ours_snap, theirs_snap, patterns)
