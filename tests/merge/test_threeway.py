@@ -7,7 +7,6 @@ lines; uncommitted changes in the way are refused."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch

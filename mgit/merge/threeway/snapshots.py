@@ -75,7 +75,7 @@ def _both_changed(
         return merged.entry
     if o.kind == "blob":
         return _merge_blob(graph, path, b, o, t, resolution, out)
-    return _settle(Conflict(path, "binary"), o, t, resolution, out)
+    return _settle(Conflict(path, "binary" if b is not None else "add/add"), o, t, resolution, out)
 
 
 def _key(entry: Entry | None) -> str | None:
@@ -102,7 +102,7 @@ def _merge_blob(
     base_text, ours_text, theirs_text = texts = [graph.blob(e.oid) if e is not None else b"" for e in (b, o, t)]
     mode_ok, mode = pick(*(str(e.mode) if e is not None else None for e in (b, o, t)))
     if not all(is_text(x) for x in texts):
-        return _settle(Conflict(path, "binary"), o, t, resolution, out)
+        return _settle(Conflict(path, "binary" if b is not None else "add/add"), o, t, resolution, out)
     if not mode_ok:
         return _settle(Conflict(path, "mode"), o, t, resolution, out)
     merged = merge_text(base_text, ours_text, theirs_text)
