@@ -4,7 +4,7 @@ merge` hands over to here), `merge-base`, `revert`, and the conflict listing tha
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,6 +24,13 @@ MODEL_ONLY = (
 BRANCH_ONLY = ("ours", "theirs", "no_ff", "ff_only")
 
 PATTERN_HELP = "settle conflicts matching PATTERN (fnmatch over PATH or PATH:TENSOR; bare: all) with {} side"
+
+
+def side_option(name: str, whose: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--ours`` / ``--theirs``: repeatable patterns; given bare (after REV), every conflict."""
+    return click.option(
+        name, multiple=True, is_flag=False, flag_value="*", metavar="[PATTERN]", help=PATTERN_HELP.format(whose)
+    )
 
 
 def given(ctx: click.Context, names: Sequence[str]) -> list[str]:
@@ -130,17 +137,8 @@ def cmd_merge_base(state: CliState, revs: tuple[str, ...], show_all: bool, is_an
 @click.argument("rev", shell_complete=complete_rev)
 @click.option("-m", "--mainline", type=click.IntRange(min=1), help="of a merge commit: the parent (1, 2, ...) to keep")
 @click.option("--message", "message", help='commit message (default: Revert "SUBJECT" ...)')
-@click.option(
-    "--ours", multiple=True, is_flag=False, flag_value="*", metavar="[PATTERN]", help=PATTERN_HELP.format("HEAD's")
-)
-@click.option(
-    "--theirs",
-    multiple=True,
-    is_flag=False,
-    flag_value="*",
-    metavar="[PATTERN]",
-    help=PATTERN_HELP.format("the reverted commit's parent's"),
-)
+@side_option("--ours", "HEAD's")
+@side_option("--theirs", "the reverted commit's parent's")
 @click.option("--method", help="settle conflicting tensors with this merge method (task_arithmetic: both changes)")
 @click.option("--seed", type=int, help="with a random --method: its seed")
 @click.option(

@@ -41,22 +41,8 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.command("merge")
 @click.argument("experts", nargs=-1, metavar="REV | EXPERTS...", shell_complete=complete_rev)
 @click.option("--method", help="linear, task_arithmetic, ties, dare_linear, dare_ties, ... (see docs/merging.md)")
-@click.option(
-    "--ours",
-    multiple=True,
-    is_flag=False,
-    flag_value="*",
-    metavar="[PATTERN]",
-    help=branch_merge.PATTERN_HELP.format("HEAD's"),
-)
-@click.option(
-    "--theirs",
-    multiple=True,
-    is_flag=False,
-    flag_value="*",
-    metavar="[PATTERN]",
-    help=branch_merge.PATTERN_HELP.format("REV's"),
-)
+@branch_merge.side_option("--ours", "HEAD's")
+@branch_merge.side_option("--theirs", "REV's")
 @click.option("--no-ff", is_flag=True, help="merging a branch: a merge commit even when a fast-forward would do")
 @click.option("--ff-only", is_flag=True, help="merging a branch: refuse anything but a fast-forward")
 @click.option("--config", "config", type=click.Path(dir_okay=False), help="a mergekit YAML config instead")

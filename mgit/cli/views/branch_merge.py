@@ -28,38 +28,19 @@ def _settled(s: Settled) -> dict:
     return {**_conflict(s.conflict), "by": s.by}
 
 
+def _sides(r: BranchMerge) -> dict:
+    return {"op": r.op, "rev": r.rev, "theirs": r.theirs, "base": r.base}
+
+
 def merge_json(r: BranchMerge) -> dict:
-    return document(
-        "mgit.branch-merge/1",
-        {
-            "kind": r.kind,
-            "op": r.op,
-            "rev": r.rev,
-            "commit": r.commit,
-            "branch": r.branch,
-            "old_head": r.old_head,
-            "theirs": r.theirs,
-            "base": r.base,
-            "changed": r.changed,
-            "settled": [_settled(s) for s in r.settled],
-            "method": r.method,
-        },
-    )
+    done = {"commit": r.commit, "branch": r.branch, "old_head": r.old_head, "changed": r.changed}
+    settled = {"settled": [_settled(s) for s in r.settled], "method": r.method}
+    return document("mgit.branch-merge/1", {"kind": r.kind, **_sides(r), **done, **settled})
 
 
 def conflicts_json(r: BranchMerge) -> dict:
-    return document(
-        "mgit.merge-conflicts/1",
-        {
-            "op": r.op,
-            "rev": r.rev,
-            "head": r.old_head,
-            "theirs": r.theirs,
-            "base": r.base,
-            "committed": False,
-            "conflicts": [_conflict(c) for c in r.conflicts],
-        },
-    )
+    found = {"committed": False, "conflicts": [_conflict(c) for c in r.conflicts]}
+    return document("mgit.merge-conflicts/1", {**_sides(r), "head": r.old_head, **found})
 
 
 def merge_text(r: BranchMerge) -> Printout:
