@@ -112,7 +112,7 @@ def plan_merge(
     """Per tensor and expert, the chunks differing from the base and what reading each costs:
     ``cost(chunk id, chunk ids held decoded)``, by default the stored bytes the read touches
     (a partial clone passes the bytes a fetch costs for chunks it lacks)."""
-    price = cost or store.read_cost
+    cost = cost or store.read_cost
     prefetch_models(graph, [base_snap, *expert_snaps], model)
     parsed: dict[str, TensorManifest] = {}  # the base's and experts' manifests, by blob id
     files, base = model_tensors(graph, base_snap, model, parsed)
@@ -127,7 +127,7 @@ def plan_merge(
     for file, names in files.items():
         for name in names:
             inputs = [e.get(name) for e in experts]
-            tp = plan_tensor(file, name, base[name], inputs, expert_names, allow_missing, price)
+            tp = plan_tensor(file, name, base[name], inputs, expert_names, allow_missing, cost)
             plan.base_bytes += sum(tp.base_costs)
             plan.tensors.append(tp)
     return plan

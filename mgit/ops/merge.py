@@ -219,7 +219,7 @@ def install_merge(
     staged: dict[str, StagedFile],
     op: str = "merge",
     rev: str = "HEAD",
-) -> CheckoutResult:
+) -> None:
     """Move the current branch (from ``old_head``, whose files are ``head_snap``) to the merge
     ``commit``, then bring the working tree and index to it, journaled: the branch moves first
     (a lost compare-and-swap leaves tree and index as they were), and a killed run's working
@@ -244,7 +244,6 @@ def install_merge(
     result = CheckoutResult(commit)
     checkout.write_files(ctx, index, changes, result, staged, forms)
     workfiles.complete(ctx, plan, index, result)
-    return result
 
 
 def merge_plan(
