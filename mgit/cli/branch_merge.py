@@ -97,6 +97,10 @@ def run_merge(
             f"{', '.join(model_options)}: an option of model merges (--method with EXPERTS, docs/merging.md), "
             "not of merging a branch"
         )
+    if not experts and (ours or theirs):  # `--theirs REV` took REV as its pattern
+        raise click.UsageError(
+            "name the revision to merge; a bare --ours or --theirs goes after it: mgit merge REV --theirs"
+        )
     if len(experts) != 1:
         what = "name the revision to merge" if not experts else "merging a branch takes one revision"
         raise click.UsageError(f"{what}: mgit merge REV (several models merge into one with --method NAME EXPERTS...)")

@@ -253,5 +253,7 @@ def test_several_revisions_without_a_method_is_one_line_naming_method(repo, base
     repo.close()
     got = invoke("merge", "feat", "main~1", cwd=repo.root)
     assert got.exit_code == 2 and "--method" in got.stderr and got.stderr.count("\n") == 1
+    bare = invoke("merge", "--theirs", "feat", cwd=repo.root)  # --theirs took feat as its pattern
+    assert bare.exit_code == 2 and "mgit merge REV --theirs" in bare.stderr
     assert "--ours" in invoke("merge", "--help", cwd=repo.root).stdout
     assert "--budget" in invoke("merge", "--help", cwd=repo.root).stdout  # the model merge's options stay
