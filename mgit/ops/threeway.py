@@ -102,7 +102,7 @@ def three_way(ctx: Context, sides: Sides, settle: Settle, report: BranchMerge) -
     by_method = [c for c in tree.conflicts if c.method_can_merge] if settle.method is not None else []
     left = [c for c in tree.conflicts if c not in by_method]
     if left:
-        _conflicts(report, tree.conflicts if settle.method is None else left, settle.method is not None)
+        _raise_conflicts(report, tree.conflicts if settle.method is None else left, settle.method is not None)
     touched = {p for p in set(ours_snap) | set(tree.merged) if ours_snap.get(p) != tree.merged.get(p)}
     refuse_local_changes(ctx, ctx.index(), ours_snap, touched | {c.path for c in by_method}, report.op)
     stats: dict[str, Triples] = {}
@@ -117,9 +117,10 @@ def three_way(ctx: Context, sides: Sides, settle: Settle, report: BranchMerge) -
     return tree, stats
 
 
-def _conflicts(report: BranchMerge, conflicts: list[Conflict], method_given: bool) -> None:
+def _raise_conflicts(report: BranchMerge, conflicts: list[Conflict], method_given: bool) -> None:
+    """Stop the merge: ``report`` lists the conflicts, the error says how many and where."""
     report.kind, report.conflicts = "conflict", conflicts
-    tensors = sum(c.tensor is not None for c in conflicts)
+    tensors = sum(c.tensor is not None and c.key is None for c in conflicts)
     files = len({c.path for c in conflicts})
     what = f"{len(conflicts)} conflict(s) in {files} file(s)" + (f", {tensors} in tensors" if tensors else "")
     hint = " (--method merges only tensors both sides changed; settle the others with --ours/--theirs)"
@@ -138,8 +139,11 @@ def refuse_local_changes(ctx: Context, index: Index, head_snap: Snapshot, paths:
                 dirty.append(p)  # a staged deletion, or an untracked file in the way
         elif ie.entry != head_snap.get(p):
             dirty.append(p)  # a staged change
-        elif not ie.skip_worktree and not clean(ctx, p, ie.worktree, index):
-            dirty.append(p)  # an unstaged change (a sparse file: against what was checked out)
+        elif ie.skip_worktree:
+            if path.is_file():
+                dirty.append(p)  # a file where a sparse checkout left none
+        elif not clean(ctx, p, ie.worktree, index):
+            dirty.append(p)  # an unstaged change or deletion
     if dirty:
         shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
         raise DirtyWorktreeError(
