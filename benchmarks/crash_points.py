@@ -121,6 +121,36 @@ def setup_merge(root: Path, names: str = "ab") -> None:
             repo.checkout("main")
 
 
+def setup_branch_merge(root: Path) -> None:
+    """main and e1 each change a different tensor of the base's file, e1 its config.json too:
+    `merge e1` is a three-way merge (a new tree for the model file, config.json taken from e1)."""
+    init(root)
+    rng = np.random.default_rng(7)
+    tensors = {f"layer0.{n}.weight": rng.standard_normal((32, 16)).astype(np.float32) for n in "abc"}
+    model = root / "model"
+
+    def commit(changed: str, config: dict, message: str) -> None:
+        model.mkdir(parents=True, exist_ok=True)
+        if changed:
+            tensors[changed] = tensors[changed] + 1
+        save_file(tensors, str(model / "model.safetensors"), metadata={"format": "pt"})
+        (model / "config.json").write_text(json.dumps(config))
+        with Repository(root) as repo:
+            repo.add(["model"])
+            repo.commit(message)
+
+    start = dict(tensors)
+    commit("", {"model_type": "tiny"}, "base")
+    with Repository(root) as repo:
+        repo.checkout(create_branch="e1")
+    commit("layer0.a.weight", {"model_type": "tiny", "seed": 1}, "e1")
+    tensors.clear()
+    tensors.update(start)
+    with Repository(root) as repo:
+        repo.checkout("main")
+    commit("layer0.c.weight", {"model_type": "tiny"}, "main")
+
+
 def setup_merge_wide(root: Path) -> None:
     """Ten tensors: a budget of 10% merges one of them, and the merge patches the working file."""
     setup_merge(root, names="abcdefghij")
@@ -257,6 +287,7 @@ SCENARIOS = [
         "mp",
         "mgit.merge.engine",
     ),
+    Scenario("merge (three-way)", setup_branch_merge, ["merge", "e1", "-m", "m3"], "m3"),
     Scenario("gc", setup_gc, ["gc", "--now"]),
     Scenario("push", setup_push, ["push", "origin", "main"]),
     Scenario("push (serve)", setup_push_serve, ["push", "origin", "main"], serve="client"),
@@ -265,7 +296,7 @@ SCENARIOS = [
     Scenario("fsck --repair (object)", setup_repair_object, ["fsck", "--repair"]),
 ]
 # the subset tests/test_crash_points.py runs
-FAST = ("add", "commit", "checkout", "checkout (detached)", "reset --hard")
+FAST = ("add", "commit", "checkout", "checkout (detached)", "reset --hard", "merge (three-way)")
 
 
 # -- running the command ------------------------------------------------------------------

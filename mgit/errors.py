@@ -11,6 +11,7 @@ The exit codes a script can tell apart (docs/guide.md, "Errors"):
     2    bad input: an argument, path, file or option mgit refuses (click's usage errors too)
     3    over a budget (checkout --budget, merge --budget, a fetch within a limit)
     4    the working tree has uncommitted changes in the way
+    5    a merge (merge, pull, revert) has conflicts: nothing was committed
     10   not a repository
     11   the repository is locked by another live mgit process
     130  interrupted (Ctrl-C)
@@ -18,6 +19,10 @@ The exit codes a script can tell apart (docs/guide.md, "Errors"):
 A finer error is a subclass of a coarser one (``UnknownMethodError`` is a ``BadInputError``,
 so is ``BudgetExceededError``), so that code catching the coarser one keeps working.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 
 class MgitError(Exception):
@@ -87,3 +92,16 @@ class AuthError(RemoteError):
 
 class NonFastForwardError(RefUpdateError):
     """A push or pull that would discard commits on the other side."""
+
+
+class MergeConflictError(MgitError):
+    """A three-way merge (``merge``, ``pull``, ``revert``) in which both sides changed the same
+    tensor, metadata key or lines of a file differently: nothing was committed, no ref moved and
+    the working tree and index are as they were. ``report`` is the outcome naming every conflict
+    (mgit.ops.threeway.BranchMerge), for the CLI to list."""
+
+    exit_code = 5
+
+    def __init__(self, message: str, report: Any = None):
+        super().__init__(message)
+        self.report = report

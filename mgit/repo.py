@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mgit.graph.refs import Refs
     from mgit.graph.snapshot import Snapshot
     from mgit.lock import RepoLock
+    from mgit.ops import branch_merge as _branch_merge
     from mgit.ops import checkout as _checkout
     from mgit.ops import inspect as _inspect
     from mgit.ops import lineage as _lineage
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from mgit.ops.maintain import Repair
     from mgit.ops.reset import RESET_MODES, ResetResult
     from mgit.ops.stage import AddResult
+    from mgit.ops.threeway import BranchMerge
     from mgit.ops.workfiles import CheckoutResult
     from mgit.remote.backend import Backend
     from mgit.remote.promisor import Promisor
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from mgit.worktree.index import Index
     from mgit.worktree.sparse import SparsePatterns
 else:  # each operation's module is imported when one of its methods is first used (mgit.lazy)
+    _branch_merge = lazy_module("mgit.ops.branch_merge")
     _checkout = lazy_module("mgit.ops.checkout")
     _inspect = lazy_module("mgit.ops.inspect")
     _lineage = lazy_module("mgit.ops.lineage")
@@ -64,6 +67,7 @@ else:  # each operation's module is imported when one of its methods is first us
 # The result types scripts import from here, each from its operation's module when first asked for.
 _RESULT_TYPES = {
     "AddResult": "mgit.ops.stage",
+    "BranchMerge": "mgit.ops.threeway",
     "CheckoutResult": "mgit.ops.workfiles",
     "FileInfo": "mgit.ops.inspect",
     "Repair": "mgit.ops.maintain",
@@ -249,6 +253,11 @@ class Repository:
 
     merge = forward(lambda: _merge.merge)
     merge_plan = forward(lambda: _merge.merge_plan)
+    merge_branch = forward(lambda: _branch_merge.merge_branch)
+    merge_base = forward(lambda: _branch_merge.merge_base)
+    merge_bases = forward(lambda: _branch_merge.merge_bases)
+    is_ancestor = forward(lambda: _branch_merge.is_ancestor)
+    revert = forward(lambda: _branch_merge.revert)
     lineage = forward(lambda: _lineage.lineage)
     merge_record = forward(lambda: _lineage.merge_record)
     sketch = forward(lambda: _sketch.sketch)
@@ -282,6 +291,7 @@ class Repository:
 __all__ = [
     "RESET_MODES",
     "AddResult",
+    "BranchMerge",
     "CheckoutResult",
     "FileInfo",
     "Repair",

@@ -1,5 +1,6 @@
 """`mgit merge`: its options turned into method parameters, then a plan (--dry-run, --explain)
-or a merge commit."""
+or a merge commit; `mgit merge REV` without a method merges a branch as git does
+(mgit.cli.branch_merge)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, cast
 
 import click
 
+from mgit.cli import branch_merge
 from mgit.cli.complete import complete_rev
 from mgit.cli.state import CliState, pass_state
 from mgit.lazy import lazy_module
@@ -42,8 +44,12 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
 
 
 @click.command("merge")
-@click.argument("experts", nargs=-1, shell_complete=complete_rev)
+@click.argument("experts", nargs=-1, metavar="REV | EXPERTS...", shell_complete=complete_rev)
 @click.option("--method", help="linear, task_arithmetic, ties, dare_linear, dare_ties, ... (see docs/merging.md)")
+@branch_merge.side_option("--ours", "HEAD's")
+@branch_merge.side_option("--theirs", "REV's")
+@click.option("--no-ff", is_flag=True, help="merging a branch: a merge commit even when a fast-forward would do")
+@click.option("--ff-only", is_flag=True, help="merging a branch: refuse anything but a fast-forward")
 @click.option("--config", "config", type=click.Path(dir_okay=False), help="a mergekit YAML config instead")
 @click.option("--weights", "weight", metavar="W[,W...]", help="weight per expert (or one for all)")
 @click.option("--density", metavar="D[,D...]", help="fraction of each delta kept (ties/dare/breadcrumbs/della)")
@@ -104,13 +110,18 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
     "--json",
     "as_json",
     is_flag=True,
-    help="the merge result as JSON (mgit.merge/1); with --dry-run/--explain the plan (mgit.plan/1)",
+    help="the merge result as JSON (mgit.merge/1; a branch's: mgit.branch-merge/1, conflicts mgit.merge-conflicts/1); "
+    "with --dry-run/--explain the plan (mgit.plan/1)",
 )
 @pass_state
 def cmd_merge(
     state: CliState,
     experts: tuple[str, ...],
     method: str | None,
+    ours: tuple[str, ...],
+    theirs: tuple[str, ...],
+    no_ff: bool,
+    ff_only: bool,
     config: str | None,
     weight: str | None,
     density: str | None,
@@ -139,9 +150,11 @@ def cmd_merge(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Merge EXPERTS (revisions) into the base as a commit with parents [base, experts...]."""
-    if (method is None) == (config is None):
-        raise click.UsageError("give --method with EXPERTS, or --config FILE")
+    """Merge branch REV into HEAD as git does (a fast-forward, or a three-way merge: each tensor
+    from the side that changed it); or, with --method or --config, merge EXPERTS (revisions) into
+    the base as a commit with parents [base, experts...]."""
+    if method is not None and config is not None:
+        raise click.UsageError("give --method with EXPERTS, or --config FILE, not both")
     if no_checkout and not branch:
         raise click.UsageError("--no-checkout puts the merge on a new branch: give -b NAME")
     config = os.path.abspath(config) if config else None
@@ -157,6 +170,21 @@ def cmd_merge(
         "rescale": rescale,
     }
     params = {k: v for k, v in given.items() if v is not None} | _param_pairs(extra)
+    if branch_merge.is_branch_merge(state, experts, method, config):
+        branch_merge.run_merge(
+            state,
+            experts,
+            method,
+            params,
+            message=message,
+            seed=seed,
+            ours=ours,
+            theirs=theirs,
+            no_ff=no_ff,
+            ff_only=ff_only,
+            as_json=as_json,
+        )
+        return
     model_dir = os.path.abspath(model) if model else None
     method = cast(str, method)  # None with --config: the method comes from the file
     if dry_run or explain:
@@ -227,4 +255,4 @@ def cmd_sketch(
         state.emit(views.sketch_text(result))
 
 
-COMMANDS = [cmd_merge, cmd_sketch]
+COMMANDS = [cmd_merge, cmd_sketch, *branch_merge.COMMANDS]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mgit.cli.branch_merge import conflicts_shown
 from mgit.cli.complete import complete_branch, complete_remote, complete_rev
 from mgit.cli.state import CliState, pass_state
 from mgit.cli.views import Printout
@@ -105,20 +106,29 @@ def cmd_fetch(state: CliState, remote_name: str, chunks_rev: str | None, as_json
 @click.command("pull")
 @click.argument("remote_name", metavar="[REMOTE]", default="origin", shell_complete=complete_remote)
 @click.argument("branch", required=False, shell_complete=complete_branch)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.transfer/1).")
+@click.option("--ff-only", is_flag=True, help="Refuse diverged branches instead of merging them.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Machine-readable output (mgit.transfer/1; conflicts: mgit.merge-conflicts/1).",
+)
 @pass_state
-def cmd_pull(state: CliState, remote_name: str, branch: str | None, as_json: bool) -> None:
-    """Fetch, then fast-forward the current branch (diverged history: use `mgit merge`)."""
+def cmd_pull(state: CliState, remote_name: str, branch: str | None, ff_only: bool, as_json: bool) -> None:
+    """Fetch, then merge the remote's branch into the current one: a fast-forward, or a three-way
+    merge as `mgit merge` makes (conflicts: nothing is merged, the fetch is kept)."""
     repo = state.repo
     before = repo.refs.head()
-    t = repo.pull(remote_name, branch)
+    with conflicts_shown(state, as_json):
+        t = repo.pull(remote_name, branch, ff_only=ff_only)
     after = repo.refs.head()
     if as_json:
         state.echo_json(views.pull_json(remote_name, t, repo.refs.current_branch(), before, after))
         return
     state.err.print(views.transfer_line("received", t))
     state.emit(_ref_moves(repo, remote_name, t))
-    click.echo(views.pull_result(before, after))
+    parents = repo.graph.commit(after).parents if after is not None and after != before else ()
+    click.echo(views.pull_result(before, after, merged=len(parents) > 1 and parents[0] == before))
 
 
 @click.command("clone")

@@ -8,7 +8,7 @@ plan is recorded in the merge commit, beside what the execution actually read.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mgit.errors import BadInputError, CorruptObjectError
@@ -129,27 +129,42 @@ def plan_merge(
     plan = MergePlan(model, files, [], expert_passes=expert_passes)
     for file, names in files.items():
         for name in names:
-            b = base[name]
-            tp = TensorPlan(file, name, b, [])
-            for k, (label, tensors) in enumerate(zip(expert_names, experts, strict=True)):
-                m = tensors.get(name)
-                if m is None:
-                    if not allow_missing:
-                        raise BadInputError(f"{label} lacks tensor {name!r}; pass --allow-missing to use the base's")
-                    tp.missing.append(k)
-                    m = b
-                if (m.dtype, m.shape) != (b.dtype, b.shape):
-                    raise BadInputError(
-                        f"tensor {name!r}: {label} has {m.dtype}{list(m.shape)}, the base {b.dtype}{list(b.shape)}"
-                    )
-                same_chunking = [c.size for c in m.chunks] == [c.size for c in b.chunks]
-                idx = [i for i, c in enumerate(m.chunks) if not same_chunking or c.id != b.chunks[i].id]
-                tp.experts.append(m)
-                tp.reads.append(idx)
-                held = {c.id for c in b.chunks}  # decoded base chunks serve as delta bases
-                tp.costs.append([cost(m.chunks[i].id, held) for i in idx])
-                tp.read_bytes.append(sum(tp.costs[-1]))
-            tp.base_costs = [cost(c.id, set()) for c in b.chunks]
+            inputs = [e.get(name) for e in experts]
+            tp = plan_tensor(file, name, base[name], inputs, expert_names, allow_missing, cost)
             plan.base_bytes += sum(tp.base_costs)
             plan.tensors.append(tp)
     return plan
+
+
+def plan_tensor(
+    file: str,
+    name: str,
+    base: TensorManifest,
+    experts: Sequence[TensorManifest | None],
+    expert_names: list[str],
+    allow_missing: bool,
+    cost: Callable[[str, set[str]], int],
+) -> TensorPlan:
+    """One output tensor's plan: per expert (None: it lacks the tensor), the chunks differing from
+    the base's and what reading each costs. A three-way merge plans its conflicting tensors alone
+    with it (mgit.ops.threeway), the merge base as the base and the two sides as the experts."""
+    tp = TensorPlan(file, name, base, [])
+    for k, (label, m) in enumerate(zip(expert_names, experts, strict=True)):
+        if m is None:
+            if not allow_missing:
+                raise BadInputError(f"{label} lacks tensor {name!r}; pass --allow-missing to use the base's")
+            tp.missing.append(k)
+            m = base
+        if (m.dtype, m.shape) != (base.dtype, base.shape):
+            raise BadInputError(
+                f"tensor {name!r}: {label} has {m.dtype}{list(m.shape)}, the base {base.dtype}{list(base.shape)}"
+            )
+        same_chunking = [c.size for c in m.chunks] == [c.size for c in base.chunks]
+        idx = [i for i, c in enumerate(m.chunks) if not same_chunking or c.id != base.chunks[i].id]
+        tp.experts.append(m)
+        tp.reads.append(idx)
+        held = {c.id for c in base.chunks}  # decoded base chunks serve as delta bases
+        tp.costs.append([cost(m.chunks[i].id, held) for i in idx])
+        tp.read_bytes.append(sum(tp.costs[-1]))
+    tp.base_costs = [cost(c.id, set()) for c in base.chunks]
+    return tp

@@ -1,13 +1,13 @@
-"""Read the file trees of the object graph back: a safetensors file's header and
-manifests, or a chunked file's manifest."""
+"""The file trees of the object graph: a safetensors file's tree written from its header and
+manifest ids, and read back (header and manifests), or a chunked file's manifest."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from mgit.errors import BadInputError, CorruptObjectError
-from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, decode_tensor_name, is_reserved
-from mgit.graph.objects import Graph
+from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, decode_tensor_name, encode_tensor_name, is_reserved
+from mgit.graph.objects import MODE_FILE, Graph
 from mgit.model.manifest import FileManifest, TensorManifest
 from mgit.model.safetensors_file import SafetensorsLayout, parse_header
 
@@ -23,6 +23,14 @@ class StoredSafetensors:
     @property
     def file_size(self) -> int:
         return self.layout.file_size
+
+
+def put_safetensors_tree(graph: Graph, header: bytes, manifest_ids: dict[str, str]) -> str:
+    """The tree of a safetensors file (docs/format.md §6.2): its verbatim header blob and one
+    manifest blob per tensor, by encoded name; returns the tree's id."""
+    entries = [(HEADER_ENTRY, MODE_FILE, graph.put_blob(header))]
+    entries += [(encode_tensor_name(n), MODE_FILE, oid) for n, oid in manifest_ids.items()]
+    return graph.put_tree(entries)
 
 
 def load_safetensors(

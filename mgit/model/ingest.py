@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgit.errors import BadInputError, MgitError
-from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, encode_tensor_name
+from mgit.graph.names import CHUNKED_ENTRY
 from mgit.graph.objects import MODE_EXEC, MODE_FILE, Graph
 from mgit.graph.snapshot import Entry
 from mgit.model.chunking import DEFAULT_CHUNK_BYTES, chunk_ranges, chunk_size_for
 from mgit.model.dtypes import DType
+from mgit.model.filetree import put_safetensors_tree
 from mgit.model.manifest import ChunkRef, FileManifest, TensorManifest
 from mgit.model.safetensors_file import SafetensorsLayout, read_layout
 from mgit.model.stats import chunk_stats, stats_against
@@ -274,9 +275,7 @@ class Ingestor:
         self.file_stats = []
 
     def safetensors_tree(self, header: bytes, manifest_ids: dict[str, str]) -> str:
-        entries = [(HEADER_ENTRY, MODE_FILE, self.graph.put_blob(header))]
-        entries += [(encode_tensor_name(n), MODE_FILE, oid) for n, oid in manifest_ids.items()]
-        return self.graph.put_tree(entries)
+        return put_safetensors_tree(self.graph, header, manifest_ids)
 
     def safetensors_file(self, path: Path, rel: str, layout: SafetensorsLayout | None = None) -> Entry:
         layout = layout or read_layout(path, rel)

@@ -191,7 +191,8 @@ def _commit_merge(
         ctx.refs.create_branch(branch, commit)
     elif on_head and branch is None:
         head_snap = base_snap if setup.reference is None else ctx.snapshot(setup.base_commit)
-        _install_merge(ctx, commit, head_snap, merged, setup.base_commit, text, run.staged)
+        reflog = f"merge: {text.splitlines()[0]}"
+        install_merge(ctx, commit, head_snap, merged, setup.base_commit, reflog, run.staged)
     else:
         assert branch is not None
         # journaled: a killed run's branch is checked out by the next command
@@ -208,32 +209,35 @@ def _commit_merge(
     return commit
 
 
-def _install_merge(
+def install_merge(
     ctx: Context,
     commit: str,
     head_snap: Snapshot,
     merged: Snapshot,
-    base_commit: str,
-    text: str,
+    old_head: str | None,
+    reflog: str,
     staged: dict[str, StagedFile],
+    op: str = "merge",
+    rev: str = "HEAD",
 ) -> None:
-    """Move the current branch to the merge, then bring the working tree and index to it,
-    journaled: the branch moves first (a lost compare-and-swap leaves tree and index as
-    they were), and a killed run's working tree is finished by the next command. Files
-    of HEAD the merge's tree lacks (a no-base merge's tree is the first expert's) go, as
-    a checkout of the merge would remove them."""
+    """Move the current branch (from ``old_head``, whose files are ``head_snap``) to the merge
+    ``commit``, then bring the working tree and index to it, journaled: the branch moves first
+    (a lost compare-and-swap leaves tree and index as they were), and a killed run's working
+    tree is finished by the next command. Files of HEAD the merge's tree lacks (a no-base
+    merge's tree is the first expert's; a three-way merge's deletions) go, as a checkout of
+    the merge would remove them. A three-way merge (mgit.ops.threeway) and a fast-forward
+    install theirs the same way (``op`` and ``rev`` name the operation in the journal's messages)."""
     index = ctx.index()
     patterns = load_patterns(ctx.git_dir)
     changes = {p: e for p, e in merged.items() if head_snap.get(p) != e}
     forms = {p: workfiles.form(ctx, e, p, patterns) for p, e in changes.items()}
-    message = f"merge: {text.splitlines()[0]}"
     plan = Journal(
-        "merge", "HEAD", commit, writes={p: Write(e, forms[p].entry, forms[p].written) for p, e in changes.items()},
-        removes=sorted(set(head_snap) - set(merged)), head="advance", old_head=base_commit, message=message,
+        op, rev, commit, writes={p: Write(e, forms[p].entry, forms[p].written) for p, e in changes.items()},
+        removes=sorted(set(head_snap) - set(merged)), head="advance", old_head=old_head, message=reflog,
     )  # fmt: skip
     journal.save(ctx.git_dir, plan)
     try:
-        ctx.refs.advance_head(base_commit, commit, message)
+        ctx.refs.advance_head(old_head, commit, reflog)
     except RefUpdateError:
         journal.clear(ctx.git_dir)
         raise

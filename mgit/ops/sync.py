@@ -12,7 +12,7 @@ from pathlib import Path
 from mgit.context import Context
 from mgit.errors import BadInputError, NonFastForwardError, RemoteError
 from mgit.graph.ids import object_id, ref_name
-from mgit.ops import checkout, opening, remotes
+from mgit.ops import branch_merge, checkout, opening, remotes
 from mgit.ops.remotes import PARTIAL_KEY, TRACKING
 from mgit.progress import byte_progress
 from mgit.remote.backend import SKETCHES, Backend
@@ -130,29 +130,28 @@ def _tracking_message(ctx: Context, action: str, old: str | None, new: str) -> s
     return f"{action}: {how}"
 
 
-def pull(ctx: Context, remote: str = "origin", branch: str | None = None) -> Transfer:
-    """Fetch, then fast-forward the current branch to the remote's ``branch`` (default: same name)."""
+def pull(ctx: Context, remote: str = "origin", branch: str | None = None, ff_only: bool = False) -> Transfer:
+    """Fetch, then merge the remote's ``branch`` (default: the current branch's name) into the
+    current branch as ``merge`` does (mgit.ops.branch_merge): a fast-forward when it can, else a
+    three-way merge committed on the current branch (conflicts: MergeConflictError, the fetch
+    kept and nothing merged). ``ff_only``: diverged branches are refused (NonFastForwardError)."""
     current = ctx.refs.current_branch()
     if current is None:
         raise BadInputError("HEAD is detached: check out a branch to pull into")
     report = fetch(ctx, remote, action="pull")
-    theirs_ref = f"{TRACKING}{remote}/{branch or current}"
-    try:
-        theirs = ctx.graph.repo.refs[ref_name(theirs_ref.encode())].decode()
-    except KeyError:
-        raise RemoteError(f"the remote {remote!r} has no branch {branch or current!r}") from None
-    ours = ctx.refs.head()
-    if ours == theirs or (ours is not None and is_ancestor(ctx.graph, theirs, ours)):
-        return report  # up to date (or ahead)
-    if ours is not None and not is_ancestor(ctx.graph, ours, theirs):
+    name = branch or current
+    theirs_ref = f"{TRACKING}{remote}/{name}"
+    if ref_name(theirs_ref.encode()) not in ctx.graph.repo.refs:
+        raise RemoteError(f"the remote {remote!r} has no branch {name!r}")
+    tracking = f"{remote}/{name}"
+    if ff_only and branch_merge.relation(ctx, tracking) in ("diverged", "unrelated"):
         raise NonFastForwardError(
-            f"{current} and {remote}/{branch or current} have diverged; merge them with `mgit merge` "
-            f"(e.g. mgit merge {remote}/{branch or current}), then push"
+            f"{current} and {tracking} have diverged and --ff-only was given; merge them with "
+            f"`mgit merge {tracking}` (or `mgit pull` without --ff-only), then push"
         )
-    with ctx.reading():  # updates the working tree (refuses to overwrite local changes)
-        checkout.checkout(ctx, theirs_ref)
-    ctx.refs.point_head_at_branch(current)
-    ctx.refs.advance_head(ours, theirs, f"pull: fast-forward to {remote}/{branch or current}")
+    url = remotes.remotes(ctx).get(remote, remote)
+    message = f"Merge branch '{name}' of {url}" + (f" into {current}" if current not in ("main", "master") else "")
+    branch_merge.merge_branch(ctx, tracking, message=message, reflog="pull")
     return report
 
 

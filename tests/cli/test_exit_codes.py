@@ -1,7 +1,7 @@
 """The exit codes a script can tell apart (docs/guide.md, "Errors"), one test each, in-process.
 
 1 other error, 2 bad input (and click's usage errors), 3 over a budget, 4 uncommitted
-changes in the way, 10 not a repository, 11 locked, 130 interrupted
+changes in the way, 5 merge conflicts, 10 not a repository, 11 locked, 130 interrupted
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from mgit.errors import (
     BudgetExceededError,
     DirtyWorktreeError,
     LockedError,
+    MergeConflictError,
     MgitError,
     NotARepositoryError,
     UnknownMethodError,
@@ -65,6 +66,7 @@ def _one_error_line(result: Result) -> str:
 def test_the_codes_are_on_the_error_classes() -> None:
     assert MgitError.exit_code == 1 and BadInputError.exit_code == 2 and BudgetExceededError.exit_code == 3
     assert DirtyWorktreeError.exit_code == 4 and NotARepositoryError.exit_code == 10 and LockedError.exit_code == 11
+    assert MergeConflictError.exit_code == 5
     # the finer errors are the coarser ones too: `except BadInputError` still catches them
     for finer in (UnknownMethodError, UnknownParameterError, BudgetExceededError):
         assert issubclass(finer, BadInputError)
@@ -116,9 +118,21 @@ def test_bad_input_exits_2(two_branches: Path, args: tuple[str, ...]) -> None:
 
 
 def test_usage_errors_exit_2(two_branches: Path) -> None:
-    for args in (("log", "--no-such-option"), ("no-such-command",), ("merge", "other")):
+    for args in (("log", "--no-such-option"), ("no-such-command",), ("merge",), ("merge", "other", "main")):
         got = _mgit(two_branches, *args)
         assert got.exit_code == 2 and "--help" in _one_error_line(got), got
+
+
+def test_merge_conflicts_exit_5(two_branches: Path) -> None:
+    """Both branches changed the one tensor: the conflict is listed on stdout, one error line
+    follows, and nothing was committed."""
+    _write(two_branches, 80, seed=3)
+    _mgit(two_branches, "add", "model").check()
+    _mgit(two_branches, "commit", "-m", "v3").check()
+    got = _mgit(two_branches, "merge", "other")
+    assert got.exit_code == 5 and got.stdout.startswith("CONFLICT (content): tensor w of model/model.safetensors")
+    assert got.stderr.startswith("error: merge of other: 1 conflict(s)") and got.stderr.count("\n") == 1
+    assert _mgit(two_branches, "log", "--oneline").stdout.splitlines()[0].endswith("v3")
 
 
 def test_other_errors_exit_1(two_branches: Path) -> None:

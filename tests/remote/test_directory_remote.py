@@ -13,7 +13,7 @@ from helpers.remotes import cut_after
 from helpers.run import run_mgit
 
 from mgit import Repository
-from mgit.errors import BadInputError, CorruptObjectError, NonFastForwardError, RemoteError
+from mgit.errors import BadInputError, CorruptObjectError, MergeConflictError, NonFastForwardError, RemoteError
 from mgit.model.filetree import load_safetensors
 from mgit.remote.backend import chunk_key
 from mgit.remote.local import DirectoryBackend
@@ -172,7 +172,9 @@ def test_a_delta_is_pushed_with_its_base_when_the_remote_lacks_it(tmp_path):
     assert clone.fsck() == [] and tree_hashes(clone.root) == tree_hashes(repo.root)
 
 
-def test_pull_fast_forwards_and_refuses_diverged_history(pushed):
+def test_pull_fast_forwards_and_merges_diverged_history(pushed):
+    """Diverged history: pull --ff-only refuses it; pull merges it three-way, and tensors both
+    sides changed are conflicts (nothing merged; tests/merge/test_threeway_commands.py)."""
     repo, base, _, tmp = pushed
     other = Repository.clone(str(tmp / "remote.mgit"), tmp / "other")
     commit_model(repo, frozen_finetune(base, {0}, seed=9), "ahead")
@@ -182,8 +184,12 @@ def test_pull_fast_forwards_and_refuses_diverged_history(pushed):
     commit_model(repo, frozen_finetune(base, {1}, seed=10), "ours")
     repo.push()
     commit_model(other, frozen_finetune(base, {2}, seed=11), "theirs")
+    local = other.refs.head()
     with pytest.raises(NonFastForwardError, match="diverged"):
-        other.pull()
+        other.pull(ff_only=True)
+    with pytest.raises(MergeConflictError, match="nothing was committed"):
+        other.pull()  # both changed layers 0 and 3
+    assert other.refs.head() == local
 
 
 def test_errors_are_one_clear_line(pushed, tmp_path):

@@ -96,9 +96,12 @@ def ref_moves(lines: list[str | None], url: Callable[[], str]) -> Printout:
     return p
 
 
-def pull_result(before: str | None, after: str | None) -> str:
+def pull_result(before: str | None, after: str | None, merged: bool = False) -> str:
+    """git's line: up to date, a fast-forward, or a merge commit (``merged``)."""
     if before == after:
         return "Already up to date."
+    if merged:
+        return "Merge made by the 'three-way' strategy."
     return f"Updating {(before or '0' * 7)[:7]}..{(after or '')[:7]}\nFast-forward"
 
 

@@ -1,0 +1,83 @@
+"""Views of branch merges (``merge REV``, ``pull``, ``revert``): the result (schema
+mgit.branch-merge/1), the conflicts that stopped one (schema mgit.merge-conflicts/1) with the
+commands that settle them, and ``merge-base``'s lines."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mgit.cli.views import Printout, document
+
+if TYPE_CHECKING:
+    from mgit.merge.threeway.conflicts import Conflict, Settled
+    from mgit.ops.threeway import BranchMerge
+
+
+def _conflict(c: Conflict) -> dict:
+    return {
+        "where": c.where,
+        "path": c.path,
+        "tensor": c.tensor if c.key is None else None,
+        "key": c.key,
+        "kind": c.kind,
+        "method_can_merge": c.method_can_merge,
+    }
+
+
+def _settled(s: Settled) -> dict:
+    return {**_conflict(s.conflict), "by": s.by}
+
+
+def _sides(r: BranchMerge) -> dict:
+    return {"op": r.op, "rev": r.rev, "theirs": r.theirs, "base": r.base}
+
+
+def merge_json(r: BranchMerge) -> dict:
+    done = {"commit": r.commit, "branch": r.branch, "old_head": r.old_head, "changed": r.changed}
+    settled = {"settled": [_settled(s) for s in r.settled], "method": r.method}
+    return document("mgit.branch-merge/1", {"kind": r.kind, **_sides(r), **done, **settled})
+
+
+def conflicts_json(r: BranchMerge) -> dict:
+    found = {"committed": False, "conflicts": [_conflict(c) for c in r.conflicts]}
+    return document("mgit.merge-conflicts/1", {**_sides(r), "head": r.old_head, **found})
+
+
+def merge_text(r: BranchMerge) -> Printout:
+    """git's lines: ``Already up to date.``, ``Updating A..B`` / ``Fast-forward``, ``Merge made
+    by the 'three-way' strategy.`` or ``[branch id] subject`` (a revert); then what changed."""
+    p = Printout()
+    if r.kind == "up-to-date":
+        p.out("Already up to date.")
+        return p
+    if r.kind == "fast-forward":
+        p.out(f"Updating {(r.old_head or '0' * 7)[:7]}..{r.theirs[:7]}\nFast-forward")
+    elif r.kind == "reverted":
+        p.out(f"[{r.branch or 'detached HEAD'} {str(r.commit)[:7]}] reverted {r.rev} ({r.theirs[:12]})")
+    else:
+        p.out("Merge made by the 'three-way' strategy.")
+    side = "the reverted commit's parent" if r.op == "revert" else r.rev
+    for path, tensors in sorted(r.changed.items()):
+        p.out(f" {path}" + (f" | {len(tensors)} tensor(s) from {side}" if tensors else ""))
+    for s in r.settled:
+        how = r.method if s.by == "method" else s.by
+        p.out(f" settled {s.conflict.where} by {how}")
+    return p
+
+
+def conflicts_text(r: BranchMerge) -> Printout:
+    """One ``CONFLICT (kind): ...`` line each, then how to settle them (the same command again)."""
+    p = Printout()
+    for c in r.conflicts:
+        p.out(f"CONFLICT ({c.kind}): {c.describe()}", markup=False, highlight=False)
+    again = f"mgit revert {r.rev}" if r.op == "revert" else f"mgit merge {r.rev}"
+    p.out("Automatic merge failed: nothing was committed; the working tree and index are as they were.")
+    p.out("Settle the conflicts by running it again with:", markup=False)
+    p.out(f"  {again} --ours PATTERN | --theirs PATTERN   (fnmatch over PATH or PATH:TENSOR; bare: all)", markup=False)
+    if any(c.method_can_merge for c in r.conflicts):
+        p.out(f"  {again} --method task_arithmetic   (tensors: base + both changes)", markup=False)
+    return p
+
+
+def merge_base_lines(bases: list[str]) -> str:
+    return "\n".join(bases)

@@ -1,0 +1,142 @@
+"""A safetensors file both sides changed, merged tensor by tensor (docs/merging.md, "Merging
+branches (three-way)").
+
+A stored safetensors file is a git tree: its verbatim header and one manifest blob per tensor
+(docs/format.md §6.2). Each tensor's manifest blob is taken from the side that changed it, as
+is: nothing is decoded or re-encoded, and the new tree names chunks already stored. Both sides
+changing a tensor differently (or one deleting what the other changed) is a conflict, and so
+is a ``__metadata__`` key set differently (keys are merged one by one). The header must then
+describe the tensors taken: when they are exactly our side's (names, order, dtypes, shapes,
+metadata) or theirs', that side's header bytes are kept verbatim; otherwise a header is built
+as the model layer builds one (our side's order, then tensors only theirs holds, in theirs').
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mgit.graph.objects import Graph
+from mgit.graph.snapshot import Entry
+from mgit.merge.threeway.conflicts import METADATA, Conflict, Resolution, Settled, conflict_kind, pick, settle
+from mgit.model.dtypes import DType, lookup
+from mgit.model.filetree import StoredSafetensors, load_safetensors, put_safetensors_tree
+from mgit.model.manifest import TensorManifest
+from mgit.model.safetensors_file import build_header
+
+
+@dataclass
+class FileMerge:
+    """One file's merge: its new entry (None: conflicts left, or no file), what was left in
+    conflict, what a resolution settled, and the tensors taken from theirs."""
+
+    entry: Entry | None
+    conflicts: list[Conflict] = field(default_factory=list)
+    settled: list[Settled] = field(default_factory=list)
+    from_theirs: list[str] = field(default_factory=list)
+
+
+def merge_safetensors(
+    graph: Graph,
+    path: str,
+    base: Entry | None,
+    ours: Entry,
+    theirs: Entry,
+    resolution: Resolution,
+    parsed: dict[str, TensorManifest],
+) -> FileMerge:
+    """Merge the safetensors file at ``path`` (``base`` None: both sides added it) tensor by
+    tensor; ``parsed`` (manifest blob id → manifest) is shared across files and sides."""
+    b = load_safetensors(graph, base.oid, path, parsed) if base is not None else None
+    o = load_safetensors(graph, ours.oid, path, parsed)
+    t = load_safetensors(graph, theirs.oid, path, parsed)
+    out = FileMerge(None)
+    base_ids = b.manifest_ids if b is not None else {}
+    chosen: dict[str, str] = {}
+    for name in _names(o, t, b):
+        here = base_ids.get(name), o.manifest_ids.get(name), t.manifest_ids.get(name)
+        value = _choose(Conflict(path, conflict_kind(*here), name), here, resolution, out)
+        if value is not None:
+            chosen[name] = value
+            if value != here[1]:
+                out.from_theirs.append(name)
+    metadata = _merge_metadata(path, b, o, t, resolution, out)
+    if out.conflicts:
+        return out
+    manifests = {n: parsed.get(oid) or _parse(graph, oid, parsed) for n, oid in chosen.items()}
+    header = _header(manifests, metadata, o, t)
+    tree = put_safetensors_tree(graph, header, chosen)
+    load_safetensors(graph, tree, path, parsed)  # the header and the manifests agree, or this raises
+    out.entry = Entry("safetensors", tree)
+    return out
+
+
+def _names(o: StoredSafetensors, t: StoredSafetensors, b: StoredSafetensors | None) -> list[str]:
+    """Every tensor any side holds: ours in data order, then theirs', then the base's."""
+    names = [x.name for x in o.layout.tensors] + [x.name for x in t.layout.tensors]
+    names += [x.name for x in b.layout.tensors] if b is not None else []
+    return list(dict.fromkeys(names))
+
+
+def _choose(
+    conflict: Conflict, here: tuple[str | None, str | None, str | None], resolution: Resolution, out: FileMerge
+) -> str | None:
+    """One place's value: the side that changed it, a settled conflict's, or (a conflict left,
+    recorded in ``out``) None."""
+    decided, value = pick(*here)
+    if decided:
+        return value
+    decided, value = settle(conflict, resolution, here[1], here[2], out.settled)
+    if not decided:
+        out.conflicts.append(conflict)
+    return value
+
+
+def _merge_metadata(
+    path: str,
+    b: StoredSafetensors | None,
+    o: StoredSafetensors,
+    t: StoredSafetensors,
+    resolution: Resolution,
+    out: FileMerge,
+) -> dict[str, str] | None:
+    """``__metadata__`` merged key by key (None: no side has any)."""
+    sides = [(x.layout.metadata if x is not None else None) for x in (b, o, t)]
+    if all(m is None for m in sides):
+        return None
+    bm, om, tm = (m or {} for m in sides)
+    merged = {}
+    for key in dict.fromkeys([*om, *tm, *bm]):
+        here = bm.get(key), om.get(key), tm.get(key)
+        value = _choose(Conflict(path, "metadata", METADATA, key), here, resolution, out)
+        if value is not None:
+            merged[key] = value
+    return merged
+
+
+def _parse(graph: Graph, oid: str, parsed: dict[str, TensorManifest]) -> TensorManifest:
+    parsed[oid] = TensorManifest.from_bytes(graph.blob(oid))
+    return parsed[oid]
+
+
+def _layout_of(side: StoredSafetensors) -> list[tuple[str, str, tuple[int, ...]]]:
+    return [(x.name, x.dtype.name, x.shape) for x in side.layout.tensors]
+
+
+def _header(
+    manifests: dict[str, TensorManifest], metadata: dict[str, str] | None, o: StoredSafetensors, t: StoredSafetensors
+) -> bytes:
+    """A header for the chosen tensors: a side's own bytes when they describe exactly them."""
+    for side in (o, t):
+        order = [n for n, _, _ in _layout_of(side)]
+        if set(order) != set(manifests) or (side.layout.metadata or None) != (metadata or None):
+            continue
+        if _layout_of(side) == [(n, manifests[n].dtype, manifests[n].shape) for n in order]:
+            return side.layout.header
+    ordered = [n for n, _, _ in _layout_of(o) if n in manifests] + [n for n in manifests if n not in o.manifest_ids]
+    specs: list[tuple[str, DType, tuple[int, ...]]] = []
+    for name in ordered:
+        m = manifests[name]
+        dtype = lookup(m.dtype)
+        assert dtype is not None  # a loaded manifest's dtype was checked against its header
+        specs.append((name, dtype, m.shape))
+    return build_header(specs, metadata)
