@@ -22,6 +22,7 @@ from mgit.graph.refs import Refs
 from mgit.graph.snapshot import Snapshot
 from mgit.lock import RepoLock
 from mgit.ops import checkout as _checkout
+from mgit.ops import history as _history
 from mgit.ops import inspect as _inspect
 from mgit.ops import lineage as _lineage
 from mgit.ops import maintain as _maintain
@@ -33,6 +34,7 @@ from mgit.ops import reset as _reset
 from mgit.ops import sketch as _sketch
 from mgit.ops import stage as _stage
 from mgit.ops import sync as _sync
+from mgit.ops.history import LogGraph
 from mgit.ops.inspect import FileInfo, ShowInfo
 from mgit.ops.maintain import Repair
 from mgit.ops.reset import RESET_MODES, ResetResult
@@ -235,8 +237,10 @@ class Repository:
     commit_state_dict = _op(_stage.commit_state_dict)
 
     status = _op(_inspect.status)
-    log = _op(_inspect.log)
+    log = _op(_history.log)
+    log_graph = _op(_history.log_graph)
     show = _op(_inspect.show)
+    changes = _op(_inspect.changes)
     commit_stats = _op(_inspect.commit_stats)
     diff = _reading(_inspect.diff)
     models = _op(_inspect.models)
@@ -282,6 +286,7 @@ __all__ = [
     "AddResult",
     "CheckoutResult",
     "FileInfo",
+    "LogGraph",
     "Repair",
     "Repository",
     "ResetResult",
