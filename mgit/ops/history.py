@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 from dulwich.approxidate import parse_approxidate
 from dulwich.objects import Commit, Tag
@@ -36,7 +37,7 @@ class LogGraph:
 
 
 @dataclass(frozen=True)
-class _Filter:
+class _Keep:
     paths: list[bytes]
     authors: list[re.Pattern[str]]
     since: int | None
@@ -49,22 +50,27 @@ class _Filter:
         return not self.authors or any(a.search(c.author) for a in self.authors)
 
 
+Revs = str | Sequence[str]
+
+
+class Filter(TypedDict, total=False):
+    """`log`'s keywords: ``all_refs`` (start from every branch, tag and remote-tracking branch,
+    and HEAD), ``author`` (regular expressions, any may match "Name <email>"), ``since`` and
+    ``until`` (the commit time as git reads it, "2 weeks ago", "2025-01-31", or an epoch int)."""
+
+    all_refs: bool
+    author: str | Sequence[str]
+    since: str | int | None
+    until: str | int | None
+
+
 def log(
-    ctx: Context,
-    rev: str | Sequence[str] = "HEAD",
-    paths: Iterable[str] = (),
-    max_count: int | None = None,
-    *,
-    all_refs: bool = False,
-    author: str | Sequence[str] = (),
-    since: str | int | None = None,
-    until: str | int | None = None,
+    ctx: Context, rev: Revs = "HEAD", paths: Iterable[str] = (), max_count: int | None = None, **filters: Unpack[Filter]
 ) -> list[CommitInfo]:
-    """Commits ``rev`` reaches (revisions and ranges: ``A..B``, ``A...B``, ``^A``), newest
-    first; ``paths`` limits to commits touching them, ``author`` (regular expressions, any may
-    match "Name <email>") to their authors, ``since``/``until`` (a time as git reads it,
-    "2 weeks ago", "2025-01-31", or seconds since the epoch) to their commit times."""
-    sel, keep = _query(ctx, rev, paths, all_refs, author, since, until)
+    """Commits ``rev`` reaches (revisions and ranges: ``A..B``, ``A...B``, ``^A``; a list of
+    them), newest first; ``paths`` limits to commits touching them; ``filters``: see
+    :class:`Filter`."""
+    sel, keep = _query(ctx, rev, paths, filters)
     out: list[CommitInfo] = []
     for c in _walk(ctx, sel, keep):
         if max_count is not None and len(out) >= max_count:
@@ -74,18 +80,10 @@ def log(
 
 
 def log_graph(
-    ctx: Context,
-    rev: str | Sequence[str] = "HEAD",
-    paths: Iterable[str] = (),
-    max_count: int | None = None,
-    *,
-    all_refs: bool = False,
-    author: str | Sequence[str] = (),
-    since: str | int | None = None,
-    until: str | int | None = None,
+    ctx: Context, rev: Revs = "HEAD", paths: Iterable[str] = (), max_count: int | None = None, **filters: Unpack[Filter]
 ) -> LogGraph:
     """As :func:`log`, in git's graph order, with the parents each commit's edges go to."""
-    sel, keep = _query(ctx, rev, paths, all_refs, author, since, until)
+    sel, keep = _query(ctx, rev, paths, filters)
     shown = {c.id: c for c in _walk(ctx, sel, keep)}
     walked = {c.id for c in _walk(ctx, sel, None)} if keep.narrows() else set(shown)
     parents = rewrite_parents(list(shown), walked, lambda sha: ctx.graph.commit(sha).parents)
@@ -93,22 +91,16 @@ def log_graph(
     return LogGraph([shown[c] for c in order], {c: parents[c] for c in order})
 
 
-def _query(
-    ctx: Context,
-    rev: str | Sequence[str],
-    paths: Iterable[str],
-    all_refs: bool,
-    author: str | Sequence[str],
-    since: str | int | None,
-    until: str | int | None,
-) -> tuple[Selection, _Filter]:
+def _query(ctx: Context, rev: Revs, paths: Iterable[str], filters: Filter) -> tuple[Selection, _Keep]:
     revs = [rev] if isinstance(rev, str) else list(rev)
-    keep = _Filter(
+    author = filters.get("author", ())
+    keep = _Keep(
         [ctx.relpath(p).encode() for p in paths],
         [_pattern(a) for a in ([author] if isinstance(author, str) else author)],
-        _time(since, "since"),
-        _time(until, "until"),
+        _time(filters.get("since"), "since"),
+        _time(filters.get("until"), "until"),
     )
+    all_refs = filters.get("all_refs", False)
     if revs == ["HEAD"] and ctx.refs.head() is None and not all_refs:
         return Selection(), keep  # an unborn branch: no history yet
     sel = select(ctx.refs, ctx.graph, [] if all_refs and revs == ["HEAD"] else revs)
@@ -132,7 +124,7 @@ def _ref_tips(ctx: Context) -> list[str]:
     return [t for t in dict.fromkeys(tips) if t is not None]
 
 
-def _walk(ctx: Context, sel: Selection, keep: _Filter | None) -> Iterator[CommitInfo]:
+def _walk(ctx: Context, sel: Selection, keep: _Keep | None) -> Iterator[CommitInfo]:
     if not sel.include:
         return
     walker = ctx.graph.walker(
