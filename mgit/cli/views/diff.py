@@ -158,8 +158,8 @@ def stat_json(result: ModelDiff) -> list[dict]:
     out = []
     for f in result.files:
         doc = {k: v for k, v in vars(f).items() if k != "text"}
-        numbers = line_numbers(f.text) if f.kind != "safetensors" else None
-        out.append({**doc, "lines_added": numbers and numbers[0], "lines_removed": numbers and numbers[1]})
+        added, removed = (line_numbers(f.text) if f.kind != "safetensors" else None) or (None, None)
+        out.append({**doc, "lines_added": added, "lines_removed": removed})
     return out
 
 
