@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from mgit.lock import RepoLock
     from mgit.ops import branch_merge as _branch_merge
     from mgit.ops import checkout as _checkout
+    from mgit.ops import history as _history
     from mgit.ops import inspect as _inspect
     from mgit.ops import lineage as _lineage
     from mgit.ops import maintain as _maintain
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from mgit.ops import sketch as _sketch
     from mgit.ops import stage as _stage
     from mgit.ops import sync as _sync
+    from mgit.ops.history import LogGraph
     from mgit.ops.inspect import FileInfo, ShowInfo
     from mgit.ops.maintain import Repair
     from mgit.ops.reset import RESET_MODES, ResetResult
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 else:  # each operation's module is imported when one of its methods is first used (mgit.lazy)
     _branch_merge = lazy_module("mgit.ops.branch_merge")
     _checkout = lazy_module("mgit.ops.checkout")
+    _history = lazy_module("mgit.ops.history")
     _inspect = lazy_module("mgit.ops.inspect")
     _lineage = lazy_module("mgit.ops.lineage")
     _maintain = lazy_module("mgit.ops.maintain")
@@ -70,6 +73,7 @@ _RESULT_TYPES = {
     "BranchMerge": "mgit.ops.threeway",
     "CheckoutResult": "mgit.ops.workfiles",
     "FileInfo": "mgit.ops.inspect",
+    "LogGraph": "mgit.ops.history",
     "Repair": "mgit.ops.maintain",
     "ResetResult": "mgit.ops.reset",
     "ShowInfo": "mgit.ops.inspect",
@@ -241,8 +245,10 @@ class Repository:
     commit_state_dict = forward(lambda: _stage.commit_state_dict)
 
     status = forward(lambda: _inspect.status)
-    log = forward(lambda: _inspect.log)
+    log = forward(lambda: _history.log)
+    log_graph = forward(lambda: _history.log_graph)
     show = forward(lambda: _inspect.show)
+    changes = forward(lambda: _inspect.changes)
     commit_stats = forward(lambda: _inspect.commit_stats)
     diff = forward_reading(lambda: _inspect.diff)
     models = forward(lambda: _inspect.models)
@@ -294,6 +300,7 @@ __all__ = [
     "BranchMerge",
     "CheckoutResult",
     "FileInfo",
+    "LogGraph",
     "Repair",
     "Repository",
     "ResetResult",

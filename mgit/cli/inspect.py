@@ -10,6 +10,7 @@ import click
 
 from mgit.cli.complete import complete_rev
 from mgit.cli.state import CliState, abs_paths, paged, pass_state
+from mgit.cli.views.logformat import parse_format
 from mgit.lazy import lazy_module
 from mgit.pager import paging
 
@@ -39,44 +40,75 @@ def cmd_lineage(state: CliState, rev: str, depth: int, as_json: bool) -> None:
 
 
 @click.command("log")
-@click.argument("rev", default="HEAD", shell_complete=complete_rev)
+@click.argument("revs", nargs=-1, shell_complete=complete_rev)
 @click.option("--oneline", is_flag=True, help="One line per commit.")
-@click.option("--graph", is_flag=True, help="Draw merges with their experts.")
+@click.option("--graph", is_flag=True, help="Draw the commits' lanes and edges (merges: every parent).")
 @click.option("-n", "--max-count", type=int, default=None)
+@click.option("--all", "all_refs", is_flag=True, help="Every branch, tag and remote-tracking branch, and HEAD.")
+@click.option("--stat", is_flag=True, help="Per commit, the files it changed (from manifests: no tensor data read).")
+@click.option("--format", "--pretty", "fmt", metavar="FORMAT", help="oneline|short|medium|full|fuller or a %-template.")
+@click.option("--author", multiple=True, metavar="PATTERN", help="Commits whose author matches (regex; repeatable).")
+@click.option("--since", "--after", "since", metavar="DATE", help="Commits more recent than DATE ('2 weeks ago').")
+@click.option("--until", "--before", "until", metavar="DATE", help="Commits older than DATE.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.log/1).")
 @pass_state
 @paged
-def cmd_log(state: CliState, rev: str, oneline: bool, graph: bool, max_count: int | None, as_json: bool) -> None:
-    """Show commits, newest first (`mgit log -- PATH` limits to a path)."""
+def cmd_log(
+    state: CliState,
+    revs: tuple[str, ...],
+    oneline: bool,
+    graph: bool,
+    max_count: int | None,
+    all_refs: bool,
+    stat: bool,
+    fmt: str | None,
+    author: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    as_json: bool,
+) -> None:
+    """Show commits, newest first: REVS are revisions and ranges (A..B, A...B, ^A; default
+    HEAD); `mgit log -- PATH` limits to a path."""
+    if oneline and fmt:
+        raise click.UsageError("give --oneline or --format, not both")
+    style = views.LogStyle(parse_format(fmt) if fmt else views.LogFormat(), oneline, notes=graph)
     repo = state.repo
-    commits = repo.log(rev, abs_paths(state.paths or []), max_count)
+    revisions, paths = list(revs) or "HEAD", abs_paths(state.paths or [])
+    parents = None
+    if graph:
+        found = repo.log_graph(revisions, paths, max_count, all_refs=all_refs, author=author, since=since, until=until)
+        commits, parents = found.commits, found.parents
+    else:
+        commits = repo.log(revisions, paths, max_count, all_refs=all_refs, author=author, since=since, until=until)
+    stats = {c.id: repo.changes(c.id) for c in commits} if stat else None
     if as_json:
-        state.echo_json(views.log_json(commits))
+        state.echo_json(views.log_json(commits, stats))
         return
-    if not commits:
+    if not commits and repo.refs.head() is None:
         state.err.print("no commits yet")
         return
     labels = views.ref_labels(repo.branches(), repo.tags())
-    for c in commits:
-        state.emit(views.log_entry(c, labels, oneline, graph, repo.merge_record))
+    state.emit(views.log_text(commits, labels, style, repo.merge_record, parents, stats))
 
 
 @click.command("show")
 @click.argument("rev", default="HEAD", shell_complete=complete_rev)
 @click.option("--stats", is_flag=True, help="Add storage statistics (as `mgit du REV`).")
+@click.option("--stat", is_flag=True, help="Files changed against the first parent (as `log --stat`).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.show/1).")
 @pass_state
 @paged
-def cmd_show(state: CliState, rev: str, stats: bool, as_json: bool) -> None:
+def cmd_show(state: CliState, rev: str, stats: bool, stat: bool, as_json: bool) -> None:
     """Show a commit: files, tensor counts, logical vs stored bytes."""
     repo = state.repo
     info = repo.show(rev)
     usage = repo.du(rev) if stats else None
     plan = repo.merge_record(rev)
+    changed = repo.changes(info.commit.id) if stat else None
     if as_json:
-        state.echo_json(views.show_json(info, usage, plan))
+        state.echo_json(views.show_json(info, usage, plan, changed))
         return
-    state.emit(views.show_text(info, usage, plan))
+    state.emit(views.show_text(info, usage, plan, changed))
 
 
 @click.command("du")
@@ -141,6 +173,8 @@ def cmd_reflog_expire(state: CliState, days: float, everything: bool) -> None:
 @click.argument("revs", nargs=-1, shell_complete=complete_rev)
 @click.option("--staged", is_flag=True, help="Compare the index (not the working tree) with REV/HEAD.")
 @click.option("--stat", is_flag=True, help="One line per file, from chunk ids only (no tensor data read).")
+@click.option("--name-only", is_flag=True, help="Only the paths of the files that differ.")
+@click.option("--name-status", is_flag=True, help="The paths with A (added), D (deleted) or M (modified).")
 @click.option("--by-layer", is_flag=True, help="Group by layer index and module (attn, mlp, norm, embed, experts.N).")
 @click.option("-k", "patterns", multiple=True, metavar="PATTERN", help="fnmatch pattern on tensor names (repeatable).")
 @click.option("--model", metavar="DIR", help="Only the model in directory DIR.")
@@ -155,6 +189,8 @@ def cmd_diff(
     revs: tuple[str, ...],
     staged: bool,
     stat: bool,
+    name_only: bool,
+    name_status: bool,
     by_layer: bool,
     patterns: tuple[str, ...],
     model: str | None,
@@ -163,9 +199,11 @@ def cmd_diff(
     full: bool,
     as_json: bool,
 ) -> None:
-    """Tensor-level diff: `mgit diff A B`, `mgit diff A` (vs working tree), `mgit diff` (HEAD vs working tree)."""
+    """Tensor-level diff: `mgit diff A B` (or A..B; A...B: from their merge base to B), `mgit diff A`
+    (vs working tree), `mgit diff` (HEAD vs working tree)."""
     if len(revs) > 2:
         raise click.UsageError("give at most two revisions")
+    names = name_only or name_status
     a = revs[0] if revs else None
     b = revs[1] if len(revs) > 1 else None
     from mgit.diff.plot import heatmap
@@ -173,8 +211,17 @@ def cmd_diff(
     from mgit.diff.text import shorten
 
     result = state.repo.diff(
-        a, b, staged=staged, numeric=not stat, patterns=patterns, model=os.path.abspath(model) if model else None
+        a,
+        b,
+        staged=staged,
+        numeric=not (stat or names),
+        patterns=patterns,
+        model=os.path.abspath(model) if model else None,
     )
+    if names and not as_json:
+        for line in diff_views.name_lines(result, name_status):
+            click.echo(line)
+        return
     groups = by_layer_groups(result.tensors) if (by_layer or plot or as_json) else []
     if plot:
         heatmap(groups, plot, f"relative change {result.a} → {result.b}")  # type: ignore[arg-type]

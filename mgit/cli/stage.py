@@ -96,15 +96,17 @@ def cmd_rm(state: CliState, paths: tuple[str, ...], cached: bool) -> None:
 
 
 @click.command("status")
+@click.option("-s", "--short", is_flag=True, help="git's short format: XY PATH (index, working tree), ?? untracked.")
+@click.option("--porcelain", is_flag=True, help="The short format, for scripts (as git's v1).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.status/1).")
 @pass_state
-def cmd_status(state: CliState, as_json: bool) -> None:
+def cmd_status(state: CliState, short: bool, porcelain: bool, as_json: bool) -> None:
     """Show staged, modified, untracked and deleted files, and which tensors changed."""
     st = state.repo.status()
     if as_json:
         state.echo_json(views.status_json(st))
         return
-    state.emit(views.status_text(st))
+    state.emit(views.status_short(st) if short or porcelain else views.status_text(st))
 
 
 @click.command("commit")

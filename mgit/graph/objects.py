@@ -10,12 +10,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from dulwich.object_store import DiskObjectStore
+from dulwich.object_store import BaseObjectStore, DiskObjectStore
 from dulwich.objects import Blob, Commit, ShaFile, Tree
 from dulwich.refs import DiskRefsContainer
-from dulwich.repo import Repo
+from dulwich.repo import BaseRepo, ParentsProvider, Repo
+from dulwich.walk import Walker
 
 from mgit.errors import CorruptObjectError
 from mgit.graph.ids import object_id
@@ -36,9 +37,11 @@ class CommitInfo:
     parents: tuple[str, ...]
     author: str
     committer: str
-    time: int
+    time: int  # the committer's time and timezone (what git's --since reads)
     timezone: int
     message: str
+    author_time: int
+    author_timezone: int
 
     @property
     def summary(self) -> str:
@@ -66,18 +69,12 @@ class Graph:
         return cls(git_dir)
 
     def _get(self, sha: str, kind: type[_Object], what: str) -> _Object:
-        obj = self._cache.get(sha)
-        if obj is not None and isinstance(obj, kind):
-            return obj
         try:
-            stored = read_object(self.objects, sha)
+            stored = self.checked(sha)
         except KeyError:
             raise CorruptObjectError(f"{what} {sha[:12]} is missing from the repository{REPAIR_HINT}") from None
         if not isinstance(stored, kind):
             raise CorruptObjectError(f"object {sha[:12]} is not a {what}")
-        if len(self._cache) >= _CACHE_OBJECTS:
-            self._cache.clear()
-        self._cache[sha] = stored
         return stored
 
     def prefetch(self, shas: Iterable[str]) -> None:
@@ -161,7 +158,73 @@ class Graph:
             time=c.commit_time,
             timezone=c.commit_timezone,
             message=c.message.decode("utf-8", "replace"),
+            author_time=c.author_time,
+            author_timezone=c.author_timezone,
         )
+
+    def checked(self, sha: str) -> ShaFile:
+        """Any object, checked against its id and cached (KeyError: absent)."""
+        obj = self._cache.get(sha)
+        if obj is None:
+            obj = read_object(self.objects, sha)
+            if len(self._cache) >= _CACHE_OBJECTS:
+                self._cache.clear()
+            self._cache[sha] = obj
+        return obj
+
+    def walker(
+        self,
+        include: Iterable[str],
+        exclude: Iterable[str] = (),
+        paths: list[bytes] | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> Walker:
+        """dulwich's walk of the commits ``include`` reaches and ``exclude`` does not, newest
+        first (``paths``: only commits changing them), reading every object through
+        :meth:`checked`: a damaged commit or tree is named, not a zlib error."""
+        return Walker(
+            cast(BaseObjectStore, _CheckedObjects(self)),
+            [object_id(c.encode()) for c in include],
+            exclude=[object_id(c.encode()) for c in exclude],
+            paths=paths,
+            since=since,
+            until=until,
+        )
+
+    def merge_bases(self, a: str, b: str) -> list[str]:
+        """The best common ancestors of ``a`` and ``b`` (git's ``merge-base --all``), by dulwich."""
+        from dulwich.graph import find_merge_base
+
+        bases = find_merge_base(cast(BaseRepo, _CheckedRepo(self)), [object_id(a.encode()), object_id(b.encode())])
+        return [x.decode() for x in bases]
+
+
+class _CheckedObjects:
+    """The object store as dulwich's walker and merge-base search read it (``store[id]``), each
+    object through :meth:`Graph.checked`; anything else is the store's own."""
+
+    def __init__(self, graph: Graph):
+        self._graph = graph
+
+    def __getitem__(self, sha: bytes) -> ShaFile:
+        return self._graph.checked(sha.decode())
+
+    def __contains__(self, sha: bytes) -> bool:
+        return self._graph.has(sha.decode())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._graph.objects, name)
+
+
+class _CheckedRepo:
+    """What ``dulwich.graph.find_merge_base`` reads of a repository: its objects and parents."""
+
+    def __init__(self, graph: Graph):
+        self.object_store = _CheckedObjects(graph)
+
+    def parents_provider(self) -> ParentsProvider:
+        return ParentsProvider(cast(BaseObjectStore, self.object_store))
 
 
 def _advise_whole(path: str) -> None:

@@ -1,4 +1,4 @@
-"""Reading a repository: status, log, show, diff, and the tensors of a model (state_dict,
+"""Reading a repository: status, show, diff, and the tensors of a model (state_dict,
 the models of a revision). Nothing here writes, except the stat cache status refreshes
 (and a journaled operation status finds interrupted, finished by taking the lock)."""
 
@@ -8,12 +8,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dulwich.objects import ObjectID
-
 from mgit.context import Context
 from mgit.errors import BadInputError, DirtyWorktreeError, LockedError, MgitError
 from mgit.graph import records
 from mgit.graph.objects import CommitInfo
+from mgit.graph.revisions import diff_pair
 from mgit.graph.snapshot import Snapshot, read_snapshot
 from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.ops.paths import models as models_of
@@ -88,16 +87,6 @@ def _save_refreshed(ctx: Context, seen: dict[str, IndexEntry], index: Index) -> 
         pass  # another process writes, or the disk is full: the cache is refreshed next time
 
 
-def log(ctx: Context, rev: str = "HEAD", paths: Iterable[str] = (), max_count: int | None = None) -> list[CommitInfo]:
-    """Commits reachable from ``rev``, newest first; ``paths`` limits to commits touching them."""
-    if rev == "HEAD" and ctx.refs.head() is None:
-        return []
-    start = ctx.refs.resolve(rev)
-    rels = [ctx.relpath(p).encode() for p in paths]
-    walker = ctx.graph.repo.get_walker(include=[ObjectID(start.encode())], paths=rels or None, max_entries=max_count)
-    return [ctx.graph.commit(e.commit.id.decode()) for e in walker]
-
-
 def show(ctx: Context, rev: str = "HEAD") -> ShowInfo:
     info = ctx.graph.commit(ctx.refs.resolve(rev))
     files, seen = [], set()
@@ -146,27 +135,51 @@ def diff(
     model: str | None = None,
 ) -> ModelDiff:
     """Compare two revisions; ``b`` None means the working tree (the index if ``staged``),
-    ``a`` None means HEAD. Unchanged tensors cost no data read; with ``numeric`` the
-    change statistics stream over changed chunks only."""
-    from mgit.diff.model import ModelDiff, compare_models
-    from mgit.diff.sources import file_diffs, snapshot_side
+    ``a`` None means HEAD; ``a`` a range with ``b`` None: ``A..B`` compares A with B,
+    ``A...B`` the merge base of A and B with B. Unchanged tensors cost no data read; with
+    ``numeric`` the change statistics stream over changed chunks only."""
+    from mgit.diff.sources import snapshot_side
 
     model_key = ctx.relpath(model) if model is not None else None
-    patterns = list(patterns)
+    label_a, label_b = a or "HEAD", b or ""
+    pair = diff_pair(ctx.refs, ctx.graph, a) if a is not None and b is None else None
+    if pair is not None:  # A..B, A...B
+        (a, label_a), (b, label_b) = pair
     snap_a = ctx.snapshot(a) if a else ctx.head_snapshot()
-    side_a = snapshot_side(ctx.graph, ctx.store, snap_a, a or "HEAD", model_key)
+    side_a = snapshot_side(ctx.graph, ctx.store, snap_a, label_a, model_key)
     if b is not None:
-        side_b = snapshot_side(ctx.graph, ctx.store, ctx.snapshot(b), b, model_key)
+        side_b = snapshot_side(ctx.graph, ctx.store, ctx.snapshot(b), label_b, model_key)
     elif staged:
         side_b = snapshot_side(ctx.graph, ctx.store, ctx.index().snapshot(), "index", model_key)
     else:
         side_b = _worktree_side(ctx, side_a, model_key)
     if model_key is not None and not any(m == model_key for m, _ in side_a.tensors | side_b.tensors):
         raise BadInputError(f"no model (safetensors files) in {model!r} on either side of the diff")
+    return _compare(ctx, side_a, side_b, list(patterns), numeric)
+
+
+def _compare(ctx: Context, side_a: Side, side_b: Side, patterns: list[str], numeric: bool) -> ModelDiff:
+    from mgit.diff.model import ModelDiff, compare_models
+    from mgit.diff.sources import file_diffs
+
     tensors = compare_models(side_a.tensors, side_b.tensors, patterns, numeric, ctx.pool)
     if patterns and not tensors:
         raise BadInputError(f"no tensor matches {', '.join(map(repr, patterns))}")
     return ModelDiff(side_a.label, side_b.label, tensors, file_diffs(side_a, side_b, tensors), numeric)
+
+
+def changes(ctx: Context, rev: str = "HEAD") -> ModelDiff:
+    """What commit ``rev`` changed against its first parent (a merge: against its base; a
+    root commit: everything added), per file, from manifests and small files only: no tensor
+    data is read (`log --stat`, `show --stat`)."""
+    from mgit.diff.sources import snapshot_side
+
+    info = ctx.graph.commit(ctx.refs.resolve(rev))
+    parent = info.parents[0] if info.parents else None
+    before = read_snapshot(ctx.graph, ctx.graph.commit(parent).tree) if parent else {}
+    side_a = snapshot_side(ctx.graph, ctx.store, before, parent[:12] if parent else "(none)", None)
+    side_b = snapshot_side(ctx.graph, ctx.store, read_snapshot(ctx.graph, info.tree), info.id[:12], None)
+    return _compare(ctx, side_a, side_b, [], False)
 
 
 def _worktree_side(ctx: Context, like: Side, model: str | None) -> Side:

@@ -92,43 +92,84 @@ def tensor_counts(changed: int, added: int, removed: int, moved: int) -> str:
     return f"{sum(n for n, _ in parts)} tensor(s): {listed}" if parts else "no tensor changed"
 
 
+def _unified_start(lines: list[str]) -> int | None:
+    """Where a file's unified diff starts (its ``---`` line), after any mode-change line."""
+    return next((i for i, line in enumerate(lines) if line.startswith("--- ")), None)
+
+
+def line_numbers(text: str | None) -> tuple[int, int] | None:
+    """Lines added and removed by a unified diff; None when there is none (binary, large,
+    only the mode changed)."""
+    lines = (text or "").splitlines()
+    start = _unified_start(lines)
+    if start is None:
+        return None
+    body = lines[start + 2 :]
+    return sum(1 for x in body if x.startswith("+")), sum(1 for x in body if x.startswith("-"))
+
+
 def line_counts(text: str | None) -> str:
     """'+3 -1' of a unified diff (after any mode-change line), or the one-line summary of a
     binary or large file."""
     if not text:
         return ""
     lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("--- ")), None)
-    if start is None:
+    start, numbers = _unified_start(lines), line_numbers(text)
+    if start is None or numbers is None:
         return "; ".join(lines)
-    body = lines[start + 2 :]
-    counts = f"+{sum(1 for x in body if x.startswith('+'))} -{sum(1 for x in body if x.startswith('-'))}"
-    return "; ".join([*lines[:start], counts])
+    return "; ".join([*lines[:start], f"+{numbers[0]} -{numbers[1]}"])
 
 
-def stat_text(result: ModelDiff) -> Printout:
+def stat_lines(result: ModelDiff) -> list[str]:
     """One line per file (tensor counts by kind, or +/- lines), then the totals. A tensor that
     moved between shards unchanged counts as moved, never as changed."""
-    p = Printout()
+    lines = []
     for f in result.files:
         if f.kind == "safetensors":
             counts = tensor_counts(f.tensors_changed, f.tensors_added, f.tensors_removed, f.tensors_moved)
             chunks = f", {f.chunks_changed} chunk(s), {decimal(f.bytes_changed)}" if f.chunks_changed else ""
-            p.out(f" {f.path} | {f.status}: {counts}{chunks}", markup=False)
+            lines.append(f" {f.path} | {f.status}: {counts}{chunks}")
         else:
-            lines = line_counts(f.text)
-            p.out(f" {f.path} | {f.status}" + (f": {lines}" if lines else ""), markup=False)
+            counted = line_counts(f.text)
+            lines.append(f" {f.path} | {f.status}" + (f": {counted}" if counted else ""))
     by_status: dict[str, int] = {}
     for t in result.changed:
         kind = t.status if t.status in ("added", "removed", "moved") else "changed"
         by_status[kind] = by_status.get(kind, 0) + 1
     changed = result.changed
     counts = tensor_counts(*(by_status.get(k, 0) for k in ("changed", "added", "removed", "moved")))
-    p.out(
+    lines.append(
         f" {len(result.files)} file(s) changed; {counts}; "
         f"{sum(t.chunks_changed for t in changed)} chunk(s), {decimal(sum(t.bytes_changed for t in changed))}"
     )
+    return lines
+
+
+def stat_text(result: ModelDiff) -> Printout:
+    p = Printout()
+    for line in stat_lines(result):
+        p.out(line, markup=False)
     return p
+
+
+def stat_json(result: ModelDiff) -> list[dict]:
+    """`log --stat` / `show --stat` in JSON: each file changed, its counts, no diff text
+    (``lines_added``/``lines_removed``: a text file's, else null)."""
+    out = []
+    for f in result.files:
+        doc = {k: v for k, v in vars(f).items() if k != "text"}
+        added, removed = (line_numbers(f.text) if f.kind != "safetensors" else None) or (None, None)
+        out.append({**doc, "lines_added": added, "lines_removed": removed})
+    return out
+
+
+NAME_STATUS = {"added": "A", "removed": "D", "modified": "M"}
+
+
+def name_lines(result: ModelDiff, with_status: bool) -> list[str]:
+    """`diff --name-only` / `--name-status`: each changed path (after A, D or M and a tab;
+    printed as they are: a console would turn the tab into spaces)."""
+    return [f"{NAME_STATUS[f.status]}\t{f.path}" if with_status else f.path for f in result.files]
 
 
 def groups_table(groups: list[Group]) -> Printout:

@@ -4,7 +4,8 @@ mgit.lineage/1, mgit.du/1, mgit.reflog/1)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta, timezone
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from rich.filesize import decimal
@@ -13,18 +14,18 @@ from rich.table import Table
 from rich.tree import Tree as RichTree
 
 from mgit.cli.views import Printout, document
+from mgit.cli.views.diff import stat_json, stat_lines, stat_text
+from mgit.cli.views.graph import Lanes
+from mgit.cli.views.logformat import LogFormat, expand, preset_lines, when
 from mgit.cli.views.merge import plan_text
 
 if TYPE_CHECKING:
+    from mgit.diff.model import ModelDiff
     from mgit.graph.objects import CommitInfo
     from mgit.maintenance.du import StoreUsage, Usage
     from mgit.repo import ShowInfo
 
 PlanOf = Callable[[str], "dict | None"]  # a commit's merge record (None: not a merge)
-
-
-def when(t: int, tz: int) -> str:
-    return datetime.fromtimestamp(t, timezone(timedelta(seconds=tz))).strftime("%a %b %d %H:%M:%S %Y %z")
 
 
 def lineage_json(tree_doc: dict) -> dict:
@@ -55,36 +56,29 @@ def lineage_text(tree_doc: dict) -> Printout:
     return p
 
 
-def graph_lines(plan_of: PlanOf, c: CommitInfo) -> list[str]:
-    """For --graph: a merge's experts drawn under it (from its plan)."""
+def merge_notes(plan_of: PlanOf, c: CommitInfo) -> list[str]:
+    """For --graph: what a merge made of its parents (method, base, experts and weights),
+    from its plan: mgit's addition to git's graph."""
     plan = plan_of(c.id) if len(c.parents) > 1 else None
     if plan is None:
         return []
     weights = plan["parameters"].get("weight")
     base = f"base {plan['base'][:12]}" if plan["base"] else f"reference {plan.get('reference', '?')[:12]}"
-    lines = [f"|\\  merge ({plan['method']}) of {base}"]
+    lines = [f"merge ({plan['method']}) of {base}"]
     for k, e in enumerate(plan["experts"]):
         w = f" × {weights[k]}" if weights is not None else ""
-        lines.append(f"| + {e['name']} {e['commit'][:12]}{w}")
+        lines.append(f"+ {e['name']} {e['commit'][:12]}{w}")
     return lines
 
 
-def log_json(commits: list[CommitInfo]) -> dict:
-    return document(
-        "mgit.log/1",
-        {
-            "commits": [
-                {
-                    "id": c.id,
-                    "parents": list(c.parents),
-                    "author": c.author,
-                    "time": c.time,
-                    "message": c.message,
-                }
-                for c in commits
-            ]
-        },
-    )
+def log_json(commits: list[CommitInfo], stats: dict[str, ModelDiff] | None = None) -> dict:
+    listed = []
+    for c in commits:
+        doc = {"id": c.id, "parents": list(c.parents), "author": c.author, "time": c.time, "message": c.message}
+        if stats is not None:
+            doc["stat"] = stat_json(stats[c.id])
+        listed.append(doc)
+    return document("mgit.log/1", {"commits": listed})
 
 
 def ref_labels(branches: dict[str, str], tags: dict[str, str]) -> dict[str, list[str]]:
@@ -97,33 +91,61 @@ def ref_labels(branches: dict[str, str], tags: dict[str, str]) -> dict[str, list
     return labels
 
 
-def log_entry(c: CommitInfo, labels: dict[str, list[str]], oneline: bool, graph: bool, plan_of: PlanOf) -> Printout:
-    """One commit of `log` (full, --oneline, --graph or both)."""
+@dataclass
+class LogStyle:
+    """How `log` shows each commit: ``oneline`` (mgit's: short id, refs, subject) or ``fmt``
+    (a git preset or template); ``notes``: a merge's plan under it (--graph)."""
+
+    fmt: LogFormat = field(default_factory=LogFormat)
+    oneline: bool = False
+    notes: bool = False
+
+
+def entry_lines(
+    c: CommitInfo, labels: list[str], style: LogStyle, plan_of: PlanOf, stat: list[str] | None
+) -> list[str]:
+    """One commit's lines, as rich markup (plain text escaped)."""
+    deco = f" ({', '.join(labels)})" if labels else ""
+    fmt = style.fmt
+    if style.oneline:
+        lines = [f"[yellow]{c.id[:12]}[/yellow][cyan]{escape(deco)}[/cyan] {escape(c.summary)}"]
+    elif fmt.template is not None:
+        lines = [escape(line) for line in expand(fmt.template, c, labels).split("\n")]
+    else:
+        lines = [escape(line) for line in preset_lines(fmt.preset, c, deco)]
+        if fmt.preset != "oneline":
+            lines[0] = f"[yellow]commit {c.id}[/yellow][cyan]{escape(deco)}[/cyan]"
+    if style.notes:
+        lines[1:1] = [escape(line) for line in merge_notes(plan_of, c)]
+    if stat is not None:
+        stat = [escape(line) for line in stat]
+        if style.oneline or fmt.preset == "oneline":
+            lines += stat
+        elif fmt.template is not None:
+            lines += ["", *stat]
+        else:
+            lines += [*stat, ""]
+    return lines
+
+
+def log_text(
+    commits: list[CommitInfo],
+    labels: dict[str, list[str]],
+    style: LogStyle,
+    plan_of: PlanOf,
+    parents: dict[str, tuple[str, ...]] | None = None,
+    stats: dict[str, ModelDiff] | None = None,
+) -> Printout:
+    """`log`: each commit in ``style``; with ``parents`` (--graph) beside its lanes and edges."""
     p = Printout()
-    deco = f" [cyan]({', '.join(labels[c.id])})[/cyan]" if c.id in labels else ""
-    star = "* " if graph else ""
-    if oneline:
-        p.out(f"{star}[yellow]{c.id[:12]}[/yellow]{deco} {escape(c.summary)}", markup=True)
-        for line in graph_lines(plan_of, c) if graph else []:
-            p.out(line, markup=False)
-        return p
-    if graph:
-        p.out(f"* [yellow]commit {c.id}[/yellow]{deco}", markup=True)
-        for line in graph_lines(plan_of, c):
-            p.out(line, markup=False)
-        p.out(f"| Author: {c.author}\n|", markup=False)
-        for line in c.message.rstrip().splitlines():
-            p.out(f"|     {line}", markup=False)
-        p.out("|")
-        return p
-    p.out(f"[yellow]commit {c.id}[/yellow]{deco}", markup=True)
-    if len(c.parents) > 1:
-        p.out("Merge:  " + " ".join(parent[:12] for parent in c.parents))
-    p.out(f"Author: {c.author}", markup=False)
-    p.out(f"Date:   {when(c.time, c.timezone)}\n")
-    for line in c.message.rstrip().splitlines():
-        p.out(f"    {line}", markup=False)
-    p.out()
+    lanes = Lanes() if parents is not None else None
+    for c in commits:
+        stat = stat_lines(stats[c.id]) if stats is not None else None
+        lines = entry_lines(c, labels.get(c.id, []), style, plan_of, stat)
+        if lanes is not None and parents is not None:
+            lines = lanes.place(c.id, parents[c.id]).lines(lines)
+        for line in lines:
+            p.out(line, markup=True)
     return p
 
 
@@ -147,7 +169,7 @@ def usage_line(u: Usage) -> str:
     )
 
 
-def show_json(info: ShowInfo, usage: Usage | None, plan: dict | None) -> dict:
+def show_json(info: ShowInfo, usage: Usage | None, plan: dict | None, stat: ModelDiff | None = None) -> dict:
     c = info.commit
     doc = {
         "id": c.id,
@@ -164,10 +186,14 @@ def show_json(info: ShowInfo, usage: Usage | None, plan: dict | None) -> dict:
         doc["usage"] = usage_json(usage)
     if plan is not None:
         doc["plan"] = plan
+    if stat is not None:
+        doc["stat"] = stat_json(stat)
     return document("mgit.show/1", doc)
 
 
-def show_text(info: ShowInfo, usage: Usage | None, plan: dict | None) -> Printout:
+def show_text(info: ShowInfo, usage: Usage | None, plan: dict | None, stat: ModelDiff | None = None) -> Printout:
+    """`show`: the commit, then its files (logical and stored bytes) or, with ``stat``
+    (--stat), what it changed against its first parent; storage and the merge plan after."""
     p = Printout()
     c = info.commit
     p.out(f"[yellow]commit {c.id}[/yellow]", markup=True)
@@ -176,6 +202,20 @@ def show_text(info: ShowInfo, usage: Usage | None, plan: dict | None) -> Printou
     p.out(f"Author:  {c.author}\nDate:    {when(c.time, c.timezone)}\n", markup=False)
     for line in c.message.rstrip().splitlines():
         p.out(f"    {line}", markup=False)
+    if stat is not None:
+        p.out()
+        p.extend(stat_text(stat))
+    else:
+        p.extend(files_table(info))
+    if usage is not None:
+        p.out(f"storage: {usage_line(usage)}")
+    if plan is not None:
+        p.extend(plan_text(plan))
+    return p
+
+
+def files_table(info: ShowInfo) -> Printout:
+    p = Printout()
     table = Table(show_edge=False, pad_edge=False)
     for col, justify in (
         ("path", "left"),
@@ -196,10 +236,6 @@ def show_text(info: ShowInfo, usage: Usage | None, plan: dict | None) -> Printou
         f"\n{len(info.files)} file(s), {decimal(info.logical_bytes)} logical, "
         f"{decimal(info.stored_bytes)} stored ({ratio:.2f}×)"
     )
-    if usage is not None:
-        p.out(f"storage: {usage_line(usage)}")
-    if plan is not None:
-        p.extend(plan_text(plan))
     return p
 
 

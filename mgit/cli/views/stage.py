@@ -123,3 +123,34 @@ def status_text(st: Status) -> Printout:
     if st.clean:
         p.out("\nnothing to commit, working tree clean")
     return p
+
+
+_CODES = {"added": "A", "modified": "M", "deleted": "D"}
+_ESCAPES = {7: "a", 8: "b", 9: "t", 10: "n", 11: "v", 12: "f", 13: "r", 34: '"', 92: "\\"}
+
+
+def quote_path(path: str) -> str:
+    """A path as git's short status prints it: in double quotes, C-escaped (octal for bytes
+    outside printable ASCII), when it holds a space, a quote, a backslash or such a byte."""
+    raw = path.encode("utf-8", "surrogateescape")
+    if all(0x20 < b < 0x7F and b not in (34, 92) for b in raw):
+        return path
+    escaped = "".join(
+        f"\\{_ESCAPES[b]}" if b in _ESCAPES else chr(b) if 0x20 <= b < 0x7F else f"\\{b:03o}" for b in raw
+    )
+    return f'"{escaped}"'
+
+
+def status_short(st: Status) -> Printout:
+    """`status -s`: git's two columns, X the index against HEAD, Y the working tree against
+    the index (A added, M modified, D deleted, ?? untracked); tensor details left out."""
+    codes: dict[str, list[str]] = {}
+    for column, items in ((0, st.staged), (1, st.unstaged)):
+        for f in items:
+            codes.setdefault(f.path, [" ", " "])[column] = _CODES.get(f.change, "M")
+    p = Printout()
+    for path in sorted(codes, key=lambda x: x.encode("utf-8", "surrogateescape")):
+        p.out(f"{''.join(codes[path])} {quote_path(path)}", markup=False)
+    for path in sorted(st.untracked, key=lambda x: x.encode("utf-8", "surrogateescape")):
+        p.out(f"?? {quote_path(path)}", markup=False)
+    return p
