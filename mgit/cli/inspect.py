@@ -12,6 +12,7 @@ from mgit.cli.state import CliState, abs_paths, paged, pass_state
 from mgit.cli.views import diff as diff_views
 from mgit.cli.views import history as views
 from mgit.cli.views.maintain import reflog_expired_line
+from mgit.graph.reflogs import is_grave
 from mgit.pager import paging
 
 
@@ -95,7 +96,10 @@ def _reflog(state: CliState, ref: str, as_json: bool) -> None:
     if as_json:
         state.echo_json(views.reflog_json(ref, entries))
         return
-    state.emit(views.reflog_text(ref, repo.reflog_ref(ref) if not entries else ref, entries))
+    full = repo.reflog_ref(ref)
+    state.emit(views.reflog_text(ref, full if not entries else ref, entries))
+    if is_grave(full):
+        state.err.print(views.deleted_branch_note(ref, full), markup=False)
 
 
 @click.group("reflog", invoke_without_command=True)

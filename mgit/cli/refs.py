@@ -70,8 +70,8 @@ def cmd_branch(
     elif delete or force_delete:
         if rev is not None:
             raise click.UsageError("-d/-D take one branch NAME")
-        repo.delete_branch(name, force=force_delete)
-        click.echo(f"Deleted branch {name}")
+        tip = repo.delete_branch(name, force=force_delete)
+        click.echo(f"Deleted branch {name} (was {tip[:12]}).")
     elif rename:
         old = name if rev is not None else repo.refs.current_branch()
         if old is None:

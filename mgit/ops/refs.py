@@ -18,11 +18,13 @@ def create_branch(ctx: Context, name: str, rev: str = "HEAD", force: bool = Fals
             ctx.refs.create_branch(name, ctx.refs.resolve(rev))
 
 
-def delete_branch(ctx: Context, name: str, force: bool = True) -> None:
-    """Delete a branch; ``force=False`` refuses one not merged into HEAD or its upstream
-    (``mgit branch -d``; ``-D`` forces)."""
+def delete_branch(ctx: Context, name: str, force: bool = True) -> str:
+    """Delete a branch, returning the commit it held; ``force=False`` refuses one not merged
+    into HEAD or its upstream (``mgit branch -d``; ``-D`` forces). Its reflog is kept, so
+    ``NAME@{1}`` and its commits stay until ``reflog expire`` (``mgit branch NAME NAME@{1}``
+    brings it back)."""
     with ctx.lock:
-        ctx.refs.delete_branch(name, force=force)
+        return ctx.refs.delete_branch(name, force=force)
 
 
 def rename_branch(ctx: Context, old: str, new: str, force: bool = False) -> None:
