@@ -26,12 +26,15 @@ from mgit.ops import inspect as _inspect
 from mgit.ops import lineage as _lineage
 from mgit.ops import maintain as _maintain
 from mgit.ops import merge as _merge
+from mgit.ops import move as _move
 from mgit.ops import opening as _opening
 from mgit.ops import refs as _refs
 from mgit.ops import remotes as _remotes
 from mgit.ops import reset as _reset
 from mgit.ops import sketch as _sketch
 from mgit.ops import stage as _stage
+from mgit.ops import stash as _stash
+from mgit.ops import switching as _switching
 from mgit.ops import sync as _sync
 from mgit.ops.inspect import FileInfo, ShowInfo
 from mgit.ops.maintain import Repair
@@ -179,15 +182,10 @@ class Repository:
         """What this object's reads fetched on demand (a partial clone's; empty in a full clone)."""
         return self.ctx.fetched
 
-    def identity(self) -> bytes:
-        """GIT_AUTHOR_NAME/EMAIL, else user.name/email from .mgit/config or git's config, else the system."""
-        return self.ctx.identity()
-
-    def config_set(self, key: str, value: str) -> None:
-        self.ctx.config_set(key, value)
-
-    def config_get(self, key: str) -> str | None:
-        return self.ctx.config_get(key)
+    identity = _op(Context.identity)
+    config_set = _op(Context.config_set)
+    config_get = _op(Context.config_get)
+    config_list = _op(Context.config_list)
 
     def relpath(self, path: str | os.PathLike[str]) -> str:
         """Repository-relative posix path ('' for the root); refuses paths outside."""
@@ -231,8 +229,14 @@ class Repository:
 
     add = _op(_stage.add)
     rm = _op(_stage.rm)
+    mv = _op(_move.mv)
     commit = _op(_stage.commit)
     commit_state_dict = _op(_stage.commit_state_dict)
+    stash = _op(_stash.stash)
+    stash_list = _op(_stash.stash_list)
+    stash_apply = _reading(_stash.stash_apply)
+    stash_pop = _reading(_stash.stash_pop)
+    stash_drop = _op(_stash.stash_drop)
 
     status = _op(_inspect.status)
     log = _op(_inspect.log)
@@ -244,6 +248,8 @@ class Repository:
 
     checkout = _reading(_checkout.checkout)
     reset = _reading(_reset.reset)
+    switch = _reading(_switching.switch)
+    restore = _reading(_switching.restore)
 
     merge = _op(_merge.merge)
     merge_plan = _op(_merge.merge_plan)
@@ -252,10 +258,12 @@ class Repository:
     sketch = _op(_sketch.sketch)
     sketch_record = _op(_sketch.read_record)
 
+    branch_info = _op(_refs.branch_info)
     create_branch = _op(_refs.create_branch)
     delete_branch = _op(_refs.delete_branch)
     rename_branch = _op(_refs.rename_branch)
     tag = _op(_refs.tag)
+    tag_messages = _op(_refs.tag_messages)
     delete_tag = _op(_refs.delete_tag)
     reflog_ref = _op(_refs.reflog_ref)
     reflog = _op(_refs.reflog)

@@ -8,16 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.cli import invoke
-from helpers.models import LlamaSpec, commit_model, frozen_finetune, llama_state_dict, tree_hashes
+from helpers.models import commit_model, frozen_finetune, small_state_dict, tree_hashes
 
 from mgit import Repository
 from mgit.errors import RevisionError
 
-SPEC = LlamaSpec(layers=2, hidden=32, intermediate=64, vocab=64)
-
-
-def _sd(seed: int) -> dict[str, torch.Tensor]:
-    return llama_state_dict(SPEC, seed=seed)
+_sd = small_state_dict
 
 
 @pytest.fixture

@@ -12,14 +12,15 @@ from mgit import Repository
 from mgit.ops import merge, stage
 
 PUBLIC = {
-    "add", "branches", "checkout", "clone", "cloned", "close", "commit", "commit_state_dict", "commit_stats",
-    "config_get", "config_set", "create_branch", "delete_branch", "delete_tag", "diff", "du", "fetch", "fetched",
-    "format", "fsck", "fsck_repair", "gc", "git_dir", "graph", "identity", "init", "is_partial", "leftovers",
-    "lineage", "lock", "log", "merge", "merge_plan", "merge_record", "models", "pool", "promisor", "pull", "push",
-    "reflog", "reflog_expire", "reflog_ref", "refs", "relpath", "remote_add", "remote_branch_for",
-    "remote_branches", "remote_remove", "remotes", "rename_branch", "reset", "resolve", "rm", "root", "show",
-    "sketch", "sketch_record", "snapshot", "sparse_patterns", "state_dict", "status", "store", "store_usage", "tag",
-    "tags", "tracking_ref",
+    "add", "branch_info", "branches", "checkout", "clone", "cloned", "close", "commit", "commit_state_dict",
+    "commit_stats", "config_get", "config_list", "config_set", "create_branch", "delete_branch", "delete_tag",
+    "diff", "du", "fetch", "fetched", "format", "fsck", "fsck_repair", "gc", "git_dir", "graph", "identity",
+    "init", "is_partial", "leftovers", "lineage", "lock", "log", "merge", "merge_plan", "merge_record", "models",
+    "mv", "pool", "promisor", "pull", "push", "reflog", "reflog_expire", "reflog_ref", "refs", "relpath",
+    "remote_add", "remote_branch_for", "remote_branches", "remote_remove", "remotes", "rename_branch", "reset",
+    "resolve", "restore", "rm", "root", "show", "sketch", "sketch_record", "snapshot", "sparse_patterns", "stash",
+    "stash_apply", "stash_drop", "stash_list", "stash_pop", "state_dict", "status", "store", "store_usage",
+    "switch", "tag", "tag_messages", "tags", "tracking_ref",
 }  # fmt: skip
 
 

@@ -225,13 +225,25 @@ class Refs:
         tracking: Iterable[tuple[bytes, bytes]] = self.refs.as_dict(ref_name(REMOTES.encode())).items()
         return {k.decode(): v.decode() for k, v in tracking if not k.endswith(b"/HEAD") and b"/" in k}
 
-    def create_tag(self, name: str, commit: str) -> None:
+    def tag_refs(self) -> dict[str, str]:
+        """Tag name → the id its ref holds: the commit, or an annotated tag's tag object."""
+        return {k.decode(): v.decode() for k, v in self.refs.as_dict(ref_name(TAGS.encode())).items()}
+
+    def tag_message(self, name: str) -> str | None:
+        """An annotated tag's message as given (git ends it with a newline; None: a lightweight tag)."""
+        obj = self.graph.read(self.tag_refs()[name])
+        return obj.message.decode("utf-8", "replace").removesuffix("\n") if isinstance(obj, Tag) else None
+
+    def create_tag(self, name: str, commit: str, message: str | None = None) -> None:
+        """Tag ``commit``: lightweight (the ref holds the commit), or with ``message`` annotated
+        (a git tag object with tagger, time and message, as ``git tag -a``)."""
         check_ref_name(name, "tag")
         ref = ref_name(f"{TAGS}{name}".encode())
         if ref in self.refs:
             raise BadInputError(f"tag {name!r} already exists")
         self.refuse_clash(ref.decode())
-        if not self.refs.add_if_new(ref, object_id(commit.encode())):
+        target = commit if message is None else self.graph.put_tag(name, commit, message, self.identity)
+        if not self.refs.add_if_new(ref, object_id(target.encode())):
             raise BadInputError(f"tag {name!r} already exists")
 
     def delete_tag(self, name: str) -> None:
