@@ -25,7 +25,6 @@ from mgit.context import Context
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, RefUpdateError
 from mgit.graph import records
 from mgit.graph.ids import object_id, ref_name
-from mgit.graph.objects import CommitInfo
 from mgit.graph.records import Triples
 from mgit.graph.refs import reflog_entries
 from mgit.graph.snapshot import Entry, Snapshot
@@ -118,11 +117,18 @@ def stash_apply(ctx: Context, position: int = 0, index: bool = False) -> Checkou
         result = CheckoutResult(entry.commit)
         checkout.write_files(ctx, current, {p: work[p] for p in forms}, result, forms=forms, plan=plan)
         workfiles.complete(ctx, plan, current, result)  # the files are back; now what the index stages
-        stats = records.read_stats(ctx.graph, made.tree), records.read_stats(ctx.graph, on_index_tree(ctx, made))
+        work_stats = records.read_stats(ctx.graph, made.tree)
+        index_stats = records.read_stats(ctx.graph, ctx.graph.commit(made.parents[1]).tree)
         for p in changed:
             staged = on_index.get(p) if index else _git_staged(p, base, on_index, work)
-            kept = stats[0].get(p) if staged == work.get(p) else stats[1].get(p) if staged == on_index.get(p) else None
-            _stage(ctx, current, p, staged, work.get(p), kept)
+            stats = (
+                work_stats.get(p)
+                if staged == work.get(p)
+                else index_stats.get(p)
+                if staged == on_index.get(p)
+                else None
+            )
+            _stage(ctx, current, p, staged, work.get(p), stats)
         current.save()
         return result
 
@@ -209,11 +215,6 @@ def _git_staged(p: str, base: Snapshot, on_index: Snapshot, work: Snapshot) -> E
     if p not in base and p in on_index and p in work:
         return work[p]
     return base.get(p)
-
-
-def on_index_tree(ctx: Context, made: CommitInfo) -> str:
-    """The tree of a stash entry's index commit (its second parent)."""
-    return ctx.graph.commit(made.parents[1]).tree
 
 
 def _stage(
