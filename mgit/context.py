@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from dulwich.repo import get_user_identity
 
+from mgit import config
 from mgit.errors import BadInputError, NotARepositoryError
 from mgit.graph.objects import Graph
 from mgit.graph.refs import Refs
@@ -39,6 +40,12 @@ FORMAT_VERSION = 3  # docs/format.md; bumped on incompatible changes (3: differe
 # formats 1 (loose chunks) and 2 (no difference deltas) are read, and upgraded on the first write
 READABLE_FORMATS = (1, 2, 3)
 AUTO_REPACK_PACKS = 32  # more sealed packs than this after a write: merge the small ones
+
+
+def _scope(scope: str, known: tuple[str, ...] = ("local", "global")) -> str:
+    if scope not in known:
+        raise BadInputError(f"unknown config scope {scope!r}; use one of {', '.join(known)}")
+    return scope
 
 
 def find_root(start: Path) -> Path:
@@ -180,25 +187,37 @@ class Context:
                 self.store.seal()
 
     def identity(self) -> bytes:
-        """GIT_AUTHOR_NAME/EMAIL, else user.name/email from .mgit/config or git's config, else the system."""
-        return get_user_identity(self.graph.repo.get_config_stack(), "AUTHOR")
+        """GIT_AUTHOR_NAME/EMAIL, else user.name/email from .mgit/config, the user's mgit config
+        (``mgit config --global``) or git's config, else the system."""
+        return get_user_identity(config.stack(self.graph.repo.get_config()), "AUTHOR")
 
-    def config_set(self, key: str, value: str) -> None:
-        section, _, name = key.rpartition(".")
-        if not section or not name:
-            raise BadInputError(f"config key {key!r} must look like section.name, e.g. user.name")
-        with self.lock:  # the lock holder takes any config.lock for a dead writer's (mgit.lock)
-            config = self.graph.repo.get_config()
-            config.set(section.encode(), name.encode(), value.encode())
-            config.write_to_path()
+    def config_set(self, key: str, value: str, scope: str = "local") -> None:
+        """Set ``key`` in ``.mgit/config`` (``scope="global"``: the user's mgit config file)."""
+        if _scope(scope) == "global":
+            config.global_set(key, value)
+        else:
+            config.split_key(key)  # a malformed key is refused before the lock
+            with self.lock:  # the lock holder takes any config.lock for a dead writer's (mgit.lock)
+                config.set_value(self.graph.repo.get_config(), key, value)
         self.refs.identity = self.identity()
 
-    def config_get(self, key: str) -> str | None:
-        section, _, name = key.rpartition(".")
-        try:
-            return self.graph.repo.get_config_stack().get(section.encode(), name.encode()).decode()
-        except KeyError:
-            return None
+    def config_get(self, key: str, scope: str | None = None) -> str | None:
+        """``key``'s value as this repository reads it (its file, the user's mgit file, git's
+        files: the first that sets it); ``scope``: ``"local"`` or ``"global"``, that file only."""
+        if scope is None:
+            return config.get(config.stack(self.graph.repo.get_config()), key)
+        if _scope(scope) == "global":
+            return config.global_get(key)
+        return config.get(self.graph.repo.get_config(), key)
+
+    def config_list(self, scope: str | None = None) -> list[tuple[str, str, str]]:
+        """(scope, key, value) of every setting mgit reads, lowest precedence first as git
+        lists them: git's files (``"git"``), the user's mgit file (``"global"``), then
+        ``.mgit/config`` (``"local"``); ``scope`` keeps one of them."""
+        files = [("git", f) for f in config.git_files()]
+        files += [("global", config.read_file(config.global_path())), ("local", self.graph.repo.get_config())]
+        wanted = None if scope is None else _scope(scope, ("local", "global", "git"))
+        return [(where, k, v) for where, f in files if wanted in (None, where) for k, v in config.entries(f)]
 
     def relpath(self, path: str | os.PathLike[str]) -> str:
         """Repository-relative posix path ('' for the root); refuses paths outside."""

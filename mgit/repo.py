@@ -19,6 +19,7 @@ from mgit.lazy import lazy_module
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
+    from mgit import context as _context
     from mgit.context import Context
     from mgit.graph.objects import Graph
     from mgit.graph.refs import Refs
@@ -31,12 +32,15 @@ if TYPE_CHECKING:
     from mgit.ops import lineage as _lineage
     from mgit.ops import maintain as _maintain
     from mgit.ops import merge as _merge
+    from mgit.ops import move as _move
     from mgit.ops import opening as _opening
     from mgit.ops import refs as _refs
     from mgit.ops import remotes as _remotes
     from mgit.ops import reset as _reset
     from mgit.ops import sketch as _sketch
     from mgit.ops import stage as _stage
+    from mgit.ops import stash as _stash
+    from mgit.ops import switching as _switching
     from mgit.ops import sync as _sync
     from mgit.ops.history import LogGraph
     from mgit.ops.inspect import FileInfo, ShowInfo
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
     from mgit.worktree.index import Index
     from mgit.worktree.sparse import SparsePatterns
 else:  # each operation's module is imported when one of its methods is first used (mgit.lazy)
+    _context = lazy_module("mgit.context")
     _branch_merge = lazy_module("mgit.ops.branch_merge")
     _checkout = lazy_module("mgit.ops.checkout")
     _history = lazy_module("mgit.ops.history")
@@ -59,6 +64,9 @@ else:  # each operation's module is imported when one of its methods is first us
     _lineage = lazy_module("mgit.ops.lineage")
     _maintain = lazy_module("mgit.ops.maintain")
     _merge = lazy_module("mgit.ops.merge")
+    _move = lazy_module("mgit.ops.move")
+    _stash = lazy_module("mgit.ops.stash")
+    _switching = lazy_module("mgit.ops.switching")
     _opening = lazy_module("mgit.ops.opening")
     _refs = lazy_module("mgit.ops.refs")
     _remotes = lazy_module("mgit.ops.remotes")
@@ -187,15 +195,10 @@ class Repository:
         """What this object's reads fetched on demand (a partial clone's; empty in a full clone)."""
         return self.ctx.fetched
 
-    def identity(self) -> bytes:
-        """GIT_AUTHOR_NAME/EMAIL, else user.name/email from .mgit/config or git's config, else the system."""
-        return self.ctx.identity()
-
-    def config_set(self, key: str, value: str) -> None:
-        self.ctx.config_set(key, value)
-
-    def config_get(self, key: str) -> str | None:
-        return self.ctx.config_get(key)
+    identity = forward(lambda: _context.Context.identity)
+    config_set = forward(lambda: _context.Context.config_set)
+    config_get = forward(lambda: _context.Context.config_get)
+    config_list = forward(lambda: _context.Context.config_list)
 
     def relpath(self, path: str | os.PathLike[str]) -> str:
         """Repository-relative posix path ('' for the root); refuses paths outside."""
@@ -241,8 +244,14 @@ class Repository:
 
     add = forward(lambda: _stage.add)
     rm = forward(lambda: _stage.rm)
+    mv = forward(lambda: _move.mv)
     commit = forward(lambda: _stage.commit)
     commit_state_dict = forward(lambda: _stage.commit_state_dict)
+    stash = forward(lambda: _stash.stash)
+    stash_list = forward(lambda: _stash.stash_list)
+    stash_apply = forward_reading(lambda: _stash.stash_apply)
+    stash_pop = forward_reading(lambda: _stash.stash_pop)
+    stash_drop = forward(lambda: _stash.stash_drop)
 
     status = forward(lambda: _inspect.status)
     log = forward(lambda: _history.log)
@@ -256,6 +265,8 @@ class Repository:
 
     checkout = forward_reading(lambda: _checkout.checkout)
     reset = forward_reading(lambda: _reset.reset)
+    switch = forward_reading(lambda: _switching.switch)
+    restore = forward_reading(lambda: _switching.restore)
 
     merge = forward(lambda: _merge.merge)
     merge_plan = forward(lambda: _merge.merge_plan)
@@ -269,10 +280,12 @@ class Repository:
     sketch = forward(lambda: _sketch.sketch)
     sketch_record = forward(lambda: _sketch.read_record)
 
+    branch_info = forward(lambda: _refs.branch_info)
     create_branch = forward(lambda: _refs.create_branch)
     delete_branch = forward(lambda: _refs.delete_branch)
     rename_branch = forward(lambda: _refs.rename_branch)
     tag = forward(lambda: _refs.tag)
+    tag_messages = forward(lambda: _refs.tag_messages)
     delete_tag = forward(lambda: _refs.delete_tag)
     reflog_ref = forward(lambda: _refs.reflog_ref)
     reflog = forward(lambda: _refs.reflog)

@@ -389,7 +389,8 @@ def test_json_listings(two, tmp_path):
     repo.tag("v1", a)
     repo.remote_add("origin", str(tmp_path / "r.mgit"))
     root = repo.root
-    assert _json(invoke("tag", "--json", cwd=root)) == {"schema": "mgit.tag/1", "tags": [{"name": "v1", "commit": a}]}
+    tags = [{"name": "v1", "commit": a, "annotated": False, "message": None}]
+    assert _json(invoke("tag", "--json", cwd=root)) == {"schema": "mgit.tag/1", "tags": tags}
     assert _json(invoke("remote", "--json", cwd=root)) == {
         "schema": "mgit.remote/1",
         "remotes": [{"name": "origin", "url": str((tmp_path / "r.mgit").resolve())}],

@@ -11,6 +11,7 @@ import click
 from mgit.cli.complete import complete_rev
 from mgit.cli.state import CliState, abs_paths, paged, pass_state
 from mgit.cli.views.logformat import parse_format
+from mgit.graph.reflogs import is_grave
 from mgit.lazy import lazy_module
 from mgit.pager import paging
 
@@ -135,7 +136,10 @@ def _reflog(state: CliState, ref: str, as_json: bool) -> None:
     if as_json:
         state.echo_json(views.reflog_json(ref, entries))
         return
-    state.emit(views.reflog_text(ref, repo.reflog_ref(ref) if not entries else ref, entries))
+    full = repo.reflog_ref(ref)
+    state.emit(views.reflog_text(ref, full if not entries else ref, entries))
+    if is_grave(full):
+        state.err.print(views.deleted_branch_note(ref, full), markup=False)
 
 
 @click.group("reflog", invoke_without_command=True)

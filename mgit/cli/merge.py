@@ -43,9 +43,21 @@ def _param_pairs(pairs: tuple[str, ...]) -> dict[str, object]:
     return found
 
 
-@click.command("merge")
+class MergeCommand(click.Command):
+    """`mgit merge`, whose --help ends with every method by name: read from the method registry
+    (the only list of names) when help is asked for, so other commands never import it."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from mgit.merge.methods.registry import METHODS
+
+        with formatter.section("Methods (--method; docs/merging.md)"):
+            formatter.write_dl([(name, METHODS[name].summary) for name in sorted(METHODS)])
+        super().format_epilog(ctx, formatter)
+
+
+@click.command("merge", cls=MergeCommand)
 @click.argument("experts", nargs=-1, metavar="REV | EXPERTS...", shell_complete=complete_rev)
-@click.option("--method", help="linear, task_arithmetic, ties, dare_linear, dare_ties, ... (see docs/merging.md)")
+@click.option("--method", help="the merge method (every one is listed below)")
 @branch_merge.side_option("--ours", "HEAD's")
 @branch_merge.side_option("--theirs", "REV's")
 @click.option("--no-ff", is_flag=True, help="merging a branch: a merge commit even when a fast-forward would do")

@@ -23,13 +23,17 @@ else:  # rendering (rich) is imported when the command prints
 
 
 @click.group("remote", invoke_without_command=True)
+@click.option("-v", "--verbose", is_flag=True, help="With each remote its URL, for fetch and push (as git).")
 @click.option("--json", "as_json", is_flag=True, help="List as JSON (schema mgit.remote/1).")
 @click.pass_context
-def cmd_remote(ctx: click.Context, as_json: bool) -> None:
+def cmd_remote(ctx: click.Context, verbose: bool, as_json: bool) -> None:
     """List remotes; `remote add NAME URL`, `remote remove NAME`."""
     state = ctx.ensure_object(CliState)
     if ctx.invoked_subcommand is None and as_json:
         state.echo_json(views.remote_json(state.repo.remotes()))
+    elif ctx.invoked_subcommand is None and verbose:
+        for line in views.remote_verbose(state.repo.remotes()):
+            click.echo(line)
     elif ctx.invoked_subcommand is None:
         state.emit(views.remote_list(state.repo.remotes()))
 
@@ -56,11 +60,26 @@ def cmd_remote_remove(state: CliState, name: str) -> None:
 @click.argument("remote_name", metavar="[REMOTE]", default="origin", shell_complete=complete_remote)
 @click.argument("branch", required=False, shell_complete=complete_branch)
 @click.option("-f", "--force", is_flag=True, help="Move the remote branch even if that discards its commits.")
+@click.option("--all", "all_branches", is_flag=True, help="Push every local branch.")
+@click.option("--tags", is_flag=True, help="Push every tag (with BRANCH, if named).")
+@click.option("-d", "--delete", is_flag=True, help="Delete the remote's branch (or tag) BRANCH.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.transfer/1).")
 @pass_state
-def cmd_push(state: CliState, remote_name: str, branch: str | None, force: bool, as_json: bool) -> None:
-    """Send a branch (default: the current one) and the chunks the remote lacks."""
-    t = state.repo.push(remote_name, branch, force=force)
+def cmd_push(
+    state: CliState,
+    remote_name: str,
+    branch: str | None,
+    force: bool,
+    all_branches: bool,
+    tags: bool,
+    delete: bool,
+    as_json: bool,
+) -> None:
+    """Send a branch (default: the current one) and the chunks the remote lacks; --all every
+    branch, --tags every tag; --delete removes the remote's BRANCH."""
+    if delete and (all_branches or tags):
+        raise click.UsageError("--delete takes one BRANCH, without --all or --tags")
+    t = state.repo.push(remote_name, branch, force=force, all_branches=all_branches, tags=tags, delete=delete)
     if as_json:
         state.echo_json(views.transfer_json("push", remote_name, t))
         return

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from dulwich.object_store import BaseObjectStore, DiskObjectStore
-from dulwich.objects import Blob, Commit, ShaFile, Tree
+from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree
 from dulwich.refs import DiskRefsContainer
 from dulwich.repo import BaseRepo, ParentsProvider, Repo
 from dulwich.walk import Walker
@@ -94,7 +94,7 @@ class Graph:
         again costs no I/O."""
         return sha in self._cache
 
-    def _add(self, obj: Blob | Tree | Commit) -> None:
+    def _add(self, obj: Blob | Tree | Commit | Tag) -> None:
         try:
             self.objects.add_object(obj)
         except OSError as exc:  # a full disk: name where the object was going
@@ -146,6 +146,19 @@ class Graph:
         commit.message = message.encode("utf-8")
         self._add(commit)
         return commit.id.decode()
+
+    def put_tag(self, name: str, commit: str, message: str, tagger: bytes) -> str:
+        """An annotated tag object naming ``commit`` (git's ``tag -a``: tagger, time, message)."""
+        now = int(time.time())
+        tag = Tag()
+        tag.object = (Commit, object_id(commit.encode()))
+        tag.name = name.encode("utf-8")
+        tag.tagger = tagger
+        tag.tag_time = now
+        tag.tag_timezone = -time.timezone if not time.localtime(now).tm_isdst else -time.altzone
+        tag.message = message.encode("utf-8") if message.endswith("\n") else message.encode("utf-8") + b"\n"
+        self._add(tag)
+        return tag.id.decode()
 
     def commit(self, sha: str) -> CommitInfo:
         c = self._get(sha, Commit, "commit")

@@ -19,6 +19,7 @@ from mgit.errors import BadInputError, CorruptObjectError, RefUpdateError, Revis
 from mgit.graph.ids import object_id, ref_name
 from mgit.graph.integrity import REPAIR_HINT, read_reflog_checked
 from mgit.graph.objects import Graph
+from mgit.graph.reflogs import bury, graves, is_grave, prune_empty
 
 HEADS = "refs/heads/"
 TAGS = "refs/tags/"
@@ -135,9 +136,10 @@ class Refs:
         self.refuse_clash(ref)
         self._cas(ref, None, commit, f"branch: created from {commit[:12]}")
 
-    def delete_branch(self, name: str, force: bool = True) -> None:
-        """Delete a branch; ``force=False`` (``branch -d``) refuses one whose commits neither HEAD
-        nor its upstream reaches, as git does."""
+    def delete_branch(self, name: str, force: bool = True) -> str:
+        """Delete a branch (returns the commit it held); ``force=False`` (``branch -d``) refuses
+        one whose commits neither HEAD nor its upstream reaches, as git does. Its reflog is kept
+        (mgit.graph.reflogs)."""
         if name == self.current_branch():
             raise BadInputError(f"cannot delete branch {name!r}: it is checked out; switch to another branch first")
         ref = ref_name(f"{HEADS}{name}".encode())
@@ -148,9 +150,12 @@ class Refs:
                 f"the branch {name!r} is not fully merged; if you are sure you want to delete it, "
                 f"run `mgit branch -D {name}`"
             )
-        self.refs.remove_if_equals(ref, None)
-        # as git does: a deleted branch's reflog goes with it (HEAD's reflog keeps its history)
-        (self.graph.git_dir / "logs" / HEADS / name).unlink(missing_ok=True)
+        tip = self.refs[ref].decode()
+        # unlike git, the reflog is kept (and its commits with it) until `reflog expire`:
+        # a branch that never was HEAD (merge -b --no-checkout) is in no other reflog
+        bury(self.graph.git_dir, name, tip, self.identity, f"branch: deleted {name} (was {tip[:12]})")
+        self.refs.remove_if_equals(ref, object_id(tip.encode()))
+        return tip
 
     def _merged(self, name: str, commit: str) -> bool:
         """Whether HEAD or the branch's upstream (``refs/remotes/R/name``, which push and
@@ -200,11 +205,11 @@ class Refs:
         self.refuse_clash(new_ref)
         logs = self.graph.git_dir / "logs"
         old_log, new_log = logs / old_ref, logs / new_ref
+        if replaced is not None:  # its history is not the renamed one's: kept apart, as a deleted branch's
+            bury(self.graph.git_dir, new, replaced.decode(), self.identity, f"branch: replaced by {old}")
         if old_log.is_file():
             new_log.parent.mkdir(parents=True, exist_ok=True)
             os.replace(old_log, new_log)  # before the new ref moves: its first entry lands after the history
-        else:
-            new_log.unlink(missing_ok=True)  # a replaced branch's history is not the renamed one's
         message = f"Branch: renamed {old_ref} to {new_ref}"
         self._cas(new_ref, replaced.decode() if replaced else None, commit.decode(), message)
         current = self.current_branch() == old
@@ -213,19 +218,32 @@ class Refs:
             self.log_head(commit.decode(), commit.decode(), message)
         self.refs.remove_if_equals(ref_name(old_ref.encode()), commit)
         old_log.unlink(missing_ok=True)
+        prune_empty(old_log, logs / "refs" / "heads")
 
     def remote_branches(self) -> dict[str, str]:
         """Remote-tracking branches: ``origin/main`` → commit (refs/remotes/<remote>/<branch>)."""
         tracking: Iterable[tuple[bytes, bytes]] = self.refs.as_dict(ref_name(REMOTES.encode())).items()
         return {k.decode(): v.decode() for k, v in tracking if not k.endswith(b"/HEAD") and b"/" in k}
 
-    def create_tag(self, name: str, commit: str) -> None:
+    def tag_refs(self) -> dict[str, str]:
+        """Tag name → the id its ref holds: the commit, or an annotated tag's tag object."""
+        return {k.decode(): v.decode() for k, v in self.refs.as_dict(ref_name(TAGS.encode())).items()}
+
+    def tag_message(self, name: str) -> str | None:
+        """An annotated tag's message as given (git ends it with a newline; None: a lightweight tag)."""
+        obj = self.graph.read(self.tag_refs()[name])
+        return obj.message.decode("utf-8", "replace").removesuffix("\n") if isinstance(obj, Tag) else None
+
+    def create_tag(self, name: str, commit: str, message: str | None = None) -> None:
+        """Tag ``commit``: lightweight (the ref holds the commit), or with ``message`` annotated
+        (a git tag object with tagger, time and message, as ``git tag -a``)."""
         check_ref_name(name, "tag")
         ref = ref_name(f"{TAGS}{name}".encode())
         if ref in self.refs:
             raise BadInputError(f"tag {name!r} already exists")
         self.refuse_clash(ref.decode())
-        if not self.refs.add_if_new(ref, object_id(commit.encode())):
+        target = commit if message is None else self.graph.put_tag(name, commit, message, self.identity)
+        if not self.refs.add_if_new(ref, object_id(target.encode())):
             raise BadInputError(f"tag {name!r} already exists")
 
     def delete_tag(self, name: str) -> None:
@@ -352,7 +370,8 @@ def reflog_ref(git_dir: Path, refs: Refs, name: str) -> str:
     """The full ref a reflog name means, as git spells it out: ``HEAD``, then
     ``refs/NAME``, ``refs/tags/NAME``, ``refs/heads/NAME``, ``refs/remotes/NAME`` and
     ``refs/remotes/NAME/HEAD`` (so ``main``, ``v1`` and ``origin/main`` work); the first that
-    is a ref or has a reflog (a deleted branch keeps its reflog). Unknown names are refused."""
+    is a ref or has a reflog; else a deleted branch's kept reflog (mgit.graph.reflogs), the
+    newest. Unknown names are refused."""
     from dulwich.refs import check_ref_format
 
     if name == "HEAD":
@@ -365,6 +384,9 @@ def reflog_ref(git_dir: Path, refs: Refs, name: str) -> str:
             continue
         if ref_name(full.encode()) in present or (Path(git_dir) / "logs" / full).is_file():
             return full
+    kept = graves(git_dir, name.removeprefix(HEADS))
+    if kept:  # a deleted branch: its newest kept reflog
+        return kept[-1]
     raise RevisionError(f"unknown ref {name!r} (a branch, tag, remote-tracking branch such as origin/main, or HEAD)")
 
 
@@ -385,6 +407,10 @@ def expire_reflogs(git_dir: Path, before: float | None) -> int:
             if len(keep) == len(entries):
                 continue
             dropped += len(entries) - len(keep)
+            if not keep and is_grave(path.relative_to(logs).as_posix()):
+                path.unlink()  # a deleted branch's reflog emptied: nothing of it is left to keep
+                prune_empty(path, logs)
+                continue
             tmp = path.with_name(f"{name}.tmp-{os.getpid()}")
             with open(tmp, "wb") as f:
                 for e in keep:

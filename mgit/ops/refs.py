@@ -3,9 +3,42 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mgit.context import Context
+from mgit.errors import BadInputError
 from mgit.graph.refs import reflog_entries
 from mgit.graph.refs import reflog_ref as full_reflog_ref
+from mgit.remote.transfer import ancestors
+
+
+@dataclass(frozen=True)
+class BranchInfo:
+    """A branch as `branch -v` shows it; ``upstream`` (``-vv``): the remote-tracking branch of
+    the same name (``origin``'s first), with the commits only one side has."""
+
+    name: str
+    commit: str
+    subject: str
+    upstream: str | None = None
+    ahead: int = 0
+    behind: int = 0
+
+
+def branch_info(ctx: Context, upstreams: bool = False) -> list[BranchInfo]:
+    """Every local branch with its tip's subject (``upstreams``: and how it stands to its
+    upstream, counted over the commits held here)."""
+    tracking = ctx.refs.remote_branches()
+    out = []
+    for name, commit in sorted(ctx.refs.branches().items()):
+        subject = ctx.graph.commit(commit).summary
+        mates = sorted((t for t in tracking if t.partition("/")[2] == name), key=lambda t: (t != f"origin/{name}", t))
+        if not upstreams or not mates:
+            out.append(BranchInfo(name, commit, subject))
+            continue
+        ours, theirs = ancestors(ctx.graph, commit), ancestors(ctx.graph, tracking[mates[0]])
+        out.append(BranchInfo(name, commit, subject, mates[0], len(ours - theirs), len(theirs - ours)))
+    return out
 
 
 def create_branch(ctx: Context, name: str, rev: str = "HEAD", force: bool = False) -> None:
@@ -18,11 +51,13 @@ def create_branch(ctx: Context, name: str, rev: str = "HEAD", force: bool = Fals
             ctx.refs.create_branch(name, ctx.refs.resolve(rev))
 
 
-def delete_branch(ctx: Context, name: str, force: bool = True) -> None:
-    """Delete a branch; ``force=False`` refuses one not merged into HEAD or its upstream
-    (``mgit branch -d``; ``-D`` forces)."""
+def delete_branch(ctx: Context, name: str, force: bool = True) -> str:
+    """Delete a branch, returning the commit it held; ``force=False`` refuses one not merged
+    into HEAD or its upstream (``mgit branch -d``; ``-D`` forces). Its reflog is kept, so
+    ``NAME@{1}`` and its commits stay until ``reflog expire`` (``mgit branch NAME NAME@{1}``
+    brings it back)."""
     with ctx.lock:
-        ctx.refs.delete_branch(name, force=force)
+        return ctx.refs.delete_branch(name, force=force)
 
 
 def rename_branch(ctx: Context, old: str, new: str, force: bool = False) -> None:
@@ -32,9 +67,18 @@ def rename_branch(ctx: Context, old: str, new: str, force: bool = False) -> None
         ctx.refs.rename_branch(old, new, force=force)
 
 
-def tag(ctx: Context, name: str, rev: str = "HEAD") -> None:
+def tag(ctx: Context, name: str, rev: str = "HEAD", message: str | None = None) -> None:
+    """Tag ``rev``; with ``message``, an annotated tag (``tag -a NAME -m MSG``: a git tag
+    object, which every revision lookup peels to its commit)."""
+    if message is not None and not message.strip():
+        raise BadInputError("empty tag message; pass -m MESSAGE")
     with ctx.lock:
-        ctx.refs.create_tag(name, ctx.refs.resolve(rev))
+        ctx.refs.create_tag(name, ctx.refs.resolve(rev), message)
+
+
+def tag_messages(ctx: Context) -> dict[str, str | None]:
+    """Each tag's message: an annotated tag's own, None for a lightweight one."""
+    return {name: ctx.refs.tag_message(name) for name in ctx.refs.tag_refs()}
 
 
 def delete_tag(ctx: Context, name: str) -> None:

@@ -64,55 +64,69 @@ def add(ctx: Context, paths: Iterable[str | os.PathLike[str]] = (".",), base: st
     parents = parent_lookup(ctx, ctx.snapshot(base) if base else ctx.head_snapshot())
     with ctx.writing():
         index = ctx.index()
-        ignorer = Ignorer(ctx.root)
-        todo: dict[str, os.stat_result] = {}
-        special: list[str] = []  # FIFOs, sockets, devices: never read
-        for p in paths:
-            rel = ctx.relpath(p)
-            full = ctx.root / rel
-            known = under(index.entries, rel)
-            if not full.exists():
-                if not known:
-                    raise BadInputError(f"pathspec {str(p)!r} did not match any files")
-                found = {}
-            elif full.is_file() and ignorer.is_ignored(rel):
-                raise BadInputError(f"{rel} is ignored by .mgitignore; remove the pattern to track it")
-            else:
-                found = walk(ctx.root, rel, ignorer, special, tracked=index.entries)
-            _refuse_special([r for r in special if r == rel or r in index.entries])
-            for r in known:
-                # A sparse file missing from disk is taken as not checked out (a checkout may
-                # have been interrupted): only `mgit rm` drops tensors a sparse checkout holds.
-                held = index.entries[r]
-                if r not in found and not held.skip_worktree and not held.projection:
-                    del index.entries[r]
-                    result.removed.append(r)
-            for r, st in found.items():
-                ie = index.entries.get(r)
-                if ie is None or not ie.matches(st):
-                    todo[validate_path(r)] = st
-        total = sum(st.st_size for st in todo.values())
-        since = index.read_clock(todo.values()) if todo else None  # before the files are read, their stats taken
-        with byte_progress("add", total) as bar:
-            ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parents)
-            for rel, st in sorted(todo.items()):
-                # Unchanged chunks dedup inside the store, so re-ingesting a touched but
-                # unchanged file writes nothing new and yields the same entry.
-                got = ingestor.file(ctx.root / rel, rel)
-                after = _unchanged_since(ctx.root / rel, rel, st)
-                old = index.entries.get(rel)
-                entry, stats = got, records.put_file_stats(ctx.graph, ingestor.file_stats)
-                if old is not None and old.projection and got.kind == "safetensors":
-                    entry, stats = _unproject(ctx, rel, old, got, stats)
-                projection = got.oid if entry != got else None
-                index.set(rel, entry, after, stats, projection, since)
-                if old is None or old.entry != entry:
-                    result.added.append(rel)
+        ingestor = stage_into(ctx, index, paths, parents, result)
         ctx.store.seal()  # chunks become visible before anything refers to them
         index.save()
     s = ingestor.stats
     result.logical_bytes, result.stored_bytes, result.new_chunks = s.logical_bytes, s.stored_bytes, s.new_chunks
     return result
+
+
+def stage_into(
+    ctx: Context,
+    index: Index,
+    paths: Iterable[str | os.PathLike[str]],
+    parents: Callable[[str], dict[str, Any]],
+    result: AddResult,
+) -> Ingestor:
+    """``add``'s work on ``index`` (not saved here: stash stages into a copy): each path's new,
+    changed and deleted files, the changed ones ingested (chunks written to the store, left
+    for the caller to seal). Returns the ingestor, whose stats say what was read and stored."""
+    ignorer = Ignorer(ctx.root)
+    todo: dict[str, os.stat_result] = {}
+    special: list[str] = []  # FIFOs, sockets, devices: never read
+    for p in paths:
+        rel = ctx.relpath(p)
+        full = ctx.root / rel
+        known = under(index.entries, rel)
+        if not full.exists():
+            if not known:
+                raise BadInputError(f"pathspec {str(p)!r} did not match any files")
+            found = {}
+        elif full.is_file() and not known and ignorer.is_ignored(rel):  # tracked files are never ignored, as in git
+            raise BadInputError(f"{rel} is ignored by .mgitignore; remove the pattern to track it")
+        else:
+            found = walk(ctx.root, rel, ignorer, special, tracked=index.entries)
+        _refuse_special([r for r in special if r == rel or r in index.entries])
+        for r in known:
+            # A sparse file missing from disk is taken as not checked out (a checkout may
+            # have been interrupted): only `mgit rm` drops tensors a sparse checkout holds.
+            held = index.entries[r]
+            if r not in found and not held.skip_worktree and not held.projection:
+                del index.entries[r]
+                result.removed.append(r)
+        for r, st in found.items():
+            ie = index.entries.get(r)
+            if ie is None or not ie.matches(st):
+                todo[validate_path(r)] = st
+    total = sum(st.st_size for st in todo.values())
+    since = index.read_clock(todo.values()) if todo else None  # before the files are read, their stats taken
+    with byte_progress("add", total) as bar:
+        ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parents)
+        for rel, st in sorted(todo.items()):
+            # Unchanged chunks dedup inside the store, so re-ingesting a touched but
+            # unchanged file writes nothing new and yields the same entry.
+            got = ingestor.file(ctx.root / rel, rel)
+            after = _unchanged_since(ctx.root / rel, rel, st)
+            old = index.entries.get(rel)
+            entry, stats = got, records.put_file_stats(ctx.graph, ingestor.file_stats)
+            if old is not None and old.projection and got.kind == "safetensors":
+                entry, stats = _unproject(ctx, rel, old, got, stats)
+            projection = got.oid if entry != got else None
+            index.set(rel, entry, after, stats, projection, since)
+            if old is None or old.entry != entry:
+                result.added.append(rel)
+    return ingestor
 
 
 def _unproject(ctx: Context, rel: str, old: IndexEntry, got: Entry, stats: str | None) -> tuple[Entry, str | None]:
@@ -176,13 +190,18 @@ def _commit_index(ctx: Context, message: str, allow_empty: bool) -> str:
             # compared as files, not trees: HEAD's tree also holds its own stats record,
             # which a commit of the same files would drop (a commit of nothing)
             raise MgitError("nothing to commit: the index matches HEAD (stage changes with `mgit add`)")
-        stats = {
-            p: records.file_stats(ctx.graph, ie.stats)
-            for p, ie in index.entries.items()
-            if ie.stats and ie.entry != head_snap.get(p)
-        }
-        tree = write_snapshot(ctx.graph, index.snapshot(), records.stats_entries(ctx.graph, stats))
-        return _commit_tree(ctx, tree, head, message, allow_empty)
+        return _commit_tree(ctx, index_tree(ctx, index, head_snap), head, message, allow_empty)
+
+
+def index_tree(ctx: Context, index: Index, head_snap: Snapshot) -> str:
+    """The root tree of what ``index`` stages, with the statistics of the files that differ
+    from ``head_snap`` (the commit's ``.mgit-stats`` record)."""
+    stats = {
+        p: records.file_stats(ctx.graph, ie.stats)
+        for p, ie in index.entries.items()
+        if ie.stats and ie.entry != head_snap.get(p)
+    }
+    return write_snapshot(ctx.graph, index.snapshot(), records.stats_entries(ctx.graph, stats))
 
 
 def parent_lookup(ctx: Context, snap: Snapshot) -> Callable[[str], dict[str, Any]]:

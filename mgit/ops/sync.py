@@ -23,25 +23,118 @@ from mgit.worktree.cost import checkout_budget
 from mgit.worktree.sparse import make_patterns
 
 
-def push(ctx: Context, remote: str = "origin", branch: str | None = None, force: bool = False) -> Transfer:
-    """Send ``branch`` (default: the current one) and what it needs; move the remote's branch."""
-    branch = branch or ctx.refs.current_branch()
-    if branch is None:
-        raise BadInputError("HEAD is detached: name the branch to push")
-    tags = ctx.refs.tags()
-    ref = f"refs/tags/{branch}" if branch in tags and branch not in ctx.refs.branches() else f"refs/heads/{branch}"
-    commit = ctx.refs.resolve(branch)
+def push(
+    ctx: Context,
+    remote: str = "origin",
+    branch: str | None = None,
+    force: bool = False,
+    *,
+    all_branches: bool = False,
+    tags: bool = False,
+    delete: bool = False,
+) -> Transfer:
+    """Send ``branch`` (default: the current one; a tag's name pushes the tag) and what it
+    needs; move the remote's ref. ``all_branches`` (``--all``): every local branch; ``tags``
+    (``--tags``): every tag (an annotated one as its tag object), with ``branch`` if named;
+    ``delete`` (``--delete``): delete the remote's branch or tag ``branch`` instead (by
+    compare-and-swap; not the remote's default branch unless ``force``). Of several refs, each
+    is pushed on its own: a rejected one (not a fast-forward, a tag that exists there) is
+    named after the others are pushed."""
+    if delete:
+        return _push_delete(ctx, remote, branch, force)
+    wanted = _refs_to_push(ctx, branch, all_branches, tags)
     backend = remotes.backend(ctx, remote, create=True)
+    report, rejected = Transfer(), []
     try:
         with ctx.lock:
-            plan = plan_push(ctx.graph, ctx.store, backend, commit, ref, force)
-            with byte_progress("push", plan.chunk_bytes) as bar:
-                report = send(ctx.graph, ctx.store, backend, plan, bar)
-            track(ctx, remote, {ref: commit}, "push")
-            _push_sketches(ctx, backend, commit, report)
+            for ref, value in wanted:
+                try:
+                    plan = plan_push(ctx.graph, ctx.store, backend, value, ref, force)
+                except NonFastForwardError as exc:
+                    if len(wanted) == 1:
+                        raise
+                    rejected.append(f"{ref} ({exc})")
+                    continue
+                with byte_progress("push", plan.chunk_bytes) as bar:
+                    sent = send(ctx.graph, ctx.store, backend, plan, bar)
+                _gather(report, sent)
+                track(ctx, remote, {ref: value}, "push")
+                if ref.startswith("refs/heads/"):
+                    _push_sketches(ctx, backend, value, report)
     finally:
         backend.close()  # a working repository as the remote: release its lock, even after a failure
+    if rejected:
+        raise NonFastForwardError(f"rejected {'; '.join(rejected)}; the other refs were pushed")
     return report
+
+
+def _refs_to_push(ctx: Context, branch: str | None, all_branches: bool, tags: bool) -> list[tuple[str, str]]:
+    """(remote ref, the id it should hold) for each ref a push sends."""
+    if all_branches and (branch is not None or tags):
+        raise BadInputError("push --all sends every branch: name no branch, and push --tags apart")
+    if all_branches:
+        heads = ctx.refs.branches()
+        if not heads:
+            raise BadInputError("push --all: there is no branch yet (make a first commit)")
+        return [(f"refs/heads/{b}", c) for b, c in sorted(heads.items())]
+    wanted = []
+    if branch is not None or not tags:
+        branch = branch or ctx.refs.current_branch()
+        if branch is None:
+            raise BadInputError("HEAD is detached: name the branch to push")
+        tag_refs = ctx.refs.tag_refs()
+        if branch in tag_refs and branch not in ctx.refs.branches():
+            wanted.append((f"refs/tags/{branch}", tag_refs[branch]))
+        else:
+            wanted.append((f"refs/heads/{branch}", ctx.refs.resolve(branch)))
+    if tags:
+        wanted += [(f"refs/tags/{t}", v) for t, v in sorted(ctx.refs.tag_refs().items())]
+    return list(dict(wanted).items())
+
+
+def _gather(report: Transfer, sent: Transfer) -> None:
+    """Add what one ref's push moved to the whole push's report."""
+    report.add(sent.objects, sent.chunks, sent.bytes)
+    report.present_objects += sent.present_objects
+    report.present_chunks += sent.present_chunks
+    report.refs.update(sent.refs)
+
+
+def _push_delete(ctx: Context, remote: str, name: str | None, force: bool) -> Transfer:
+    """``push --delete NAME``: the remote's branch (else tag) NAME goes, by compare-and-swap
+    from the value just read; its remote-tracking branch here goes too, as git's."""
+    if name is None:
+        raise BadInputError("push --delete needs the branch or tag to delete")
+    backend = remotes.backend(ctx, remote)
+    report = Transfer()
+    try:
+        with ctx.lock:
+            theirs = backend.refs()
+            ref = next((r for r in (f"refs/heads/{name}", f"refs/tags/{name}", name) if r in theirs), None)
+            if ref is None:
+                raise RemoteError(f"cannot delete {name!r}: the remote {remote!r} has no such branch or tag")
+            if ref == f"refs/heads/{backend.head()}" and not force:
+                raise BadInputError(
+                    f"refusing to delete {name}, the remote's default branch (a clone checks it out); "
+                    f"push --delete --force {name} deletes it anyway"
+                )
+            backend.check_push(ref)
+            if not backend.swap_ref(ref, theirs[ref], None):
+                raise NonFastForwardError(f"the remote's {ref} moved while deleting it; nothing was deleted")
+            report.deleted[ref] = theirs[ref]
+            untrack(ctx, remote, ref)
+    finally:
+        backend.close()
+    return report
+
+
+def untrack(ctx: Context, remote: str, ref: str) -> None:
+    """Forget the remote-tracking branch of a branch the remote no longer has (ref and reflog)."""
+    local = remotes.tracking_ref(remote, ref)
+    if local is None or not local.startswith(TRACKING):
+        return
+    ctx.graph.repo.refs.remove_if_equals(ref_name(local.encode()), None)
+    (ctx.git_dir / "logs" / local).unlink(missing_ok=True)
 
 
 def _push_sketches(ctx: Context, backend: Backend, commit: str, report: Transfer) -> None:

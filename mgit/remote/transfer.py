@@ -52,6 +52,7 @@ class Transfer:
     present_objects: int = 0  # reachable but already on the other side
     present_chunks: int = 0
     refs: dict[str, tuple[str | None, str]] = field(default_factory=dict)  # ref → (old, new)
+    deleted: dict[str, str] = field(default_factory=dict)  # ref → its value before (push --delete)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, objects: int, chunks: int, size: int) -> None:
@@ -116,10 +117,13 @@ class PushPlan:
 
 
 def plan_push(graph: Graph, store: ChunkStore, backend: Backend, commit: str, ref: str, force: bool) -> PushPlan:
-    """What pushing ``commit`` to ``ref`` sends (asks the remote, sends nothing)."""
+    """What pushing ``commit`` (for a tag, also a tag object) to ``ref`` sends (asks the
+    remote, sends nothing). A branch moves by fast-forward, a tag only to where it is."""
     backend.check_push(ref)
     refs = backend.refs()
     old = refs.get(ref)
+    if old is not None and old != commit and not force and ref.startswith("refs/tags/"):
+        raise NonFastForwardError(f"the remote's {ref} exists and names another object (a tag moves only with --force)")
     if old is not None and old != commit and not force and not (graph.has(old) and is_ancestor(graph, old, commit)):
         raise NonFastForwardError(
             f"the remote's {ref} has commits this branch lacks (not a fast-forward); "

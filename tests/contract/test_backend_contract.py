@@ -111,12 +111,12 @@ def test_refs_move_by_compare_and_swap(remote):
     assert backend.swap_ref("refs/heads/x", b, None) and "refs/heads/x" not in backend.refs()
 
 
-def _race(remote: Remote, ref: str, old: str | None, news: list[str]) -> list[str]:
+def _race(remote: Remote, ref: str, old: str | None, news: list[str | None]) -> list[str | None]:
     """Every client swaps ``ref`` from ``old`` to its own value at once; the values that won."""
     clients = [remote.reopen() for _ in news]
     start, won, errors = threading.Barrier(len(news)), [], []
 
-    def swap(client, new: str) -> None:
+    def swap(client, new: str | None) -> None:
         try:
             start.wait()
             if client.swap_ref(ref, old, new):
@@ -139,6 +139,45 @@ def test_of_concurrent_swaps_exactly_one_wins(remote):
     assert len(won) == 1 and remote.reopen().refs()["refs/heads/main"] == won[0]
     again = _race(remote, "refs/heads/main", won[0], ids[6:])  # moving it
     assert len(again) == 1 and remote.reopen().refs()["refs/heads/main"] == again[0]
+
+
+def test_a_ref_is_deleted_only_from_the_value_it_holds(remote):
+    """Deleting a ref (push --delete) is a compare-and-swap to "absent": refused, the ref kept,
+    when it holds another value or is gone already; a deleted branch or tag can be made again."""
+    a, b = put_commits(remote.backend, 2)
+    for ref in ("refs/heads/topic", "refs/tags/v1"):
+        assert remote.backend.swap_ref(ref, None, a)
+        assert not remote.reopen().swap_ref(ref, b, None) and remote.reopen().refs()[ref] == a
+        assert remote.reopen().swap_ref(ref, a, None) and ref not in remote.reopen().refs()
+        assert not remote.reopen().swap_ref(ref, a, None)  # gone already
+        assert remote.backend.swap_ref(ref, None, b) and remote.reopen().refs()[ref] == b
+
+
+def test_of_a_concurrent_delete_and_moves_exactly_one_wins(remote):
+    ids = put_commits(remote.backend, 6)
+    assert remote.backend.swap_ref("refs/heads/main", None, ids[0])
+    won = _race(remote, "refs/heads/main", ids[0], [None, *ids[1:]])
+    assert len(won) == 1
+    assert remote.reopen().refs().get("refs/heads/main") == won[0]  # None: deleted, absent
+
+
+def test_push_delete_removes_the_remote_branch(remote, tmp_path):
+    """`mgit push --delete` through each backend a repository can name by URL."""
+    if remote.kind == "memory":
+        pytest.skip("a memory remote has no URL a repository can name")
+    repo = Repository.init(tmp_path / "work")
+    head = commit_model(repo, llama_state_dict(SMALL), "base")
+    repo.remote_add("origin", remote.backend.url)
+    repo.push()
+    repo.create_branch("exp")
+    repo.push("origin", "exp")
+    assert set(remote.reopen().refs()) == {"refs/heads/main", "refs/heads/exp"}
+    report = repo.push("origin", "exp", delete=True)
+    assert report.deleted == {"refs/heads/exp": head} and remote.reopen().refs() == {"refs/heads/main": head}
+    with pytest.raises(MgitError, match="default branch"):
+        repo.push("origin", "main", delete=True)
+    assert remote.reopen().refs() == {"refs/heads/main": head}
+    repo.close()
 
 
 def test_a_put_interrupted_part_way_leaves_nothing_visible(remote):

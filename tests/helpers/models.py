@@ -48,6 +48,14 @@ class LlamaSpec:
     vocab: int = 320
 
 
+SMALL = LlamaSpec(layers=2, hidden=32, intermediate=64, vocab=64)  # seconds-fast tests of whole commands
+
+
+def small_state_dict(seed: int = 0) -> dict:
+    """A llama state dict of the SMALL shape (2 layers, hidden 32), weights seeded by ``seed``."""
+    return llama_state_dict(SMALL, seed=seed)
+
+
 def llama_state_dict(spec: LlamaSpec = LlamaSpec(), seed: int = 0, dtype: torch.dtype = torch.bfloat16):
     """A small llama-shaped state dict with weights N(0, 0.02) and unit norms."""
     g = torch.Generator().manual_seed(seed)

@@ -304,3 +304,11 @@ def no_reflog(full: str, name: str) -> str:
     if full.startswith("refs/tags/"):
         return f"{full} has no reflog: tags keep none (as in git); `mgit show {name}` shows it"
     return f"{full} has no reflog entries yet"
+
+
+def deleted_branch_note(name: str, full: str) -> str:
+    """Where a deleted branch's reflog is kept, and how to get the branch back."""
+    return (
+        f"branch {name} was deleted; its reflog is kept as {full} until `mgit reflog expire` "
+        f"(`mgit branch {name} {name}@{{1}}` restores it)"
+    )

@@ -10,6 +10,7 @@ from rich.markup import escape
 from mgit.cli.views import Printout, document
 
 if TYPE_CHECKING:
+    from mgit.ops.stash import StashEntry
     from mgit.repo import AddResult
     from mgit.worktree.sparse import SparseSummary
     from mgit.worktree.status import FileStatus, Status
@@ -153,4 +154,30 @@ def status_short(st: Status) -> Printout:
         p.out(f"{''.join(codes[path])} {quote_path(path)}", markup=False)
     for path in sorted(st.untracked, key=lambda x: x.encode("utf-8", "surrogateescape")):
         p.out(f"?? {quote_path(path)}", markup=False)
+    return p
+
+
+def config_json(found: list[tuple[str, str, str]]) -> dict:
+    """``scope``: ``git`` (git's own files), ``global`` (the user's mgit file), ``local``."""
+    return document("mgit.config/1", {"entries": [{"scope": w, "key": k, "value": v} for w, k, v in found]})
+
+
+def config_list(found: list[tuple[str, str, str]]) -> Printout:
+    """`config --list`: key=value lines, lowest precedence first (the last of a key wins), as git."""
+    p = Printout()
+    for _, key, value in found:
+        p.out(f"{key}={value}", markup=False)
+    return p
+
+
+def stash_json(entries: list[StashEntry]) -> dict:
+    """``entries``, newest first: ``name`` (``stash@{N}``), ``commit``, ``message``."""
+    listed = [{"name": f"stash@{{{e.position}}}", "commit": e.commit, "message": e.message} for e in entries]
+    return document("mgit.stash/1", {"entries": listed})
+
+
+def stash_list(entries: list[StashEntry]) -> Printout:
+    p = Printout()
+    for e in entries:
+        p.out(f"stash@{{{e.position}}}: {e.message}", markup=False)
     return p

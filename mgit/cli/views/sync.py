@@ -23,8 +23,14 @@ def remote_json(remotes: dict[str, str]) -> dict:
 def remote_list(remotes: dict[str, str]) -> Printout:
     p = Printout()
     for name, url in sorted(remotes.items()):
-        p.out(f"{name}\t{url}")
+        p.out(f"{name}\t{url}", markup=False)
     return p
+
+
+def remote_verbose(remotes: dict[str, str]) -> list[str]:
+    """`remote -v`: each remote's URL, for fetch and for push, tab-separated as git prints them
+    (plain lines: rich would expand the tab)."""
+    return [f"{name}\t{url} ({use})" for name, url in sorted(remotes.items()) for use in ("fetch", "push")]
 
 
 def transfer_payload(kind: str, remote: str, t: Transfer) -> dict:
@@ -36,7 +42,10 @@ def transfer_payload(kind: str, remote: str, t: Transfer) -> dict:
         "bytes": t.bytes,
         "present_objects": t.present_objects,
         "present_chunks": t.present_chunks,
-        "refs": {r: {"old": old, "new": new} for r, (old, new) in sorted(t.refs.items())},
+        "refs": {
+            r: {"old": old, "new": new}
+            for r, (old, new) in sorted([*t.refs.items(), *((r, (old, None)) for r, old in t.deleted.items())])
+        },
     }
 
 
@@ -58,10 +67,13 @@ def transfer_line(verb: str, t: Transfer) -> str:
 
 def push_text(remote: str, t: Transfer) -> Printout:
     p = Printout()
-    p.err(transfer_line("sent", t))
+    if t.refs or not t.deleted:
+        p.err(transfer_line("sent", t))
     for ref, (old, new) in t.refs.items():
         what = "up to date" if old == new else f"{(old or '(new)')[:12]} → {new[:12]}"
         p.err(f"{remote} {ref.removeprefix('refs/heads/')}: {what}")
+    for ref, old in t.deleted.items():
+        p.err(f"{remote} {ref.removeprefix('refs/heads/')}: deleted (was {old[:12]})")
     return p
 
 

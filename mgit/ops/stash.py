@@ -1,0 +1,245 @@
+"""`stash`: set the working-tree changes aside as commits, as git does, and bring them back.
+
+A stash entry is two commits made with the normal add machinery (changed tensors become
+chunks, deduplicated and delta-encoded against HEAD like any add): ``I``, the index, on
+HEAD; ``W``, the tracked working files, with parents ``[HEAD, I]``. ``refs/stash`` names the
+newest ``W`` and its reflog (``logs/refs/stash``) every entry, newest first: ``stash@{N}``
+(docs/format.md §11.5); both are gc roots. Untracked files are left where they are.
+
+Applying an entry writes ``W``'s files back, byte for byte, where HEAD still holds what the
+stash's base held at every path the stash changed (HEAD unmoved, or moved only elsewhere);
+otherwise it refuses in one line: a three-way merge of a stash onto a moved HEAD is not done
+here. The index gets git's treatment: what was staged becomes an unstaged change, except new
+files, which stay added; with ``index=True`` (``--index``) the index is restored exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from dulwich.reflog import format_reflog_line
+
+from mgit.context import Context
+from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, RefUpdateError
+from mgit.graph import records
+from mgit.graph.ids import object_id, ref_name
+from mgit.graph.records import Triples
+from mgit.graph.refs import reflog_entries
+from mgit.graph.snapshot import Entry, Snapshot
+from mgit.ops import checkout, reset, stage, workfiles
+from mgit.ops.workfiles import CheckoutResult
+from mgit.worktree.index import Index, IndexEntry
+from mgit.worktree.journal import Journal, Write
+from mgit.worktree.sparse import load_patterns
+
+STASH = "refs/stash"
+ZERO = "0" * 40
+
+
+@dataclass(frozen=True)
+class StashEntry:
+    """``stash@{position}``: the ``commit`` (W) and its reflog message."""
+
+    position: int
+    commit: str
+    message: str
+
+
+def stash_list(ctx: Context) -> list[StashEntry]:
+    """Every stash entry, newest first (``stash@{0}`` first)."""
+    entries = reflog_entries(ctx.git_dir, STASH)
+    return [
+        StashEntry(n, e.new_sha.decode(), e.message.decode("utf-8", "replace")) for n, e in enumerate(reversed(entries))
+    ]
+
+
+def stash(ctx: Context, message: str | None = None) -> str | None:
+    """``stash push``: record the staged and unstaged changes of tracked files as a new stash
+    entry, then reset the index and working tree to HEAD (untracked files stay). Returns the
+    entry's commit, or None when there is nothing to stash (as git: "No local changes to save")."""
+    with ctx.writing():
+        head = ctx.refs.head()
+        if head is None:
+            raise BadInputError("nothing to stash before the first commit (commit something first)")
+        index = ctx.index()
+        head_snap = ctx.head_snapshot()
+        worked = Index(index.path, dict(index.entries))  # staged into a copy: the index stays as it is
+        stage.stage_into(ctx, worked, list(index.entries), stage.parent_lookup(ctx, head_snap), stage.AddResult())
+        if index.snapshot() == head_snap and worked.snapshot() == head_snap:
+            return None
+        ctx.store.seal()  # chunks are visible before any commit names them
+        branch = ctx.refs.current_branch() or "(no branch)"
+        info = ctx.graph.commit(head)
+        where = f"{branch}: {head[:12]} {info.summary}"
+        who = ctx.identity()
+        on_index = ctx.graph.put_commit(stage.index_tree(ctx, index, head_snap), [head], f"index on {where}", who, who)
+        text = f"On {branch}: {message.strip()}" if message and message.strip() else f"WIP on {where}"
+        made = ctx.graph.put_commit(stage.index_tree(ctx, worked, head_snap), [head, on_index], text, who, who)
+        old = stash_list(ctx)
+        _move_stash(ctx, old[0].commit if old else None, made, text)
+        reset.reset(ctx, "HEAD", mode="hard")  # journaled: a killed reset is finished, the entry already kept
+        return made
+
+
+def stash_apply(ctx: Context, position: int = 0, index: bool = False) -> CheckoutResult:
+    """Bring ``stash@{position}`` back into the working tree (and with ``index``, the index
+    exactly as it was); the entry stays. Refused, changing nothing: HEAD changed a path the
+    stash changed since it was made (no three-way merge here), or local changes in the way."""
+    with ctx.writing():
+        entry = _entry(ctx, position)
+        made = ctx.graph.commit(entry.commit)
+        if len(made.parents) < 2:
+            raise MgitError(f"stash@{{{position}}} ({entry.commit[:12]}) is not a stash commit")
+        base, on_index = ctx.snapshot(made.parents[0]), ctx.snapshot(made.parents[1])
+        work = ctx.snapshot(entry.commit)
+        changed = sorted(p for p in {*base, *on_index, *work} if not base.get(p) == on_index.get(p) == work.get(p))
+        head_snap = ctx.head_snapshot()
+        moved = [p for p in changed if head_snap.get(p) != base.get(p)]
+        if moved:
+            raise MgitError(
+                f"HEAD changed {_listed(moved)} since stash@{{{position}}} was made on {made.parents[0][:12]}; "
+                f"a stash is applied only where HEAD still holds its base (check out {made.parents[0][:12]} "
+                "to apply it there); the stash is kept"
+            )
+        current = ctx.index()
+        _refuse_local_changes(ctx, current, head_snap, changed, position)
+        patterns = load_patterns(ctx.git_dir)
+        forms = {p: workfiles.form(ctx, work[p], p, patterns) for p in changed if p in work}
+        plan = Journal(
+            "stash apply",
+            f"stash@{{{position}}}",
+            entry.commit,
+            writes={p: Write(work[p], f.entry, f.written) for p, f in forms.items()},
+            removes=[p for p in changed if p not in work],
+        )
+        result = CheckoutResult(entry.commit)
+        checkout.write_files(ctx, current, {p: work[p] for p in forms}, result, forms=forms, plan=plan)
+        workfiles.complete(ctx, plan, current, result)  # the files are back; now what the index stages
+        work_stats = records.read_stats(ctx.graph, made.tree)
+        index_stats = records.read_stats(ctx.graph, ctx.graph.commit(made.parents[1]).tree)
+        for p in changed:
+            staged = on_index.get(p) if index else _git_staged(p, base, on_index, work)
+            stats = (
+                work_stats.get(p)
+                if staged == work.get(p)
+                else index_stats.get(p)
+                if staged == on_index.get(p)
+                else None
+            )
+            _stage(ctx, current, p, staged, work.get(p), stats)
+        current.save()
+        return result
+
+
+def stash_drop(ctx: Context, position: int = 0) -> str:
+    """Forget ``stash@{position}`` (its commits stay until gc finds nothing else keeps them);
+    returns its commit. ``refs/stash`` moves to the next newest, or goes with the last one."""
+    with ctx.lock:
+        entry = _entry(ctx, position)
+        path = ctx.git_dir / "logs" / STASH
+        kept = [e for n, e in enumerate(reversed(reflog_entries(ctx.git_dir, STASH))) if n != position][::-1]
+        refs, name = ctx.graph.repo.refs, ref_name(STASH.encode())
+        if not kept:
+            refs.remove_if_equals(name, object_id(entry.commit.encode()))
+            path.unlink(missing_ok=True)
+            return entry.commit
+        lines = []
+        for i, e in enumerate(kept):  # each entry's old is the one before it, as git rewrites them
+            old = kept[i - 1].new_sha if i else ZERO.encode()
+            lines.append(format_reflog_line(old, e.new_sha, e.committer, e.timestamp, e.timezone, e.message))
+        _rewrite(path, lines)
+        newest = object_id(kept[-1].new_sha)
+        if position == 0 and not refs.set_if_equals(name, object_id(entry.commit.encode()), newest):
+            raise RefUpdateError(f"{STASH} moved while this command ran; run it again")
+        return entry.commit
+
+
+def stash_pop(ctx: Context, position: int = 0, index: bool = False) -> CheckoutResult:
+    """``stash pop``: apply ``stash@{position}``, then drop it (a refused apply keeps it)."""
+    with ctx.lock:
+        result = stash_apply(ctx, position, index)
+        stash_drop(ctx, position)
+        return result
+
+
+def _entry(ctx: Context, position: int) -> StashEntry:
+    entries = stash_list(ctx)
+    if not entries:
+        raise BadInputError("no stash entries (make one with `mgit stash`)")
+    if not 0 <= position < len(entries):
+        raise BadInputError(f"stash@{{{position}}} does not exist: there are {len(entries)} stash entries")
+    return entries[position]
+
+
+def _move_stash(ctx: Context, old: str | None, new: str, message: str) -> None:
+    """``refs/stash`` to the new entry, logged (the entry is its reflog line)."""
+    refs, name = ctx.graph.repo.refs, ref_name(STASH.encode())
+    who = ctx.identity()
+    if old is None:
+        ok = refs.add_if_new(name, object_id(new.encode()), committer=who, message=message.encode())
+    else:
+        ok = refs.set_if_equals(
+            name, object_id(old.encode()), object_id(new.encode()), committer=who, message=message.encode()
+        )
+    if not ok:
+        raise RefUpdateError(f"{STASH} moved while this command ran; nothing was stashed, run it again")
+
+
+def _refuse_local_changes(ctx: Context, index: Index, head_snap: Snapshot, changed: list[str], position: int) -> None:
+    """Uncommitted changes (or an untracked file) at a path the stash writes would be lost."""
+    dirty = []
+    for p in sorted(changed):
+        ie, path = index.entries.get(p), ctx.root / p
+        if ie is None:
+            if os.path.lexists(path):
+                dirty.append(p)
+        elif ie.entry != head_snap.get(p):
+            dirty.append(p)
+        elif path.is_file() and not workfiles.clean(ctx, p, ie.worktree, index):
+            dirty.append(p)
+        elif not path.exists() and not ie.skip_worktree:
+            dirty.append(p)
+    if dirty:
+        raise DirtyWorktreeError(
+            f"applying stash@{{{position}}} would overwrite local changes in {_listed(dirty)}; "
+            "commit or stash them first (the stash is kept)"
+        )
+
+
+def _git_staged(p: str, base: Snapshot, on_index: Snapshot, work: Snapshot) -> Entry | None:
+    """What git's stash apply (without --index) stages at ``p``: the base's entry (a staged
+    change becomes an unstaged one), except a file new in the stash's index, which stays
+    added with its working content."""
+    if p not in base and p in on_index and p in work:
+        return work[p]
+    return base.get(p)
+
+
+def _stage(
+    ctx: Context, index: Index, p: str, staged: Entry | None, worked: Entry | None, stats: Triples | None
+) -> None:
+    """Set the index entry at ``p`` to ``staged``: written just now (``worked`` equal), its stat
+    stays; otherwise without one, so the next status compares the file's content."""
+    if staged is None:
+        index.entries.pop(p, None)
+        return
+    blob = records.put_file_stats(ctx.graph, stats) if stats else None
+    held = index.entries.get(p)
+    if held is not None and staged == worked and held.entry == staged:
+        index.entries[p] = replace(held, stats=blob)
+        return
+    index.entries[p] = IndexEntry(staged, stats=blob, skip_worktree=held.skip_worktree if held else False)
+
+
+def _rewrite(path: Path, lines: list[bytes]) -> None:
+    """A reflog replaced whole: a temporary file renamed over it (a kill leaves it whole)."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.writelines(line + b"\n" for line in lines)
+    os.replace(tmp, path)
+
+
+def _listed(paths: list[str]) -> str:
+    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
