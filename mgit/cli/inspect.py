@@ -11,7 +11,6 @@ import click
 from mgit.cli.complete import complete_rev
 from mgit.cli.state import CliState, abs_paths, paged, pass_state
 from mgit.cli.views.logformat import parse_format
-from mgit.graph.reflogs import is_grave
 from mgit.lazy import lazy_module
 from mgit.pager import paging
 
@@ -131,6 +130,8 @@ def cmd_du(state: CliState, rev: str | None, max_count: int, as_json: bool) -> N
 
 def _reflog(state: CliState, ref: str, as_json: bool) -> None:
     """The moves of ``ref``, as JSON or as text (`reflog` and `reflog show`)."""
+    from mgit.graph.reflogs import is_grave
+
     repo = state.repo
     entries = repo.reflog(ref)
     if as_json:

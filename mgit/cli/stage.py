@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mgit import config
 from mgit.cli.complete import complete_rev
 from mgit.cli.state import CliState, abs_paths, pass_state
 from mgit.errors import BadInputError, MgitError, NotARepositoryError
@@ -16,8 +15,10 @@ from mgit.lazy import lazy_module
 from mgit.repo import Repository
 
 if TYPE_CHECKING:
+    from mgit import config
     from mgit.cli.views import stage as views
-else:  # rendering (rich) is imported when the command prints
+else:  # rendering (rich) and config files (dulwich) are imported when a command needs them
+    config = lazy_module("mgit.config")
     views = lazy_module("mgit.cli.views.stage")
 
 
