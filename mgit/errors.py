@@ -11,7 +11,7 @@ The exit codes a script can tell apart (docs/guide.md, "Errors"):
     2    bad input: an argument, path, file or option mgit refuses (click's usage errors too)
     3    over a budget (checkout --budget, merge --budget, a fetch within a limit)
     4    the working tree has uncommitted changes in the way
-    5    a merge (merge, pull, revert) has conflicts: nothing was committed
+    5    a merge (merge, pull, revert, stash apply) has conflicts: nothing was committed
     10   not a repository
     11   the repository is locked by another live mgit process
     130  interrupted (Ctrl-C)

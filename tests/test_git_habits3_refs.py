@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from dulwich.objects import Tag
 from helpers.cli import invoke
 from helpers.models import (
@@ -21,6 +22,7 @@ from helpers.models import (
     tree_hashes,
     write_model,
 )
+from safetensors.torch import load_file
 
 from mgit import Repository
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NonFastForwardError
@@ -394,8 +396,9 @@ def test_stash_index_restores_the_index_exactly_and_entries_stack(two):
 
 
 def test_stash_pop_onto_a_moved_head(two):
-    """HEAD moved elsewhere: restoring the stash's paths is exact and done. HEAD changed a path
-    the stash changed: refused in one line, the stash kept (no three-way merge here)."""
+    """HEAD moved elsewhere: restoring the stash's paths is exact. HEAD changed a path the stash
+    changed: the stash is merged onto HEAD three-way (other lines, other tensors), as git's
+    stash apply merges; the same lines both ways are a conflict that changes nothing."""
     repo, _, _ = two
     (repo.root / "notes.txt").write_text("stashed edit\n")
     repo.stash()
@@ -404,15 +407,50 @@ def test_stash_pop_onto_a_moved_head(two):
     repo.commit("config only")
     repo.stash_pop()
     assert (repo.root / "notes.txt").read_text() == "stashed edit\n"
-    repo.stash()
-    (repo.root / "notes.txt").write_text("committed meanwhile\n")
+    repo.reset("HEAD", mode="hard")
+
+    (repo.root / "notes.txt").write_text("one\ntwo\nthree\nfour\n")
     repo.add(["notes.txt"])
-    repo.commit("notes too")
+    repo.commit("four lines")
+    (repo.root / "notes.txt").write_text("ONE\ntwo\nthree\nfour\n")
+    repo.stash()
+    (repo.root / "notes.txt").write_text("one\ntwo\nthree\nFOUR\n")
+    repo.add(["notes.txt"])
+    head = repo.commit("last line")
+    repo.stash_pop()
+    assert (repo.root / "notes.txt").read_text() == "ONE\ntwo\nthree\nFOUR\n"
+    assert repo.refs.head() == head and repo.stash_list() == []
+    assert _changes(repo) == ({}, {"notes.txt": "modified"})  # unstaged, as git leaves it
+    repo.reset("HEAD", mode="hard")
+
+    (repo.root / "notes.txt").write_text("stashed\ntwo\nthree\nFOUR\n")
+    repo.stash()
+    (repo.root / "notes.txt").write_text("committed meanwhile\ntwo\nthree\nFOUR\n")
+    repo.add(["notes.txt"])
+    repo.commit("first line too")
     before = tree_hashes(repo.root)
     proc = invoke("stash", "pop", cwd=repo.root)
-    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
-    assert proc.stderr.startswith("error: HEAD changed notes.txt since stash@{0} was made on ")
+    assert proc.returncode == 5 and "CONFLICT" in proc.stdout and "notes.txt" in proc.stdout
     assert tree_hashes(repo.root) == before and len(repo.stash_list()) == 1
+    proc = invoke("stash", "apply", "--index", cwd=repo.root)
+    assert proc.returncode == 1 and "apply without --index" in proc.stderr
+
+
+def test_stash_of_one_tensor_merges_onto_a_head_that_changed_another(two):
+    repo, _, _ = two
+    sd = _sd(0)
+    stashed = dict(sd, **{"lm_head.weight": sd["lm_head.weight"] + 1})
+    write_model(repo.root / "model", stashed)
+    touch_later(repo.root / MODEL)
+    repo.stash()
+    theirs = dict(sd, **{"model.norm.weight": sd["model.norm.weight"] * 2})
+    repo.commit_state_dict(theirs, model="model", message="norm")
+    repo.stash_pop()
+    got = repo.status()
+    assert [f.path for f in got.unstaged] == [MODEL]
+    want = dict(theirs, **{"lm_head.weight": stashed["lm_head.weight"]})
+    loaded = load_file(repo.root / MODEL)
+    assert set(loaded) == set(want) and all(torch.equal(loaded[k], want[k]) for k in want)
 
 
 def test_stash_refusals(repo):

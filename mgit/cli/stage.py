@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mgit.cli.branch_merge import conflicts_shown
 from mgit.cli.complete import complete_rev
 from mgit.cli.state import CliState, abs_paths, pass_state
 from mgit.errors import BadInputError, MgitError, NotARepositoryError
@@ -188,7 +189,8 @@ def _apply(state: CliState, entry: str, index: bool, drop: bool) -> None:
     position = _position(entry)
     entries = repo.stash_list()
     commit = entries[position].commit if position < len(entries) else None
-    res = (repo.stash_pop if drop else repo.stash_apply)(position, index=index)
+    with conflicts_shown(state, as_json=False):  # a stash merged onto a moved HEAD can conflict
+        res = (repo.stash_pop if drop else repo.stash_apply)(position, index=index)
     state.err.print(f"restored {len(res.written)} file(s) and removed {len(res.removed)} from stash@{{{position}}}")
     if drop and commit is not None:
         click.echo(f"Dropped stash@{{{position}}} ({commit[:12]})")

@@ -8,9 +8,10 @@ newest ``W`` and its reflog (``logs/refs/stash``) every entry, newest first: ``s
 
 Applying an entry writes ``W``'s files back, byte for byte, where HEAD still holds what the
 stash's base held at every path the stash changed (HEAD unmoved, or moved only elsewhere);
-otherwise it refuses in one line: a three-way merge of a stash onto a moved HEAD is not done
-here. The index gets git's treatment: what was staged becomes an unstaged change, except new
-files, which stay added; with ``index=True`` (``--index``) the index is restored exactly.
+where HEAD moved there too, the stash's change is merged onto HEAD three-way
+(mgit.ops.threeway, as git's stash apply merges), and a conflict changes nothing. The index
+gets git's treatment: what was staged becomes an unstaged change, except new files, which stay
+added; with ``index=True`` (``--index``) the index is restored exactly (HEAD unmoved only).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from mgit.graph.records import Triples
 from mgit.graph.refs import reflog_entries
 from mgit.graph.snapshot import Entry, Snapshot
 from mgit.ops import checkout, reset, stage, workfiles
+from mgit.ops.threeway import BranchMerge, Settle, Sides, three_way
 from mgit.ops.workfiles import CheckoutResult
 from mgit.worktree.index import Index, IndexEntry
 from mgit.worktree.journal import Journal, Write
@@ -85,8 +87,9 @@ def stash(ctx: Context, message: str | None = None) -> str | None:
 
 def stash_apply(ctx: Context, position: int = 0, index: bool = False) -> CheckoutResult:
     """Bring ``stash@{position}`` back into the working tree (and with ``index``, the index
-    exactly as it was); the entry stays. Refused, changing nothing: HEAD changed a path the
-    stash changed since it was made (no three-way merge here), or local changes in the way."""
+    exactly as it was); the entry stays. Where HEAD changed a path the stash changed since it
+    was made, the stash is merged onto HEAD three-way. Refused, changing nothing: conflicts
+    (MergeConflictError), ``index`` on a moved HEAD, or local changes in the way."""
     with ctx.writing():
         entry = _entry(ctx, position)
         made = ctx.graph.commit(entry.commit)
@@ -98,11 +101,15 @@ def stash_apply(ctx: Context, position: int = 0, index: bool = False) -> Checkou
         head_snap = ctx.head_snapshot()
         moved = [p for p in changed if head_snap.get(p) != base.get(p)]
         if moved:
-            raise MgitError(
-                f"HEAD changed {_listed(moved)} since stash@{{{position}}} was made on {made.parents[0][:12]}; "
-                f"a stash is applied only where HEAD still holds its base (check out {made.parents[0][:12]} "
-                "to apply it there); the stash is kept"
-            )
+            if index:
+                raise MgitError(
+                    f"HEAD changed {_listed(moved)} since stash@{{{position}}} was made on {made.parents[0][:12]}; "
+                    "--index restores the index only where HEAD still holds the stash's base: apply without "
+                    "--index to merge the stash into the working tree (the stash is kept)"
+                )
+            work = _merged_onto_head(ctx, made.parents[0], entry.commit, position)
+            base = head_snap
+            changed = sorted(p for p in {*head_snap, *work} if head_snap.get(p) != work.get(p))
         current = ctx.index()
         _refuse_local_changes(ctx, current, head_snap, changed, position)
         patterns = load_patterns(ctx.git_dir)
@@ -131,6 +138,18 @@ def stash_apply(ctx: Context, position: int = 0, index: bool = False) -> Checkou
             _stage(ctx, current, p, staged, work.get(p), stats)
         current.save()
         return result
+
+
+def _merged_onto_head(ctx: Context, stash_base: str, stash: str, position: int) -> Snapshot:
+    """HEAD moved at paths the stash changed: the stash's change merged onto HEAD three-way, as
+    git's stash apply does (each path and tensor from the side that changed it; text files by
+    lines). Conflicts raise MergeConflictError and change nothing: the stash is kept."""
+    head = ctx.refs.head()
+    assert head is not None  # a stash is made on a commit, and HEAD has moved from it
+    report = BranchMerge("merged", f"stash@{{{position}}}", stash, head, ctx.refs.current_branch(), op="stash apply")
+    sides = Sides.of(ctx, stash_base, head, stash, ("HEAD", f"stash@{{{position}}}"))
+    tree, _ = three_way(ctx, sides, Settle(), report)
+    return tree.merged
 
 
 def stash_drop(ctx: Context, position: int = 0) -> str:

@@ -124,7 +124,8 @@ def _raise_conflicts(report: BranchMerge, conflicts: list[Conflict], method_give
     files = len({c.path for c in conflicts})
     what = f"{len(conflicts)} conflict(s) in {files} file(s)" + (f", {tensors} in tensors" if tensors else "")
     hint = " (--method merges only tensors both sides changed; settle the others with --ours/--theirs)"
-    raise MergeConflictError(f"{report.op} of {report.rev}: {what}; nothing was committed{hint * method_given}", report)
+    outcome = "nothing changed and the stash is kept" if report.op == "stash apply" else "nothing was committed"
+    raise MergeConflictError(f"{report.op} of {report.rev}: {what}; {outcome}{hint * method_given}", report)
 
 
 def refuse_local_changes(ctx: Context, index: Index, head_snap: Snapshot, paths: set[str], what: str) -> None:
