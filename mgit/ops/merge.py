@@ -218,8 +218,10 @@ def _install_merge(
     staged: dict[str, StagedFile],
 ) -> None:
     """Move the current branch to the merge, then bring the working tree and index to it,
-    journaled: the branch moves first (a lost compare-and-swap leaves tree and index as
-    they were), and a killed run's working tree is finished by the next command. Files
+    journaled: every working file's new bytes are prepared out of sight first (a corrupt
+    chunk stops the merge there, the branch unmoved), then the branch moves (a lost
+    compare-and-swap leaves tree and index as they were), then the files go into place; a
+    killed run's working tree is finished by the next command. Files
     of HEAD the merge's tree lacks (a no-base merge's tree is the first expert's) go, as
     a checkout of the merge would remove them."""
     index = ctx.index()
@@ -231,14 +233,17 @@ def _install_merge(
         "merge", "HEAD", commit, writes={p: Write(e, forms[p].entry, forms[p].written) for p, e in changes.items()},
         removes=sorted(set(head_snap) - set(merged)), head="advance", old_head=base_commit, message=message,
     )  # fmt: skip
-    journal.save(ctx.git_dir, plan)
-    try:
-        ctx.refs.advance_head(base_commit, commit, message)
-    except RefUpdateError:
-        journal.clear(ctx.git_dir)
-        raise
+
+    def advance() -> None:  # once every working file is prepared, before the first one changes
+        journal.save(ctx.git_dir, plan)
+        try:
+            ctx.refs.advance_head(base_commit, commit, message)
+        except RefUpdateError:
+            journal.clear(ctx.git_dir)
+            raise
+
     result = CheckoutResult(commit)
-    checkout.write_files(ctx, index, changes, result, staged, forms)
+    checkout.write_files(ctx, index, changes, result, staged, forms, before_first_change=advance)
     workfiles.complete(ctx, plan, index, result)
 
 

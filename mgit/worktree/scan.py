@@ -18,7 +18,7 @@ from dulwich.ignore import IgnoreFilter, read_ignore_patterns
 from mgit.errors import BadInputError
 from mgit.graph.names import is_reserved
 from mgit.lock import warn
-from mgit.model.materialize import TMP_MARK
+from mgit.model.placing import TMP_MARK
 
 IGNORE_FILE = ".mgitignore"
 
