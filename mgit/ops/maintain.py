@@ -68,12 +68,14 @@ def fsck_repair(ctx: Context) -> Repair:
         rebuilt = pack_health.rebuild_damaged_indexes(ctx.store)
         bad = bad_chunks(ctx.store, ctx.pool)
         damaged_packs = pack_health.damaged_packs(ctx.store)
-        if bad or damaged_packs:
-            repack(ctx.store, ctx.store.ids() - set(bad), grace_seconds=0, force=True)
+        if bad or damaged_packs:  # a damaged base is dropped too, though deltas need it: fetched below
+            repack(ctx.store, ctx.store.ids() - set(bad), grace_seconds=0, force=True, drop=set(bad))
         reach = reachable(ctx.graph, ctx.index())
         missing = {c: who for c, who in reach.chunks.items() if not ctx.store.has(c, refresh=False)}
         if ctx.is_partial:
             missing = {c: who for c, who in missing.items() if c in bad}
+        for base, child in pack_health.absent_bases(ctx.store).items():
+            missing.setdefault(base, f"chunk {child[:12]} (stored as a delta of it)")
         files = walk(ctx.root)
         from_tree = recover_chunks(ctx.root, sorted(files), set(missing), ctx.store, ctx.pool)
         from_remotes = remotes.recover_from_remotes(ctx, set(missing) - from_tree)
