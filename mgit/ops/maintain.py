@@ -13,7 +13,7 @@ from mgit.context import Context
 from mgit.graph.refs import expire_reflogs
 from mgit.lock import remove_stale_git_locks, warn
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
-from mgit.maintenance.fsck import bad_chunks, check_repository, stale_lock_problems
+from mgit.maintenance.fsck import bad_chunks, check_repository
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect, leftover_files
 from mgit.maintenance.reach import reachable
 from mgit.maintenance.repair import (
@@ -110,10 +110,12 @@ def _repair_graph(ctx: Context) -> GraphRepair:
 
 def fsck(ctx: Context) -> list[str]:
     """Every problem found, one line each (empty: the repository is whole). In a partial
-    clone, chunks not fetched yet are not problems."""
+    clone, chunks not fetched yet are not problems. Git lock files a killed mgit left are
+    not problems either: taking the lock removes them, and here those among the objects too,
+    each with a warning saying so."""
     with ctx.lock:
-        stale = stale_lock_problems(ctx.git_dir, ctx.lock.cleaned)
-        return stale + check_repository(ctx.graph, ctx.store, ctx.index(), ctx.pool, ctx.is_partial)
+        remove_stale_git_locks(ctx.git_dir, warn)
+        return check_repository(ctx.graph, ctx.store, ctx.index(), ctx.pool, ctx.is_partial)
 
 
 def leftovers(ctx: Context) -> list[str]:
