@@ -2,8 +2,8 @@
 the repository needs no manual repair (issue 12, items 16-17; after SQLite's crash tests).
 
 A crash point is every rename (os.replace / os.rename, dulwich's included), every fsync,
-every release of the repository lock and every range a merge patches into a working file in
-place (mgit/_crashpoints.py). For each scenario the command
+every release of the repository lock and every range an opted-in patch copies into a working
+file in place (mgit/_crashpoints.py). For each scenario the command
 runs once uninterrupted, counting its points (``MGIT_CRASH_LOG``); then, for each point n, a
 fresh repository is built and the command runs with ``MGIT_CRASH_AT=any:n``, killing itself
 there. A trial is ``ok`` when, with no manual step:
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import save_file
+from safetensors.numpy import load_file, save_file
 
 from mgit import Repository
 from mgit.graph.snapshot import read_snapshot
@@ -110,6 +110,24 @@ def setup_checkout(root: Path) -> None:
         repo.checkout("main")
 
 
+def setup_checkout_few(root: Path) -> None:
+    """Two shards of ten tensors; branch b changes one tensor in each: a checkout that writes a
+    tenth of each file (what an opted-in ``checkout.inPlace`` would patch in place)."""
+    init(root)
+    committed(root, 1, "v1", shards=2, names="abcdefghij")
+    with Repository(root) as repo:
+        repo.checkout(create_branch="b")
+    for path in sorted((root / "model").glob("model-*.safetensors")):
+        tensors = load_file(str(path))
+        first = sorted(tensors)[0]
+        tensors[first] = tensors[first] + np.float32(1)
+        save_file(tensors, str(path), metadata={"format": "pt"})
+    with Repository(root) as repo:
+        repo.add(["model"])
+        repo.commit("v2")
+        repo.checkout("main")
+
+
 def setup_merge(root: Path, names: str = "ab") -> None:
     init(root)
     committed(root, 1, "base", names=names)
@@ -152,8 +170,11 @@ def setup_branch_merge(root: Path) -> None:
 
 
 def setup_merge_wide(root: Path) -> None:
-    """Ten tensors: a budget of 10% merges one of them, and the merge patches the working file."""
+    """Ten tensors: a budget of 10% merges one of them, and the merge, opted in to patching
+    (``merge.inPlace``), patches the working file."""
     setup_merge(root, names="abcdefghij")
+    with Repository(root) as repo:
+        repo.config_set("merge.inPlace", "true")
 
 
 def setup_gc(root: Path) -> None:
@@ -265,6 +286,7 @@ SCENARIOS = [
     Scenario("checkout", setup_checkout, ["checkout", "b"]),
     Scenario("checkout (detached)", setup_checkout, ["checkout", "b~0"]),
     Scenario("checkout (sparse)", setup_checkout, ["checkout", "b", "--include", "layer0.*"]),
+    Scenario("checkout (a few tensors)", setup_checkout_few, ["checkout", "b"]),
     Scenario("reset --hard", setup_checkout, ["reset", "--hard", "b"]),
     Scenario(
         "merge",
@@ -480,7 +502,11 @@ class Outcome:
     failures: list[str] = field(default_factory=list)  # "point n (kind): reason"
 
 
-def run_scenario(scenario: Scenario, work: Path, limit: int | None = None) -> Outcome:
+def run_scenario(
+    scenario: Scenario, work: Path, limit: int | None = None, after_kill: Callable[[Path], str | None] | None = None
+) -> Outcome:
+    """Every trial of ``scenario`` (the first ``limit``); ``after_kill``, given the repository
+    as the kill left it (before any other command ran), returns what is wrong with it, if anything."""
     if scenario.preload:
         importlib.import_module(scenario.preload)
     kinds = count_points(scenario, work)
@@ -505,7 +531,8 @@ def run_scenario(scenario: Scenario, work: Path, limit: int | None = None) -> Ou
             if killed != -signal.SIGKILL:
                 reason = f"was not killed (exit {killed})"
             else:
-                reason = check(scenario, root, before, expected, trial / "log")
+                reason = after_kill(root) if after_kill is not None else None
+                reason = reason or check(scenario, root, before, expected, trial / "log")
         if reason is None:
             outcome.ok += 1
             shutil.rmtree(trial)

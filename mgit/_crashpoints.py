@@ -2,8 +2,8 @@
 
 ``MGIT_CRASH_AT=<kind>:<n>`` makes the process SIGKILL itself just before its n-th (1-based)
 crash point of ``kind``: ``rename`` (os.replace / os.rename, dulwich's included), ``fsync``,
-``unlock`` (release of the repository lock), ``write`` (each range a merge patches into a
-working file in place) or ``any`` (all of them, counted together).
+``unlock`` (release of the repository lock), ``write`` (each range a checkout or merge opted
+in to patching copies into a working file in place) or ``any`` (all of them, counted together).
 ``MGIT_CRASH_LOG=<file>`` appends the kind of every point reached, one a line, so a driver
 can enumerate them first. ``MGIT_CRASH_SIGNAL=INT`` sends SIGINT (Ctrl-C) instead of
 SIGKILL, and the point returns (the interrupt lands in the main thread). Unset (the normal

@@ -21,14 +21,23 @@ def fsync_dir(directory: Path) -> None:
 
 
 def atomic_write(
-    path: Path, data: bytes, mode: int | None = None, tmp_name: str | None = None, sync_dir: bool = True
+    path: Path,
+    data: bytes,
+    mode: int | None = None,
+    tmp_name: str | None = None,
+    sync_dir: bool = True,
+    tmp_dir: Path | None = None,
 ) -> None:
-    """Replace ``path`` with ``data`` durably: a temporary file in the same directory (named
+    """Replace ``path`` with ``data`` durably: a temporary file in the same directory (or in
+    ``tmp_dir``, on the same file system: where a sweep finds those a kill left; named
     ``tmp_name``, default ``NAME.tmp-RANDOM``), fsync'ed, given ``mode``, renamed into place,
     the directory fsync'ed (``sync_dir=False`` skips that where a lost name costs nothing: a
     content-addressed file the next transfer sends again). Any error removes the temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(tmp_name or f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    name = tmp_name or f"{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    if tmp_dir is not None:
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+    tmp = (tmp_dir or path.parent) / name
     try:
         with open(tmp, "wb") as f:
             f.write(data)

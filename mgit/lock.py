@@ -66,7 +66,7 @@ def remove_stale_git_locks(git_dir: Path, say: Callable[[str], None] | None = No
 
 
 def warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+    print(f"warning: {message}", file=sys.stderr, flush=True)  # in order with the console's lines
 
 
 class RepoLock:

@@ -36,6 +36,32 @@ def test_every_crash_point_needs_no_repair(name: str, tmp_path: Path) -> None:
     assert outcome.failures == [], "\n".join(outcome.failures)
 
 
+def _model_files(root: Path) -> dict[str, str]:
+    return {p.name: crash_points._hash(p) for p in sorted((root / "model").glob("*.safetensors"))}
+
+
+def test_a_killed_checkout_never_shows_a_file_mixing_two_revisions(tmp_path: Path) -> None:
+    """Killed at each of its crash points, a branch switch that changes a tenth of each model
+    file leaves every working file as it was, as it will be, or (between deleting the old and
+    renaming the new) missing, until the next command finishes the checkout; never a file
+    holding some chunks of each revision, which a reader would load as a model."""
+    scenario = next(s for s in crash_points.SCENARIOS if s.name == "checkout (a few tensors)")
+    crash_points.setup_checkout_few(tmp_path / "old")
+    old = _model_files(tmp_path / "old")
+    crash_points.run_cli(scenario.args, tmp_path / "old", {}, tmp_path / "old.log")
+    new = _model_files(tmp_path / "old")
+    assert set(old) == set(new) and all(old[f] != new[f] for f in old)
+
+    def no_mix(root: Path) -> str | None:
+        seen = _model_files(root)
+        mixed = [f for f in old if f in seen and seen[f] not in (old[f], new[f])]
+        return f"{mixed} hold(s) a mix of both revisions" if mixed else None
+
+    outcome = crash_points.run_scenario(scenario, tmp_path / "trials", after_kill=no_mix)
+    assert outcome.trials >= 5 and "write" not in outcome.points, outcome.points
+    assert outcome.failures == [], "\n".join(outcome.failures)
+
+
 def test_crash_log_counts_points_without_killing(tmp_path: Path) -> None:
     """The enumeration run passes every point and exits normally, logging each kind."""
     scenario = next(s for s in crash_points.SCENARIOS if s.name == "commit")

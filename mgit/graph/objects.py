@@ -96,7 +96,10 @@ class Graph:
 
     def _add(self, obj: Blob | Tree | Commit | Tag) -> None:
         try:
-            self.objects.add_object(obj)
+            if isinstance(self.objects, DiskObjectStore):
+                _write_loose(self.objects, obj)
+            else:  # pragma: no cover - mgit opens only repositories on disk
+                self.objects.add_object(obj)
         except OSError as exc:  # a full disk: name where the object was going
             if exc.filename is not None:
                 raise
@@ -262,3 +265,40 @@ def blob_id(data: bytes) -> str:
 def canonical_json(obj: dict[str, Any]) -> bytes:
     """JSON as mgit stores records in blobs: sorted keys, no spaces, no NaN (same record, same blob id)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _write_loose(store: DiskObjectStore, obj: ShaFile) -> None:
+    """Store ``obj`` as a loose object as dulwich's ``add_object`` does (an object already
+    there is only freshened: gc's grace period counts from its mtime; else its bytes go to
+    ``<id>.lock`` and are renamed into place), except on failure: dulwich flushes the lock
+    file in ``close()`` outside its cleanup, so a full disk left the ``.lock`` behind and a
+    second ENOSPC traceback from its ``__del__``. Here any error removes the lock file."""
+    sha = obj.id.decode()
+    path = os.path.join(store.path, sha[:2], sha[2:])
+    try:
+        os.utime(path)
+        return
+    except FileNotFoundError:
+        pass
+    except PermissionError:  # another user's, in a shared repository: write it anew to freshen it
+        pass
+    data = obj.as_legacy_object(compression_level=store.loose_compression_level)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    lock = path + ".lock"
+    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if store.fsync_object_files:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(lock, path)
+    except BaseException:
+        try:
+            os.unlink(lock)
+        except FileNotFoundError:
+            pass
+        raise

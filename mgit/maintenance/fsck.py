@@ -14,7 +14,6 @@ from mgit.errors import CorruptObjectError, MgitError
 from mgit.graph.integrity import loose_damage, loose_kind, read_object
 from mgit.graph.objects import Graph
 from mgit.graph.snapshot import read_snapshot
-from mgit.lock import remove_stale_git_locks
 from mgit.maintenance.reach import reachable
 from mgit.model.chunking import chunk_ranges
 from mgit.model.filetree import load_safetensors
@@ -159,11 +158,3 @@ def check_repository(
     except CorruptObjectError as exc:  # a damaged pack index
         problems.append(_reason(exc))
     return list(dict.fromkeys(problems))  # one line per problem, in the order found
-
-
-def stale_lock_problems(git_dir: Path, removed: list[Path]) -> list[str]:
-    """Git lock files a killed mgit left under ``git_dir`` (caller holds the repository lock,
-    so none is live): those taking the lock removed (``removed``) and any still there, which
-    are removed now. One line each, naming the file."""
-    found = list(removed) + remove_stale_git_locks(git_dir)
-    return [f"stale lock file {p} (left by a killed mgit process): removed" for p in found]

@@ -1,33 +1,30 @@
-"""Graph entries → files on disk, byte-exact.
+"""Graph entries → files on disk, byte-exact, prepared out of sight (mgit.model.placing).
 
-A file is written to a temporary name beside its destination and renamed into place,
-so a killed checkout never leaves a half-written model. Chunks the old local file
-already holds (same id, re-verified by hash) are copied from it instead of being read
-and decoded from the store. A merge that changes a small part of a file patches the
-working file in place instead (:meth:`StagedFile.install`): the journal around it lets
-the next command finish a killed patch.
+Each file is written to a temporary name and only made visible once complete, by a rename
+(or, opted in, a patch of the changed ranges: model/patching.py), so a checkout that meets a
+corrupt chunk or a kill never leaves a half-written model. Chunks the old local file already
+holds are copied from it in the kernel (``copy_file_range``) and checked by hash where they
+land, instead of being read and decoded from the store. A merge writes its merged chunks into
+a :class:`StagedFile` while it computes them; the checkout ending it completes that file the
+same way.
 """
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from glob import escape as glob_escape
 from pathlib import Path
 
-from mgit import _crashpoints
-from mgit.graph.names import TMP_MARK
 from mgit.graph.objects import MODE_EXEC, Graph
 from mgit.graph.snapshot import Entry
-from mgit.inuse import held_elsewhere
 from mgit.model.filetree import load_chunked, load_safetensors
+from mgit.model.placing import Patch, Replacement, copy_range, patchable, pwrite_all, temporary
 from mgit.model.safetensors_file import parse_header
 from mgit.parallel import WORKERS, ordered_map
 from mgit.progress import Bar
+from mgit.store import codec
 from mgit.store.chunkstore import MAX_DELTA_DEPTH, ChunkStore
 from mgit.store.record import RawBytes, chunk_id
 
@@ -81,7 +78,7 @@ def plan_file(graph: Graph, entry: Entry, rel: str) -> tuple[bytes, list[tuple[s
 def store_reads(graph: Graph, entry: Entry, rel: str, local: LocalChunks | None = None) -> list[str]:
     """Chunk ids that writing ``entry`` reads from the store, once per read (a chunk used
     twice is read twice), leaving out those a clean local file supplies (``local``): what
-    :func:`write_entry` will do, priced before it runs."""
+    :func:`prepare_entry` will do, priced before it runs."""
     if entry.kind == "blob":
         return []
     local = local or {}
@@ -96,7 +93,7 @@ def _write_chunks(
     parts: list[tuple[str, int, str]],
     reuse: tuple[Path, LocalChunks] | None,
     bar: Bar,
-    dest: Path | None = None,
+    dest: Path,
 ) -> None:
     """Write ``parts`` one after another from offset ``start`` of a new file."""
     items = []
@@ -114,20 +111,16 @@ def write_chunks_at(
     items: list[tuple[int, str, int, str]],
     reuse: tuple[Path, LocalChunks] | None,
     bar: Bar,
-    dest: Path | None = None,
-    crash_point: str | None = None,
+    dest: Path,
 ) -> None:
-    """Decode chunks and pwrite each at its offset, ``items`` being (offset, chunk id, size,
-    what), from the workers: the page-cache writes then run on every core instead of one."""
+    """Put each chunk at its offset of the file open as ``fd`` (read and write), ``items``
+    being (offset, chunk id, size, what), from the workers: the copies, decodes and page-cache
+    writes then run on every core instead of one. Every chunk is checked against its id."""
     with ChunkSource(store, reuse, missing_ok=False) as source:
 
         def one(i: int) -> int:
             at, cid, size, what = items[i]
-            data = source.get(cid, size, what)
-            if crash_point is not None:
-                _crashpoints.point(crash_point)
-            _pwrite_all(fd, data, at, dest)
-            return len(data)
+            return source.put(fd, at, cid, size, what, dest)
 
         ahead = _ReadAhead(store, source.fd, source.local)
 
@@ -148,8 +141,9 @@ def write_chunks_at(
 
 
 class ChunkSource:
-    """Chunk bytes by id for writing a file: copied from a local file that holds them (re-verified
-    by hash: it may have changed since), else read and decoded from the store."""
+    """Chunks by id for writing a file: copied from a local file that holds them (checked by
+    hash where they land: the local file may have changed since), else read and decoded from
+    the store (which verifies them)."""
 
     def __init__(self, store: ChunkStore, reuse: tuple[Path, LocalChunks] | None, missing_ok: bool = True):
         self.store = store
@@ -163,12 +157,19 @@ class ChunkSource:
                     raise
                 self.local = {}
 
-    def get(self, cid: str, size: int, what: str) -> RawBytes:
+    def put(self, fd: int, at: int, cid: str, size: int, what: str, dest: Path) -> int:
+        """Write chunk ``cid`` at offset ``at`` of the file open as ``fd`` (read and write);
+        returns its size. From the local file: copied in the kernel, then read back and
+        hashed (a copy that does not check out is written again from the store)."""
         if self.fd is not None and cid in self.local:
-            data = os.pread(self.fd, size, self.local[cid][0])
-            if len(data) == size and chunk_id(data) == cid:
-                return data
-        return self.store.get(cid, what)
+            copied = copy_range(self.fd, fd, self.local[cid][0], at, size, dest)
+            if copied == size:
+                landed = codec.thread_buffer("landed", size).data[:size]
+                if os.preadv(fd, [landed], at) == size and chunk_id(landed) == cid:
+                    return size
+        data = self.store.get(cid, what)
+        pwrite_all(fd, data, at, dest)
+        return len(data)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -215,75 +216,14 @@ class _ReadAhead:
         self.fds.clear()
 
 
-def patchable(dest: Path, source: ChunkSource, file_size: int, header: bytes) -> bool:
-    """Whether the working file at ``dest`` may be written in place: it is the very file
-    ``source`` reads (a regular one, no other name linked to it, no symlink), with the new
-    file's size and header, and no other process has it open or mapped (a process reading the
-    old model keeps it whole, mgit.inuse)."""
-    if source.fd is None:
-        return False
-    try:
-        seen, known = os.lstat(dest), os.fstat(source.fd)
-        if not stat.S_ISREG(seen.st_mode) or seen.st_nlink != 1 or seen.st_size != file_size:
-            return False
-        if (seen.st_dev, seen.st_ino) != (known.st_dev, known.st_ino):
-            return False
-        if os.pread(source.fd, len(header), 0) != header:
-            return False
-        return not held_elsewhere(seen)
-    except OSError:
-        return False
-
-
-def _pwrite_all(fd: int, data: RawBytes, offset: int, dest: Path | None) -> None:
-    """pwrite all of ``data``: a short write is retried, so a full disk reports ENOSPC
-    (naming the file) instead of a bare short count."""
-    view = memoryview(data)
-    try:
-        while view:
-            n = os.pwrite(fd, view, offset)
-            if n <= 0:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            view, offset = view[n:], offset + n
-    except OSError as exc:
-        if dest is not None and exc.filename is None:
-            raise OSError(exc.errno, exc.strerror, str(dest)) from None
-        raise
-
-
-def _move_into_place(tmp: Path, dest: Path) -> None:
-    """Rename a finished temporary file to ``dest``, removing the file ``dest`` names first.
-
-    Why not one rename over it: ext4 (``auto_da_alloc``, its default) then writes the new
-    file's data out before the rename returns, and the next fsync (HEAD's, the index's) waits
-    for the rest. Measured on 2.2 GB models (warm): a checked-out merge spent 2.4 s in its
-    final switch (now 0.03 s), a branch switch took 5.8-6.4 s (now 4.1-4.7 s). Like git's
-    checkout, the working tree's data then reaches the disk in the background; what it holds
-    is in the chunk store, durably. A kill between the two leaves the path missing: a
-    journaled operation (checkout, merge, reset) writes it again when it is recovered
-    (docs/format.md §14.1), and restoring paths just runs again."""
-    try:
-        if not stat.S_ISDIR(os.lstat(dest).st_mode):  # a directory in the way: os.replace says so
-            os.unlink(dest)  # a kill from here to the rename: the crash point of os.replace
-    except FileNotFoundError:
-        pass
-    os.replace(tmp, dest)
-
-
-def _temporary(dest: Path) -> Path:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    for stale in dest.parent.glob(f".{glob_escape(dest.name)}{TMP_MARK}*"):
-        stale.unlink(missing_ok=True)  # left by a killed checkout (we hold the repository lock)
-    return dest.parent / f".{dest.name}{TMP_MARK}{uuid.uuid4().hex[:8]}"
-
-
 class StagedFile:
     """A safetensors file written while its tensors are being produced: a merge writes each
-    merged chunk here as it stores it, so the checkout that follows renames the file into
-    place instead of decoding every chunk again, or, when the merge changed at most half
-    of the working file (``in_place``), copies just the merged chunks into it. It lives in
-    a staging directory of the repository (same file system) until installed; a killed
-    merge leaves it there, and the next merge or gc clears that directory."""
+    merged chunk here as it stores it, so the checkout that follows completes it with the
+    carried chunks and renames it into place instead of decoding every chunk again, or, when
+    the merge changed at most half of the working file and the user opted in (``in_place``),
+    copies just the merged and missing chunks over it. It lives in a staging directory of the
+    repository (same file system) until installed; a killed merge leaves it there, and the next
+    merge or gc clears that directory."""
 
     def __init__(
         self,
@@ -300,7 +240,7 @@ class StagedFile:
         self.in_place = in_place
         self.carried: list[tuple[int, str, int, str]] = []  # (file offset, chunk id, size, what) still to write
         self.merged: list[tuple[int, int]] = []  # (file offset, size) of the bytes written here
-        self.patched = False  # install patched the working file rather than renaming this one over it
+        self.patched = False  # prepared as a patch of the working file rather than a file renamed over it
         layout = parse_header(header, len(header) + data_size, str(dest))
         self.file_size = layout.file_size
         self.offsets = {t.name: layout.data_start + t.begin for t in layout.tensors}
@@ -312,7 +252,7 @@ class StagedFile:
         self.entry_oid: str | None = None  # set once every tensor is written and the entry is known
 
     def _pwrite(self, data: RawBytes, offset: int) -> None:
-        _pwrite_all(self.fd, data, offset, self.tmp)
+        pwrite_all(self.fd, data, offset, self.tmp)
 
     def write(self, tensor: str, offset: int, data: bytes | memoryview) -> None:
         """Bytes of ``tensor`` at ``offset`` within it (from any thread)."""
@@ -326,42 +266,39 @@ class StagedFile:
         left it as the working tree holds it, costs nothing more)."""
         self.carried.append((self.offsets[tensor] + offset, cid, size, what))
 
-    def _fill(self, pool: ThreadPoolExecutor | None) -> None:
-        """Write every carried chunk (copied from the source's local file, else decoded)."""
-        todo, self.carried = self.carried, []
+    def _fill(self, todo: list[tuple[int, str, int, str]], pool: ThreadPoolExecutor | None) -> None:
+        """Put the chunks ``todo`` here (copied from the source's local file, else decoded), verified."""
         if not todo:
             return
-        if self.source is None:
-            raise AssertionError("a staged file with carried chunks needs a chunk source")
         source = self.source
+        if source is None:
+            raise AssertionError("a staged file with carried chunks needs a chunk source")
 
         def one(item: tuple[int, str, int, str]) -> None:
             at, cid, size, what = item
-            self._pwrite(source.get(cid, size, what), at)
+            source.put(self.fd, at, cid, size, what, self.tmp)
 
+        for _ in ordered_map(pool, one, todo) if pool is not None else map(one, todo):
+            pass
+
+    def prepare(self, pool: ThreadPoolExecutor | None = None) -> Replacement | Patch:
+        """Complete the merged file out of sight (the working file is not touched): a
+        :class:`~mgit.model.placing.Patch` of the working file where in place was asked for and
+        writes at most half of it, else the whole file, to rename into place. Every carried
+        chunk written is verified; the staged file now belongs to what is returned."""
         try:
-            for _ in ordered_map(pool, one, todo) if pool is not None else map(one, todo):
-                pass
+            misplaced = self._patch_plan()
+            todo, self.carried = (self.carried if misplaced is None else misplaced), []
+            self._fill(todo, pool)
         finally:
-            source.close()
-
-    def install(self, pool: ThreadPoolExecutor | None = None) -> os.stat_result:
-        """Bring the working file to the merged bytes (the file's entry is committed, the
-        journal names it): patched in place where that writes at most half of it, else by
-        writing the carried chunks here and renaming this file into place. Returns the
-        working file's stat."""
-        misplaced = self._patch_plan()
+            if self.source is not None:
+                self.source.close()
+        fd, self.fd = self.fd, -1
         if misplaced is not None:
-            self._patch(misplaced)
             self.patched = True
-            self.discard()
-            return os.stat(self.dest)
-        self._fill(pool)
-        os.close(self.fd)
-        self.fd = -1
-        self.dest.parent.mkdir(parents=True, exist_ok=True)
-        _move_into_place(self.tmp, self.dest)
-        return os.stat(self.dest)
+            return Patch(self.dest, self.tmp, fd, self.merged + [(at, size) for at, _, size, _ in misplaced])
+        os.close(fd)
+        return Replacement(self.tmp, self.dest)
 
     def _patch_plan(self) -> list[tuple[int, str, int, str]] | None:
         """The carried chunks the working file lacks at their offsets, when it can be patched
@@ -376,23 +313,7 @@ class StagedFile:
         patch_bytes = sum(size for _, size in self.merged) + sum(c[2] for c in misplaced)
         if 2 * patch_bytes > self.file_size:  # decided before any look at the file or at /proc
             return None
-        return misplaced if patchable(self.dest, source, self.file_size, self.header) else None
-
-    def _patch(self, misplaced: list[tuple[int, str, int, str]]) -> None:
-        """Write the missing carried chunks, then the merged ones, over the working file. A
-        chunk the patch overwrites fails its hash check if read from there again (by a
-        recovery, or a later missing chunk), so it is decoded from the store instead."""
-        assert self.source is not None
-        fd = os.open(self.dest, os.O_WRONLY | os.O_NOFOLLOW)
-        try:
-            for at, cid, size, what in misplaced:
-                _crashpoints.point("write")
-                _pwrite_all(fd, self.source.get(cid, size, what), at, self.dest)
-            for at, size in _coalesced(self.merged):
-                _crashpoints.point("write")
-                _copy_range(self.fd, fd, at, size, self.dest)
-        finally:
-            os.close(fd)
+        return misplaced if patchable(self.dest, source.fd, self.file_size, self.header) else None
 
     def discard(self) -> None:
         if self.source is not None:
@@ -400,41 +321,10 @@ class StagedFile:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        self.tmp.unlink(missing_ok=True)
+            self.tmp.unlink(missing_ok=True)
 
 
-def _coalesced(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """(offset, size) ranges sorted, adjacent ones joined: fewer, longer copies."""
-    out: list[tuple[int, int]] = []
-    for at, size in sorted(ranges):
-        if out and out[-1][0] + out[-1][1] == at:
-            out[-1] = (out[-1][0], out[-1][1] + size)
-        else:
-            out.append((at, size))
-    return out
-
-
-def _copy_range(src: int, dst: int, at: int, size: int, dest: Path) -> None:
-    """Copy ``size`` bytes at ``at`` from one file to the same offset of another, in the kernel
-    where it can (``copy_file_range``: no pass through user memory), else by pread/pwrite."""
-    end = at + size
-    while at < end:
-        try:
-            n = os.copy_file_range(src, dst, end - at, at, at)
-        except OSError as exc:
-            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                raise OSError(exc.errno, exc.strerror, str(dest)) from None
-            n = 0
-        if n <= 0:  # not supported here (or a short source): copy through memory
-            data = os.pread(src, min(end - at, 1 << 24), at)
-            if not data:
-                raise OSError(errno.EIO, "the staged merge file is shorter than expected", str(dest))
-            _pwrite_all(dst, data, at, dest)
-            n = len(data)
-        at += n
-
-
-def write_entry(
+def prepare_entry(
     graph: Graph,
     store: ChunkStore,
     pool: ThreadPoolExecutor,
@@ -443,29 +333,32 @@ def write_entry(
     rel: str,
     reuse: tuple[Path, LocalChunks] | None = None,
     bar: Bar | None = None,
-) -> None:
-    """Materialise one entry at ``dest`` atomically."""
+) -> Replacement:
+    """Write one entry, whole and verified, to a temporary file beside ``dest`` (renamed into
+    place by the caller's :meth:`~mgit.model.placing.Replacement.apply`)."""
     bar = bar or Bar()
-    tmp = _temporary(dest)
+    tmp = temporary(dest)
     try:
-        with open(tmp, "wb") as out:
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
             if entry.kind == "blob":
                 data = graph.blob(entry.oid)
-                out.write(data)
+                pwrite_all(fd, data, 0, dest)
                 bar.advance(len(data))
             else:
                 lead, parts = plan_file(graph, entry, rel)
-                out.write(lead)
-                out.flush()
+                pwrite_all(fd, lead, 0, dest)
                 bar.advance(len(lead))
-                _write_chunks(store, pool, out.fileno(), len(lead), parts, reuse, bar, dest)
+                _write_chunks(store, pool, fd, len(lead), parts, reuse, bar, dest)
+        finally:
+            os.close(fd)
         os.chmod(tmp, 0o755 if entry.mode == MODE_EXEC else 0o644)
-        _move_into_place(tmp, dest)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        if exc.filename is None:  # buffered writes name no file: name the one being written
+        if exc.filename is None:
             raise OSError(exc.errno, exc.strerror, str(dest)) from None
         raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    return Replacement(tmp, dest)

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from dulwich.objects import ObjectID
 
 from mgit.budget import Budget
 from mgit.context import Context
-from mgit.errors import BadInputError, BudgetExceededError, DirtyWorktreeError
+from mgit.errors import BadInputError, BudgetExceededError, DirtyWorktreeError, MgitError
 from mgit.graph import records
 from mgit.graph.refs import check_ref_name
 from mgit.graph.snapshot import Entry, Snapshot
-from mgit.model.materialize import LocalChunks, StagedFile, entry_size, local_chunks, store_reads, write_entry
-from mgit.model.patching import patch_entry
+from mgit.model.materialize import LocalChunks, StagedFile, entry_size, local_chunks, prepare_entry, store_reads
+from mgit.model.patching import prepare_patch
+from mgit.model.placing import Patch, Pending
 from mgit.ops import remotes, workfiles
 from mgit.ops.paths import prune_dirs, under
 from mgit.ops.workfiles import CheckoutResult, WorkForm, clean, finish_command, holds, shown
@@ -225,12 +226,20 @@ def write_files(
     forms: Mapping[str, WorkForm] | None = None,
     budget: int | None = None,
     plan: Journal | None = None,
+    before_first_change: Callable[[], None] | None = None,
 ) -> None:
     """Write entries into the working tree, as ``forms`` show them (default: as the sparse
     patterns do); a staged file already holding an entry's bytes (a merge wrote it) is
-    moved into place instead. With ``budget``, the cost is checked before anything is
-    written (a partial clone fetches what it lacks first). ``plan`` is saved as the
-    journal just before the first write (a refusal before it leaves none)."""
+    completed and moved into place instead. With ``budget``, the cost is checked before
+    anything is written (a partial clone fetches what it lacks first).
+
+    In two steps: every file's new bytes are first prepared out of sight (temporary files,
+    every chunk verified: mgit.model.placing), then made visible one file after another. So a
+    corrupt chunk, a full disk or Ctrl-C while preparing leaves every working file as it was
+    (the temporaries are removed, and the error says so). ``plan`` is saved as the journal
+    before the first temporary is written and cleared when preparing fails (a kill in between
+    leaves it: the next command rolls the operation forward); ``before_first_change`` runs
+    between the steps (a merge moves its branch there)."""
     if forms is None:
         patterns = load_patterns(ctx.git_dir)
         forms = {p: workfiles.form(ctx, e, p, patterns) for p, e in todo.items()}
@@ -245,7 +254,59 @@ def write_files(
     patch = workfiles.in_place(ctx, "checkout.inPlace")
     if plan is not None:
         journal.save(ctx.git_dir, plan)
-    with byte_progress("checkout", sum(sizes.values())) as bar:
+    ready: dict[str, Pending] = {}
+    try:
+        with byte_progress("checkout", sum(sizes.values())) as bar:
+            for p in sorted(sizes):
+                ready[p] = _prepare(ctx, index, p, todo[p], forms[p], staged.get(p), reuse[p], patch, bar, sizes[p])
+        if before_first_change is not None:
+            before_first_change()
+    except BaseException as exc:
+        for pending in ready.values():
+            pending.discard()
+        if plan is not None:
+            journal.clear(ctx.git_dir)
+        if isinstance(exc, MgitError) and exc.args and isinstance(exc.args[0], str):
+            exc.args = (f"{exc.args[0]}; no working file was changed", *exc.args[1:])
+        raise
+    _make_visible(ctx, index, todo, forms, ready, result)
+
+
+def _prepare(
+    ctx: Context,
+    index: Index,
+    rel: str,
+    entry: Entry,
+    form: WorkForm,
+    staged: StagedFile | None,
+    reuse: tuple[Path, LocalChunks] | None,
+    patch: bool,
+    bar: Bar,
+    size: int,
+) -> Pending:
+    """One file's new bytes, out of sight: a staged merge file completed, a patch (opted in),
+    or the whole file beside it."""
+    if staged is not None and staged.entry_oid == entry.oid and form.entry == entry:
+        pending = staged.prepare(ctx.pool)
+        bar.advance(size)
+        return pending
+    found = _patch(ctx, index, rel, form, reuse, patch, bar)
+    if found is not None:
+        return found
+    return prepare_entry(ctx.graph, ctx.store, ctx.pool, form.entry, ctx.root / rel, rel, reuse, bar)
+
+
+def _make_visible(
+    ctx: Context,
+    index: Index,
+    todo: Mapping[str, Entry],
+    forms: Mapping[str, WorkForm],
+    ready: dict[str, Pending],
+    result: CheckoutResult,
+) -> None:
+    """Put each prepared file in place (a sparse checkout's files selecting no tensor go) and
+    record it in the index; what an error leaves prepared is removed (the journal finishes it)."""
+    try:
         for p in sorted(todo):
             entry, form, dest = todo[p], forms[p], ctx.root / p
             if not form.written:  # a sparse checkout selects none of its tensors
@@ -255,21 +316,17 @@ def write_files(
                 index.entries[p] = IndexEntry(entry, skip_worktree=True, projection=form.projection(entry))
                 result.left_out.append(p)
                 continue
-            ready = staged.get(p)
-            if ready is not None and ready.entry_oid == entry.oid and form.entry == entry:
-                index.set(p, entry, ready.install(ctx.pool))
-                result.written.append(p)
-                bar.advance(sizes[p])
-                continue
-            if _patched(ctx, index, p, form, reuse[p], patch, bar):
-                result.patched.append(p)
-            else:
-                write_entry(ctx.graph, ctx.store, ctx.pool, form.entry, dest, p, reuse[p], bar)
-            index.set(p, entry, os.stat(dest), projection=form.projection(entry))
+            pending = ready.pop(p)
+            index.set(p, entry, pending.apply(), projection=form.projection(entry))
             result.written.append(p)
+            if isinstance(pending, Patch):
+                result.patched.append(p)
+    finally:
+        for pending in ready.values():
+            pending.discard()
 
 
-def _patched(
+def _patch(
     ctx: Context,
     index: Index,
     rel: str,
@@ -277,15 +334,15 @@ def _patched(
     old: tuple[Path, LocalChunks] | None,
     allowed: bool,
     bar: Bar,
-) -> bool:
-    """Whether the working file was brought to ``form`` by patching it in place (model/patching.py):
-    only a file known to hold what the index says (a dirty one, overwritten by --force, is
-    written anew)."""
+) -> Patch | None:
+    """The patch bringing the working file to ``form`` in place (model/patching.py), where
+    allowed: only a file known to hold what the index says (a dirty one, overwritten by
+    --force, is written anew)."""
     if not allowed or old is None:
-        return False
+        return None
     was = index.entries[rel].worktree
     is_clean = functools.partial(clean, ctx, rel, was, index)  # asked only when a patch would pay
-    return patch_entry(ctx.graph, ctx.store, ctx.pool, form.entry, ctx.root / rel, rel, was, old, bar, is_clean)
+    return prepare_patch(ctx.graph, ctx.store, ctx.pool, form.entry, ctx.root / rel, rel, was, old, bar, is_clean)
 
 
 def _reusable(ctx: Context, index: Index, rel: str, form: WorkForm) -> tuple[Path, LocalChunks] | None:

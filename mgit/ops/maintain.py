@@ -13,7 +13,7 @@ from mgit.context import Context
 from mgit.graph.refs import expire_reflogs
 from mgit.lock import remove_stale_git_locks, warn
 from mgit.maintenance.du import StoreUsage, Usage, commit_usage, measure_store
-from mgit.maintenance.fsck import bad_chunks, check_repository, stale_lock_problems
+from mgit.maintenance.fsck import bad_chunks, check_repository
 from mgit.maintenance.gc import DEFAULT_GRACE_SECONDS, GcReport, collect, leftover_files
 from mgit.maintenance.reach import reachable
 from mgit.maintenance.repair import (
@@ -68,12 +68,14 @@ def fsck_repair(ctx: Context) -> Repair:
         rebuilt = pack_health.rebuild_damaged_indexes(ctx.store)
         bad = bad_chunks(ctx.store, ctx.pool)
         damaged_packs = pack_health.damaged_packs(ctx.store)
-        if bad or damaged_packs:
-            repack(ctx.store, ctx.store.ids() - set(bad), grace_seconds=0, force=True)
+        if bad or damaged_packs:  # a damaged base is dropped too, though deltas need it: fetched below
+            repack(ctx.store, ctx.store.ids() - set(bad), grace_seconds=0, force=True, drop=set(bad))
         reach = reachable(ctx.graph, ctx.index())
         missing = {c: who for c, who in reach.chunks.items() if not ctx.store.has(c, refresh=False)}
         if ctx.is_partial:
             missing = {c: who for c, who in missing.items() if c in bad}
+        for base, child in pack_health.absent_bases(ctx.store).items():
+            missing.setdefault(base, f"chunk {child[:12]} (stored as a delta of it)")
         files = walk(ctx.root)
         from_tree = recover_chunks(ctx.root, sorted(files), set(missing), ctx.store, ctx.pool)
         from_remotes = remotes.recover_from_remotes(ctx, set(missing) - from_tree)
@@ -108,10 +110,12 @@ def _repair_graph(ctx: Context) -> GraphRepair:
 
 def fsck(ctx: Context) -> list[str]:
     """Every problem found, one line each (empty: the repository is whole). In a partial
-    clone, chunks not fetched yet are not problems."""
+    clone, chunks not fetched yet are not problems. Git lock files a killed mgit left are
+    not problems either: taking the lock removes them, and here those among the objects too,
+    each with a warning saying so."""
     with ctx.lock:
-        stale = stale_lock_problems(ctx.git_dir, ctx.lock.cleaned)
-        return stale + check_repository(ctx.graph, ctx.store, ctx.index(), ctx.pool, ctx.is_partial)
+        remove_stale_git_locks(ctx.git_dir, warn)
+        return check_repository(ctx.graph, ctx.store, ctx.index(), ctx.pool, ctx.is_partial)
 
 
 def leftovers(ctx: Context) -> list[str]:

@@ -221,12 +221,14 @@ def install_merge(
     rev: str = "HEAD",
 ) -> None:
     """Move the current branch (from ``old_head``, whose files are ``head_snap``) to the merge
-    ``commit``, then bring the working tree and index to it, journaled: the branch moves first
-    (a lost compare-and-swap leaves tree and index as they were), and a killed run's working
-    tree is finished by the next command. Files of HEAD the merge's tree lacks (a no-base
-    merge's tree is the first expert's; a three-way merge's deletions) go, as a checkout of
-    the merge would remove them. A three-way merge (mgit.ops.threeway) and a fast-forward
-    install theirs the same way (``op`` and ``rev`` name the operation in the journal's messages)."""
+    ``commit``, then bring the working tree and index to it, journaled: every working file's new
+    bytes are prepared out of sight first (a corrupt chunk stops the merge there, the branch
+    unmoved), then the branch moves (a lost compare-and-swap leaves tree and index as they
+    were), then the files go into place; a killed run's working tree is finished by the next
+    command. Files of HEAD the merge's tree lacks (a no-base merge's tree is the first
+    expert's; a three-way merge's deletions) go, as a checkout of the merge would remove them.
+    A three-way merge (mgit.ops.threeway) and a fast-forward install theirs the same way
+    (``op`` and ``rev`` name the operation in the journal's messages)."""
     index = ctx.index()
     patterns = load_patterns(ctx.git_dir)
     changes = {p: e for p, e in merged.items() if head_snap.get(p) != e}
@@ -235,14 +237,17 @@ def install_merge(
         op, rev, commit, writes={p: Write(e, forms[p].entry, forms[p].written) for p, e in changes.items()},
         removes=sorted(set(head_snap) - set(merged)), head="advance", old_head=old_head, message=reflog,
     )  # fmt: skip
-    journal.save(ctx.git_dir, plan)
-    try:
-        ctx.refs.advance_head(old_head, commit, reflog)
-    except RefUpdateError:
-        journal.clear(ctx.git_dir)
-        raise
+
+    def advance() -> None:  # once every working file is prepared, before the first one changes
+        journal.save(ctx.git_dir, plan)
+        try:
+            ctx.refs.advance_head(old_head, commit, reflog)
+        except RefUpdateError:
+            journal.clear(ctx.git_dir)
+            raise
+
     result = CheckoutResult(commit)
-    checkout.write_files(ctx, index, changes, result, staged, forms)
+    checkout.write_files(ctx, index, changes, result, staged, forms, before_first_change=advance)
     workfiles.complete(ctx, plan, index, result)
 
 

@@ -1,9 +1,10 @@
 """A remote that is a directory (on this machine or a mounted share): one file per key.
 
-Objects are written to a temporary name and renamed into place, so a killed push never
-leaves a partial object visible; refs change under an exclusive lock on ``lock``, so two
-pushers cannot both win a compare-and-swap. The same class serves repositories for
-``mgit serve``.
+Objects are written to a temporary name in ``tmp/`` and renamed into place, so a killed push
+never leaves a partial object visible; each ref update then deletes the temporaries there
+older than an hour (a push killed mid-write leaves its own; one still being written is far
+younger). Refs change under an exclusive lock on ``lock``, so two pushers cannot both win a
+compare-and-swap. The same class serves repositories for ``mgit serve``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +29,10 @@ from mgit.remote.backend import (
 )
 
 MARKER = "mgit-remote"  # a file naming the directory an mgit remote
+TMP_DIR = "tmp"  # the temporary files of writes in flight (no key starts with it)
+# A temporary this old belongs to no live write (a file of a few MiB at most takes seconds): as
+# gc's default grace period (docs/format.md §15.2).
+TMP_GRACE_SECONDS = 3600.0
 
 
 class DirectoryBackend(Backend):
@@ -42,9 +48,9 @@ class DirectoryBackend(Backend):
             if not create:
                 raise RemoteError(f"{self.root} is not an mgit remote (no {MARKER} file); push to create it")
             self.root.mkdir(parents=True, exist_ok=True)
-            if any(p.name != MARKER for p in self.root.iterdir()):
+            if any(p.name not in (MARKER, TMP_DIR) for p in self.root.iterdir()):  # tmp/: a first push killed
                 raise RemoteError(f"{self.root} is not empty and not an mgit remote; choose an empty directory")
-            atomic_write(self.root / MARKER, b"mgit remote, format 1\n")
+            self._write(self.root / MARKER, b"mgit remote, format 1\n")
 
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
@@ -59,7 +65,7 @@ class DirectoryBackend(Backend):
         path = self._path(key)
         if not path.exists():
             # content-addressed and many: no directory fsync per object (the ref moved after them syncs its own)
-            atomic_write(path, data, sync_dir=False)
+            self._write(path, data, sync_dir=False)
 
     def has(self, keys: Iterable[str]) -> set[str]:
         return {k for k in keys if self._path(k).is_file()}
@@ -102,10 +108,31 @@ class DirectoryBackend(Backend):
             if new is None:
                 path.unlink(missing_ok=True)
             else:
-                atomic_write(path, f"{new}\n".encode())
+                self._write(path, f"{new}\n".encode())
             if new is not None and name.startswith("refs/heads/") and not (self.root / HEAD_KEY).exists():
-                atomic_write(self.root / HEAD_KEY, f"ref: {name}\n".encode())
+                self._write(self.root / HEAD_KEY, f"ref: {name}\n".encode())
+        self.sweep_temporaries()
         return True
+
+    def _write(self, path: Path, data: bytes, sync_dir: bool = True) -> None:
+        atomic_write(path, data, sync_dir=sync_dir, tmp_dir=self.root / TMP_DIR)
+
+    def sweep_temporaries(self, grace_seconds: float = TMP_GRACE_SECONDS) -> list[Path]:
+        """Delete the temporary files in ``tmp/`` at least ``grace_seconds`` old: what killed
+        pushes left (a live write's is younger). Best effort: a read-only share deletes nothing."""
+        removed, now = [], time.time()
+        try:
+            with os.scandir(self.root / TMP_DIR) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime >= grace_seconds:
+                            os.unlink(entry.path)
+                            removed.append(Path(entry.path))
+                    except OSError:
+                        continue
+        except OSError:
+            pass
+        return removed
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

@@ -72,10 +72,14 @@ def parse_json(data: bytes) -> object:
 
 
 def key_list(value: object) -> list[str]:
-    """The keys of a .has / .sizes body: a JSON list of key strings."""
+    """The keys of a .has / .sizes body: a JSON list of key strings, each a valid key (one
+    that is not is bad input, 400, not a server failure)."""
     if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
         raise BadRequest("expected a JSON list of key strings")
-    return [check_key(k) for k in value]
+    try:
+        return [check_key(k) for k in value]
+    except RemoteError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def swap_request(value: object) -> tuple[str, str | None, str | None]:
@@ -85,7 +89,10 @@ def swap_request(value: object) -> tuple[str, str | None, str | None]:
     old, new = value.get("old"), value.get("new")
     if not all(v is None or isinstance(v, str) for v in (old, new)):
         raise BadRequest('"old" and "new" must be commit ids (strings) or null')
-    ref = check_key(value["ref"])
+    try:
+        ref = check_key(value["ref"])
+    except RemoteError as exc:
+        raise BadRequest(str(exc)) from None
     if not ref.startswith("refs/"):
         raise BadRequest("only refs can be swapped")
     return ref, old, new

@@ -58,10 +58,14 @@ def repack(
     grace_seconds: float,
     force: bool = False,
     only: list[PackIndex] | None = None,
+    drop: frozenset[str] | set[str] = frozenset(),
 ) -> RepackReport:
     """Rewrite the packs older than the grace period into one holding only ``live`` (and the
     bases it needs); ``force``: even a single pack with nothing to drop (a repair rewriting a
-    pack whose own bytes are damaged); ``only``: just these packs (the others stay as they are)."""
+    pack whose own bytes are damaged); ``only``: just these packs (the others stay as they are);
+    ``drop``: chunks not copied even where a kept delta needs them as its base (a repair's
+    damaged records: copied byte for byte, their damage would move to the new pack; it fetches
+    them again instead)."""
     report = RepackReport(bytes_before=_disk_bytes(store))
     now = time.time()
     indexes = store.indexes()
@@ -71,7 +75,7 @@ def repack(
     young = [i for i in indexes if i not in old_indexes]
     # chunks of young packs stay; so must every base their deltas need
     young_bases = {loc.base for i in young for loc in i.locations().values() if loc.base}
-    keep = _with_bases(store, set(live) | young_bases)
+    keep = _with_bases(store, set(live) | young_bases) - set(drop)
     loose = [cid for cid in store.loose_ids() if _age(store.loose.path(cid), now) >= grace_seconds]
     needed = {cid for i in old_indexes for cid in i.ids()} | set(loose)
     if not force and len(old_indexes) <= 1 and not loose and needed <= keep and not check_packs(store):

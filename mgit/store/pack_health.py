@@ -56,3 +56,14 @@ def rebuild_damaged_indexes(store: ChunkStore) -> list[str]:
     if rebuilt:
         store.forget_indexes()
     return rebuilt
+
+
+def absent_bases(store: ChunkStore) -> dict[str, str]:
+    """Delta bases the store lacks → a chunk stored as a delta of it: after a repair dropped
+    a damaged base, what it must fetch again for its deltas to read."""
+    out: dict[str, str] = {}
+    for index in store.indexes():
+        for cid, loc in index.locations().items():
+            if loc.base is not None and loc.base not in out and not store.has(loc.base, refresh=False):
+                out[loc.base] = cid
+    return out

@@ -107,6 +107,17 @@ def _pack_file(suffix: str, offset: int) -> Callable[[Setup], str]:
     return apply
 
 
+def _base_raw_size(s: Setup) -> str:
+    """The raw-size field in the pack record of a chunk another chunk is a delta of (the first
+    commit's lm_head: the second's is stored against it). Its payload still decodes, with the
+    index's size, as a link of its delta's chain: repair must not copy the record as it is."""
+    store = s.repo.store
+    base = next(loc.base for i in store.indexes() for loc in i.locations().values() if loc.base)
+    loc = store.location(base)
+    _flip(loc.pack, loc.offset + 40)  # the header: id, 4 one-byte fields, payload length, raw size
+    return base[:12]
+
+
 def _pack_magic_and_index(s: Setup) -> str:
     pack = _pack(s)
     _flip(pack, 2)
@@ -175,6 +186,7 @@ DAMAGE = {
     "pack-index": _pack_file(".idx", 40),
     "pack-magic-and-index": _pack_magic_and_index,
     "pack-cut": _pack_cut,
+    "pack-base-raw-size": _base_raw_size,
     "ref-garbage": _ref_garbage,
     "ref-missing-commit": _ref_missing,
     "packed-refs": _packed_refs,
@@ -203,6 +215,7 @@ def test_fsck_names_the_damage_and_repair_restores_it_from_the_remote(setup, kin
     assert "internal error" not in repaired.stderr and "Traceback" not in repaired.stderr, repaired.stderr
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr  # its closing fsck found nothing
 
+    assert _fsck(root).returncode == 0  # and stays so: one run repaired it
     with Repository(root) as fresh:
         fresh.checkout(setup.first)
         fresh.checkout("main")

@@ -1,6 +1,7 @@
-"""A checked-out merge that changes a small part of a file patches the working file in place
-(writing only the merged chunks) instead of writing the whole file anew; the bytes are those
-a fresh checkout writes, and a patch killed half way is finished by the next command."""
+"""Opted in (``merge.inPlace = true``), a checked-out merge that changes a small part of a file
+patches the working file in place (writing only the merged chunks) instead of writing the
+whole file anew; the bytes are those a fresh checkout writes, and a patch killed half way is
+finished by the next command. By default the merged file is renamed into place."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from helpers.models import THREE_EXPERTS, THREE_WEIGHTS, commit_uneven, sha256
 from helpers.run import run_mgit
 
 from mgit.errors import BadInputError
-from mgit.model import materialize
-from mgit.model.materialize import StagedFile, _coalesced, _copy_range
+from mgit.model import placing
+from mgit.model.materialize import StagedFile
+from mgit.model.placing import coalesced, copy_range
 from mgit.repo import Repository
 
 NAMES, WEIGHTS = THREE_EXPERTS, THREE_WEIGHTS
@@ -23,17 +25,24 @@ MODEL = "model/model.safetensors"
 
 @pytest.fixture
 def installs(monkeypatch):
-    """Every staged file installed: whether it was patched in place."""
+    """Every staged file prepared for installing: whether it was to be patched in place."""
     seen: list[StagedFile] = []
-    real = StagedFile.install
+    real = StagedFile.prepare
 
-    def install(self, pool=None):
-        stat = real(self, pool)
+    def prepare(self, pool=None):
+        pending = real(self, pool)
         seen.append(self)
-        return stat
+        return pending
 
-    monkeypatch.setattr(StagedFile, "install", install)
+    monkeypatch.setattr(StagedFile, "prepare", prepare)
     return seen
+
+
+@pytest.fixture
+def in_place(three_uneven):
+    """``three_uneven``, opted in to patching working files in place."""
+    three_uneven.config_set("merge.inPlace", "true")
+    return three_uneven
 
 
 def _fresh_checkout_sha(repo) -> str:
@@ -44,8 +53,8 @@ def _fresh_checkout_sha(repo) -> str:
 
 
 @pytest.mark.parametrize("branch", [None, "m"])
-def test_a_budgeted_merge_patches_the_working_file_in_place(three_uneven, installs, branch):
-    repo = three_uneven
+def test_a_budgeted_merge_patches_the_working_file_in_place(in_place, installs, branch):
+    repo = in_place
     inode = os.stat(repo.root / MODEL).st_ino
     repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS, branch=branch)
     assert [s.patched for s in installs] == [True]
@@ -78,9 +87,12 @@ def test_a_merged_file_is_not_renamed_over_the_working_file(three_uneven, instal
     assert _fresh_checkout_sha(repo) == sha256(repo.root / MODEL)
 
 
-def test_in_place_can_be_turned_off(three_uneven, installs):
+@pytest.mark.parametrize("setting", [None, "false"])
+def test_without_in_place_a_merge_replaces_the_file(three_uneven, installs, setting):
+    """The default (no setting) and ``false``: the merged file is renamed into place."""
     repo = three_uneven
-    repo.config_set("merge.inPlace", "false")
+    if setting is not None:
+        repo.config_set("merge.inPlace", setting)
     inode = os.stat(repo.root / MODEL).st_ino
     repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
     assert [s.patched for s in installs] == [False]
@@ -97,9 +109,9 @@ def test_a_bad_in_place_setting_is_refused_before_any_work(three_uneven):
     assert repo.refs.head() == head
 
 
-def test_a_hard_linked_working_file_is_not_patched(three_uneven, installs, tmp_path):
+def test_a_hard_linked_working_file_is_not_patched(in_place, installs, tmp_path):
     """Another name for the file (a copy made with `cp -l`) keeps the old bytes."""
-    repo = three_uneven
+    repo = in_place
     other = tmp_path / "elsewhere.safetensors"
     before = sha256(repo.root / MODEL)
     os.link(repo.root / MODEL, other)
@@ -109,8 +121,8 @@ def test_a_hard_linked_working_file_is_not_patched(three_uneven, installs, tmp_p
     assert sha256(repo.root / MODEL) != before
 
 
-def test_a_symlinked_working_file_is_replaced_not_written_through(three_uneven, installs, tmp_path):
-    repo = three_uneven
+def test_a_symlinked_working_file_is_replaced_not_written_through(in_place, installs, tmp_path):
+    repo = in_place
     target = tmp_path / "shared.safetensors"
     shutil.copyfile(repo.root / MODEL, target)
     before = sha256(target)
@@ -127,6 +139,7 @@ def test_a_patch_killed_half_way_is_finished_by_the_next_command(repo, point):
     """SIGKILL before the first and the second patched range: the journal names the file,
     and the next command rewrites what the patch had not, byte for byte."""
     commit_uneven(repo, NAMES, 50)
+    repo.config_set("merge.inPlace", "true")
     root = repo.root
     repo.close()
     args = ["merge", "--method", "task_arithmetic", "--weights", "0.5,0.3,0.2", "--budget", "10%", *NAMES, "-m", "m"]
@@ -145,8 +158,8 @@ def test_a_patch_killed_half_way_is_finished_by_the_next_command(repo, point):
 
 
 def test_ranges_are_sorted_and_joined():
-    assert _coalesced([(10, 5), (0, 10), (20, 1), (15, 2)]) == [(0, 17), (20, 1)]
-    assert _coalesced([]) == []
+    assert coalesced([(10, 5), (0, 10), (20, 1), (15, 2)]) == [(0, 17), (20, 1)]
+    assert coalesced([]) == []
 
 
 def test_a_range_copies_through_memory_where_the_kernel_cannot(tmp_path, monkeypatch):
@@ -158,13 +171,16 @@ def test_a_range_copies_through_memory_where_the_kernel_cannot(tmp_path, monkeyp
         raise OSError(errno.EXDEV, "cross-device")
 
     for kernel in (os.copy_file_range, unsupported):
-        monkeypatch.setattr(materialize.os, "copy_file_range", kernel)
+        monkeypatch.setattr(placing.os, "copy_file_range", kernel)
         dst.write_bytes(b"\0" * (256 * 64))
         with open(src, "rb") as s, open(dst, "r+b") as d:
-            _copy_range(s.fileno(), d.fileno(), 1000, 5000, dst)
-        got = dst.read_bytes()
-        assert got[1000:6000] == src.read_bytes()[1000:6000]
-        assert got[:1000] == b"\0" * 1000 and got[6000:] == b"\0" * (len(got) - 6000)
+            assert copy_range(s.fileno(), d.fileno(), 1000, 1000, 5000, dst) == 5000
+            assert copy_range(s.fileno(), d.fileno(), 0, 8000, 100, dst) == 100  # elsewhere in the file
+            assert copy_range(s.fileno(), d.fileno(), 256 * 64 - 10, 9000, 100, dst) == 10  # the source ends
+        got, want = dst.read_bytes(), src.read_bytes()
+        assert got[1000:6000] == want[1000:6000] and got[8000:8100] == want[:100]
+        assert got[9000:9010] == want[-10:]
+        assert got[:1000] == b"\0" * 1000 and got[6000:8000] == b"\0" * 2000 and got[9010:] == b"\0" * (len(got) - 9010)
 
 
 HOLDER = """
@@ -177,12 +193,12 @@ with open(sys.argv[1], "rb") as f:
 """
 
 
-def test_a_file_another_process_has_mapped_is_replaced_not_patched(three_uneven, installs):
+def test_a_file_another_process_has_mapped_is_replaced_not_patched(in_place, installs):
     """A process reading the old model through mmap keeps seeing it whole."""
     import subprocess
     import sys
 
-    repo = three_uneven
+    repo = in_place
     before = sha256(repo.root / MODEL)
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(repo.root / MODEL)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True

@@ -42,7 +42,7 @@ def test_workers_write_on_past_a_slow_chunk(tmp_path):
     fd = os.open(out, os.O_RDWR | os.O_CREAT)
     try:
         with make_pool() as pool:
-            _write_chunks(store, pool, fd, 3, parts, None, Bar())  # type: ignore[arg-type]
+            _write_chunks(store, pool, fd, 3, parts, None, Bar(), out)  # type: ignore[arg-type]
     finally:
         os.close(fd)
     assert out.read_bytes() == bytes(3) + b"".join(chunks.values())
@@ -84,7 +84,7 @@ def test_every_record_is_read_ahead_before_it_is_decoded(tmp_path, monkeypatch):
     fd = os.open(out, os.O_RDWR | os.O_CREAT)
     try:
         with make_pool() as pool:
-            _write_chunks(store, pool, fd, 0, [(cid, n, "f") for cid, n in chunks], None, Bar())
+            _write_chunks(store, pool, fd, 0, [(cid, n, "f") for cid, n in chunks], None, Bar(), out)
     finally:
         os.close(fd)
     gets = [o for e, o in events if e == "get"]

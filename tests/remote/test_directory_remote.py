@@ -4,6 +4,7 @@ race-free pushes, verification on fetch, partial clones, pull."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 import safetensors.torch
@@ -282,3 +283,34 @@ def test_a_clone_over_its_budget_leaves_nothing(pushed):
         "clone", "--partial", "--include", "lm_head.*", "--budget", "1GB", str(tmp / "remote.mgit"), "s2", cwd=tmp
     )
     assert ok.returncode == 0, ok.stderr
+
+
+def _temporaries(remote) -> list[str]:
+    return sorted(str(p.relative_to(remote)) for p in remote.rglob("*") if p.is_file() and ".tmp-" in p.name)
+
+
+def test_the_next_push_removes_what_killed_pushes_left_after_an_hour(pushed):
+    """A push killed between writing an object and renaming it into place leaves its temporary
+    file in the remote; the next push (its ref update) deletes those an hour old, and leaves a
+    younger one alone: it may be another push's, still being written."""
+    import os
+    import time
+
+    repo, base, _, tmp_path = pushed
+    remote = tmp_path / "remote.mgit"
+    commit_model(repo, frozen_finetune(base, {0, 1}, seed=4), "tune")
+    root = repo.root
+    repo.close()
+    killed = run_mgit("push", cwd=root, env={"MGIT_CRASH_AT": "rename:1"})  # the first object's rename
+    assert killed.returncode == -9, killed.stderr
+    left = _temporaries(remote)  # the uploads in flight (several threads) when it died
+    assert left, "the killed push left no temporary file"
+    hour_ago = time.time() - 3700
+    for name in left:
+        os.utime(remote / name, (hour_ago, hour_ago))
+    young = Path(left[0]).with_name("chunk.tmp-young")
+    (remote / young).write_bytes(b"a push in flight")
+    run_mgit("push", cwd=root, check=True)
+    assert _temporaries(remote) == [str(young)]
+    with Repository.clone(str(remote), tmp_path / "clone") as clone:
+        assert clone.fsck() == []

@@ -173,3 +173,20 @@ def test_a_read_only_token_cannot_swap_refs_however_the_path_is_written(server, 
     assert set(repo._backend("origin").refs()) == {"refs/heads/main"}
     status, body = _raw(server, "POST", "/llama/.sizes", json.dumps(["refs/heads/main/x"]).encode(), "read-token")
     assert status == 200 and json.loads(body) == {}  # a key under a file: absent, not a crash
+
+
+@pytest.mark.parametrize("endpoint", [".has", ".sizes"])
+def test_malformed_keys_are_bad_requests_not_server_failures(server, work, monkeypatch, endpoint):
+    """A key no remote may hold (odd characters, ``..``, a bad ref name) is the client's error:
+    400 with a one-line reason, for each endpoint taking keys (.swap's ref too)."""
+    repo, _ = work
+    monkeypatch.setenv("MGIT_TOKEN", "write-token")
+    repo.remote_add("origin", f"{server.url}/llama")
+    repo.push()
+    for key in ("objects/zz", "../../etc/passwd", "chunks/" + "g" * 64, "refs/heads/a..b", "HEAD/x", ""):
+        status, body = _raw(server, "POST", f"/llama/{endpoint}", json.dumps(["HEAD", key]).encode())
+        assert status == 400, (key, status, body)
+        assert body.count(b"\n") <= 1 and "error" in json.loads(body), body
+    swap = json.dumps({"ref": "objects/zz", "old": None, "new": None}).encode()
+    status, body = _raw(server, "POST", "/llama/.swap", swap)
+    assert status == 400 and "error" in json.loads(body), body

@@ -1,6 +1,7 @@
-"""A checkout that changes a small part of a clean working file patches it in place, writing
-only the chunks that differ; the bytes are those a fresh checkout writes, and a patch killed
-half way is finished by the next command."""
+"""Opted in (``checkout.inPlace = true``), a checkout that changes a small part of a clean
+working file patches it in place, writing only the chunks that differ; the bytes are those a
+fresh checkout writes, and a patch killed half way is finished by the next command. By
+default the file is replaced (a reader never sees a mix: tests/worktree/test_checkout_atomic.py)."""
 
 from __future__ import annotations
 
@@ -40,16 +41,23 @@ def two(repo):
 
 
 @pytest.fixture
+def in_place(two):
+    """``two``, opted in to patching working files in place."""
+    two.config_set("checkout.inPlace", "true")
+    return two
+
+
+@pytest.fixture
 def writes(monkeypatch):
     """Bytes written into files by chunk (pwrite), in this process."""
     seen: list[int] = []
-    real = materialize._pwrite_all
+    real = materialize.pwrite_all
 
     def counted(fd, data, offset, dest):
         seen.append(len(data))
         return real(fd, data, offset, dest)
 
-    monkeypatch.setattr(materialize, "_pwrite_all", counted)
+    monkeypatch.setattr(materialize, "pwrite_all", counted)
     return seen
 
 
@@ -65,8 +73,8 @@ def _changed_bytes(base_repo: Repository) -> int:
     return sum(sd[n].numel() * sd[n].element_size() for n in CHANGED)
 
 
-def test_switching_to_a_few_changed_tensors_patches_only_them(two, writes):
-    repo = two
+def test_switching_to_a_few_changed_tensors_patches_only_them(in_place, writes):
+    repo = in_place
     inode = os.stat(repo.root / MODEL).st_ino
     res = repo.checkout("lora")
     assert res.patched == [MODEL] and MODEL in res.written
@@ -80,8 +88,8 @@ def test_switching_to_a_few_changed_tensors_patches_only_them(two, writes):
     assert sha256(repo.root / MODEL) == _fresh_sha(repo, "main")
 
 
-def test_a_file_mostly_changed_is_replaced(two, writes):
-    repo = two
+def test_a_file_mostly_changed_is_replaced(in_place, writes):
+    repo = in_place
     inode = os.stat(repo.root / MODEL).st_ino
     res = repo.checkout("full")
     assert res.patched == []
@@ -89,9 +97,9 @@ def test_a_file_mostly_changed_is_replaced(two, writes):
     assert sha256(repo.root / MODEL) == _fresh_sha(repo, "full")
 
 
-def test_a_dirty_file_forced_over_is_written_anew_not_patched(two):
+def test_a_dirty_file_forced_over_is_written_anew_not_patched(in_place):
     """Bytes changed in a tensor the switch leaves alone must not survive a --force checkout."""
-    repo = two
+    repo = in_place
     path = repo.root / MODEL
     data = bytearray(path.read_bytes())
     data[-10] ^= 0xFF  # the last tensor's bytes: not one of CHANGED
@@ -102,18 +110,22 @@ def test_a_dirty_file_forced_over_is_written_anew_not_patched(two):
     assert sha256(path) == _fresh_sha(repo, "lora")
 
 
-def test_in_place_checkout_can_be_turned_off(two):
+@pytest.mark.parametrize("setting", [None, "false"])
+def test_without_in_place_a_checkout_replaces_the_file(two, setting):
+    """The default (no setting) and ``false``: a new file renamed into place, whatever changed."""
     repo = two
-    repo.config_set("checkout.inPlace", "false")
+    if setting is not None:
+        repo.config_set("checkout.inPlace", setting)
     inode = os.stat(repo.root / MODEL).st_ino
     res = repo.checkout("lora")
     assert res.patched == []
     assert os.stat(repo.root / MODEL).st_ino != inode
     assert repo.status().clean
+    assert sha256(repo.root / MODEL) == _fresh_sha(repo, "lora")
 
 
-def test_a_bad_in_place_setting_is_refused_before_any_write(two):
-    repo = two
+def test_a_bad_in_place_setting_is_refused_before_any_write(in_place):
+    repo = in_place
     repo.config_set("checkout.inPlace", "sometimes")
     before, head = sha256(repo.root / MODEL), repo.refs.head()
     with pytest.raises(BadInputError, match=r"checkout\.inPlace"):
@@ -122,9 +134,9 @@ def test_a_bad_in_place_setting_is_refused_before_any_write(two):
     assert not (repo.root / ".mgit" / "journal.json").exists()
 
 
-def test_a_hard_linked_working_file_is_not_patched(two, tmp_path):
+def test_a_hard_linked_working_file_is_not_patched(in_place, tmp_path):
     """Another name for the file (a copy made with `cp -l`) keeps the old bytes."""
-    repo = two
+    repo = in_place
     other = tmp_path / "elsewhere.safetensors"
     before = sha256(repo.root / MODEL)
     os.link(repo.root / MODEL, other)
@@ -135,10 +147,10 @@ def test_a_hard_linked_working_file_is_not_patched(two, tmp_path):
 
 
 @pytest.mark.parametrize("point", ["write:1", "write:2"])
-def test_a_patch_killed_half_way_is_finished_by_the_next_command(two, point):
+def test_a_patch_killed_half_way_is_finished_by_the_next_command(in_place, point):
     """SIGKILL before the first and the second patched chunk: the journal names the file, and
     the next command rewrites it, byte for byte."""
-    repo = two
+    repo = in_place
     root = repo.root
     repo.close()
     killed = run_mgit("checkout", "lora", cwd=root, env={"MGIT_CRASH_AT": point})
@@ -155,8 +167,8 @@ def test_a_patch_killed_half_way_is_finished_by_the_next_command(two, point):
     assert run_mgit("fsck", cwd=root).returncode == 0
 
 
-def test_checkout_json_names_the_patched_files(two):
-    repo = two
+def test_checkout_json_names_the_patched_files(in_place):
+    repo = in_place
     root = repo.root
     repo.close()
     out = run_mgit("checkout", "lora", "--json", cwd=root, check=True)

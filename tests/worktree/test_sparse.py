@@ -282,12 +282,12 @@ def test_an_interrupted_checkout_changing_the_patterns_loses_nothing(work, monke
     repo, base, _, _, _ = work
     repo.checkout("main", include=["model.layers.*", "lm_head.weight"])
     before = repo.resolve("HEAD")
-    import mgit.ops.checkout as checkout_module
+    from mgit.model.placing import Replacement
 
     def dying(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(checkout_module, "write_entry", dying)
+    monkeypatch.setattr(Replacement, "apply", dying)  # every file prepared, none renamed into place
     with pytest.raises(KeyboardInterrupt):  # shard 1 deleted (nothing selected), shard 2 not yet written
         repo.checkout("main", include=["model.layers.3.*"], exclude=["*mlp*"])
     monkeypatch.undo()

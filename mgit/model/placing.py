@@ -1,0 +1,187 @@
+"""A working file's new bytes, prepared out of sight, then made visible in one step.
+
+Why two steps: a checkout (or the checkout ending a merge) reads every chunk it needs while
+writing the new bytes to a temporary file no reader looks at, verifying each one; only once
+every file's temporary is complete does the first working file change. A corrupt chunk, a
+full disk or Ctrl-C while preparing therefore leaves every working file as it was. Making
+the bytes visible is then a rename (:class:`Replacement`, the default: a reader sees the old
+file or the new one, never a mix) or, where the user opted in (``inPlace = true``), a copy of
+just the changed byte ranges over the working file (:class:`Patch`: while it runs, and after
+a kill until the next command finishes it, a reader sees a mix of old and new chunks).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import uuid
+from dataclasses import dataclass
+from glob import escape as glob_escape
+from pathlib import Path
+
+from mgit import _crashpoints
+from mgit.graph.names import TMP_MARK
+from mgit.inuse import held_elsewhere
+from mgit.store.record import RawBytes
+
+
+@dataclass
+class Replacement:
+    """A complete, verified new file at ``tmp`` (beside ``dest``, or in the repository's
+    staging directory), renamed to ``dest`` by :meth:`apply`."""
+
+    tmp: Path
+    dest: Path
+
+    def apply(self) -> os.stat_result:
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        move_into_place(self.tmp, self.dest)
+        return os.stat(self.dest)
+
+    def discard(self) -> None:
+        self.tmp.unlink(missing_ok=True)
+
+
+class Patch:
+    """The changed byte ranges of a working file, written at their offsets into a sparse
+    temporary file (open as ``fd``), copied over ``dest`` by :meth:`apply` (in the kernel)."""
+
+    def __init__(self, dest: Path, tmp: Path, fd: int, ranges: list[tuple[int, int]]):
+        self.dest, self.tmp, self.fd = dest, tmp, fd
+        self.ranges = coalesced(ranges)
+
+    def apply(self) -> os.stat_result:
+        out = os.open(self.dest, os.O_WRONLY | os.O_NOFOLLOW)
+        try:
+            for at, size in self.ranges:
+                _crashpoints.point("write")
+                if copy_range(self.fd, out, at, at, size, self.dest) != size:
+                    raise OSError(errno.EIO, "the prepared patch is shorter than expected", str(self.dest))
+        finally:
+            os.close(out)
+        self.discard()
+        return os.stat(self.dest)
+
+    def discard(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.tmp.unlink(missing_ok=True)
+
+
+Pending = Replacement | Patch
+
+
+def temporary(dest: Path) -> Path:
+    """A new temporary name beside ``dest`` (same file system: the rename is atomic), after
+    deleting any a killed checkout left there (the caller holds the repository lock)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    for stale in dest.parent.glob(f".{glob_escape(dest.name)}{TMP_MARK}*"):
+        stale.unlink(missing_ok=True)
+    return dest.parent / f".{dest.name}{TMP_MARK}{uuid.uuid4().hex[:8]}"
+
+
+def patch_file(dest: Path, size: int) -> tuple[Path, int]:
+    """A sparse temporary file of ``size`` bytes beside ``dest`` for a :class:`Patch`, open
+    for reading and writing: only the ranges written into it take disk space."""
+    tmp = temporary(dest)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, size)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp, fd
+
+
+def move_into_place(tmp: Path, dest: Path) -> None:
+    """Rename a finished temporary file to ``dest``, removing the file ``dest`` names first.
+
+    Why not one rename over it: ext4 (``auto_da_alloc``, its default) then writes the new
+    file's data out before the rename returns, and the next fsync (HEAD's, the index's) waits
+    for the rest. Measured on 2.2 GB models (warm): a checked-out merge spent 2.4 s in its
+    final switch (now 0.03 s), a branch switch took 5.8-6.4 s (now 4.1-4.7 s). Like git's
+    checkout, the working tree's data then reaches the disk in the background; what it holds
+    is in the chunk store, durably. A kill between the two leaves the path missing: a
+    journaled operation (checkout, merge, reset) writes it again when it is recovered
+    (docs/format.md §14.1), and restoring paths just runs again."""
+    try:
+        if not stat.S_ISDIR(os.lstat(dest).st_mode):  # a directory in the way: os.replace says so
+            os.unlink(dest)  # a kill from here to the rename: the crash point of os.replace
+    except FileNotFoundError:
+        pass
+    os.replace(tmp, dest)
+
+
+def patchable(dest: Path, local_fd: int | None, file_size: int, header: bytes) -> bool:
+    """Whether the working file at ``dest`` may be patched in place: it is the very file open
+    as ``local_fd`` (a regular one, no other name linked to it, no symlink), with the new
+    file's size and header, and no other process has it open or mapped (a process reading the
+    old model keeps it whole, mgit.inuse)."""
+    if local_fd is None:
+        return False
+    try:
+        seen, known = os.lstat(dest), os.fstat(local_fd)
+        if not stat.S_ISREG(seen.st_mode) or seen.st_nlink != 1 or seen.st_size != file_size:
+            return False
+        if (seen.st_dev, seen.st_ino) != (known.st_dev, known.st_ino):
+            return False
+        if os.pread(local_fd, len(header), 0) != header:
+            return False
+        return not held_elsewhere(seen)
+    except OSError:
+        return False
+
+
+def pwrite_all(fd: int, data: RawBytes, offset: int, dest: Path | None) -> None:
+    """pwrite all of ``data``: a short write is retried, so a full disk reports ENOSPC
+    (naming the file) instead of a bare short count."""
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.pwrite(fd, view, offset)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view, offset = view[n:], offset + n
+    except OSError as exc:
+        if dest is not None and exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(dest)) from None
+        raise
+
+
+def coalesced(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(offset, size) ranges sorted, adjacent ones joined: fewer, longer copies."""
+    out: list[tuple[int, int]] = []
+    for at, size in sorted(ranges):
+        if out and out[-1][0] + out[-1][1] == at:
+            out[-1] = (out[-1][0], out[-1][1] + size)
+        else:
+            out.append((at, size))
+    return out
+
+
+def copy_range(src: int, dst: int, src_at: int, dst_at: int, size: int, dest: Path) -> int:
+    """Copy ``size`` bytes at ``src_at`` of one file to ``dst_at`` of another, in the kernel
+    where it can (``copy_file_range``: no pass through user memory; a reflink on file systems
+    that share extents), else by pread/pwrite. Returns the bytes copied: fewer only where the
+    source ends first (the caller checks what it copied)."""
+    done = 0
+    while done < size:
+        n = 0
+        if hasattr(os, "copy_file_range"):
+            try:
+                n = os.copy_file_range(src, dst, size - done, src_at + done, dst_at + done)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise OSError(exc.errno, exc.strerror, str(dest)) from None
+                n = -1
+        if n <= 0:  # not supported here, or the source ends: copy through memory (reads 0 at its end)
+            data = os.pread(src, min(size - done, 1 << 24), src_at + done)
+            if not data:
+                return done
+            pwrite_all(dst, data, dst_at + done, dest)
+            n = len(data)
+        done += n
+    return done
