@@ -17,7 +17,7 @@ from mgit.errors import BadInputError, DirtyWorktreeError, MgitError
 from mgit.graph import records
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
 from mgit.model.dtypes import DType, lookup
-from mgit.model.filetree import load_safetensors
+from mgit.model.filetree import chunked_parents, load_safetensors
 from mgit.model.ingest import Ingestor
 from mgit.model.projection import combine
 from mgit.model.safetensors_file import build_header
@@ -50,7 +50,8 @@ def add(ctx: Context, paths: Iterable[str | os.PathLike[str]] = (".",), base: st
     HEAD) where that is smaller, and their per-chunk change norms are recorded.
     """
     result = AddResult()
-    parents = parent_lookup(ctx, ctx.snapshot(base) if base else ctx.head_snapshot())
+    snap = ctx.snapshot(base) if base else ctx.head_snapshot()
+    parents, parent_files = parent_lookup(ctx, snap), chunked_parents(ctx.graph, snap)
     with ctx.writing():
         index = ctx.index()
         ignorer = Ignorer(ctx.root)
@@ -83,7 +84,7 @@ def add(ctx: Context, paths: Iterable[str | os.PathLike[str]] = (".",), base: st
         total = sum(st.st_size for st in todo.values())
         since = index.read_clock(todo.values()) if todo else None  # before the files are read, their stats taken
         with byte_progress("add", total) as bar:
-            ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parents)
+            ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parents, parent_files)
             for rel, st in sorted(todo.items()):
                 # Unchanged chunks dedup inside the store, so re-ingesting a touched but
                 # unchanged file writes nothing new and yields the same entry.

@@ -16,7 +16,8 @@ from mgit.errors import BadInputError
 from mgit.graph.objects import Graph, blob_id
 from mgit.graph.snapshot import Entry, Snapshot
 from mgit.model.filetree import load_chunked, load_safetensors
-from mgit.model.ingest import classify, scan_file_chunks, scan_tensor_chunks
+from mgit.model.ingest import classify, scan_tensor_chunks
+from mgit.model.opaque import scan_at
 from mgit.worktree.index import Index
 from mgit.worktree.sparse import SparseSummary
 
@@ -93,8 +94,11 @@ def working_matches(
     if kind == "blob":
         same = blob_id(path.read_bytes()) == entry.oid
         return same and (os.stat(path).st_mode & 0o111 != 0) == (entry.mode & 0o111 != 0), None, ""
-    if kind == "chunked":
-        return scan_file_chunks(path, pool) == tuple(c.id for c in load_chunked(graph, entry.oid).chunks), None, ""
+    if kind == "chunked":  # cut where the committed file's chunks end: same bytes, same ids
+        chunks = load_chunked(graph, entry.oid).chunks
+        if os.stat(path).st_size != sum(c.size for c in chunks):
+            return False, None, ""
+        return scan_at(path, pool, [c.size for c in chunks]) == tuple(c.id for c in chunks), None, ""
     stored = load_safetensors(graph, entry.oid, rel)
     try:
         sizes = {n: m.chunk_size for n, m in stored.manifests.items()}
