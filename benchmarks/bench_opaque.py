@@ -45,17 +45,19 @@ BLOCK_BYTES = 2 + BLOCK // 2
 INSERT_AT, INSERTED = 100, b"8 bytes!"
 
 
-def gguf_like(size: int, seed: int = 0) -> bytes:
-    """Magic and version, a metadata header, then Q4_0-like blocks up to ``size`` bytes."""
+def q4_blocks(count: int, seed: int) -> bytes:
+    """``count`` Q4_0-like blocks: an fp16 scale, then 16 bytes of random 4-bit weights."""
     rng = np.random.default_rng(seed)
-    header = b"GGUF\x03\x00\x00\x00" + b"".join(
-        f"tokenizer.ggml.tokens.{i}=token{i};".encode() for i in range(200)
-    )
-    blocks = (size - len(header)) // BLOCK_BYTES
-    scales = (rng.standard_normal(blocks) * 0.01).astype(np.float16).view(np.uint8).reshape(blocks, 2)
-    nibbles = rng.integers(0, 256, (blocks, BLOCK // 2), dtype=np.uint8)
-    body = np.concatenate([scales, nibbles], axis=1).tobytes()
-    return (header + body + bytes(size - len(header) - len(body)))[:size]
+    scales = (rng.standard_normal(count) * 0.01).astype(np.float16).view(np.uint8).reshape(count, 2)
+    nibbles = rng.integers(0, 256, (count, BLOCK // 2), dtype=np.uint8)
+    return np.concatenate([scales, nibbles], axis=1).tobytes()
+
+
+def gguf_like(size: int) -> bytes:
+    """Magic and version, a metadata header, then Q4_0-like blocks, ``size`` bytes in all."""
+    header = b"GGUF\x03\x00\x00\x00" + b"".join(f"tokenizer.ggml.tokens.{i}=token{i};".encode() for i in range(200))
+    body = q4_blocks((size - len(header)) // BLOCK_BYTES, seed=0)
+    return header + body + bytes(size - len(header) - len(body))
 
 
 def versions(size: int) -> list[tuple[str, bytes]]:
@@ -63,7 +65,7 @@ def versions(size: int) -> list[tuple[str, bytes]]:
     base = gguf_like(size)
     row = ROW_WEIGHTS // BLOCK * BLOCK_BYTES
     at = (len(base) // 2) // row * row  # a row in the middle of the blocks
-    new_row = gguf_like(row + 1000, seed=1)[-row:]
+    new_row = q4_blocks(ROW_WEIGHTS // BLOCK, seed=1)
     one_row = base[:at] + new_row + base[at + row :]
     inserted = one_row[:INSERT_AT] + INSERTED + one_row[INSERT_AT:]
     return [
