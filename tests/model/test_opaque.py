@@ -148,6 +148,14 @@ def test_the_cut_points_are_pinned(tmp_path):
     assert b"".join(data[at : at + n] for at, n in cuts) == data
 
 
+def commit_manifest(repo: Repository, manifest: FileManifest, name: str, message: str) -> None:
+    """Commit, on top of HEAD, a tree holding one chunked file with this manifest (§6.3)."""
+    tree = repo.graph.put_tree([(CHUNKED_ENTRY, MODE_FILE, repo.graph.put_blob(manifest.to_bytes()))])
+    root = repo.graph.put_tree([(name, MODE_TREE, tree)])
+    who, head = repo.identity(), repo.refs.head()
+    repo.refs.advance_head(head, repo.graph.put_commit(root, [head] if head else [], message, who, who), message)
+
+
 def old_fixed_file(repo: Repository, data: bytes, name: str) -> None:
     """Commit ``data`` as mgit before format 4 did (docs/format.md §6.3, §8.3): fixed 4 MiB
     chunks, no delta, an mgit.file/1 manifest; then mark the repository format 3."""
@@ -159,10 +167,7 @@ def old_fixed_file(repo: Repository, data: bytes, name: str) -> None:
     repo.store.seal()
     manifest = FileManifest(len(data), tuple(refs), chunk_size=size)
     assert manifest.to_bytes().startswith(b'{"chunk_size":4194304,"chunks":[[')
-    tree = repo.graph.put_tree([(CHUNKED_ENTRY, MODE_FILE, repo.graph.put_blob(manifest.to_bytes()))])
-    root = repo.graph.put_tree([(name, MODE_TREE, tree)])
-    who = repo.identity()
-    repo.refs.advance_head(None, repo.graph.put_commit(root, [], "format 3", who, who), "commit (initial): format 3")
+    commit_manifest(repo, manifest, name, "format 3")
     config = repo.git_dir / "config"
     config.write_text(config.read_text().replace("formatversion = 4", "formatversion = 3"))
 
@@ -190,6 +195,14 @@ def test_a_file_stored_in_fixed_chunks_still_reads_and_its_next_version_deltas(t
             (work / NAME).unlink()
             repo.checkout(rev, [NAME])
             assert (work / NAME).read_bytes() == want
+
+
+def test_fsck_names_a_large_file_whose_chunks_do_not_add_up_to_it(gguf):
+    repo, data = gguf
+    assert repo.fsck() == []
+    stored = chunks_at(repo, "HEAD")
+    commit_manifest(repo, FileManifest(stored.size + 1, stored.chunks), NAME, "one byte short")
+    assert [p for p in repo.fsck() if "chunk sizes do not tile the file" in p and NAME in p]
 
 
 def test_patch_deltas_survive_push_clone_pull_and_gc(tmp_path):
