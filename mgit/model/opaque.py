@@ -4,7 +4,8 @@ A new version of a GGUF or a pickled checkpoint usually differs from its parent 
 places: a row rewritten in place, a few bytes inserted into the header. Cut where the content
 says (chunking.cdc_chunks), the unchanged bytes give the parent's chunks again (stored already:
 nothing written), and each chunk holding an edit is tried as a patch delta against the parent's
-chunk it replaces (a ~1 MiB chunk with a changed row stores a ~100-byte delta).
+chunk it replaces (a ~1 MiB chunk with a rewritten row stores the row and ~100 bytes more; one
+with a few bytes inserted, ~100 bytes more than those).
 
 Which parent chunk it replaces is found from its neighbours: an unchanged chunk near it is one of
 the parent's, at some offset there, and the difference of the two offsets is how far the edits
