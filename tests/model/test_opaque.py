@@ -197,6 +197,21 @@ def test_a_file_stored_in_fixed_chunks_still_reads_and_its_next_version_deltas(t
             assert (work / NAME).read_bytes() == want
 
 
+def test_fsck_repair_recovers_a_damaged_chunk_from_the_working_file(gguf):
+    repo, data = gguf
+    cid = chunks_at(repo, "HEAD").chunks[2].id
+    loc = repo.store.location(cid)
+    damaged = bytearray(loc.pack.read_bytes())
+    damaged[loc.offset + loc.length - 10] ^= 0x01
+    os.chmod(loc.pack, 0o644)
+    loc.pack.write_bytes(bytes(damaged))
+    with Repository(repo.root) as again:
+        assert any(cid[:12] in p for p in again.fsck())
+        report = again.fsck_repair()  # the working file cut as add cuts it holds the chunk
+        assert cid in report.dropped and report.from_worktree >= 1 and report.missing == {}
+        assert again.fsck() == []
+
+
 def test_fsck_names_a_large_file_whose_chunks_do_not_add_up_to_it(gguf):
     repo, data = gguf
     assert repo.fsck() == []
