@@ -18,8 +18,6 @@ import os
 from collections.abc import Iterator
 from typing import Literal
 
-from pyfastcdc import FastCDC
-
 from mgit.store.codec import MAX_CHUNK_BYTES
 
 DEFAULT_CHUNK_BYTES = MAX_CHUNK_BYTES  # chunks are cut at the largest size the format allows
@@ -50,6 +48,8 @@ def chunk_ranges(nbytes: int, chunk_size: int) -> list[tuple[int, int]]:
 def cdc_chunks(fd: int, size: int) -> Iterator[tuple[int, bytes]]:
     """(offset, bytes) of each content-defined chunk of the first ``size`` bytes of the open
     file ``fd``, in order, reading the file once, front to back (OSError if it is shorter)."""
+    from pyfastcdc import FastCDC  # here: every command imports this module, few cut a large file
+
     cutter = FastCDC(CDC_AVG, min_size=CDC_MIN, max_size=CDC_MAX, normalized_chunking=CDC_NORMALIZATION)
     for chunk in cutter.cut_stream(_Stream(fd, size)):
         yield chunk.offset, bytes(chunk.data)  # a view of the cutter's buffer, reused for the next chunk
