@@ -36,9 +36,12 @@ if TYPE_CHECKING:  # imported where first used: a command that reads no chunk lo
     from mgit.store.chunkstore import ChunkStore
 
 GIT_DIR = ".mgit"
-FORMAT_VERSION = 3  # docs/format.md; bumped on incompatible changes (3: difference deltas)
-# formats 1 (loose chunks) and 2 (no difference deltas) are read, and upgraded on the first write
-READABLE_FORMATS = (1, 2, 3)
+# docs/format.md; bumped on incompatible changes (3: difference deltas; 4: content-defined chunks
+# of large non-tensor files, mgit.file/2 manifests, patch deltas)
+FORMAT_VERSION = 4
+# formats 1 (loose chunks), 2 (no difference deltas) and 3 (fixed-size chunks of large non-tensor
+# files, no patch deltas) are read, and upgraded on the first write
+READABLE_FORMATS = (1, 2, 3, 4)
 AUTO_REPACK_PACKS = 32  # more sealed packs than this after a write: merge the small ones
 
 

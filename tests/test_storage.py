@@ -339,13 +339,13 @@ def test_format_1_loose_chunks_are_read_and_packed_by_gc(base_repo):
     repo.close()
     shutil.rmtree(repo.git_dir / "chunks" / "packs")
     config = repo.git_dir / "config"
-    config.write_text(config.read_text().replace("formatversion = 3", "formatversion = 1"))
+    config.write_text(config.read_text().replace("formatversion = 4", "formatversion = 1"))
     with Repository(repo.root) as old:
         assert old.format == 1 and old.store.ids() == ids
         got = old.state_dict()
         assert all(torch.equal(got[k], sd[k]) for k in sd)
         old.gc(grace_seconds=0)
-        assert old.format == 3 and "formatversion = 3" in config.read_text()
+        assert old.format == 4 and "formatversion = 4" in config.read_text()
         assert not list(old.store.loose_ids()) and old.store.ids() == ids
         assert old.fsck() == []
         shutil.rmtree(old.root / "model")
@@ -355,8 +355,8 @@ def test_format_1_loose_chunks_are_read_and_packed_by_gc(base_repo):
 
 def test_a_format_2_repository_is_read_and_its_next_add_stores_difference_deltas(base_repo, monkeypatch):
     """Format 2 knew only XOR deltas. This mgit reads such a repository as it is; the first add
-    upgrades it to format 3 (older mgit would refuse the difference deltas it then writes) and
-    stores the next fine-tune as difference deltas on top of the XOR ones."""
+    upgrades it to the current format (older mgit would refuse the difference deltas it then
+    writes) and stores the next fine-tune as difference deltas on top of the XOR ones."""
     from mgit.store import codec
 
     repo, sd = base_repo
@@ -370,7 +370,7 @@ def test_a_format_2_repository_is_read_and_its_next_add_stores_difference_deltas
     xor_ids = chunk_ids(repo)
     repo.close()
     config = repo.git_dir / "config"
-    config.write_text(config.read_text().replace("formatversion = 3", "formatversion = 2"))
+    config.write_text(config.read_text().replace("formatversion = 4", "formatversion = 2"))
     with Repository(repo.root) as old:
         assert old.format == 2
         assert {old.store.location(c).encoding for c in xor_ids} >= {codec.XOR_DELTA}
@@ -380,7 +380,7 @@ def test_a_format_2_repository_is_read_and_its_next_add_stores_difference_deltas
         touch_later(old.root / "model" / "model.safetensors")
         old.add(["model"])
         old.commit("sft 2")
-        assert old.format == 3 and "formatversion = 3" in config.read_text()
+        assert old.format == 4 and "formatversion = 4" in config.read_text()
         new = [old.store.location(c) for c in chunk_ids(old) - xor_ids]
         assert new and all(loc.encoding == codec.DIFF_DELTA for loc in new if loc.base is not None)
         assert sum(loc.base is not None for loc in new) > len(new) // 2
@@ -391,8 +391,8 @@ def test_a_format_2_repository_is_read_and_its_next_add_stores_difference_deltas
         assert tree_hashes(old.root) == files
         assert all(torch.equal(t, first[k]) for k, t in old.state_dict("HEAD~1").items())
         assert all(torch.equal(t, second[k]) for k, t in old.state_dict().items())
-    config.write_text(config.read_text().replace("formatversion = 3", "formatversion = 4"))
-    with pytest.raises(MgitError, match="uses mgit format 4; this mgit reads formats 1, 2, 3: upgrade mgit"):
+    config.write_text(config.read_text().replace("formatversion = 4", "formatversion = 5"))
+    with pytest.raises(MgitError, match="uses mgit format 5; this mgit reads formats 1, 2, 3, 4: upgrade mgit"):
         Repository(repo.root)
 
 

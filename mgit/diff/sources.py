@@ -2,7 +2,10 @@
 
 A committed tensor comes with its manifest (chunk ids and norms, no data read); a
 working-tree tensor is hashed chunk by chunk (BLAKE3 only) with the chunk sizes its
-committed counterpart recorded, so both sides cut the bytes at the same places.
+committed counterpart recorded, so both sides cut the bytes at the same places. A large
+non-tensor file is cut where its content says, as ``add`` would cut it, so that its changed
+chunks are the ones an edit touched (a file committed before format 4, at fixed offsets, is
+first compared at its own offsets).
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from mgit.graph.objects import MODE_EXEC, MODE_FILE, Graph, blob_id
 from mgit.graph.snapshot import Snapshot
 from mgit.model.chunking import chunk_ranges, chunk_size_for
 from mgit.model.filetree import load_chunked, load_safetensors
-from mgit.model.ingest import classify, scan_file_chunks, scan_tensor_chunks
+from mgit.model.ingest import classify, scan_tensor_chunks
+from mgit.model.manifest import FileManifest
+from mgit.model.opaque import scan_at, scan_file
 from mgit.model.safetensors_file import read_layout
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.record import RawBytes
@@ -48,6 +53,7 @@ class Side:
     files: dict[str, str]  # path → content id (git blob id, or file-tree id)
     read_file: dict[str, Callable[[], bytes]]  # path → its bytes, read when asked (non-tensor files)
     modes: dict[str, int] = field(default_factory=dict)  # path → git mode of a small file (status compares it)
+    chunked: dict[str, FileManifest] = field(default_factory=dict)  # path → a large non-tensor file's chunks
 
 
 def _in_model(path: str, model: str | None) -> bool:
@@ -64,6 +70,7 @@ def snapshot_side(graph: Graph, store: ChunkStore, snap: Snapshot, label: str, m
     files: dict[str, str] = {}
     readers: dict[str, Callable[[], bytes]] = {}
     modes: dict[str, int] = {}
+    chunked: dict[str, FileManifest] = {}
     for path, entry in sorted(snap.items()):
         if not _in_model(path, model):
             continue
@@ -94,8 +101,9 @@ def snapshot_side(graph: Graph, store: ChunkStore, snap: Snapshot, label: str, m
             readers[path] = read_blob
             modes[path] = entry.mode
         else:
-            files[path] = _content_key(b"", [tuple(c.id for c in load_chunked(graph, entry.oid).chunks)])
-    return Side(label, tensors, files, readers, modes)
+            chunked[path] = load_chunked(graph, entry.oid)
+            files[path] = _content_key(b"", [tuple(c.id for c in chunked[path].chunks)])
+    return Side(label, tensors, files, readers, modes, chunked)
 
 
 def worktree_side(
@@ -106,13 +114,15 @@ def worktree_side(
     files: dict[str, str] = {}
     readers: dict[str, Callable[[], bytes]] = {}
     modes: dict[str, int] = {}
+    chunked: dict[str, FileManifest] = {}
     for path in sorted(paths):
         if not _in_model(path, model):
             continue
         full = root / path
         kind = classify(path, paths[path].st_size)
         if kind == "chunked":
-            files[path] = _content_key(b"", [scan_file_chunks(full, pool)])
+            chunked[path] = _working_chunked(full, paths[path].st_size, pool, like.chunked.get(path))
+            files[path] = _content_key(b"", [tuple(c.id for c in chunked[path].chunks)])
             continue
         if kind == "blob":
             data = full.read_bytes()
@@ -146,7 +156,27 @@ def worktree_side(
                 path, t.dtype.name, t.shape, ids[t.name], sizes_t, (None,) * len(ranges), read
             )
         files[path] = _content_key(layout.header, [ids[t.name] for t in layout.tensors])
-    return Side("working tree", tensors, files, readers, modes)
+    return Side("working tree", tensors, files, readers, modes, chunked)
+
+
+def _working_chunked(path: Path, size: int, pool: ThreadPoolExecutor, committed: FileManifest | None) -> FileManifest:
+    """A large working file's chunks: the committed file's where it holds exactly those (a file
+    committed at fixed offsets is compared at them), else as ``add`` would cut it."""
+    if committed is not None and committed.chunk_size is not None and committed.size == size:
+        if scan_at(path, pool, [c.size for c in committed.chunks]) == tuple(c.id for c in committed.chunks):
+            return committed
+    return FileManifest(size, scan_file(path, pool))
+
+
+def chunk_changes(a: FileManifest | None, b: FileManifest | None) -> tuple[int, int]:
+    """(chunks, bytes) of a large file's change: the chunks of ``b`` that ``a`` does not hold
+    (content-defined chunks: an edit's new chunks, wherever they moved), or all of a removed
+    file's."""
+    if b is None:
+        return (len(a.chunks), a.size) if a is not None else (0, 0)
+    held = {c.id for c in a.chunks} if a is not None else set()
+    new = [c.size for c in b.chunks if c.id not in held]
+    return len(new), sum(new)
 
 
 def file_diffs(a: Side, b: Side, tensors: list[TensorDiff], text: bool = True) -> list[FileDiff]:
@@ -175,6 +205,8 @@ def file_diffs(a: Side, b: Side, tensors: list[TensorDiff], text: bool = True) -
             out.append(fd)
             continue
         fd = FileDiff(path, status, "file")
+        if path in a.chunked or path in b.chunked:
+            fd.chunks_changed, fd.bytes_changed = chunk_changes(a.chunked.get(path), b.chunked.get(path))
         if text:
             fd.text = _mode_change(path, a.modes.get(path), b.modes.get(path)) if in_a and in_b else ""
             if not same_bytes and (_unread(a, path) or _unread(b, path)):  # a large (chunked) file

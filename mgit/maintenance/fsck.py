@@ -16,9 +16,11 @@ from mgit.graph.objects import Graph
 from mgit.graph.snapshot import read_snapshot
 from mgit.maintenance.reach import reachable
 from mgit.model.chunking import chunk_ranges
-from mgit.model.filetree import load_safetensors
+from mgit.model.filetree import load_chunked, load_safetensors
+from mgit.model.manifest import FileManifest
 from mgit.parallel import ordered_map
 from mgit.store.chunkstore import ChunkStore
+from mgit.store.codec import MAX_CHUNK_BYTES
 from mgit.store.pack_health import check_packs
 from mgit.worktree.index import Index
 
@@ -84,7 +86,8 @@ def _is_commit(graph: Graph, sha: str) -> bool:
 
 
 def check_files(graph: Graph, commits: list[str]) -> list[str]:
-    """Header and manifests of every committed safetensors file agree; chunking is whole."""
+    """Header and manifests of every committed safetensors file agree; chunking is whole (a
+    large non-tensor file's chunks add up to its size, none empty or larger than the format allows)."""
     problems, seen = [], set()
     for commit in commits:
         try:
@@ -93,10 +96,13 @@ def check_files(graph: Graph, commits: list[str]) -> list[str]:
             problems.append(f"commit {commit[:12]}: {_reason(exc)}")
             continue
         for path, entry in snap.items():
-            if entry.kind != "safetensors" or entry.oid in seen:
+            if entry.kind == "blob" or entry.oid in seen:
                 continue
             seen.add(entry.oid)
             try:
+                if entry.kind == "chunked":
+                    problems += _chunked_problems(load_chunked(graph, entry.oid), f"{path} (commit {commit[:12]})")
+                    continue
                 stored = load_safetensors(graph, entry.oid, path)
             except MgitError as exc:
                 problems.append(f"{path} (commit {commit[:12]}): {_reason(exc)}")
@@ -106,6 +112,13 @@ def check_files(graph: Graph, commits: list[str]) -> list[str]:
                 if sizes != [e - s for s, e in chunk_ranges(m.nbytes, m.chunk_size)]:
                     problems.append(f"tensor {name!r} in {path} (commit {commit[:12]}): chunk sizes do not tile it")
     return problems
+
+
+def _chunked_problems(m: FileManifest, where: str) -> list[str]:
+    sizes = [c.size for c in m.chunks]
+    if sum(sizes) != m.size or not all(0 < n <= MAX_CHUNK_BYTES for n in sizes):
+        return [f"{where}: chunk sizes do not tile the file"]
+    return []
 
 
 def check_chunks(

@@ -3,11 +3,13 @@ manifest ids, and read back (header and manifests), or a chunked file's manifest
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mgit.errors import BadInputError, CorruptObjectError
 from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, decode_tensor_name, encode_tensor_name, is_reserved
 from mgit.graph.objects import MODE_FILE, Graph
+from mgit.graph.snapshot import Snapshot
 from mgit.model.manifest import FileManifest, TensorManifest
 from mgit.model.safetensors_file import SafetensorsLayout, parse_header
 
@@ -75,3 +77,14 @@ def load_chunked(graph: Graph, oid: str) -> FileManifest:
         if name == CHUNKED_ENTRY:
             return FileManifest.from_bytes(graph.blob(blob))
     raise CorruptObjectError(f"chunked file tree {oid[:12]} has no manifest; run `mgit fsck`")
+
+
+def chunked_parents(graph: Graph, snap: Snapshot) -> Callable[[str], FileManifest | None]:
+    """Path → the manifest of the large non-tensor file at that path in ``snap`` (a file of
+    another kind, or none: None), for storing its next version as deltas against it."""
+
+    def lookup(rel: str) -> FileManifest | None:
+        entry = snap.get(rel)
+        return load_chunked(graph, entry.oid) if entry is not None and entry.kind == "chunked" else None
+
+    return lookup

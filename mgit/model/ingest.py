@@ -17,10 +17,11 @@ from mgit.errors import BadInputError, MgitError
 from mgit.graph.names import CHUNKED_ENTRY
 from mgit.graph.objects import MODE_EXEC, MODE_FILE, Graph
 from mgit.graph.snapshot import Entry
-from mgit.model.chunking import DEFAULT_CHUNK_BYTES, chunk_ranges, chunk_size_for
+from mgit.model.chunking import DEFAULT_CHUNK_BYTES, cdc_chunks, chunk_ranges, chunk_size_for
 from mgit.model.dtypes import DType
 from mgit.model.filetree import put_safetensors_tree
 from mgit.model.manifest import ChunkRef, FileManifest, TensorManifest
+from mgit.model.opaque import store_file
 from mgit.model.safetensors_file import SafetensorsLayout, read_layout
 from mgit.model.stats import chunk_stats, stats_against
 from mgit.parallel import WORKERS, ordered_map
@@ -81,6 +82,8 @@ def _file_reader(fd: int, base: int) -> ReadAt:
 
 # file path → the tensors (by name) of the same model in the base revision
 ParentLookup = Callable[[str], dict[str, TensorManifest]]
+# file path → the large non-tensor file at that path in the base revision, if there is one
+ParentFileLookup = Callable[[str], FileManifest | None]
 # one relative statistic: [chunk id, parent chunk id, ‖chunk − parent chunk‖₂]
 DeltaStat = list[str | float | None]
 # (chunk index, parent chunk id) → that parent chunk's raw bytes if the caller holds them, else None
@@ -125,6 +128,8 @@ class Ingestor:
     revision's is stored chunk by chunk as a delta against that tensor's chunk
     (where that is smaller), and the L2 norm of each changed chunk's difference to its
     equal-sized parent chunk is recorded (``file_stats``) for the commit's stats blob.
+    With ``parent_files``, a large non-tensor file's changed chunks are stored as deltas
+    against the chunks of the base revision's file at the same path (model/opaque.py).
     """
 
     def __init__(
@@ -134,26 +139,15 @@ class Ingestor:
         pool: ThreadPoolExecutor,
         bar: Bar | None = None,
         parents: ParentLookup | None = None,
+        parent_files: ParentFileLookup | None = None,
     ):
         self.graph, self.store, self.pool = graph, store, pool
         self.bar = bar or Bar()
         self.stats = IngestStats()
         self.parents = parents or (lambda rel: {})
+        self.parent_files = parent_files or (lambda rel: None)
         self._parent_tensors: dict[str, TensorManifest] = {}
         self.file_stats: list[DeltaStat] = []
-
-    def _chunks(
-        self,
-        read: ReadAt,
-        nbytes: int,
-        chunk_size: int,
-        dtype: DType | None,
-        parent: TensorManifest | None = None,
-        what: str = "",
-        parent_bytes: ParentBytes | None = None,
-        carried: Carried | None = None,
-    ) -> tuple[ChunkRef, ...]:
-        return self._store([_Piece(read, nbytes, chunk_size, dtype, parent, what, parent_bytes, carried)])[0]
 
     def _chunk(self, piece: _Piece, i: int, start: int, end: int) -> tuple[ChunkRef, int, DeltaStat | None]:
         """Read, hash, measure and store chunk ``i`` of ``piece`` (on a pool thread)."""
@@ -209,16 +203,20 @@ class Ingestor:
             refs.append(ref)
             if stat is not None:
                 self.file_stats.append(stat)
-            self.stats.chunks += 1
-            self.stats.new_chunks += written > 0
-            self.stats.stored_bytes += written
-            self.stats.logical_bytes += ref.size
-            self.bar.advance(ref.size)
+            self._count(ref, written)
         out, at = [], 0
         for rs in ranges:
             out.append(tuple(refs[at : at + len(rs)]))
             at += len(rs)
         return out
+
+    def _count(self, ref: ChunkRef, written: int) -> None:
+        """One chunk stored (``written`` bytes newly written, 0 when it was there already)."""
+        self.stats.chunks += 1
+        self.stats.new_chunks += written > 0
+        self.stats.stored_bytes += written
+        self.stats.logical_bytes += ref.size
+        self.bar.advance(ref.size)
 
     def _piece(
         self,
@@ -292,11 +290,16 @@ class Ingestor:
         self.bar.advance(layout.data_start)
         return Entry("safetensors", self.safetensors_tree(layout.header, ids))
 
-    def chunked_file(self, path: Path) -> Entry:
+    def chunked_file(self, path: Path, rel: str) -> Entry:
+        """A large non-tensor file, cut where its content says, its changed chunks stored as
+        deltas against the chunks of its version in the base revision (``parent_files``)."""
+        refs = []
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            refs = self._chunks(_file_reader(f.fileno(), 0), size, DEFAULT_CHUNK_BYTES, None)
-        manifest = FileManifest(size, DEFAULT_CHUNK_BYTES, refs)
+            for ref, written in store_file(self.store, self.pool, f.fileno(), size, self.parent_files(rel), rel):
+                refs.append(ref)
+                self._count(ref, written)
+        manifest = FileManifest(size, tuple(refs))
         blob = self.graph.put_blob(manifest.to_bytes())
         return Entry("chunked", self.graph.put_tree([(CHUNKED_ENTRY, MODE_FILE, blob)]))
 
@@ -316,7 +319,7 @@ class Ingestor:
         self.begin_file(rel)
         if kind == "safetensors":
             return self.safetensors_file(path, rel)
-        return self.chunked_file(path) if kind == "chunked" else self.blob_file(path)
+        return self.chunked_file(path, rel) if kind == "chunked" else self.blob_file(path)
 
 
 def scan_tensor_chunks(
@@ -343,20 +346,12 @@ def scan_tensor_chunks(
     return layout, out
 
 
-def scan_file_chunks(path: Path, pool: ThreadPoolExecutor) -> tuple[str, ...]:
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        read = _file_reader(f.fileno(), 0)
-        return tuple(
-            ordered_map(pool, lambda r: chunk_id(read(r[0], r[1] - r[0])), chunk_ranges(size, DEFAULT_CHUNK_BYTES))
-        )
-
-
 def recover_chunks(
     root: Path, paths: Iterable[str], wanted: set[str], store: ChunkStore, pool: ThreadPoolExecutor
 ) -> set[str]:
     """Store again every chunk of ``wanted`` that a working file still holds (a repair after
-    a damaged chunk was dropped); returns the ids recovered. Files are cut as ``add`` cuts them."""
+    a damaged chunk was dropped); returns the ids recovered. Files are cut as ``add`` cuts them
+    (a large non-tensor file also at the fixed offsets of mgit before format 4)."""
     found: set[str] = set()
     for rel in paths:
         path = root / rel
@@ -373,7 +368,9 @@ def recover_chunks(
                         for t in layout.tensors
                     ]  # fmt: skip
                 else:
-                    pieces = [(0, chunk_ranges(os.fstat(f.fileno()).st_size, DEFAULT_CHUNK_BYTES), 1)]
+                    size = os.fstat(f.fileno()).st_size
+                    cuts = [(at, at + len(raw)) for at, raw in cdc_chunks(f.fileno(), size)]
+                    pieces = [(0, cuts, 1), (0, chunk_ranges(size, DEFAULT_CHUNK_BYTES), 1)]
                 for base, ranges, group in pieces:
                     read = _file_reader(f.fileno(), base)
 

@@ -206,7 +206,8 @@ def _worktree_side(ctx: Context, like: Side, model: str | None) -> Side:
             whole = snapshot_side(ctx.graph, ctx.store, {p: ie.entry}, "working tree", model).tensors
             tensors |= {k: t for k, t in whole.items() if k[1] not in shown and k not in tensors}
     contents, readers = vouched.files | hashed.files, vouched.read_file | hashed.read_file
-    return Side("working tree", tensors, contents, readers, vouched.modes | hashed.modes)
+    chunked = vouched.chunked | hashed.chunked
+    return Side("working tree", tensors, contents, readers, vouched.modes | hashed.modes, chunked)
 
 
 def commit_stats(ctx: Context, rev: str = "HEAD") -> dict[str, list[Any]]:

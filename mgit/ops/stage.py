@@ -17,9 +17,9 @@ from mgit.errors import BadInputError, DirtyWorktreeError, MgitError
 from mgit.graph import records
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
 from mgit.model.dtypes import DType, lookup
-from mgit.model.filetree import StoredSafetensors, load_safetensors
+from mgit.model.filetree import StoredSafetensors, chunked_parents, load_safetensors
 from mgit.model.ingest import Ingestor
-from mgit.model.manifest import TensorManifest
+from mgit.model.manifest import FileManifest, TensorManifest
 from mgit.model.projection import combine
 from mgit.model.safetensors_file import build_header
 from mgit.model.shards import (
@@ -61,10 +61,11 @@ def add(ctx: Context, paths: Iterable[str | os.PathLike[str]] = (".",), base: st
     HEAD) where that is smaller, and their per-chunk change norms are recorded.
     """
     result = AddResult()
-    parents = parent_lookup(ctx, ctx.snapshot(base) if base else ctx.head_snapshot())
+    snap = ctx.snapshot(base) if base else ctx.head_snapshot()
+    parents, parent_files = parent_lookup(ctx, snap), chunked_parents(ctx.graph, snap)
     with ctx.writing():
         index = ctx.index()
-        ingestor = stage_into(ctx, index, paths, parents, result)
+        ingestor = stage_into(ctx, index, paths, parents, result, parent_files)
         ctx.store.seal()  # chunks become visible before anything refers to them
         index.save()
     s = ingestor.stats
@@ -78,10 +79,12 @@ def stage_into(
     paths: Iterable[str | os.PathLike[str]],
     parents: Callable[[str], dict[str, Any]],
     result: AddResult,
+    parent_files: Callable[[str], FileManifest | None] | None = None,
 ) -> Ingestor:
     """``add``'s work on ``index`` (not saved here: stash stages into a copy): each path's new,
     changed and deleted files, the changed ones ingested (chunks written to the store, left
-    for the caller to seal). Returns the ingestor, whose stats say what was read and stored."""
+    for the caller to seal; tensors delta-encoded against ``parents``, large non-tensor files
+    against ``parent_files``). Returns the ingestor, whose stats say what was read and stored."""
     ignorer = Ignorer(ctx.root)
     todo: dict[str, os.stat_result] = {}
     special: list[str] = []  # FIFOs, sockets, devices: never read
@@ -112,7 +115,7 @@ def stage_into(
     total = sum(st.st_size for st in todo.values())
     since = index.read_clock(todo.values()) if todo else None  # before the files are read, their stats taken
     with byte_progress("add", total) as bar:
-        ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parents)
+        ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parents, parent_files)
         for rel, st in sorted(todo.items()):
             # Unchanged chunks dedup inside the store, so re-ingesting a touched but
             # unchanged file writes nothing new and yields the same entry.

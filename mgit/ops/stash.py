@@ -29,6 +29,7 @@ from mgit.graph.ids import object_id, ref_name
 from mgit.graph.records import Triples
 from mgit.graph.refs import reflog_entries
 from mgit.graph.snapshot import Entry, Snapshot
+from mgit.model.filetree import chunked_parents
 from mgit.ops import checkout, reset, stage, workfiles
 from mgit.ops.threeway import BranchMerge, Settle, Sides, three_way
 from mgit.ops.workfiles import CheckoutResult
@@ -68,7 +69,14 @@ def stash(ctx: Context, message: str | None = None) -> str | None:
         index = ctx.index()
         head_snap = ctx.head_snapshot()
         worked = Index(index.path, dict(index.entries))  # staged into a copy: the index stays as it is
-        stage.stage_into(ctx, worked, list(index.entries), stage.parent_lookup(ctx, head_snap), stage.AddResult())
+        stage.stage_into(
+            ctx,
+            worked,
+            list(index.entries),
+            stage.parent_lookup(ctx, head_snap),
+            stage.AddResult(),
+            chunked_parents(ctx.graph, head_snap),
+        )
         if index.snapshot() == head_snap and worked.snapshot() == head_snap:
             return None
         ctx.store.seal()  # chunks are visible before any commit names them

@@ -150,9 +150,15 @@ class ChunkStore:
     # -- writing ------------------------------------------------------------------------
 
     def put(
-        self, raw: RawBytes, group: int, cid: str | None = None, base: tuple[str, RawBytes] | None = None
+        self,
+        raw: RawBytes,
+        group: int,
+        cid: str | None = None,
+        base: tuple[str, RawBytes] | None = None,
+        opaque: bool = False,
     ) -> PutResult:
-        """Store raw bytes unless present; with ``base`` (id, raw bytes) try a delta (difference or XOR).
+        """Store raw bytes unless present; with ``base`` (id, raw bytes) try a delta (difference
+        or XOR; a patch delta for ``opaque`` bytes, a chunk of a large non-tensor file).
 
         The smallest of delta / byte-grouped zstd / raw wins (record.encode); a delta whose
         chain would exceed MAX_DELTA_DEPTH is not considered (the chunk becomes a keyframe).
@@ -166,7 +172,7 @@ class ChunkStore:
             depth = self.depth(base[0]) + 1
             if depth <= MAX_DELTA_DEPTH:
                 delta_base = (base[0], base[1], depth)
-        return self._append(record.encode(cid, raw, group, delta_base))
+        return self._append(record.encode(cid, raw, group, delta_base, opaque))
 
     def _append(self, rec: Record) -> PutResult:
         """Write a record to this session's pack unless the chunk is already here."""
@@ -454,22 +460,17 @@ class ChunkStore:
     def _get_loose(
         self, cid: str, where: str, counters: ReadCounters | None = None, out: bytearray | memoryview | None = None
     ) -> RawBytes:
-        if not self.loose.present():
-            raise CorruptObjectError(f"chunk {cid[:12]}{where} is missing from the store; run `mgit fsck`")
+        why = "is missing from the store"
         try:
-            rec, stored = self.loose.read(cid)
+            if self.loose.present():
+                raw, stored = self.loose.decoded(cid, out)
+                self._count(stored, len(raw), counters)
+                return raw
         except FileNotFoundError:
-            raise CorruptObjectError(f"chunk {cid[:12]}{where} is missing from the store; run `mgit fsck`") from None
-        except record.RecordError:
-            rec, stored = None, 0
-        try:
-            raw = record.decode_verified(rec, None, out) if rec is not None else None
+            pass
         except (record.RecordError, codec.ChunkTooLargeError):
-            raw = None
-        if raw is None:
-            raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (fails verification); run `mgit fsck`")
-        self._count(stored, len(raw), counters)
-        return raw
+            why = "is corrupt (fails verification)"
+        raise CorruptObjectError(f"chunk {cid[:12]}{where} {why}; run `mgit fsck`")
 
     def loose_record(self, cid: str) -> Record:
         """A format-1 loose chunk as a pack record, keeping its encoding and grouping."""

@@ -9,6 +9,8 @@ delta compresses far better than the chunk alone (the idea of ZipNN / BitX). Sub
 the parent's elements as integers does better still (the difference delta): a small change
 of a weight is a small difference of its bit pattern, whereas XOR turns every carry into
 noise, so the high planes are zero almost everywhere and the low ones need fewer bits.
+A chunk of a large non-tensor file has no elements: its delta is zstd with the base chunk as a
+dictionary (the patch delta, patch.py), which also finds bytes an edit moved.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ import numpy as np
 import numpy.typing as npt
 import zstandard
 
+from mgit.store import patch
+
 RAW = 0
 GROUPED_ZSTD = 1
 XOR_DELTA = 2  # raw XOR base chunk, then byte-grouped zstd
 DIFF_DELTA = 3  # zigzag of (raw - base chunk) per little-endian element, then byte-grouped zstd
-DELTAS = (XOR_DELTA, DIFF_DELTA)  # the encodings that carry a base chunk
+PATCH_DELTA = 4  # zstd of the raw bytes with the base chunk as a raw-content dictionary (patch.py)
+DELTAS = (XOR_DELTA, DIFF_DELTA, PATCH_DELTA)  # the encodings that carry a base chunk
 ZSTD_LEVEL = 1  # measured: faster than 3 and no larger on bf16 weights
 # zstd level 1 tuned for byte planes of weights (measured on 4 MiB chunks of a bf16 llama and
 # all-MiniLM's f32: 1.8-2.4x faster to compress, ~2x faster to decode, 1-2% smaller; XOR deltas
@@ -32,8 +37,9 @@ ZSTD_LEVEL = 1  # measured: faster than 3 and no larger on bf16 weights
 # short matches cost more bits than Huffman-coded literals. Matches of 7+ bytes only, from a
 # small hash table, keep the long runs (zeros, repeated rows) and skip the rest.
 ZSTD_PARAMS = {"strategy": zstandard.STRATEGY_FAST, "min_match": 7, "hash_log": 8, "window_log": 20}
-ENCODINGS = (RAW, GROUPED_ZSTD, XOR_DELTA, DIFF_DELTA)
-ENCODING_NAMES = {RAW: "raw", GROUPED_ZSTD: "zstd", XOR_DELTA: "delta", DIFF_DELTA: "diff"}  # as `mgit du` shows them
+ENCODINGS = (RAW, GROUPED_ZSTD, XOR_DELTA, DIFF_DELTA, PATCH_DELTA)
+# as `mgit du` shows them
+ENCODING_NAMES = {RAW: "raw", GROUPED_ZSTD: "zstd", XOR_DELTA: "delta", DIFF_DELTA: "diff", PATCH_DELTA: "patch"}
 DIFF_GROUPS = (2, 4, 8)  # element widths the difference delta is defined for
 MIN_SAVING = 0.02  # store raw unless compression saves at least 2%
 # The largest raw chunk the format allows (docs/format.md §5: chunks are cut at 4 MiB). A record
@@ -159,10 +165,14 @@ def _diff_planes(raw: bytes | bytearray | memoryview, base: bytes | bytearray | 
 
 
 def encode_against(
-    raw: bytes | bytearray | memoryview, base: bytes | bytearray | memoryview, group: int
+    raw: bytes | bytearray | memoryview, base: bytes | bytearray | memoryview, group: int, opaque: bool = False
 ) -> tuple[int, bytes]:
-    """(encoding, payload) of ``raw`` as a delta against ``base``: the difference delta where
-    :func:`diffs` allows it (smaller and cheaper on weights of every width), else XOR."""
+    """(encoding, payload) of ``raw`` as a delta against ``base``: for ``opaque`` bytes (no
+    elements: a chunk of a large non-tensor file, whose edits move bytes) the patch delta; else
+    the difference delta where :func:`diffs` allows it (smaller and cheaper on weights of every
+    width), else XOR."""
+    if opaque:
+        return PATCH_DELTA, patch.encode(raw, base)
     if diffs(len(raw), len(base), group):
         return DIFF_DELTA, encode_diff(raw, base, group)
     return XOR_DELTA, encode_delta(raw, base, group)
@@ -193,9 +203,9 @@ def _declared_size(payload: bytes | memoryview, raw_size: int) -> int:
     return declared
 
 
-def _inflate_unsized(payload: bytes | memoryview, raw_size: int) -> bytes:
+def _inflate_unsized(payload: bytes | memoryview, raw_size: int, dctx: zstandard.ZstdDecompressor) -> bytes:
     """A frame that does not announce its size (mgit never writes one), read in bounded pieces."""
-    reader = _decompressor().stream_reader(payload, read_across_frames=True)
+    reader = dctx.stream_reader(payload, read_across_frames=True)
     pieces, got = [], 0
     while piece := reader.read(min(raw_size + 1 - got, 2**20) or 1):
         pieces.append(piece)
@@ -205,21 +215,25 @@ def _inflate_unsized(payload: bytes | memoryview, raw_size: int) -> bytes:
     return b"".join(pieces)
 
 
-def _inflate_into(payload: bytes | memoryview, out: npt.NDArray[np.uint8]) -> int:
+def _inflate_into(
+    payload: bytes | memoryview, out: npt.NDArray[np.uint8], dctx: zstandard.ZstdDecompressor | None = None
+) -> int:
     """Decompress the zstd frame straight into ``out`` (its length bounds the output: a
-    frame announcing more is refused from its header); returns the bytes written.
+    frame announcing more is refused from its header) with ``dctx`` (default: this thread's
+    plain decompressor); returns the bytes written.
 
     python-zstandard has no decompress-into, but a stream reader over an in-memory frame
     hands ``readinto``'s buffer to ZSTD_decompressStream, which decodes a whole frame that
     fits in one pass with the GIL released: no output allocation, no copy."""
+    dctx = _decompressor() if dctx is None else dctx
     declared = _declared_size(payload, len(out))
     if declared < 0:
-        data = _inflate_unsized(payload, len(out))
+        data = _inflate_unsized(payload, len(out), dctx)
         out[: len(data)] = np.frombuffer(data, dtype=np.uint8)
         return len(data)
     if declared == 0:
         return 0
-    got: int = _decompressor().stream_reader(payload).readinto(out)
+    got: int = dctx.stream_reader(payload).readinto(out)
     return got
 
 
@@ -347,6 +361,11 @@ def decode(
         if len(payload) != raw_size:
             raise ValueError(f"a raw record of {len(payload)} bytes, not the {raw_size} declared")
         dest[:] = np.frombuffer(payload, dtype=np.uint8)
+        return dest.data
+    if encoding == PATCH_DELTA:  # the raw bytes themselves, copied in part from the base
+        assert base is not None
+        if _inflate_into(payload, dest, patch.decompressor(base)) != raw_size:
+            raise ValueError(f"the zstd frame holds fewer than the {raw_size} bytes declared")
         return dest.data
     ref = np.frombuffer(base, dtype=np.uint8) if encoding in DELTAS and base is not None else _NO_BASE
     grouped = group > 1 and raw_size > 0 and raw_size % group == 0  # as group_bytes grouped them

@@ -14,7 +14,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from mgit.store.record import NotARecordError, Record, has_base
+from mgit.store.record import NotARecordError, RawBytes, Record, decode_verified, has_base
 
 MAGIC = b"MGC1"
 HEADER = struct.Struct("<4sBBxxQ")  # magic, encoding, group, pad, raw size
@@ -63,6 +63,13 @@ class LooseChunks:
         if magic != MAGIC or has_base(encoding):
             raise NotARecordError("not a loose chunk")
         return Record(cid, encoding, group, 0, raw_size, data[HEADER.size :]), len(data)
+
+    def decoded(self, cid: str, out: bytearray | memoryview | None = None) -> tuple[RawBytes, int]:
+        """The chunk's raw bytes, checked against its id (into ``out``, as decode_verified), and
+        the file's size; FileNotFoundError when there is none, RecordError or
+        codec.ChunkTooLargeError when it is not this chunk."""
+        rec, stored = self.read(cid)
+        return decode_verified(rec, None, out), stored
 
     def ids(self) -> Iterator[str]:
         """Every loose chunk's id, in order."""

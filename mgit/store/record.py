@@ -189,16 +189,18 @@ def decode_verified(
     return raw
 
 
-def encode(cid: str, raw: RawBytes, group: int, base: tuple[str, RawBytes, int] | None = None) -> Record:
+def encode(
+    cid: str, raw: RawBytes, group: int, base: tuple[str, RawBytes, int] | None = None, opaque: bool = False
+) -> Record:
     """The record to store for ``raw``: with ``base`` (id, raw bytes, the depth the delta
     would have) the smallest of delta / byte-grouped zstd / raw, except that a delta of
     at most SURE_DELTA of the raw size is taken without trying the others; without it, the
-    smaller of byte-grouped zstd and raw. The delta is a difference delta wherever both
-    chunks are whole elements of 2, 4 or 8 bytes (weights: smaller and faster than XOR),
-    else an XOR delta."""
+    smaller of byte-grouped zstd and raw. The delta is a patch delta for ``opaque`` bytes (a
+    chunk of a large non-tensor file), else a difference delta wherever both chunks are whole
+    elements of 2, 4 or 8 bytes (weights: smaller and faster than XOR), else an XOR delta."""
     delta = None
     if base is not None:
-        kind, payload = codec.encode_against(raw, base[1], group)
+        kind, payload = codec.encode_against(raw, base[1], group, opaque)
         delta = Record(cid, kind, group, base[2], len(raw), payload, base[0])
     if delta is not None and len(delta.payload) <= SURE_DELTA * len(raw):
         return delta

@@ -27,6 +27,7 @@ SCRIPTS = [
     "bench_budget",
     "bench_scale",
     "bench_profile",
+    "bench_opaque",
     "crash_points",
 ]
 

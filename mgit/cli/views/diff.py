@@ -121,27 +121,26 @@ def line_counts(text: str | None) -> str:
 
 
 def stat_lines(result: ModelDiff) -> list[str]:
-    """One line per file (tensor counts by kind, or +/- lines), then the totals. A tensor that
-    moved between shards unchanged counts as moved, never as changed."""
+    """One line per file (tensor counts by kind, a large file's new chunks, or +/- lines), then
+    the totals. A tensor that moved between shards unchanged counts as moved, never as changed."""
     lines = []
     for f in result.files:
+        chunks = f"{f.chunks_changed} chunk(s), {decimal(f.bytes_changed)}" if f.chunks_changed else ""
         if f.kind == "safetensors":
             counts = tensor_counts(f.tensors_changed, f.tensors_added, f.tensors_removed, f.tensors_moved)
-            chunks = f", {f.chunks_changed} chunk(s), {decimal(f.bytes_changed)}" if f.chunks_changed else ""
-            lines.append(f" {f.path} | {f.status}: {counts}{chunks}")
+            lines.append(f" {f.path} | {f.status}: {counts}" + (f", {chunks}" if chunks else ""))
         else:
-            counted = line_counts(f.text)
+            counted = chunks or line_counts(f.text)
             lines.append(f" {f.path} | {f.status}" + (f": {counted}" if counted else ""))
     by_status: dict[str, int] = {}
     for t in result.changed:
         kind = t.status if t.status in ("added", "removed", "moved") else "changed"
         by_status[kind] = by_status.get(kind, 0) + 1
-    changed = result.changed
+    changed, files = result.changed, [f for f in result.files if f.kind != "safetensors"]
     counts = tensor_counts(*(by_status.get(k, 0) for k in ("changed", "added", "removed", "moved")))
-    lines.append(
-        f" {len(result.files)} file(s) changed; {counts}; "
-        f"{sum(t.chunks_changed for t in changed)} chunk(s), {decimal(sum(t.bytes_changed for t in changed))}"
-    )
+    total = sum(t.chunks_changed for t in changed) + sum(f.chunks_changed for f in files)
+    size = sum(t.bytes_changed for t in changed) + sum(f.bytes_changed for f in files)
+    lines.append(f" {len(result.files)} file(s) changed; {counts}; {total} chunk(s), {decimal(size)}")
     return lines
 
 

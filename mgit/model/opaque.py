@@ -1,0 +1,168 @@
+"""Large non-tensor files → content-defined chunks, stored as patch deltas where that pays.
+
+A new version of a GGUF or a pickled checkpoint usually differs from its parent in a few
+places: a row rewritten in place, a few bytes inserted into the header. Cut where the content
+says (chunking.cdc_chunks), the unchanged bytes give the parent's chunks again (stored already:
+nothing written), and each chunk holding an edit is tried as a patch delta against the parent's
+chunk it replaces (a ~1 MiB chunk with a rewritten row stores the row and ~100 bytes more; one
+with a few bytes inserted, ~100 bytes more than those).
+
+Which parent chunk it replaces is found from its neighbours: an unchanged chunk near it is one of
+the parent's, at some offset there, and the difference of the two offsets is how far the edits
+before it moved the bytes; the base is the parent's chunk covering most of the new chunk's bytes
+shifted back by that much. A chunk with no unchanged neighbour (a file rewritten from end to end,
+such as a re-quantized model) is not tried past the first few chunks: no parent chunk resembles
+it, and a patch delta against an unrelated chunk costs several times what compressing it does.
+A parent cut before format 4 at fixed 4 MiB offsets shares no chunk with its content-defined
+successor, so there every chunk is tried against the parent's bytes at its own offsets.
+
+The chunks go through the pool twice: hashed in parallel, their bases chosen in file order on
+the calling thread (it needs the neighbours' ids), then encoded and stored in parallel.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from mgit.model.chunking import cdc_chunks
+from mgit.model.manifest import ChunkRef, FileManifest
+from mgit.parallel import WORKERS, ordered_map
+from mgit.store.chunkstore import ChunkStore
+from mgit.store.record import chunk_id
+
+NEAR = 2  # a changed chunk is tried as a delta when an unchanged one is at most this many chunks away
+WINDOW = 2 * WORKERS  # chunks in flight in each of the two passes (each holds its bytes)
+
+
+@dataclass
+class _Cut:
+    """One chunk of the new file: its place, bytes and id, and the parent chunk it deltas against."""
+
+    index: int
+    start: int
+    raw: bytes
+    cid: str = ""
+    base: str | None = None
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.raw)
+
+
+class _Parent:
+    """The parent version's chunks by offset, and where each of its chunk ids first lies."""
+
+    def __init__(self, manifest: FileManifest):
+        self.fixed = manifest.chunk_size is not None
+        self.starts: list[int] = []
+        self.ids: list[str] = []
+        self.offset: dict[str, int] = {}
+        at = 0
+        for c in manifest.chunks:
+            self.starts.append(at)
+            self.ids.append(c.id)
+            self.offset.setdefault(c.id, at)
+            at += c.size
+        self.size = at
+
+    def covering(self, start: int, end: int) -> str | None:
+        """The id of the chunk that holds most of the bytes ``[start, end)`` (the first of equals)."""
+        start, end = max(start, 0), min(end, self.size)
+        if start >= end:
+            return None
+        first = bisect.bisect_right(self.starts, start) - 1
+        best, most = None, 0
+        for k in range(first, len(self.starts)):
+            lo = self.starts[k]
+            if lo >= end:
+                break
+            hi = self.starts[k + 1] if k + 1 < len(self.starts) else self.size
+            if min(hi, end) - max(lo, start) > most:
+                best, most = self.ids[k], min(hi, end) - max(lo, start)
+        return best
+
+
+def _choose_bases(cuts: Iterable[_Cut], parent: _Parent) -> Iterator[_Cut]:
+    """``cuts`` (hashed, in file order) with their delta bases set, each once the NEAR chunks
+    after it are hashed too."""
+    done: deque[_Cut] = deque(maxlen=NEAR)
+    ahead: deque[_Cut] = deque()
+
+    def decide(cut: _Cut) -> None:
+        if cut.cid in parent.offset:
+            return  # the parent's own chunk: stored already
+        near = [c for c in (*reversed(done), *ahead) if c.cid in parent.offset]
+        anchor = min(near, key=lambda c: abs(c.index - cut.index), default=None)  # the earlier of equals
+        if anchor is not None:
+            shift = anchor.start - parent.offset[anchor.cid]
+        elif parent.fixed or cut.index < NEAR:
+            shift = 0
+        else:
+            return
+        cut.base = parent.covering(cut.start - shift, cut.end - shift)
+
+    def release() -> _Cut:
+        cut = ahead.popleft()
+        decide(cut)
+        done.append(cut)
+        return cut
+
+    for cut in cuts:
+        ahead.append(cut)
+        if len(ahead) > NEAR:
+            yield release()
+    while ahead:
+        yield release()
+
+
+def store_file(
+    store: ChunkStore, pool: ThreadPoolExecutor, fd: int, size: int, parent: FileManifest | None, what: str
+) -> Iterator[tuple[ChunkRef, int]]:
+    """Store the first ``size`` bytes of the open file ``fd`` as content-defined chunks, each a
+    patch delta against a chunk of ``parent`` (the file's previous version) where that is smaller;
+    yields (chunk, stored bytes newly written) in file order. ``what`` names the file in errors."""
+    cuts = (_Cut(i, start, raw) for i, (start, raw) in enumerate(cdc_chunks(fd, size)))
+
+    def hashed(cut: _Cut) -> _Cut:
+        cut.cid = chunk_id(cut.raw)
+        return cut
+
+    def stored(cut: _Cut) -> tuple[ChunkRef, int]:
+        ref = ChunkRef(cut.cid, len(cut.raw))
+        if cut.base is None or store.has(cut.cid, refresh=False) or not store.has(cut.base):
+            return ref, store.put(cut.raw, 1, cut.cid).written
+        base = (cut.base, store.get(cut.base, what))
+        return ref, store.put(cut.raw, 1, cut.cid, base=base, opaque=True).written
+
+    ready: Iterable[_Cut] = ordered_map(pool, hashed, cuts, window=WINDOW)
+    if parent is not None:
+        ready = _choose_bases(ready, _Parent(parent))
+    yield from ordered_map(pool, stored, ready, window=WINDOW)
+
+
+def scan_file(path: os.PathLike[str] | str, pool: ThreadPoolExecutor) -> tuple[ChunkRef, ...]:
+    """The chunks ``add`` would cut the file at ``path`` into, hashed, stored nowhere."""
+    with open(path, "rb") as f:
+        cuts = cdc_chunks(f.fileno(), os.fstat(f.fileno()).st_size)
+        return tuple(ordered_map(pool, lambda cut: ChunkRef(chunk_id(cut[1]), len(cut[1])), cuts, window=WINDOW))
+
+
+def scan_at(path: os.PathLike[str] | str, pool: ThreadPoolExecutor, sizes: Iterable[int]) -> tuple[str, ...]:
+    """The ids of the file at ``path`` cut into chunks of ``sizes`` (a manifest's), hashed,
+    stored nowhere: whether a working file still holds a committed file needs no chunking rule."""
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        ranges, at = [], 0
+        for n in sizes:
+            ranges.append((at, n))
+            at += n
+
+        def one(r: tuple[int, int]) -> str:
+            return chunk_id(os.pread(fd, r[1], r[0]))
+
+        return tuple(ordered_map(pool, one, ranges, window=WINDOW))
