@@ -25,6 +25,7 @@ from helpers.models import (
 from safetensors.torch import load_file
 
 from mgit import Repository
+from mgit.context import FORMAT_VERSION
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NonFastForwardError
 
 MODEL = "model/model.safetensors"
@@ -340,7 +341,7 @@ def test_config_global_and_list(repo, tmp_path, monkeypatch):
     assert repo.identity() == b"Local Ada <ada@git>" and repo.config_get("user.name", "global") == "Mgit Ada"
     listed = invoke("config", "--list", cwd=repo.root, check=True).stdout.splitlines()
     assert listed[:2] == ["user.name=Git Ada", "user.email=ada@git"] and listed[-1] == "user.name=Local Ada"
-    assert "user.name=Mgit Ada" in listed and "mgit.formatversion=3" in listed
+    assert "user.name=Mgit Ada" in listed and f"mgit.formatversion={FORMAT_VERSION}" in listed
     doc = json.loads(invoke("config", "--list", "--global", "--json", cwd=repo.root, check=True).stdout)
     assert doc == {"schema": "mgit.config/1", "entries": [{"scope": "global", "key": "user.name", "value": "Mgit Ada"}]}
     invoke("config", "remote.my.host.url", "x", cwd=repo.root, check=True)  # a subsection with dots

@@ -20,7 +20,7 @@ from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.manifest import FileManifest
 from mgit.parallel import ordered_map
 from mgit.store.chunkstore import ChunkStore
-from mgit.store.codec import MAX_CHUNK_BYTES
+from mgit.store.limits import MAX_CHUNK_BYTES
 from mgit.store.pack_health import check_packs
 from mgit.worktree.index import Index
 

@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterator
 from typing import Literal
 
-from mgit.store.codec import MAX_CHUNK_BYTES
+from mgit.store.limits import MAX_CHUNK_BYTES
 
 DEFAULT_CHUNK_BYTES = MAX_CHUNK_BYTES  # chunks are cut at the largest size the format allows
 # Content-defined chunks of large non-tensor files (docs/format.md §5): no chunk is larger than the

@@ -22,6 +22,7 @@ from pathlib import Path
 from mgit.errors import CorruptObjectError
 from mgit.store import codec, record
 from mgit.store.index_set import IndexSet
+from mgit.store.limits import MAX_CHUNK_BYTES
 from mgit.store.loose import LooseChunks
 from mgit.store.pack import Location, PackIndex, PackReader, PackWriter, idx_path
 from mgit.store.record import RawBytes, Record, chunk_id
@@ -391,7 +392,7 @@ class ChunkStore:
             if base is None and depth == 0 and (whole := self._chain(cid, loc, counters, out)) is not None:
                 return whole
             if base is None:
-                scratch = codec.thread_buffer(f"base{depth + 1}", codec.MAX_CHUNK_BYTES).data
+                scratch = codec.thread_buffer(f"base{depth + 1}", MAX_CHUNK_BYTES).data
                 base = self._get(loc.base, what, depth + 1, known, counters, scratch, retry)
         rec: Record | None
         try:

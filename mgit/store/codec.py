@@ -23,6 +23,7 @@ import numpy.typing as npt
 import zstandard
 
 from mgit.store import patch
+from mgit.store.limits import MAX_CHUNK_BYTES
 
 RAW = 0
 GROUPED_ZSTD = 1
@@ -42,9 +43,6 @@ ENCODINGS = (RAW, GROUPED_ZSTD, XOR_DELTA, DIFF_DELTA, PATCH_DELTA)
 ENCODING_NAMES = {RAW: "raw", GROUPED_ZSTD: "zstd", XOR_DELTA: "delta", DIFF_DELTA: "diff", PATCH_DELTA: "patch"}
 DIFF_GROUPS = (2, 4, 8)  # element widths the difference delta is defined for
 MIN_SAVING = 0.02  # store raw unless compression saves at least 2%
-# The largest raw chunk the format allows (docs/format.md §5: chunks are cut at 4 MiB). A record
-# declaring more is refused before anything is decoded: a few KiB of zstd can claim a GiB.
-MAX_CHUNK_BYTES = 4 * 2**20
 
 _local = threading.local()
 
