@@ -49,6 +49,8 @@ LIGHT_TITLE = "## Light commands: --help, status, log, branch (bench_core.py --p
 PARTS = ("store", "light")
 LIGHT_COMMANDS = (("--help",), ("status",), ("log",), ("branch",))
 LIGHT_TARGET = 0.15  # seconds, warm, each light command (issue 39)
+# What any mgit command loads before its own code runs: the interpreter, click, dulwich and rich.
+FLOOR_IMPORTS = "import click, dulwich.repo, rich.console"
 
 
 # -- the measurements ---------------------------------------------------------------------
@@ -252,12 +254,15 @@ def light_repositories(model: Path, runs: Path, runner: Runner, tools: Tools) ->
 
 
 def time_light(repos: dict[str, tuple[list[str], Path]], runner: Runner, runs: int) -> list[LightTiming]:
-    """Every light command of every tool, ``runs`` times each, one process per run."""
+    """Every light command of every tool, ``runs`` times each, one process per run; then the
+    floor: a Python process importing only the libraries every mgit command loads."""
     out = []
     for args in LIGHT_COMMANDS:
         for tool, (cmd, where) in repos.items():
             times = [runner.run([*cmd, *args], where, timed=True).seconds for _ in range(runs)]
             out.append(LightTiming(tool, args, times))
+    floor = [sys.executable, "-P", "-c", FLOOR_IMPORTS]
+    out.append(LightTiming("floor", (), [runner.run(floor, repos["mgit"][1], timed=True).seconds for _ in range(runs)]))
     return out
 
 
@@ -266,7 +271,7 @@ def light_report(timings: list[LightTiming], tools: Tools, workdir: Path, comman
     rows = []
     for args in LIGHT_COMMANDS:
         mine = next(t for t in timings if t.args == args and t.tool == "mgit")
-        peer = next(t for t in timings if t.args == args and t.tool != "mgit")
+        peer = next(t for t in timings if t.args == args and t.tool not in ("mgit", "floor"))
         met = "yes" if mine.median <= LIGHT_TARGET else "**no**"
         rows.append(
             [
@@ -279,7 +284,8 @@ def light_report(timings: list[LightTiming], tools: Tools, workdir: Path, comman
                 met,
             ]
         )
-    peer_name = next(t.tool for t in timings if t.tool != "mgit")
+    peer_name = next(t.tool for t in timings if t.tool not in ("mgit", "floor"))
+    floor = next(t for t in timings if t.tool == "floor")
     header = [
         "command",
         "mgit median (ms)",
@@ -298,7 +304,10 @@ def light_report(timings: list[LightTiming], tools: Tools, workdir: Path, comman
         "",
         table(header, "lrrrrrl", rows),
         "",
-        f"Target: every light command within {LIGHT_TARGET:.2f} s (median), reported, not asserted.",
+        f"Target: every light command within {LIGHT_TARGET:.2f} s (median), reported, not asserted. "
+        f"The floor under any mgit command, a Python process that only runs `{FLOOR_IMPORTS}` (the libraries "
+        f"every command loads), took {floor.median * 1000:.0f} ms (median; best {min(floor.times) * 1000:.0f} ms) "
+        "in this run.",
     ]
     return "\n".join(lines) + "\n"
 
