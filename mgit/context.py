@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,6 +80,7 @@ class Context:
             )
         self.format: int = int(version)
         self._store: ChunkStore | None = None
+        self._opening_store = threading.Lock()  # the first reads may come from several pool threads at once
         self._on_lock = on_lock
         self.lock = RepoLock(self.git_dir / "lock", on_acquire=self._locked)
         self.refs = Refs(self.graph, self.identity())
@@ -109,9 +111,11 @@ class Context:
     def store(self) -> ChunkStore:
         """The chunk store, opened on first use."""
         if self._store is None:
-            from mgit.store.chunkstore import ChunkStore
+            with self._opening_store:
+                if self._store is None:
+                    from mgit.store.chunkstore import ChunkStore
 
-            self._store = ChunkStore(self.git_dir / "chunks")
+                    self._store = ChunkStore(self.git_dir / "chunks")
         return self._store
 
     @property

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
@@ -17,7 +16,6 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 Operation = Callable[Concatenate["Context", P], R]
-_MAKING = threading.Lock()  # importlib's LazyLoader is not thread-safe before Python 3.12.3
 
 
 def forward(get_op: Callable[[], Operation[P, R]]) -> Callable[Concatenate[Repository, P], R]:
@@ -42,9 +40,8 @@ class _Forward:
         self._name = name
 
     def __get__(self, instance: object, owner: type) -> Any:
-        with _MAKING:
-            method = _method(self._get_op(), self._reading)
-            setattr(owner, self._name, method)
+        method = _method(self._get_op(), self._reading)  # two threads may both make it: the same method
+        setattr(owner, self._name, method)
         return method.__get__(instance, owner)
 
 

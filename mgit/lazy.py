@@ -1,27 +1,38 @@
 """Modules imported on first use, so that a light command (``--help``, ``status``, ``log``,
 ``branch``) does not pay for numpy, the codecs, the merge engine or rich's tables at start-up.
-Python 3.11 has no lazy import statement; importlib's LazyLoader is the standard library's
-way. Callers keep a real import under ``TYPE_CHECKING`` so the type checker sees the module."""
+
+A :class:`LazyModule` stands where the module would be bound and imports it, by the ordinary
+``importlib.import_module`` (thread-safe: the import system's per-module locks), when one of
+its attributes is first read; nothing is put in ``sys.modules`` before that. (importlib's own
+LazyLoader registers a half-made module there, which on Python 3.11 other threads can read
+before it has run.) Callers keep a real import under ``TYPE_CHECKING`` for the type checker."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from types import ModuleType
+import importlib
+from typing import Any
 
 
-def lazy_module(name: str) -> ModuleType:
-    """Module ``name``, its code run when one of its attributes is first read."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"no module named {name!r}", name=name)
-    spec.loader = importlib.util.LazyLoader(spec.loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    parent, _, child = name.rpartition(".")
-    if parent:  # as an import does: the package names its submodule (``mgit.ops.checkout``)
-        setattr(sys.modules[parent], child, module)
-    return module
+class LazyModule:
+    """Module ``name``'s attributes, importing it on the first one read; for a package, a name
+    it does not define is its submodule of that name (``lazy_module("mgit.ops").stage``)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        module = importlib.import_module(self._name)
+        try:
+            return getattr(module, attr)
+        except AttributeError:
+            if not hasattr(module, "__path__"):  # not a package: no submodule to look for
+                raise
+            return importlib.import_module(f"{self._name}.{attr}")
+
+    def __repr__(self) -> str:
+        return f"<lazy module {self._name!r}>"
+
+
+def lazy_module(name: str) -> Any:
+    """Module ``name``, imported when one of its attributes is first read."""
+    return LazyModule(name)

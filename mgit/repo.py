@@ -19,29 +19,31 @@ from mgit.lazy import lazy_module
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
+    # the type checker sees each module of operations as an attribute of _ops once imported
+    import mgit.ops.branch_merge  # noqa: F401
+    import mgit.ops.checkout  # noqa: F401
+    import mgit.ops.history  # noqa: F401
+    import mgit.ops.inspect  # noqa: F401
+    import mgit.ops.lineage  # noqa: F401
+    import mgit.ops.maintain  # noqa: F401
+    import mgit.ops.merge  # noqa: F401
+    import mgit.ops.move  # noqa: F401
+    import mgit.ops.opening  # noqa: F401
+    import mgit.ops.refs  # noqa: F401
+    import mgit.ops.remotes  # noqa: F401
+    import mgit.ops.reset  # noqa: F401
+    import mgit.ops.sketch  # noqa: F401
+    import mgit.ops.stage  # noqa: F401
+    import mgit.ops.stash  # noqa: F401
+    import mgit.ops.switching  # noqa: F401
+    import mgit.ops.sync  # noqa: F401
     from mgit import context as _context
+    from mgit import ops as _ops
     from mgit.context import Context
     from mgit.graph.objects import Graph
     from mgit.graph.refs import Refs
     from mgit.graph.snapshot import Snapshot
     from mgit.lock import RepoLock
-    from mgit.ops import branch_merge as _branch_merge
-    from mgit.ops import checkout as _checkout
-    from mgit.ops import history as _history
-    from mgit.ops import inspect as _inspect
-    from mgit.ops import lineage as _lineage
-    from mgit.ops import maintain as _maintain
-    from mgit.ops import merge as _merge
-    from mgit.ops import move as _move
-    from mgit.ops import opening as _opening
-    from mgit.ops import refs as _refs
-    from mgit.ops import remotes as _remotes
-    from mgit.ops import reset as _reset
-    from mgit.ops import sketch as _sketch
-    from mgit.ops import stage as _stage
-    from mgit.ops import stash as _stash
-    from mgit.ops import switching as _switching
-    from mgit.ops import sync as _sync
     from mgit.ops.history import LogGraph
     from mgit.ops.inspect import FileInfo, ShowInfo
     from mgit.ops.maintain import Repair
@@ -56,24 +58,7 @@ if TYPE_CHECKING:
     from mgit.worktree.index import Index
     from mgit.worktree.sparse import SparsePatterns
 else:  # each operation's module is imported when one of its methods is first used (mgit.lazy)
-    _context = lazy_module("mgit.context")
-    _branch_merge = lazy_module("mgit.ops.branch_merge")
-    _checkout = lazy_module("mgit.ops.checkout")
-    _history = lazy_module("mgit.ops.history")
-    _inspect = lazy_module("mgit.ops.inspect")
-    _lineage = lazy_module("mgit.ops.lineage")
-    _maintain = lazy_module("mgit.ops.maintain")
-    _merge = lazy_module("mgit.ops.merge")
-    _move = lazy_module("mgit.ops.move")
-    _stash = lazy_module("mgit.ops.stash")
-    _switching = lazy_module("mgit.ops.switching")
-    _opening = lazy_module("mgit.ops.opening")
-    _refs = lazy_module("mgit.ops.refs")
-    _remotes = lazy_module("mgit.ops.remotes")
-    _reset = lazy_module("mgit.ops.reset")
-    _sketch = lazy_module("mgit.ops.sketch")
-    _stage = lazy_module("mgit.ops.stage")
-    _sync = lazy_module("mgit.ops.sync")
+    _ops, _context = lazy_module("mgit.ops"), lazy_module("mgit.context")
 
 # The result types scripts import from here, each from its operation's module when first asked for.
 _RESULT_TYPES = {
@@ -99,7 +84,7 @@ class Repository:
     """An mgit repository: ``.mgit/`` (git graph + chunk store) beside a working tree."""
 
     def __init__(self, path: str | os.PathLike[str] = "."):
-        self.ctx: Context = _opening.open_repository(path)
+        self.ctx: Context = _ops.opening.open_repository(path)
 
     @classmethod
     def _of(cls, ctx: Context) -> Repository:
@@ -111,7 +96,7 @@ class Repository:
     @classmethod
     def init(cls, path: str | os.PathLike[str] = ".") -> Repository:
         """A new, empty repository at ``path`` (refused if there is one)."""
-        return cls._of(_opening.init(path))
+        return cls._of(_ops.opening.init(path))
 
     @classmethod
     def clone(
@@ -120,7 +105,7 @@ class Repository:
         budget: str | int | None = None,
     ) -> Repository:  # fmt: skip
         """A new repository at ``path`` cloned from ``url`` (see :func:`mgit.ops.sync.clone`)."""
-        return cls._of(_sync.clone(url, path, partial, branch, token_file, include, exclude, budget))
+        return cls._of(_ops.sync.clone(url, path, partial, branch, token_file, include, exclude, budget))
 
     def close(self) -> None:
         self.ctx.close()
@@ -217,7 +202,7 @@ class Repository:
 
     def _backend(self, name: str, create: bool = False) -> Backend:
         """Remote ``name``'s backend, opened (tests and scripts look into remotes with it)."""
-        return _remotes.backend(self.ctx, name, create)
+        return _ops.remotes.backend(self.ctx, name, create)
 
     def sparse_patterns(self) -> SparsePatterns | None:
         """The patterns of a sparse checkout (None: the checkout is full)."""
@@ -238,73 +223,73 @@ class Repository:
     @staticmethod
     def tracking_ref(remote: str, ref: str) -> str | None:
         """The local ref a remote's ref is kept as (see :func:`mgit.ops.remotes.tracking_ref`)."""
-        return _remotes.tracking_ref(remote, ref)
+        return _ops.remotes.tracking_ref(remote, ref)
 
     # -- the operations (mgit.ops): one line each ------------------------------------------
 
-    add = forward(lambda: _stage.add)
-    rm = forward(lambda: _stage.rm)
-    mv = forward(lambda: _move.mv)
-    commit = forward(lambda: _stage.commit)
-    commit_state_dict = forward(lambda: _stage.commit_state_dict)
-    stash = forward(lambda: _stash.stash)
-    stash_list = forward(lambda: _stash.stash_list)
-    stash_apply = forward_reading(lambda: _stash.stash_apply)
-    stash_pop = forward_reading(lambda: _stash.stash_pop)
-    stash_drop = forward(lambda: _stash.stash_drop)
+    add = forward(lambda: _ops.stage.add)
+    rm = forward(lambda: _ops.stage.rm)
+    mv = forward(lambda: _ops.move.mv)
+    commit = forward(lambda: _ops.stage.commit)
+    commit_state_dict = forward(lambda: _ops.stage.commit_state_dict)
+    stash = forward(lambda: _ops.stash.stash)
+    stash_list = forward(lambda: _ops.stash.stash_list)
+    stash_apply = forward_reading(lambda: _ops.stash.stash_apply)
+    stash_pop = forward_reading(lambda: _ops.stash.stash_pop)
+    stash_drop = forward(lambda: _ops.stash.stash_drop)
 
-    status = forward(lambda: _inspect.status)
-    log = forward(lambda: _history.log)
-    log_graph = forward(lambda: _history.log_graph)
-    show = forward(lambda: _inspect.show)
-    changes = forward(lambda: _inspect.changes)
-    commit_stats = forward(lambda: _inspect.commit_stats)
-    diff = forward_reading(lambda: _inspect.diff)
-    models = forward(lambda: _inspect.models)
-    state_dict = forward_reading(lambda: _inspect.state_dict)
+    status = forward(lambda: _ops.inspect.status)
+    log = forward(lambda: _ops.history.log)
+    log_graph = forward(lambda: _ops.history.log_graph)
+    show = forward(lambda: _ops.inspect.show)
+    changes = forward(lambda: _ops.inspect.changes)
+    commit_stats = forward(lambda: _ops.inspect.commit_stats)
+    diff = forward_reading(lambda: _ops.inspect.diff)
+    models = forward(lambda: _ops.inspect.models)
+    state_dict = forward_reading(lambda: _ops.inspect.state_dict)
 
-    checkout = forward_reading(lambda: _checkout.checkout)
-    reset = forward_reading(lambda: _reset.reset)
-    switch = forward_reading(lambda: _switching.switch)
-    restore = forward_reading(lambda: _switching.restore)
+    checkout = forward_reading(lambda: _ops.checkout.checkout)
+    reset = forward_reading(lambda: _ops.reset.reset)
+    switch = forward_reading(lambda: _ops.switching.switch)
+    restore = forward_reading(lambda: _ops.switching.restore)
 
-    merge = forward(lambda: _merge.merge)
-    merge_plan = forward(lambda: _merge.merge_plan)
-    merge_branch = forward(lambda: _branch_merge.merge_branch)
-    merge_base = forward(lambda: _branch_merge.merge_base)
-    merge_bases = forward(lambda: _branch_merge.merge_bases)
-    is_ancestor = forward(lambda: _branch_merge.is_ancestor)
-    revert = forward(lambda: _branch_merge.revert)
-    lineage = forward(lambda: _lineage.lineage)
-    merge_record = forward(lambda: _lineage.merge_record)
-    sketch = forward(lambda: _sketch.sketch)
-    sketch_record = forward(lambda: _sketch.read_record)
+    merge = forward(lambda: _ops.merge.merge)
+    merge_plan = forward(lambda: _ops.merge.merge_plan)
+    merge_branch = forward(lambda: _ops.branch_merge.merge_branch)
+    merge_base = forward(lambda: _ops.branch_merge.merge_base)
+    merge_bases = forward(lambda: _ops.branch_merge.merge_bases)
+    is_ancestor = forward(lambda: _ops.branch_merge.is_ancestor)
+    revert = forward(lambda: _ops.branch_merge.revert)
+    lineage = forward(lambda: _ops.lineage.lineage)
+    merge_record = forward(lambda: _ops.lineage.merge_record)
+    sketch = forward(lambda: _ops.sketch.sketch)
+    sketch_record = forward(lambda: _ops.sketch.read_record)
 
-    branch_info = forward(lambda: _refs.branch_info)
-    create_branch = forward(lambda: _refs.create_branch)
-    delete_branch = forward(lambda: _refs.delete_branch)
-    rename_branch = forward(lambda: _refs.rename_branch)
-    tag = forward(lambda: _refs.tag)
-    tag_messages = forward(lambda: _refs.tag_messages)
-    delete_tag = forward(lambda: _refs.delete_tag)
-    reflog_ref = forward(lambda: _refs.reflog_ref)
-    reflog = forward(lambda: _refs.reflog)
-    reflog_expire = forward(lambda: _maintain.reflog_expire)
+    branch_info = forward(lambda: _ops.refs.branch_info)
+    create_branch = forward(lambda: _ops.refs.create_branch)
+    delete_branch = forward(lambda: _ops.refs.delete_branch)
+    rename_branch = forward(lambda: _ops.refs.rename_branch)
+    tag = forward(lambda: _ops.refs.tag)
+    tag_messages = forward(lambda: _ops.refs.tag_messages)
+    delete_tag = forward(lambda: _ops.refs.delete_tag)
+    reflog_ref = forward(lambda: _ops.refs.reflog_ref)
+    reflog = forward(lambda: _ops.refs.reflog)
+    reflog_expire = forward(lambda: _ops.maintain.reflog_expire)
 
-    remotes = forward(lambda: _remotes.remotes)
-    remote_add = forward(lambda: _remotes.remote_add)
-    remote_remove = forward(lambda: _remotes.remote_remove)
-    remote_branch_for = forward(lambda: _remotes.remote_branch_for)
-    push = forward(lambda: _sync.push)
-    fetch = forward(lambda: _sync.fetch)
-    pull = forward(lambda: _sync.pull)
+    remotes = forward(lambda: _ops.remotes.remotes)
+    remote_add = forward(lambda: _ops.remotes.remote_add)
+    remote_remove = forward(lambda: _ops.remotes.remote_remove)
+    remote_branch_for = forward(lambda: _ops.remotes.remote_branch_for)
+    push = forward(lambda: _ops.sync.push)
+    fetch = forward(lambda: _ops.sync.fetch)
+    pull = forward(lambda: _ops.sync.pull)
 
-    gc = forward(lambda: _maintain.gc)
-    fsck = forward(lambda: _maintain.fsck)
-    fsck_repair = forward(lambda: _maintain.fsck_repair)
-    leftovers = forward(lambda: _maintain.leftovers)
-    du = forward(lambda: _maintain.du)
-    store_usage = forward(lambda: _maintain.store_usage)
+    gc = forward(lambda: _ops.maintain.gc)
+    fsck = forward(lambda: _ops.maintain.fsck)
+    fsck_repair = forward(lambda: _ops.maintain.fsck_repair)
+    leftovers = forward(lambda: _ops.maintain.leftovers)
+    du = forward(lambda: _ops.maintain.du)
+    store_usage = forward(lambda: _ops.maintain.store_usage)
 
 
 __all__ = [

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -74,3 +75,38 @@ def test_help_loads_neither_the_graph_nor_rich(tmp_path: Path) -> None:
     modules = _imported(tmp_path, "--help")
     assert _heavy(modules) == []
     assert not {m for m in modules if m.startswith(("dulwich", "rich"))}
+
+
+THREADS = """
+import sys, threading
+from mgit import Repository
+
+errors = []
+
+def use(path):
+    try:
+        with Repository(path) as repo:
+            repo.log()
+            repo.status()
+            repo.checkout("main")
+    except Exception as exc:  # noqa: BLE001 (reported below)
+        errors.append(repr(exc))
+
+threads = [threading.Thread(target=use, args=(path,)) for path in sys.argv[1:]]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("\\n".join(errors))
+sys.exit(1 if errors else 0)
+"""
+
+
+def test_the_first_calls_may_come_from_many_threads_at_once(committed: Path) -> None:
+    """Each operation's module is imported on first use: eight threads making a fresh process's
+    first calls at once must each get the whole module (importlib's LazyLoader, used before,
+    handed some of them a half-made one on Python 3.11)."""
+    copies = [str(shutil.copytree(committed, committed.parent / f"copy{i}", symlinks=True)) for i in range(8)]
+    for _ in range(3):  # each in a fresh process: the first calls are the ones that import
+        proc = subprocess.run([sys.executable, "-c", THREADS, *copies], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr

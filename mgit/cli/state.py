@@ -37,20 +37,24 @@ def stdout_console() -> Console:
     return Console(highlight=False, soft_wrap=True, width=None if tty else 240, force_terminal=True if tty else None)
 
 
-def stderr_console(hide_notes: bool) -> Console:
+class AlertConsole:
     """stderr: notes (summaries, "Switched to branch ...") are dropped while ``hide_notes`` (-q);
     warnings and errors (lines starting with one of ALERTS) always print. (Not rich's own
-    ``quiet``, which silences everything.)"""
-    from rich.console import Console
+    ``quiet``, which silences everything.) Rich's console is made on the first line printed."""
 
-    class AlertConsole(Console):
-        def print(self, *objects: Any, **kwargs: Any) -> None:
-            first = objects[0] if objects else ""
-            if hide_notes and not (isinstance(first, str) and first.lstrip().startswith(ALERTS)):
-                return
-            super().print(*objects, **kwargs)
+    def __init__(self, hide_notes: bool = False) -> None:
+        self.hide_notes = hide_notes
+        self._console: Console | None = None
 
-    return AlertConsole(stderr=True, highlight=False, soft_wrap=True)
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        first = objects[0] if objects else ""
+        if self.hide_notes and not (isinstance(first, str) and first.lstrip().startswith(ALERTS)):
+            return
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=True, highlight=False, soft_wrap=True)
+        self._console.print(*objects, **kwargs)
 
 
 @dataclass
@@ -64,12 +68,11 @@ class CliState:
     directory: str = "."  # the repository is looked for from here (-C has already changed directory)
     _repo: Repository | None = field(default=None, repr=False)
     _out: Console | None = field(default=None, repr=False)
-    _err: Console | None = field(default=None, repr=False)
+    err: AlertConsole = field(default_factory=AlertConsole)
 
     def set_quiet(self, quiet: bool) -> None:
         """-q: no notes on stderr (the console filters) and no progress bars (progress reads its flag)."""
-        self.quiet = quiet
-        self._err = None  # made again, filtering or not, when next printed to
+        self.quiet = self.err.hide_notes = quiet
         progress.QUIET = quiet
 
     @property
@@ -78,12 +81,6 @@ class CliState:
         if self._out is None:
             self._out = stdout_console()
         return self._out
-
-    @property
-    def err(self) -> Console:
-        if self._err is None:
-            self._err = stderr_console(self.quiet)
-        return self._err
 
     @property
     def repo(self) -> Repository:
