@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from mgit import Repository
 from mgit.graph.names import CHUNKED_ENTRY
 from mgit.graph.objects import MODE_FILE, MODE_TREE
+from mgit.model import opaque
 from mgit.model.chunking import CDC_MAX, CDC_MIN, cdc_chunks
 from mgit.model.filetree import load_chunked
 from mgit.model.manifest import ChunkRef, FileManifest
@@ -220,6 +221,26 @@ def test_fsck_names_a_large_file_whose_chunks_do_not_add_up_to_it(gguf):
     why = f"its chunks' sizes add up to {stored.size}, not to the file's {stored.size + 1}"
     named = [p for p in repo.fsck() if why in p]
     assert len(named) == 1 and f"of {NAME} (commit " in named[0]  # once: not again by the files' check
+
+
+def test_a_large_file_that_shrinks_while_add_reads_it_is_named(repo, monkeypatch):
+    """As any file that changes while read: one line naming it (before: an OSError naming no file)."""
+    path = repo.root / NAME
+    path.write_bytes(gguf_like(12_000_000))  # the cutter reads 8 MiB, then cuts: the rest is read later
+    cut = opaque.cdc_chunks
+
+    def shrinking(fd: int, size: int):
+        for k, chunk in enumerate(cut(fd, size)):
+            if k == 0:
+                os.truncate(path, 3_000_000)
+            yield chunk
+
+    monkeypatch.setattr(opaque, "cdc_chunks", shrinking)
+    out = invoke("add", NAME, cwd=repo.root)
+    assert out.exit_code == 2 and out.stderr.splitlines() == [
+        f"error: {NAME} changed while mgit was reading it; nothing was staged. Run `mgit add` again once it is written"
+    ]
+    assert repo.status().untracked == [NAME] and repo.store.indexes() == []
 
 
 def test_patch_deltas_survive_push_clone_pull_and_gc(tmp_path):
