@@ -243,6 +243,33 @@ def test_a_large_file_that_shrinks_while_add_reads_it_is_named(repo, monkeypatch
     assert repo.status().untracked == [NAME] and repo.store.indexes() == []
 
 
+def test_a_chunk_fetched_on_demand_marks_an_older_partial_clone_with_the_format(tmp_path):
+    """A partial clone made before format 4, reading a file whose chunks the remote stores as patch
+    deltas, fetches those records: the repository is marked format 4 before they are published
+    (before, it said format 3: an older mgit would meet an encoding it does not know)."""
+    repo = Repository.init(tmp_path / "work")
+    data = gguf_like(5_000_000)
+    commit_file(repo, data, "v1")
+    repo.create_branch("old")
+    edited = data[:3_000_000] + os.urandom(ROW) + data[3_000_000 + ROW :]
+    commit_file(repo, edited, "v2")
+    repo.remote_add("origin", str(tmp_path / "remote"))
+    repo.push("origin", "main")
+    repo.push("origin", "old")
+    clone = Repository.clone(str(tmp_path / "remote"), tmp_path / "clone", partial=True, branch="old")
+    clone.close()
+    config = tmp_path / "clone" / ".mgit" / "config"
+    config.write_text(config.read_text().replace("formatversion = 4", "formatversion = 3"))
+    with Repository(tmp_path / "clone") as old:
+        (changed,) = [c.id for c in chunks_at(old, "origin/main").chunks if c not in chunks_at(old, "old").chunks]
+        assert old.format == 3 and not old.store.has(changed, refresh=False)
+        old.checkout("origin/main", [NAME])  # fetches v2's changed chunk: a patch delta
+        assert (old.root / NAME).read_bytes() == edited
+        assert old.store.location(changed).encoding == codec.PATCH_DELTA
+    with Repository(tmp_path / "clone") as again:
+        assert again.format == 4
+
+
 def test_patch_deltas_survive_push_clone_pull_and_gc(tmp_path):
     """A delta is sent after its base (a clone verifies each one on arrival), gc keeps the
     bases a kept chunk needs, and every version reads back whole."""
