@@ -165,8 +165,7 @@ class Context:
     def writing(self) -> Iterator[None]:
         """Hold the lock; on failure drop the chunks this command wrote but never published."""
         with self.lock:
-            if self.format < FORMAT_VERSION:  # this write may add packs: readers must know
-                self.set_format(FORMAT_VERSION)
+            self._upgrade_format()
             try:
                 yield
                 if self._store is not None:  # a command that never opened the store wrote no chunk
@@ -188,10 +187,17 @@ class Context:
             yield
             return
         with self.lock:
+            self._upgrade_format()  # a fetched record may be of an encoding older formats lack
             try:
                 yield
             finally:
                 self.store.seal()
+
+    def _upgrade_format(self) -> None:
+        """Mark the repository with this mgit's format before a command may add packs (the lock
+        is held): their records and manifests may be of kinds an older format's readers lack."""
+        if self.format < FORMAT_VERSION:
+            self.set_format(FORMAT_VERSION)
 
     def identity(self) -> bytes:
         """GIT_AUTHOR_NAME/EMAIL, else user.name/email from .mgit/config, the user's mgit config

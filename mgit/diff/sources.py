@@ -27,7 +27,7 @@ from mgit.model.chunking import chunk_ranges, chunk_size_for
 from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.ingest import classify, scan_tensor_chunks
 from mgit.model.manifest import FileManifest
-from mgit.model.opaque import scan_at, scan_file
+from mgit.model.opaque import holds, scan_file
 from mgit.model.safetensors_file import read_layout
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.record import RawBytes
@@ -101,7 +101,7 @@ def snapshot_side(graph: Graph, store: ChunkStore, snap: Snapshot, label: str, m
             readers[path] = read_blob
             modes[path] = entry.mode
         else:
-            chunked[path] = load_chunked(graph, entry.oid)
+            chunked[path] = load_chunked(graph, entry.oid, path)
             files[path] = _content_key(b"", [tuple(c.id for c in chunked[path].chunks)])
     return Side(label, tensors, files, readers, modes, chunked)
 
@@ -162,9 +162,8 @@ def worktree_side(
 def _working_chunked(path: Path, size: int, pool: ThreadPoolExecutor, committed: FileManifest | None) -> FileManifest:
     """A large working file's chunks: the committed file's where it holds exactly those (a file
     committed at fixed offsets is compared at them), else as ``add`` would cut it."""
-    if committed is not None and committed.chunk_size is not None and committed.size == size:
-        if scan_at(path, pool, [c.size for c in committed.chunks]) == tuple(c.id for c in committed.chunks):
-            return committed
+    if committed is not None and committed.chunk_size is not None and holds(path, pool, committed):
+        return committed
     return FileManifest(size, scan_file(path, pool))
 
 

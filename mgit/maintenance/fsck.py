@@ -6,7 +6,7 @@ tensor that use it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,10 +17,9 @@ from mgit.graph.snapshot import read_snapshot
 from mgit.maintenance.reach import reachable
 from mgit.model.chunking import chunk_ranges
 from mgit.model.filetree import load_chunked, load_safetensors
-from mgit.model.manifest import FileManifest
+from mgit.model.manifest import ChunkRef
 from mgit.parallel import ordered_map
 from mgit.store.chunkstore import ChunkStore
-from mgit.store.limits import MAX_CHUNK_BYTES
 from mgit.store.pack_health import check_packs
 from mgit.worktree.index import Index
 
@@ -85,10 +84,17 @@ def _is_commit(graph: Graph, sha: str) -> bool:
         return False
 
 
-def check_files(graph: Graph, commits: list[str]) -> list[str]:
+def check_files(graph: Graph, store: ChunkStore, commits: list[str]) -> list[str]:
     """Header and manifests of every committed safetensors file agree; chunking is whole (a
-    large non-tensor file's chunks add up to its size, none empty or larger than the format allows)."""
+    large non-tensor file's manifest is checked whole as it loads); every chunk a manifest
+    lists has there the size it has in the store (every reader lays a file out from the
+    manifest's sizes)."""
     problems, seen = [], set()
+    indexed: ChunkStore | None = store
+    try:
+        store.indexes()
+    except CorruptObjectError:  # a damaged pack index (check_packs names it): no sizes to compare with
+        indexed = None
     for commit in commits:
         try:
             snap = read_snapshot(graph, graph.commit(commit).tree)
@@ -99,25 +105,32 @@ def check_files(graph: Graph, commits: list[str]) -> list[str]:
             if entry.kind == "blob" or entry.oid in seen:
                 continue
             seen.add(entry.oid)
+            where = f"{path} (commit {commit[:12]})"
             try:
                 if entry.kind == "chunked":
-                    problems += _chunked_problems(load_chunked(graph, entry.oid), f"{path} (commit {commit[:12]})")
+                    problems += _size_problems(indexed, load_chunked(graph, entry.oid).chunks, where)
                     continue
                 stored = load_safetensors(graph, entry.oid, path)
             except MgitError as exc:
-                problems.append(f"{path} (commit {commit[:12]}): {_reason(exc)}")
+                problems.append(f"{where}: {_reason(exc)}")
                 continue
             for name, m in stored.manifests.items():
                 sizes = [c.size for c in m.chunks]
                 if sizes != [e - s for s, e in chunk_ranges(m.nbytes, m.chunk_size)]:
-                    problems.append(f"tensor {name!r} in {path} (commit {commit[:12]}): chunk sizes do not tile it")
+                    problems.append(f"tensor {name!r} in {where}: chunk sizes do not tile it")
+                problems += _size_problems(indexed, m.chunks, f"tensor {name!r} in {where}")
     return problems
 
 
-def _chunked_problems(m: FileManifest, where: str) -> list[str]:
-    sizes = [c.size for c in m.chunks]
-    if sum(sizes) != m.size or not all(0 < n <= MAX_CHUNK_BYTES for n in sizes):
-        return [f"{where}: chunk sizes do not tile the file"]
+def _size_problems(store: ChunkStore | None, chunks: Iterable[ChunkRef], where: str) -> list[str]:
+    """The first chunk listed at a size other than its raw size in the store's pack index (a
+    chunk not here, or stored loose in format 1, is not compared)."""
+    if store is None:
+        return []
+    for k, c in enumerate(chunks):
+        loc = store.location(c.id)
+        if loc is not None and loc.raw_size != c.size:
+            return [f"{where}: chunk {k} ({c.id[:12]}) is listed as {c.size} bytes; it holds {loc.raw_size}"]
     return []
 
 
@@ -164,7 +177,8 @@ def check_repository(
     problems += [f"object {o[:12]} is missing (needed by {where.get(o, 'a file')})" for o in sorted(reach.objects)
                  if o not in reach.lacking and o not in damaged and not graph.has(o)]  # fmt: skip
     commits = [sha for sha in reach.objects if sha not in damaged and _is_commit(graph, sha)]
-    problems += [p for p in check_files(graph, commits) if not any(s[:12] in p for s in damaged | reach.lacking)]
+    shown_ids = {*damaged, *reach.lacking, *reach.invalid}  # named already: not again by check_files
+    problems += [p for p in check_files(graph, store, commits) if not any(s[:12] in p for s in shown_ids)]
     problems += check_packs(store)
     try:
         problems += check_chunks(store, reach.chunks, pool, partial)

@@ -31,10 +31,7 @@ Scratch = Callable[[int, int], memoryview]  # (slot, size) -> the calling thread
 
 def chunk_starts(m: TensorManifest) -> list[int]:
     """Byte offsets of each chunk of a tensor within it, and its end."""
-    starts = [0]
-    for c in m.chunks:
-        starts.append(starts[-1] + c.size)
-    return starts
+    return m.offsets()
 
 
 def tensor_what(tp: TensorPlan) -> str:

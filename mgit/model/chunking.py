@@ -45,9 +45,13 @@ def chunk_ranges(nbytes: int, chunk_size: int) -> list[tuple[int, int]]:
     return [(start, min(start + chunk_size, nbytes)) for start in range(0, nbytes, chunk_size)]
 
 
+class ShrankError(OSError):
+    """A file ended before the size it had when mgit began reading it: it changed meanwhile."""
+
+
 def cdc_chunks(fd: int, size: int) -> Iterator[tuple[int, bytes]]:
     """(offset, bytes) of each content-defined chunk of the first ``size`` bytes of the open
-    file ``fd``, in order, reading the file once, front to back (OSError if it is shorter)."""
+    file ``fd``, in order, reading the file once, front to back (ShrankError if it is shorter)."""
     from pyfastcdc import FastCDC  # here: every command imports this module, few cut a large file
 
     cutter = FastCDC(CDC_AVG, min_size=CDC_MIN, max_size=CDC_MAX, normalized_chunking=CDC_NORMALIZATION)
@@ -67,6 +71,6 @@ class _Stream:
             return 0
         got = os.preadv(self.fd, [buf[:n]], self.at)
         if got <= 0:
-            raise OSError(f"file shrank while being read (wanted {self.size} bytes, it ends at {self.at})")
+            raise ShrankError(f"file shrank while being read (wanted {self.size} bytes, it ends at {self.at})")
         self.at += got
         return got

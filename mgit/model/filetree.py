@@ -53,7 +53,8 @@ def load_safetensors(
             tensor = decode_tensor_name(name)
             manifest = known.get(blob)
             if manifest is None:
-                manifest = known[blob] = TensorManifest.from_bytes(graph.blob(blob))
+                what = f"the manifest {blob[:12]} of tensor {tensor!r} in {path or oid}"
+                manifest = known[blob] = TensorManifest.from_bytes(graph.blob(blob), what)
             manifests[tensor] = manifest
             ids[tensor] = blob
     if header is None:
@@ -72,11 +73,13 @@ def load_safetensors(
     return StoredSafetensors(layout, manifests, ids)
 
 
-def load_chunked(graph: Graph, oid: str) -> FileManifest:
+def load_chunked(graph: Graph, oid: str, path: str = "") -> FileManifest:
+    """A stored large non-tensor file's manifest (checked whole: mgit.model.manifest)."""
+    what = path or f"chunked file tree {oid[:12]}"
     for name, _, blob in graph.tree(oid):
         if name == CHUNKED_ENTRY:
-            return FileManifest.from_bytes(graph.blob(blob))
-    raise CorruptObjectError(f"chunked file tree {oid[:12]} has no manifest; run `mgit fsck`")
+            return FileManifest.from_bytes(graph.blob(blob), f"the manifest {blob[:12]} of {what}")
+    raise CorruptObjectError(f"{what} has no manifest; run `mgit fsck`")
 
 
 def chunked_parents(graph: Graph, snap: Snapshot) -> Callable[[str], FileManifest | None]:

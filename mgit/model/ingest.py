@@ -17,7 +17,7 @@ from mgit.errors import BadInputError, MgitError
 from mgit.graph.names import CHUNKED_ENTRY
 from mgit.graph.objects import MODE_EXEC, MODE_FILE, Graph
 from mgit.graph.snapshot import Entry
-from mgit.model.chunking import DEFAULT_CHUNK_BYTES, cdc_chunks, chunk_ranges, chunk_size_for
+from mgit.model.chunking import DEFAULT_CHUNK_BYTES, ShrankError, cdc_chunks, chunk_ranges, chunk_size_for
 from mgit.model.dtypes import DType
 from mgit.model.filetree import put_safetensors_tree
 from mgit.model.manifest import ChunkRef, FileManifest, TensorManifest
@@ -65,7 +65,7 @@ class FileReader:
     def __call__(self, offset: int, size: int) -> bytes:
         data = os.pread(self.fd, size, self.base + offset)
         if len(data) != size:
-            raise OSError(f"file shrank while being read (wanted {size} bytes at {self.base + offset})")
+            raise ShrankError(f"file shrank while being read (wanted {size} bytes at {self.base + offset})")
         return data
 
     def will_need(self, offset: int, size: int) -> None:
@@ -317,9 +317,19 @@ class Ingestor:
         kind = classify(rel, st.st_size)
         self.stats.files.append(rel)
         self.begin_file(rel)
-        if kind == "safetensors":
-            return self.safetensors_file(path, rel)
-        return self.chunked_file(path, rel) if kind == "chunked" else self.blob_file(path)
+        try:
+            if kind == "safetensors":
+                return self.safetensors_file(path, rel)
+            return self.chunked_file(path, rel) if kind == "chunked" else self.blob_file(path)
+        except ShrankError:
+            raise changed_while_read(rel) from None
+
+
+def changed_while_read(rel: str) -> BadInputError:
+    """The error of ``add`` reading a file that changed meanwhile (read as a mix of two versions)."""
+    return BadInputError(
+        f"{rel} changed while mgit was reading it; nothing was staged. Run `mgit add` again once it is written"
+    )
 
 
 def scan_tensor_chunks(

@@ -17,9 +17,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from mgit.errors import CorruptObjectError
 from mgit.graph.objects import MODE_EXEC, Graph
 from mgit.graph.snapshot import Entry
 from mgit.model.filetree import load_chunked, load_safetensors
+from mgit.model.manifest import chunk_offsets
 from mgit.model.placing import Patch, Replacement, copy_range, patchable, pwrite_all, temporary
 from mgit.model.safetensors_file import parse_header
 from mgit.parallel import WORKERS, ordered_map
@@ -51,22 +53,20 @@ def local_chunks(graph: Graph, entry: Entry) -> LocalChunks:
     if entry.kind == "safetensors":
         stored = load_safetensors(graph, entry.oid)
         for t in stored.layout.tensors:
-            offset = stored.layout.data_start + t.begin
-            for c in stored.manifests[t.name].chunks:
-                out.setdefault(c.id, (offset, c.size))
-                offset += c.size
+            m = stored.manifests[t.name]
+            for c, at in zip(m.chunks, m.offsets(stored.layout.data_start + t.begin), strict=False):
+                out.setdefault(c.id, (at, c.size))
     elif entry.kind == "chunked":
-        offset = 0
-        for c in load_chunked(graph, entry.oid).chunks:
-            out.setdefault(c.id, (offset, c.size))
-            offset += c.size
+        file = load_chunked(graph, entry.oid)
+        for c, at in zip(file.chunks, file.offsets(), strict=False):
+            out.setdefault(c.id, (at, c.size))
     return out
 
 
 def plan_file(graph: Graph, entry: Entry, rel: str) -> tuple[bytes, list[tuple[str, int, str]]]:
     """(leading bytes, [(chunk id, size, what)]) making up the file in order."""
     if entry.kind == "chunked":
-        return b"", [(c.id, c.size, rel) for c in load_chunked(graph, entry.oid).chunks]
+        return b"", [(c.id, c.size, rel) for c in load_chunked(graph, entry.oid, rel).chunks]
     stored = load_safetensors(graph, entry.oid, rel)
     parts = []
     for t in stored.layout.tensors:
@@ -96,11 +96,9 @@ def _write_chunks(
     dest: Path,
 ) -> None:
     """Write ``parts`` one after another from offset ``start`` of a new file."""
-    items = []
-    for cid, size, what in parts:
-        items.append((start, cid, size, what))
-        start += size
-    os.ftruncate(fd, start)
+    offsets = chunk_offsets((size for _, size, _ in parts), start)
+    items = [(at, cid, size, what) for at, (cid, size, what) in zip(offsets, parts, strict=False)]
+    os.ftruncate(fd, offsets[-1])
     write_chunks_at(store, pool, fd, items, reuse, bar, dest)
 
 
@@ -168,6 +166,10 @@ class ChunkSource:
                 if os.preadv(fd, [landed], at) == size and chunk_id(landed) == cid:
                     return size
         data = self.store.get(cid, what)
+        if len(data) != size:  # the next chunk's offset comes from ``size``: a lie would overlap them
+            raise CorruptObjectError(
+                f"chunk {cid[:12]} of {what} holds {len(data)} bytes; its manifest says {size}; run `mgit fsck`"
+            )
         pwrite_all(fd, data, at, dest)
         return len(data)
 

@@ -59,16 +59,12 @@ class _Parent:
 
     def __init__(self, manifest: FileManifest):
         self.fixed = manifest.chunk_size is not None
-        self.starts: list[int] = []
-        self.ids: list[str] = []
+        self.starts = manifest.offsets()
+        self.size = self.starts.pop()
+        self.ids = [c.id for c in manifest.chunks]
         self.offset: dict[str, int] = {}
-        at = 0
-        for c in manifest.chunks:
-            self.starts.append(at)
-            self.ids.append(c.id)
-            self.offset.setdefault(c.id, at)
-            at += c.size
-        self.size = at
+        for cid, at in zip(self.ids, self.starts, strict=False):
+            self.offset.setdefault(cid, at)
 
     def covering(self, start: int, end: int) -> str | None:
         """The id of the chunk that holds most of the bytes ``[start, end)`` (the first of equals)."""
@@ -152,17 +148,18 @@ def scan_file(path: os.PathLike[str] | str, pool: ThreadPoolExecutor) -> tuple[C
         return tuple(ordered_map(pool, lambda cut: ChunkRef(chunk_id(cut[1]), len(cut[1])), cuts, window=WINDOW))
 
 
-def scan_at(path: os.PathLike[str] | str, pool: ThreadPoolExecutor, sizes: Iterable[int]) -> tuple[str, ...]:
-    """The ids of the file at ``path`` cut into chunks of ``sizes`` (a manifest's), hashed,
-    stored nowhere: whether a working file still holds a committed file needs no chunking rule."""
+def holds(path: os.PathLike[str] | str, pool: ThreadPoolExecutor, manifest: FileManifest) -> bool:
+    """Whether the file at ``path`` holds exactly the chunks of ``manifest``, each at its offset
+    (hashed, stored nowhere): whether a working file still holds a committed file needs no
+    chunking rule."""
     with open(path, "rb") as f:
         fd = f.fileno()
-        ranges, at = [], 0
-        for n in sizes:
-            ranges.append((at, n))
-            at += n
+        if os.fstat(fd).st_size != manifest.size:
+            return False
 
-        def one(r: tuple[int, int]) -> str:
-            return chunk_id(os.pread(fd, r[1], r[0]))
+        def one(item: tuple[ChunkRef, int]) -> str:
+            c, at = item
+            return chunk_id(os.pread(fd, c.size, at))
 
-        return tuple(ordered_map(pool, one, ranges, window=WINDOW))
+        found = ordered_map(pool, one, zip(manifest.chunks, manifest.offsets(), strict=False), window=WINDOW)
+        return list(found) == [c.id for c in manifest.chunks]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from mgit.graph.objects import MODE_EXEC, Graph
 from mgit.graph.snapshot import Entry
+from mgit.model.manifest import chunk_offsets
 from mgit.model.materialize import ChunkSource, LocalChunks, plan_file, write_chunks_at
 from mgit.model.placing import Patch, patch_file, patchable
 from mgit.progress import Bar
@@ -36,11 +37,12 @@ def _chunk_at(graph: Graph, entry: Entry, rel: str) -> dict[int, tuple[str, int]
     """Offset → (chunk id, size) of every chunk of a committed file (a chunk repeated in the
     file, such as the ones of equal norms, at each of its places)."""
     lead, parts = plan_file(graph, entry, rel)
-    out, at = {}, len(lead)
-    for cid, size, _ in parts:
-        out[at] = (cid, size)
-        at += size
-    return out
+    return {at: (cid, size) for at, (cid, size, _) in zip(_offsets(lead, parts), parts, strict=False)}
+
+
+def _offsets(lead: bytes, parts: list[tuple[str, int, str]]) -> list[int]:
+    """Where each of a file's chunks (mgit.model.materialize.plan_file) lies in it, then its end."""
+    return chunk_offsets((size for _, size, _ in parts), len(lead))
 
 
 def prepare_patch(
@@ -66,12 +68,9 @@ def prepare_patch(
         return None
     lead, parts = plan_file(graph, entry, rel)
     there = _chunk_at(graph, was, rel)
-    items, at = [], len(lead)
-    for cid, size, what in parts:
-        if there.get(at) != (cid, size):
-            items.append((at, cid, size, what))
-        at += size
-    file_size, changed = at, sum(size for _, _, size, _ in items)
+    offsets = _offsets(lead, parts)
+    items = [(at, *part) for at, part in zip(offsets, parts, strict=False) if there.get(at) != part[:2]]
+    file_size, changed = offsets[-1], sum(size for _, _, size, _ in items)
     if changed > PATCH_SHARE * file_size or not all(store.has(cid) for _, cid, _, _ in items):
         return None
     with ChunkSource(store, old) as source:

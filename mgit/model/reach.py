@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree
 
-from mgit.errors import CorruptObjectError, MgitError
+from mgit.errors import CorruptObjectError
 from mgit.graph.integrity import read_object
 from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, decode_tensor_name, is_reserved
 from mgit.graph.objects import Graph
@@ -24,6 +24,7 @@ class Reach:
     manifests: dict[str, str] = field(default_factory=dict)  # manifest blob id → who uses it
     missing: list[str] = field(default_factory=list)  # problems met on the way
     lacking: dict[str, str] = field(default_factory=dict)  # missing or damaged object id → who needs it
+    invalid: set[str] = field(default_factory=set)  # manifest blob ids that are no valid manifest
     where: dict[str, str] = field(default_factory=dict)  # object id → where it was first met
 
 
@@ -77,11 +78,13 @@ def walk(graph: Graph, starts: Mapping[str, str], stop: Set[str] = frozenset()) 
         if not isinstance(blob, Blob):
             return
         reach.manifests[oid] = who
+        what = f"the manifest {oid[:12]} of {who}"
         try:
             data = blob.as_raw_string()
-            chunks = (FileManifest if name == CHUNKED_ENTRY else TensorManifest).from_bytes(data).chunks
-        except (MgitError, KeyError, TypeError, ValueError):
-            reach.missing.append(f"manifest of {who} is not valid")
+            chunks = (FileManifest if name == CHUNKED_ENTRY else TensorManifest).from_bytes(data, what).chunks
+        except CorruptObjectError as exc:  # named once here; fsck's check of the files skips it
+            reach.invalid.add(oid)
+            reach.missing.append(str(exc).removesuffix("; run `mgit fsck`"))
             return
         for c in chunks:
             reach.chunks.setdefault(c.id, who)

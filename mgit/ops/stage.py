@@ -18,7 +18,7 @@ from mgit.graph import records
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, validate_path, write_snapshot
 from mgit.model.dtypes import DType, lookup
 from mgit.model.filetree import StoredSafetensors, chunked_parents, load_safetensors
-from mgit.model.ingest import Ingestor
+from mgit.model.ingest import Ingestor, changed_while_read
 from mgit.model.manifest import FileManifest, TensorManifest
 from mgit.model.projection import combine
 from mgit.model.safetensors_file import build_header
@@ -472,7 +472,5 @@ def _unchanged_since(path: Path, rel: str, seen: os.stat_result) -> os.stat_resu
     except OSError:
         after = None
     if after is None or StatKey.of(after) != StatKey.of(seen):
-        raise BadInputError(
-            f"{rel} changed while mgit was reading it; nothing was staged. Run `mgit add` again once it is written"
-        )
+        raise changed_while_read(rel)
     return after

@@ -87,7 +87,7 @@ def working_matches(
 ) -> tuple[bool, TensorChanges | None, str]:
     """Does the working file hold exactly ``entry``? (matches, tensor changes, note)."""
     from mgit.model.ingest import classify, scan_tensor_chunks  # hashing: only for a file whose stat changed
-    from mgit.model.opaque import scan_at
+    from mgit.model.opaque import holds
 
     kind = classify(rel, os.stat(path).st_size)
     if kind != entry.kind:
@@ -96,10 +96,7 @@ def working_matches(
         same = blob_id(path.read_bytes()) == entry.oid
         return same and (os.stat(path).st_mode & 0o111 != 0) == (entry.mode & 0o111 != 0), None, ""
     if kind == "chunked":  # cut where the committed file's chunks end: same bytes, same ids
-        chunks = load_chunked(graph, entry.oid).chunks
-        if os.stat(path).st_size != sum(c.size for c in chunks):
-            return False, None, ""
-        return scan_at(path, pool, [c.size for c in chunks]) == tuple(c.id for c in chunks), None, ""
+        return holds(path, pool, load_chunked(graph, entry.oid, rel)), None, ""
     stored = load_safetensors(graph, entry.oid, rel)
     try:
         sizes = {n: m.chunk_size for n, m in stored.manifests.items()}

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from mgit import Repository
 from mgit.graph.names import CHUNKED_ENTRY
 from mgit.graph.objects import MODE_FILE, MODE_TREE
+from mgit.model import opaque
 from mgit.model.chunking import CDC_MAX, CDC_MIN, cdc_chunks
 from mgit.model.filetree import load_chunked
 from mgit.model.manifest import ChunkRef, FileManifest
@@ -217,7 +218,56 @@ def test_fsck_names_a_large_file_whose_chunks_do_not_add_up_to_it(gguf):
     assert repo.fsck() == []
     stored = chunks_at(repo, "HEAD")
     commit_manifest(repo, FileManifest(stored.size + 1, stored.chunks), NAME, "one byte short")
-    assert [p for p in repo.fsck() if "chunk sizes do not tile the file" in p and NAME in p]
+    why = f"its chunks' sizes add up to {stored.size}, not to the file's {stored.size + 1}"
+    named = [p for p in repo.fsck() if why in p]
+    assert len(named) == 1 and f"of {NAME} (commit " in named[0]  # once: not again by the files' check
+
+
+def test_a_large_file_that_shrinks_while_add_reads_it_is_named(repo, monkeypatch):
+    """As any file that changes while read: one line naming it (before: an OSError naming no file)."""
+    path = repo.root / NAME
+    path.write_bytes(gguf_like(12_000_000))  # the cutter reads 8 MiB, then cuts: the rest is read later
+    cut = opaque.cdc_chunks
+
+    def shrinking(fd: int, size: int):
+        for k, chunk in enumerate(cut(fd, size)):
+            if k == 0:
+                os.truncate(path, 3_000_000)
+            yield chunk
+
+    monkeypatch.setattr(opaque, "cdc_chunks", shrinking)
+    out = invoke("add", NAME, cwd=repo.root)
+    assert out.exit_code == 2 and out.stderr.splitlines() == [
+        f"error: {NAME} changed while mgit was reading it; nothing was staged. Run `mgit add` again once it is written"
+    ]
+    assert repo.status().untracked == [NAME] and repo.store.indexes() == []
+
+
+def test_a_chunk_fetched_on_demand_marks_an_older_partial_clone_with_the_format(tmp_path):
+    """A partial clone made before format 4, reading a file whose chunks the remote stores as patch
+    deltas, fetches those records: the repository is marked format 4 before they are published
+    (before, it said format 3: an older mgit would meet an encoding it does not know)."""
+    repo = Repository.init(tmp_path / "work")
+    data = gguf_like(5_000_000)
+    commit_file(repo, data, "v1")
+    repo.create_branch("old")
+    edited = data[:3_000_000] + os.urandom(ROW) + data[3_000_000 + ROW :]
+    commit_file(repo, edited, "v2")
+    repo.remote_add("origin", str(tmp_path / "remote"))
+    repo.push("origin", "main")
+    repo.push("origin", "old")
+    clone = Repository.clone(str(tmp_path / "remote"), tmp_path / "clone", partial=True, branch="old")
+    clone.close()
+    config = tmp_path / "clone" / ".mgit" / "config"
+    config.write_text(config.read_text().replace("formatversion = 4", "formatversion = 3"))
+    with Repository(tmp_path / "clone") as old:
+        (changed,) = [c.id for c in chunks_at(old, "origin/main").chunks if c not in chunks_at(old, "old").chunks]
+        assert old.format == 3 and not old.store.has(changed, refresh=False)
+        old.checkout("origin/main", [NAME])  # fetches v2's changed chunk: a patch delta
+        assert (old.root / NAME).read_bytes() == edited
+        assert old.store.location(changed).encoding == codec.PATCH_DELTA
+    with Repository(tmp_path / "clone") as again:
+        assert again.format == 4
 
 
 def test_patch_deltas_survive_push_clone_pull_and_gc(tmp_path):
