@@ -23,6 +23,7 @@ from dulwich.repo import get_user_identity
 
 from mgit import config
 from mgit.errors import BadInputError, NotARepositoryError
+from mgit.graph.formats import FORMAT_VERSION, mark_format, read_format
 from mgit.graph.objects import Graph
 from mgit.graph.refs import Refs
 from mgit.graph.snapshot import Snapshot, read_snapshot, validate_path
@@ -39,10 +40,6 @@ if TYPE_CHECKING:  # imported where first used: a command that reads no chunk lo
 GIT_DIR = ".mgit"
 # docs/format.md; bumped on incompatible changes (3: difference deltas; 4: content-defined chunks
 # of large non-tensor files, mgit.file/2 manifests, patch deltas)
-FORMAT_VERSION = 4
-# formats 1 (loose chunks), 2 (no difference deltas) and 3 (fixed-size chunks of large non-tensor
-# files, no patch deltas) are read, and upgraded on the first write
-READABLE_FORMATS = (1, 2, 3, 4)
 AUTO_REPACK_PACKS = 32  # more sealed packs than this after a write: merge the small ones
 
 
@@ -69,16 +66,7 @@ class Context:
         self.root: Path = find_root(Path(path).resolve())
         self.git_dir: Path = self.root / GIT_DIR
         self.graph = Graph(self.git_dir)
-        try:
-            version = self.graph.repo.get_config().get(b"mgit", b"formatversion").decode()
-        except KeyError:
-            version = "1"
-        if version not in {str(v) for v in READABLE_FORMATS}:
-            raise NotARepositoryError(
-                f"{self.root} uses mgit format {version}; this mgit reads formats "
-                f"{', '.join(map(str, READABLE_FORMATS))}: upgrade mgit"
-            )
-        self.format: int = int(version)
+        self.format: int = read_format(self.graph, self.root)
         self._store: ChunkStore | None = None
         self._opening_store = threading.Lock()  # the first reads may come from several pool threads at once
         self._on_lock = on_lock
@@ -102,9 +90,7 @@ class Context:
             self._on_lock(self)
 
     def set_format(self, version: int) -> None:
-        config = self.graph.repo.get_config()
-        config.set(b"mgit", b"formatversion", str(version).encode())
-        config.write_to_path()
+        mark_format(self.graph, version)
         self.format = version
 
     @property

@@ -25,8 +25,8 @@ from helpers.models import (
 from safetensors.torch import load_file
 
 from mgit import Repository
-from mgit.context import FORMAT_VERSION
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, NonFastForwardError
+from mgit.graph.formats import FORMAT_VERSION
 
 MODEL = "model/model.safetensors"
 _sd = small_state_dict

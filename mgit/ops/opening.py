@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mgit.context import FORMAT_VERSION, Context
+from mgit.context import Context
+from mgit.graph.formats import FORMAT_VERSION
 from mgit.ops import remotes
 
 

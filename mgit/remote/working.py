@@ -15,6 +15,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from mgit.errors import CorruptObjectError, LockedError, RemoteError
+from mgit.graph.formats import FORMAT_VERSION, mark_format, read_format
 from mgit.graph.ids import object_id, ref_name
 from mgit.graph.objects import Graph
 from mgit.lock import RepoLock
@@ -47,6 +48,7 @@ class WorkingRepositoryBackend(Backend):
         self.root = Path(root).resolve()
         self.url = str(self.root)
         self.graph = Graph(self.root / GIT_DIR)
+        self.format = read_format(self.graph, self.root)  # one this mgit cannot read is refused
         self.store = ChunkStore(self.root / GIT_DIR / "chunks")
         self._lock = RepoLock(self.root / GIT_DIR / "lock")
         self._held = ExitStack()
@@ -123,6 +125,9 @@ class WorkingRepositoryBackend(Backend):
                 except LockedError as exc:
                     raise LockedError(f"{self.url}: {exc}") from None
                 self._locked = True
+                if self.format < FORMAT_VERSION:  # what is pushed may be of kinds its format lacks
+                    mark_format(self.graph)
+                    self.format = FORMAT_VERSION
 
     def put(self, key: str, data: bytes) -> None:
         kind, _, name = check_key(key).partition("/")

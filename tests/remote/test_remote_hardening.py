@@ -26,6 +26,7 @@ from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.errors import AuthError, BadInputError, CorruptObjectError, MgitError, RemoteError
+from mgit.graph.formats import FORMAT_VERSION, mark_format, read_format
 from mgit.progress import Bar
 from mgit.remote import http as http_backend
 from mgit.remote.backend import pack_chunk
@@ -424,6 +425,22 @@ def test_pushing_into_a_working_repository_refuses_only_its_checked_out_branch(u
     assert upstream_again.refs.branches()["topic"] == clone.refs.head() and upstream_again.fsck() == []
     assert upstream_again.state_dict("topic").keys() == base.keys()
     assert clone.push("origin", "topic").chunks == 0  # up to date
+
+
+def test_pushing_into_an_older_working_repository_marks_it_with_this_format(upstream, tmp_path):
+    """What is pushed may be of kinds an older format lacks (a patch delta, mgit.file/2): the
+    working repository is marked with this mgit's format before the first chunk lands, as its
+    own commands mark it; a format this mgit cannot read is refused before anything travels."""
+    repo, base = upstream
+    clone = Repository.clone(str(repo.root), tmp_path / "clone")
+    commit_model(clone, frozen_finetune(base, {2}, seed=6), "theirs")
+    clone.refs.create_branch("topic", clone.refs.head())
+    mark_format(repo.graph, 3)
+    clone.push("origin", "topic")
+    assert read_format(Repository(repo.root).graph, repo.root) == FORMAT_VERSION
+    mark_format(repo.graph, FORMAT_VERSION + 1)
+    proc = invoke("push", "origin", "topic", cwd=clone.root)
+    assert proc.returncode == 10 and f"uses mgit format {FORMAT_VERSION + 1}" in proc.stderr
 
 
 # -- item 9: S3 errors are one line naming what to fix ------------------------------------------
