@@ -33,6 +33,8 @@ from mgit.worktree.index import Index
 if TYPE_CHECKING:  # imported where first used: a command that reads no chunk loads no codec (numpy, zstd)
     from concurrent.futures import ThreadPoolExecutor
 
+    from dulwich.config import ConfigFile
+
     from mgit.remote.promisor import Promisor
     from mgit.remote.transfer import Transfer
     from mgit.store.chunkstore import ChunkStore
@@ -188,7 +190,11 @@ class Context:
     def identity(self) -> bytes:
         """GIT_AUTHOR_NAME/EMAIL, else user.name/email from .mgit/config, the user's mgit config
         (``mgit config --global``) or git's config, else the system."""
-        return get_user_identity(config.stack(self.graph.repo.get_config()), "AUTHOR")
+        return get_user_identity(config.stack(self._config()), "AUTHOR")
+
+    def _config(self) -> ConfigFile:
+        """``.mgit/config`` as it is now (one that cannot be parsed: one line naming its bad line)."""
+        return config.checked(self.git_dir / "config", self.graph.repo.get_config)
 
     def config_set(self, key: str, value: str, scope: str = "local") -> None:
         """Set ``key`` in ``.mgit/config`` (``scope="global"``: the user's mgit config file)."""
@@ -197,24 +203,24 @@ class Context:
         else:
             config.split_key(key)  # a malformed key is refused before the lock
             with self.lock:  # the lock holder takes any config.lock for a dead writer's (mgit.lock)
-                config.set_value(self.graph.repo.get_config(), key, value)
+                config.set_value(self._config(), key, value)
         self.refs.identity = self.identity()
 
     def config_get(self, key: str, scope: str | None = None) -> str | None:
         """``key``'s value as this repository reads it (its file, the user's mgit file, git's
         files: the first that sets it); ``scope``: ``"local"`` or ``"global"``, that file only."""
         if scope is None:
-            return config.get(config.stack(self.graph.repo.get_config()), key)
+            return config.get(config.stack(self._config()), key)
         if _scope(scope) == "global":
             return config.global_get(key)
-        return config.get(self.graph.repo.get_config(), key)
+        return config.get(self._config(), key)
 
     def config_list(self, scope: str | None = None) -> list[tuple[str, str, str]]:
         """(scope, key, value) of every setting mgit reads, lowest precedence first as git
         lists them: git's files (``"git"``), the user's mgit file (``"global"``), then
         ``.mgit/config`` (``"local"``); ``scope`` keeps one of them."""
         files = [("git", f) for f in config.git_files()]
-        files += [("global", config.read_file(config.global_path())), ("local", self.graph.repo.get_config())]
+        files += [("global", config.read_file(config.global_path())), ("local", self._config())]
         wanted = None if scope is None else _scope(scope, ("local", "global", "git"))
         return [(where, k, v) for where, f in files if wanted in (None, where) for k, v in config.entries(f)]
 

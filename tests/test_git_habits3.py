@@ -199,7 +199,7 @@ def test_format_placeholders_are_gits(history):
 def test_format_presets_and_ref_names(history):
     repo = history.repo
     lines = _mgit(repo, "log", "--format=%h%d|%D", "-n", "2", "main").splitlines()
-    assert lines == [f"{history.main2[:12]} (main)|main", f"{history.base[:12]} (tag: v1)|tag: v1"]
+    assert lines == [f"{history.main2[:12]} (HEAD -> main)|HEAD -> main", f"{history.base[:12]} (tag: v1)|tag: v1"]
     assert _mgit(repo, "log", "--pretty=oneline", "exp").splitlines() == [
         f"{history.exp2} (exp) exp two",
         f"{history.exp1} exp one",
@@ -256,7 +256,7 @@ def test_log_stat_counts_files_tensors_and_lines_without_reading_tensor_data(his
     size = decimal(sum(t.numel() * t.element_size() for t in llama_state_dict(SPEC).values()))
     text = _mgit(repo, "log", "--stat", "--oneline", "main")
     assert text.splitlines() == [
-        f"{history.main2[:12]} (main) two",
+        f"{history.main2[:12]} (HEAD -> main) two",
         " model/config.json | modified: +1 -1",
         " 1 file(s) changed; no tensor changed; 0 chunk(s), 0 bytes",
         f"{history.base[:12]} (tag: v1) base",

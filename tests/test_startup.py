@@ -1,7 +1,8 @@
-"""Light commands start light (issue 39, item 6): `--help`, `status` on a clean tree, `log` and
-`branch` must not import what only reading or writing chunks needs. The time itself is measured
-beside git in benchmarks/bench_core.py (no timing here); what is pinned is the cause of the
-time: the modules a command imports, each a real process as a user starts it."""
+"""Light commands start light (issue 39, item 6): `--help`, `status` on a clean tree, `log`,
+`branch` (and `branch -v`), `tag -n` and `reflog` must not import what only reading or writing
+chunks needs. The time itself is measured beside git in benchmarks/bench_core.py (no timing
+here); what is pinned is the cause of the time: the modules a command imports, each a real
+process as a user starts it."""
 
 from __future__ import annotations
 
@@ -66,7 +67,10 @@ def committed(repo: Repository) -> Path:
     return repo.root
 
 
-@pytest.mark.parametrize("args", [("status",), ("log",), ("log", "--oneline"), ("branch",)])
+@pytest.mark.parametrize(
+    "args",
+    [("status",), ("log",), ("log", "--oneline"), ("branch",), ("branch", "-v"), ("tag", "-n"), ("reflog",)],
+)
 def test_a_light_command_loads_no_chunk_machinery(committed: Path, args: tuple[str, ...]) -> None:
     assert _heavy(_imported(committed, *args)) == []
 

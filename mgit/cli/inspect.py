@@ -43,7 +43,7 @@ def cmd_lineage(state: CliState, rev: str, depth: int, as_json: bool) -> None:
 @click.argument("revs", nargs=-1, shell_complete=complete_rev)
 @click.option("--oneline", is_flag=True, help="One line per commit.")
 @click.option("--graph", is_flag=True, help="Draw the commits' lanes and edges (merges: every parent).")
-@click.option("-n", "--max-count", type=int, default=None)
+@click.option("-n", "--max-count", type=int, default=None, help="At most N commits (a negative N: all, as git).")
 @click.option("--all", "all_refs", is_flag=True, help="Every branch, tag and remote-tracking branch, and HEAD.")
 @click.option("--stat", is_flag=True, help="Per commit, the files it changed (from manifests: no tensor data read).")
 @click.option("--format", "--pretty", "fmt", metavar="FORMAT", help="oneline|short|medium|full|fuller or a %-template.")
@@ -87,7 +87,8 @@ def cmd_log(
     if not commits and repo.refs.head() is None:
         state.err.print("no commits yet")
         return
-    labels = views.ref_labels(repo.branches(), repo.tags())
+    refs = repo.refs
+    labels = views.ref_labels(refs.head(), refs.current_branch(), repo.branches(), repo.tags(), repo.remote_branches())
     state.emit(views.log_text(commits, labels, style, repo.merge_record, parents, stats))
 
 

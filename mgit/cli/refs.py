@@ -182,7 +182,7 @@ def cmd_checkout(
 @click.argument("branch", required=False, shell_complete=complete_branch)
 @click.argument("start", required=False, shell_complete=complete_rev)
 @click.option("-c", "--create", metavar="NEW", help="Create branch NEW at START (default HEAD), switch to it.")
-@click.option("--detach", is_flag=True, help="Detach HEAD at the revision BRANCH (any revision).")
+@click.option("--detach", is_flag=True, help="Detach HEAD at the revision BRANCH (any revision; default HEAD).")
 @click.option("-f", "--force", "--discard-changes", "force", is_flag=True, help="Discard local changes in the way.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (schema mgit.checkout/1).")
 @pass_state
@@ -195,7 +195,7 @@ def cmd_switch(
     force: bool,
     as_json: bool,
 ) -> None:
-    """Switch to BRANCH (`-c NEW [START]`: a new one; `--detach REV`: no branch), as git switch."""
+    """Switch to BRANCH (`-c NEW [START]`: a new one; `--detach [REV]`: no branch), as git switch."""
     repo = state.repo
     if create is not None and start is None:
         branch, start = None, branch  # `switch -c NEW START`: click reads START as BRANCH

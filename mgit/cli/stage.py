@@ -230,11 +230,19 @@ def cmd_stash_drop(state: CliState, entry: str) -> None:
 @pass_state
 def cmd_status(state: CliState, short: bool, porcelain: bool, as_json: bool) -> None:
     """Show staged, modified, untracked and deleted files, and which tensors changed."""
-    st = state.repo.status()
+    repo = state.repo
+    st = repo.status()
     if as_json:
         state.echo_json(views.status_json(st))
         return
-    state.emit(views.status_short(st) if short or porcelain else views.status_text(st))
+    here = "" if porcelain else _here(repo.root)  # --porcelain: from the root, as git's
+    state.emit(views.status_short(st, here) if short or porcelain else views.status_text(st, here))
+
+
+def _here(root: Path) -> str:
+    """The current directory, repository-relative ('' at the root or outside it)."""
+    rel = os.path.relpath(Path.cwd().resolve(), root)
+    return "" if rel == "." or rel.startswith("..") else Path(rel).as_posix()
 
 
 @click.command("commit")

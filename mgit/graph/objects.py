@@ -18,6 +18,7 @@ from dulwich.refs import DiskRefsContainer
 from dulwich.repo import BaseRepo, ParentsProvider, Repo
 from dulwich.walk import Walker
 
+from mgit import config
 from mgit.errors import CorruptObjectError
 from mgit.graph.ids import object_id
 from mgit.graph.integrity import HEX40, REPAIR_HINT, checked_refs, read_object
@@ -48,12 +49,18 @@ class CommitInfo:
         return self.message.strip().splitlines()[0] if self.message.strip() else ""
 
 
+def local_offset(t: float) -> int:
+    """The local time zone's offset from UTC at time ``t`` in seconds east (summer time
+    included), which git records beside every time it stamps: commits, tags, reflog entries."""
+    return time.localtime(t).tm_gmtoff
+
+
 class Graph:
     """Blobs, trees and commits in the git repository at ``git_dir``."""
 
     def __init__(self, git_dir: Path):
         self.git_dir = Path(git_dir)
-        self.repo = Repo(str(git_dir))
+        self.repo = config.checked(self.git_dir / "config", lambda: Repo(str(git_dir)))  # a damaged config: one line
         refs = self.repo.refs
         assert isinstance(refs, DiskRefsContainer)  # a repository on disk that mgit made: loose refs, packed-refs
         self.repo.refs = checked_refs(refs)  # a damaged ref: one line naming it
@@ -137,7 +144,7 @@ class Graph:
 
     def put_commit(self, tree: str, parents: list[str], message: str, author: bytes, committer: bytes) -> str:
         now = int(time.time())
-        tz = -time.timezone if not time.localtime(now).tm_isdst else -time.altzone
+        tz = local_offset(now)
         commit = Commit()
         commit.tree = object_id(tree.encode())
         commit.parents = [object_id(p.encode()) for p in parents]
@@ -158,7 +165,7 @@ class Graph:
         tag.name = name.encode("utf-8")
         tag.tagger = tagger
         tag.tag_time = now
-        tag.tag_timezone = -time.timezone if not time.localtime(now).tm_isdst else -time.altzone
+        tag.tag_timezone = local_offset(now)
         tag.message = message.encode("utf-8") if message.endswith("\n") else message.encode("utf-8") + b"\n"
         self._add(tag)
         return tag.id.decode()

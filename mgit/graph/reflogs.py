@@ -13,32 +13,70 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from dulwich.reflog import format_reflog_line
+
+from mgit.dirs import prune_dirs
+from mgit.graph.objects import local_offset
 
 DELETED = "refs/mgit/deleted/"
 ZERO = b"0" * 40
 
 
-def bury(git_dir: Path, name: str, tip: str, identity: bytes, message: str) -> str:
-    """Keep the reflog of branch ``name`` (about to be deleted, or replaced, at
-    ``tip``) as ``refs/mgit/deleted/<seconds>/<name>``, ending with the line ``tip → 0`` so
-    that the tip is kept even when the branch had no reflog; returns the graveyard ref. Called
-    before the ref goes: a kill in between leaves the ref and a kept copy of its history."""
+@dataclass(frozen=True)
+class Grave:
+    """A branch's reflog kept by :func:`bury`: ``ref`` is ``refs/mgit/deleted/<seconds>/<name>``,
+    ``own`` the length in bytes of the branch's own reflog at its start (what :func:`unbury`
+    gives back to the branch when its deletion fails)."""
+
+    ref: str
+    name: str
+    own: int
+
+
+def bury(git_dir: Path, name: str, tip: str, identity: bytes, message: str) -> Grave:
+    """Keep the reflog of branch ``name`` (about to be deleted, or replaced, at ``tip``) as
+    ``refs/mgit/deleted/<seconds>/<name>``, ending with the line ``tip → 0``. A reflog that
+    is missing or empty (`reflog expire` emptied it) first gets the line ``0 → tip``, so that
+    ``NAME@{1}`` names the tip, as the deletion note says. Called before the ref goes: a kill
+    in between leaves the ref and a kept copy of its history."""
     logs = Path(git_dir) / "logs"
     stamp = int(time.time())
     while not _free(logs / f"{DELETED}{stamp}" / name):
         stamp += 1  # a deletion of this name (or of a/b beside a) within the same second
     grave = f"{DELETED}{stamp}/{name}"
     dest, source = logs / grave, logs / f"refs/heads/{name}"
+    own = source.stat().st_size if source.is_file() else 0
     if source.is_file():
         os.replace(source, dest)
-        prune_empty(source, logs / "refs" / "heads")
-    line = format_reflog_line(tip.encode(), ZERO, identity, stamp, -time.timezone, message.encode())
+        prune_dirs(logs / "refs" / "heads", name)
+    offset = local_offset(stamp)
+    lines = [format_reflog_line(tip.encode(), ZERO, identity, stamp, offset, message.encode())]
+    if not own:
+        was = f"branch: {name} was at {tip[:12]}".encode()
+        lines.insert(0, format_reflog_line(ZERO, tip.encode(), identity, stamp, offset, was))
     with open(dest, "ab") as f:
-        f.write(line + b"\n")
-    return grave
+        f.write(b"".join(line + b"\n" for line in lines))
+    return Grave(grave, name, own)
+
+
+def unbury(git_dir: Path, grave: Grave) -> None:
+    """Give a buried reflog back to its branch, whose deletion (or replacement) failed: the
+    branch's own entries, then any that a move of the branch in the meantime logged."""
+    logs = Path(git_dir) / "logs"
+    dest, source = logs / grave.ref, logs / f"refs/heads/{grave.name}"
+    with open(dest, "rb") as f:
+        own = f.read(grave.own)
+    since = source.read_bytes() if source.is_file() else b""
+    if own or since:
+        source.parent.mkdir(parents=True, exist_ok=True)
+        tmp = source.with_name(f"{source.name}.tmp-{os.getpid()}")
+        tmp.write_bytes(own + since)
+        os.replace(tmp, source)
+    dest.unlink()
+    prune_dirs(logs, grave.ref)
 
 
 def _free(path: Path) -> bool:
@@ -62,15 +100,3 @@ def graves(git_dir: Path, name: str) -> list[str]:
 
 def is_grave(ref: str) -> bool:
     return ref.startswith(DELETED)
-
-
-def prune_empty(path: Path, stop: Path) -> None:
-    """Remove the empty directories above ``path`` up to (not including) ``stop``: a directory
-    left where a reflog was would stand in the way of a later branch of that name."""
-    parent = path.parent
-    while parent != stop and stop in parent.parents:
-        try:
-            parent.rmdir()
-        except OSError:
-            return
-        parent = parent.parent

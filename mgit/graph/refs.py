@@ -15,11 +15,12 @@ from dulwich.objectspec import parse_commit
 from dulwich.reflog import Entry, format_reflog_line
 from dulwich.refs import SYMREF, check_ref_format
 
+from mgit.dirs import prune_dirs
 from mgit.errors import BadInputError, CorruptObjectError, RefUpdateError, RevisionError
 from mgit.graph.ids import object_id, ref_name
 from mgit.graph.integrity import REPAIR_HINT, read_reflog_checked
-from mgit.graph.objects import Graph
-from mgit.graph.reflogs import bury, graves, is_grave, prune_empty
+from mgit.graph.objects import Graph, local_offset
+from mgit.graph.reflogs import bury, graves, is_grave, unbury
 
 HEADS = "refs/heads/"
 TAGS = "refs/tags/"
@@ -115,13 +116,9 @@ class Refs:
     def log_head(self, old: str | None, new: str, message: str) -> None:
         """Append to HEAD's reflog, as git does for every move of HEAD (dulwich only logs
         the branch a symbolic HEAD points to); it keeps deleted branches' commits reachable."""
+        now = int(time.time())
         line = format_reflog_line(
-            old.encode() if old else None,
-            new.encode(),
-            self.identity,
-            int(time.time()),
-            -time.timezone,
-            message.encode(),
+            old.encode() if old else None, new.encode(), self.identity, now, local_offset(now), message.encode()
         )
         path = self.graph.git_dir / "logs" / "HEAD"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,8 +150,15 @@ class Refs:
         tip = self.refs[ref].decode()
         # unlike git, the reflog is kept (and its commits with it) until `reflog expire`:
         # a branch that never was HEAD (merge -b --no-checkout) is in no other reflog
-        bury(self.graph.git_dir, name, tip, self.identity, f"branch: deleted {name} (was {tip[:12]})")
-        self.refs.remove_if_equals(ref, object_id(tip.encode()))
+        grave = bury(self.graph.git_dir, name, tip, self.identity, f"branch: deleted {name} (was {tip[:12]})")
+        try:
+            if not self.refs.remove_if_equals(ref, object_id(tip.encode())):
+                raise RefUpdateError(
+                    f"branch {name!r} moved while it was being deleted; nothing was deleted, run it again"
+                )
+        except BaseException:
+            unbury(self.graph.git_dir, grave)  # the branch stays, and keeps its reflog
+            raise
         return tip
 
     def _merged(self, name: str, commit: str) -> bool:
@@ -205,20 +209,33 @@ class Refs:
         self.refuse_clash(new_ref)
         logs = self.graph.git_dir / "logs"
         old_log, new_log = logs / old_ref, logs / new_ref
+        grave = None
         if replaced is not None:  # its history is not the renamed one's: kept apart, as a deleted branch's
-            bury(self.graph.git_dir, new, replaced.decode(), self.identity, f"branch: replaced by {old}")
-        if old_log.is_file():
+            grave = bury(self.graph.git_dir, new, replaced.decode(), self.identity, f"branch: replaced by {old}")
+        moved = old_log.is_file()
+        if moved:
             new_log.parent.mkdir(parents=True, exist_ok=True)
             os.replace(old_log, new_log)  # before the new ref moves: its first entry lands after the history
         message = f"Branch: renamed {old_ref} to {new_ref}"
-        self._cas(new_ref, replaced.decode() if replaced else None, commit.decode(), message)
+        try:
+            self._cas(new_ref, replaced.decode() if replaced else None, commit.decode(), message)
+        except BaseException:  # nothing renamed: each reflog goes back to its branch
+            if moved:
+                os.replace(new_log, old_log)
+                prune_dirs(logs / "refs" / "heads", new)
+            if grave is not None:
+                unbury(self.graph.git_dir, grave)
+            raise
         current = self.current_branch() == old
         if current:
             self.refs.set_symbolic_ref(ref_name(b"HEAD"), ref_name(new_ref.encode()))
             self.log_head(commit.decode(), commit.decode(), message)
-        self.refs.remove_if_equals(ref_name(old_ref.encode()), commit)
+        if not self.refs.remove_if_equals(ref_name(old_ref.encode()), commit):
+            raise RefUpdateError(
+                f"branch {old!r} moved while it was renamed: {new!r} holds what it held, {old!r} stays"
+            )
         old_log.unlink(missing_ok=True)
-        prune_empty(old_log, logs / "refs" / "heads")
+        prune_dirs(logs / "refs" / "heads", old)
 
     def remote_branches(self) -> dict[str, str]:
         """Remote-tracking branches: ``origin/main`` → commit (refs/remotes/<remote>/<branch>)."""
@@ -409,7 +426,7 @@ def expire_reflogs(git_dir: Path, before: float | None) -> int:
             dropped += len(entries) - len(keep)
             if not keep and is_grave(path.relative_to(logs).as_posix()):
                 path.unlink()  # a deleted branch's reflog emptied: nothing of it is left to keep
-                prune_empty(path, logs)
+                prune_dirs(logs, path.relative_to(logs))
                 continue
             tmp = path.with_name(f"{name}.tmp-{os.getpid()}")
             with open(tmp, "wb") as f:

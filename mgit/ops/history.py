@@ -46,7 +46,8 @@ class _Keep:
     def narrows(self) -> bool:
         return bool(self.paths or self.authors) or self.since is not None or self.until is not None
 
-    def keeps(self, c: CommitInfo) -> bool:
+    def author_matches(self, c: CommitInfo) -> bool:
+        """Whether ``c``'s author matches a pattern (paths and times the walker itself keeps)."""
         return not self.authors or any(a.search(c.author) for a in self.authors)
 
 
@@ -68,12 +69,13 @@ def log(
     ctx: Context, rev: Revs = "HEAD", paths: Iterable[str] = (), max_count: int | None = None, **filters: Unpack[Filter]
 ) -> list[CommitInfo]:
     """Commits ``rev`` reaches (revisions and ranges: ``A..B``, ``A...B``, ``^A``; a list of
-    them), newest first; ``paths`` limits to commits touching them; ``filters``: see
-    :class:`Filter`."""
+    them), newest first; ``paths`` limits to commits touching them; at most ``max_count`` (a
+    negative one: no limit, as git's ``-n -1``); ``filters``: see :class:`Filter`."""
     sel, keep = _query(ctx, rev, paths, filters)
+    limit = _limit(max_count)
     out: list[CommitInfo] = []
     for c in _walk(ctx, sel, keep):
-        if max_count is not None and len(out) >= max_count:
+        if limit is not None and len(out) >= limit:
             break
         out.append(c)
     return out
@@ -87,8 +89,13 @@ def log_graph(
     shown = {c.id: c for c in _walk(ctx, sel, keep)}
     walked = {c.id for c in _walk(ctx, sel, None)} if keep.narrows() else set(shown)
     parents = rewrite_parents(list(shown), walked, lambda sha: ctx.graph.commit(sha).parents)
-    order = graph_order(list(shown), parents)[:max_count]
+    order = graph_order(list(shown), parents)[: _limit(max_count)]
     return LogGraph([shown[c] for c in order], {c: parents[c] for c in order})
+
+
+def _limit(max_count: int | None) -> int | None:
+    """``-n``: a negative count means no limit, as in git (and never a slice from the end)."""
+    return None if max_count is None or max_count < 0 else max_count
 
 
 def _query(ctx: Context, rev: Revs, paths: Iterable[str], filters: Filter) -> tuple[Selection, _Keep]:
@@ -136,7 +143,7 @@ def _walk(ctx: Context, sel: Selection, keep: _Keep | None) -> Iterator[CommitIn
     )
     for entry in walker:
         c = ctx.graph.commit(entry.commit.id.decode())
-        if keep is None or keep.keeps(c):
+        if keep is None or keep.author_matches(c):
             yield c
 
 

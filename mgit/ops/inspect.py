@@ -22,7 +22,7 @@ from mgit.worktree import journal
 from mgit.worktree.index import Index, IndexEntry
 from mgit.worktree.scan import walk
 from mgit.worktree.sparse import load_patterns, summarize
-from mgit.worktree.status import Status, compare_snapshots, worktree_changes
+from mgit.worktree.status import Status, collapse_untracked, compare_snapshots, worktree_changes
 
 if TYPE_CHECKING:  # diff machinery is imported where used: light commands (status, log) skip it
     import torch
@@ -64,6 +64,7 @@ def status(ctx: Context) -> Status:
     status.unstaged, status.untracked, status.not_checked_out, refreshed = worktree_changes(
         ctx.graph, ctx.pool, ctx.root, index, files
     )
+    status.untracked_collapsed = collapse_untracked(status.untracked, index.entries)
     patterns = load_patterns(ctx.git_dir)
     if patterns is not None:
         status.sparse = summarize(ctx.graph, index, patterns)

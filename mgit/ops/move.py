@@ -21,39 +21,60 @@ def mv(
 ) -> list[tuple[str, str]]:
     """Move each of ``sources`` (tracked files, or directories holding tracked files) to
     ``destination``, or into it when it is a directory (several sources: it must be one).
-    Refused, before anything moves: an untracked source, a directory moved into itself, a
-    destination that exists (``force`` overwrites a file, never a directory). Untracked files
-    inside a moved directory move with it, as git's. Returns (old, new) of each tracked file."""
+    Refused, before anything moves: an untracked source, a source inside another, a directory
+    moved into itself, a destination that exists (``force`` overwrites a file, never a
+    directory; a symbolic link counts as a file, never as a directory to move into) or that
+    lies under a symbolic link (it would move the file out of the working tree). Untracked
+    files inside a moved directory move with it, as git's. Returns (old, new) of each tracked
+    file; should a rename fail midway, the index records the moves done before it."""
     sources = list(sources)
     if not sources:
         raise BadInputError("mv needs a source and a destination")
     with ctx.lock:
         index = ctx.index()
         dest = ctx.relpath(destination)
-        into = (ctx.root / dest).is_dir() if dest else True
+        into = _is_real_dir(ctx.root / dest) if dest else True
         if len(sources) > 1 and not into:
             raise BadInputError(f"destination {dest!r} is not a directory")
-        plan = [_planned(ctx, index, ctx.relpath(s), dest, into, force) for s in sources]
+        rels = [ctx.relpath(s) for s in sources]
+        _refuse_nested(rels)
+        plan = [_planned(ctx, index, src, dest, into, force) for src in rels]
         taken = [new for _, _, moves in plan for new in moves.values()]
         if len(set(taken)) != len(taken):
             raise BadInputError(f"mv would move two files onto {_first_repeat(taken)!r}")
         done: list[tuple[str, str]] = []
-        for src, target, moves in plan:
-            fresh = _vouched(ctx, index, moves)
-            if (ctx.root / src).exists():
-                (ctx.root / target).parent.mkdir(parents=True, exist_ok=True)
-                os.replace(ctx.root / src, ctx.root / target)  # a file over a file (-f); never a directory
-                prune_dirs(ctx.root, src)
-            for old, new in moves.items():
-                ie = index.entries.pop(old)
-                for p in under(index.entries, new):  # -f: what was staged at the destination is replaced
-                    del index.entries[p]
-                index.entries[new] = IndexEntry(ie.entry, None, 0, ie.skip_worktree, ie.stats, ie.projection)
-                if old in fresh:
-                    _restat(ctx, index, new, index.entries[new], fresh[old])
-                done.append((old, new))
-        index.save()
+        try:
+            for src, target, moves in plan:
+                fresh = _vouched(ctx, index, moves)
+                if (ctx.root / src).exists():
+                    (ctx.root / target).parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(ctx.root / src, ctx.root / target)  # a file over a file (-f); never a directory
+                    prune_dirs(ctx.root, src)
+                for old, new in moves.items():
+                    ie = index.entries.pop(old)
+                    for p in under(index.entries, new):  # -f: what was staged at the destination is replaced
+                        del index.entries[p]
+                    index.entries[new] = IndexEntry(ie.entry, None, 0, ie.skip_worktree, ie.stats, ie.projection)
+                    if old in fresh:
+                        _restat(ctx, index, new, index.entries[new], fresh[old])
+                    done.append((old, new))
+        finally:
+            index.save()  # the moves made, even when a later rename failed
         return done
+
+
+def _is_real_dir(path: Path) -> bool:
+    """A directory, not a symbolic link to one (git does not move into a link's target)."""
+    return path.is_dir() and not path.is_symlink()
+
+
+def _refuse_nested(sources: list[str]) -> None:
+    """One source inside another (``mv d d/f out``) would be moved twice: refused, as git can
+    only fail halfway through it."""
+    for src in sources:
+        for other in sources:
+            if other != src and (not other or src.startswith(other + "/")):
+                raise BadInputError(f"source {src!r} is inside source {other!r}: name one of them")
 
 
 def _planned(
@@ -79,8 +100,12 @@ def _planned(
 
 
 def _refuse_file_in_the_way(root: Path, target: str, where: str) -> None:
+    """Each directory above the target must be a real directory of the working tree, or not
+    exist yet: a file is in the way, and a symbolic link would take the file elsewhere."""
     parent = posixpath.dirname(target)
     while parent:
+        if (root / parent).is_symlink():
+            raise BadInputError(f"destination directory {parent!r} is a symbolic link, {where}")
         if (root / parent).exists() and not (root / parent).is_dir():
             raise BadInputError(f"destination directory {parent!r} is a file, {where}")
         parent = posixpath.dirname(parent)

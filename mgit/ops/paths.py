@@ -5,25 +5,14 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable
-from pathlib import Path
 
+from mgit.dirs import prune_dirs as prune_dirs  # shared with the reflogs; imported from here by the ops
 from mgit.graph.snapshot import Snapshot
 
 
 def under(paths: Iterable[str], rel: str) -> list[str]:
     """The paths at or below ``rel`` ('' is the root)."""
     return [p for p in paths if not rel or p == rel or p.startswith(rel + "/")]
-
-
-def prune_dirs(root: Path, rel: str) -> None:
-    """Remove directories left empty by deleting ``rel``."""
-    parent = (root / rel).parent
-    while parent != root:
-        try:
-            parent.rmdir()
-        except OSError:
-            return
-        parent = parent.parent
 
 
 def models(snap: Snapshot) -> dict[str, list[str]]:

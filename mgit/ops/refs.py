@@ -9,7 +9,7 @@ from mgit.context import Context
 from mgit.errors import BadInputError
 from mgit.graph.refs import reflog_entries
 from mgit.graph.refs import reflog_ref as full_reflog_ref
-from mgit.remote.transfer import ancestors
+from mgit.graph.walks import ancestors
 
 
 @dataclass(frozen=True)

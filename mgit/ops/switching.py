@@ -28,16 +28,17 @@ def switch(
 ) -> CheckoutResult:
     """``git switch``: to ``branch`` (a remote's branch of that name, ``origin/branch``, makes the
     local one, as git guesses); ``create`` a new branch at ``start`` (default HEAD) and switch
-    to it (``-c``); or ``detach`` HEAD at ``branch`` (any revision, ``--detach``). A revision that
-    is no branch is refused without ``detach``. ``force`` discards local changes in the way."""
+    to it (``-c``); or ``detach`` HEAD at ``branch`` (any revision, ``--detach``; none: where
+    HEAD is, as git). A revision that is no branch is refused without ``detach``. ``force``
+    discards local changes in the way."""
     if create is not None:
         if branch is not None or detach:
             raise BadInputError("switch -c NEW [START]: give the start as START, without --detach")
         return checkout.checkout(ctx, start or "HEAD", create_branch=create, force=force)
-    if branch is None:
-        raise BadInputError("switch needs a branch (or -c NEW, or --detach REV)")
     if detach:
-        return checkout.checkout(ctx, ctx.refs.resolve(branch), force=force)  # an id: never a branch
+        return checkout.checkout(ctx, ctx.refs.resolve(branch or "HEAD"), force=force)  # an id: never a branch
+    if branch is None:
+        raise BadInputError("switch needs a branch (or -c NEW, or --detach [REV])")
     if branch not in ctx.refs.branches() and remotes.remote_branch_for(ctx, branch) is None:
         try:
             commit = ctx.refs.resolve(branch)

@@ -12,12 +12,13 @@ from pathlib import Path
 from mgit.context import Context
 from mgit.errors import BadInputError, NonFastForwardError, RemoteError
 from mgit.graph.ids import object_id, ref_name
+from mgit.graph.walks import ancestors, is_ancestor
 from mgit.ops import branch_merge, checkout, opening, remotes
 from mgit.ops.remotes import PARTIAL_KEY, TRACKING
 from mgit.progress import byte_progress
 from mgit.remote.backend import SKETCHES, Backend
 from mgit.remote.open import is_url, open_backend
-from mgit.remote.transfer import Transfer, ancestors, chunks_of, fetch_chunks, fetch_graph, is_ancestor, plan_push
+from mgit.remote.transfer import Transfer, chunks_of, fetch_chunks, fetch_graph, plan_push
 from mgit.remote.transfer import push as send
 from mgit.worktree.cost import checkout_budget
 from mgit.worktree.sparse import make_patterns
@@ -33,18 +34,19 @@ def push(
     tags: bool = False,
     delete: bool = False,
 ) -> Transfer:
-    """Send ``branch`` (default: the current one; a tag's name pushes the tag) and what it
-    needs; move the remote's ref. ``all_branches`` (``--all``): every local branch; ``tags``
-    (``--tags``): every tag (an annotated one as its tag object), with ``branch`` if named;
-    ``delete`` (``--delete``): delete the remote's branch or tag ``branch`` instead (by
-    compare-and-swap; not the remote's default branch unless ``force``). Of several refs, each
-    is pushed on its own: a rejected one (not a fast-forward, a tag that exists there) is
-    named after the others are pushed."""
+    """Send ``branch`` (default, or ``HEAD``: the current one; a tag's name pushes the tag;
+    any other name, a commit id say, is refused) and what it needs; move the remote's ref.
+    ``all_branches`` (``--all``): every local branch; ``tags`` (``--tags``): every tag (an
+    annotated one as its tag object), with ``branch`` if named; ``delete`` (``--delete``):
+    delete the remote's branch or tag ``branch`` instead (by compare-and-swap; not the
+    remote's default branch unless ``force``). Of several refs, each is pushed on its own:
+    the rejected ones (not a fast-forward, a tag that exists there) are named after the
+    others are pushed, with those that were."""
     if delete:
         return _push_delete(ctx, remote, branch, force)
     wanted = _refs_to_push(ctx, branch, all_branches, tags)
     backend = remotes.backend(ctx, remote, create=True)
-    report, rejected = Transfer(), []
+    report, rejected, pushed = Transfer(), [], []
     try:
         with ctx.lock:
             for ref, value in wanted:
@@ -58,13 +60,15 @@ def push(
                 with byte_progress("push", plan.chunk_bytes) as bar:
                     sent = send(ctx.graph, ctx.store, backend, plan, bar)
                 _gather(report, sent)
+                pushed.append(ref)
                 track(ctx, remote, {ref: value}, "push")
                 if ref.startswith("refs/heads/"):
                     _push_sketches(ctx, backend, value, report)
     finally:
         backend.close()  # a working repository as the remote: release its lock, even after a failure
     if rejected:
-        raise NonFastForwardError(f"rejected {'; '.join(rejected)}; the other refs were pushed")
+        done = f"pushed {', '.join(pushed)}" if pushed else "nothing was pushed"
+        raise NonFastForwardError(f"rejected {'; '.join(rejected)}; {done}")
     return report
 
 
@@ -79,14 +83,19 @@ def _refs_to_push(ctx: Context, branch: str | None, all_branches: bool, tags: bo
         return [(f"refs/heads/{b}", c) for b, c in sorted(heads.items())]
     wanted = []
     if branch is not None or not tags:
-        branch = branch or ctx.refs.current_branch()
+        branch = ctx.refs.current_branch() if branch in (None, "HEAD") else branch  # git's `push origin HEAD`
         if branch is None:
             raise BadInputError("HEAD is detached: name the branch to push")
-        tag_refs = ctx.refs.tag_refs()
-        if branch in tag_refs and branch not in ctx.refs.branches():
+        heads, tag_refs = ctx.refs.branches(), ctx.refs.tag_refs()
+        if branch in heads:
+            wanted.append((f"refs/heads/{branch}", heads[branch]))
+        elif branch in tag_refs:
             wanted.append((f"refs/tags/{branch}", tag_refs[branch]))
-        else:
-            wanted.append((f"refs/heads/{branch}", ctx.refs.resolve(branch)))
+        else:  # git: "src refspec does not match any"; a commit id would make a branch of that name
+            raise BadInputError(
+                f"{branch!r} is not a local branch or tag: nothing was pushed "
+                f"(to push a commit, make a branch of it: `mgit branch NAME {branch}`)"
+            )
     if tags:
         wanted += [(f"refs/tags/{t}", v) for t, v in sorted(ctx.refs.tag_refs().items())]
     return list(dict(wanted).items())

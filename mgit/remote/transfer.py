@@ -23,6 +23,7 @@ from dulwich.objects import ShaFile
 
 from mgit.errors import CorruptObjectError, MgitError, NonFastForwardError, RemoteError
 from mgit.graph.objects import Graph
+from mgit.graph.walks import is_ancestor
 from mgit.model.reach import walk
 from mgit.progress import Bar
 from mgit.remote.backend import (
@@ -73,32 +74,6 @@ def remote_has(backend: Backend, keys: Iterable[str]) -> set[str]:
     for batch in _batched(keys):
         out |= backend.has(batch)
     return out
-
-
-def ancestors(graph: Graph, commit: str) -> set[str]:
-    """``commit`` and every ancestor of it held here."""
-    seen, pending = set(), [commit]
-    while pending:
-        sha = pending.pop()
-        if sha in seen or not graph.has(sha):
-            continue
-        seen.add(sha)
-        pending.extend(graph.commit(sha).parents)
-    return seen
-
-
-def is_ancestor(graph: Graph, old: str, new: str) -> bool:
-    """Whether commit ``old`` is ``new`` or one of its ancestors (both local)."""
-    seen, pending = set(), [new]
-    while pending:
-        sha = pending.pop()
-        if sha == old:
-            return True
-        if sha in seen or not graph.has(sha):
-            continue
-        seen.add(sha)
-        pending.extend(graph.commit(sha).parents)
-    return False
 
 
 # -- push -----------------------------------------------------------------------------------

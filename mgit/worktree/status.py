@@ -7,7 +7,8 @@ is re-hashed (BLAKE3 only, nothing stored) to say which tensors changed.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import posixpath
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,13 +45,32 @@ class Status:
     head: str | None
     staged: list[FileStatus] = field(default_factory=list)
     unstaged: list[FileStatus] = field(default_factory=list)
-    untracked: list[str] = field(default_factory=list)
+    untracked: list[str] = field(default_factory=list)  # every untracked file
     not_checked_out: list[str] = field(default_factory=list)
     sparse: SparseSummary | None = None  # a sparse checkout: its patterns and tensor counts
+    untracked_collapsed: list[str] = field(default_factory=list)  # as git lists them: see collapse_untracked
 
     @property
     def clean(self) -> bool:
         return not (self.staged or self.unstaged or self.untracked)
+
+
+def collapse_untracked(untracked: Iterable[str], tracked: Iterable[str]) -> list[str]:
+    """The untracked files as `git status` lists them (``-unormal``): the files of a directory
+    that holds no tracked file as that directory, ``dir/`` (the topmost such), so that an
+    untracked output directory of 10,000 checkpoints is one line; others as they are."""
+    holding: set[str] = set()  # the directories above a tracked file
+    for path in tracked:
+        d = posixpath.dirname(path)
+        while d and d not in holding:
+            holding.add(d)
+            d = posixpath.dirname(d)
+    shown: dict[str, None] = {}
+    for path in untracked:
+        parts = path.split("/")
+        top = next((i for i in range(1, len(parts)) if "/".join(parts[:i]) not in holding), None)
+        shown["/".join(parts[:top]) + "/" if top is not None else path] = None
+    return list(shown)
 
 
 def _tensor_changes(old: Mapping[str, object], new: Mapping[str, object]) -> TensorChanges:

@@ -14,9 +14,10 @@ from helpers.sketches import SPEC, commit_experts, low_rank_finetune
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import mgit.merge.budget.restrict as restrict_module
 from mgit.merge.budget.analyze import Analysis
 from mgit.merge.budget.importance import Candidate, best_share
-from mgit.merge.budget.restrict import restrict
+from mgit.merge.budget.restrict import bound_at_least, restrict
 from mgit.merge.methods import get_method
 from mgit.merge.plan import MergePlan, TensorPlan
 from mgit.merge.sketch.lowrank import block_ends
@@ -163,6 +164,23 @@ def test_exact_chunks_stay_choosable_one_by_one_beside_a_sketch():
     assert restricted.tensors[0].reads == [[2]] and restricted.tensors[0].sketch(0) is None
     assert report.captured_share == pytest.approx(100 / 103)
     assert report.best_share >= report.captured_share
+
+
+def test_a_bound_below_what_the_plan_captured_is_an_error_not_rounded_up(monkeypatch):
+    """Only a few ulps of rounding are taken up into the bound; a real gap means the bound is
+    wrong and is raised as an internal error instead of being reported as the plan's share."""
+    assert bound_at_least(0.9999999999999999, 1.0) == 1.0 and bound_at_least(0.8, 0.5) == 0.8
+    with pytest.raises(AssertionError, match="internal error"):
+        bound_at_least(0.5, 0.6)
+    base = TensorManifest("F32", (256, 64), 16384, tuple(ChunkRef(f"b{i}", 16384, 1.0) for i in range(2)))
+    expert = TensorManifest("F32", (256, 64), 16384, tuple(ChunkRef(f"e{i}", 16384, 1.0) for i in range(2)))
+    tp = TensorPlan("m.safetensors", "w", base, [expert], [[0, 1]], [200], [[100] * 2], [[]])
+    plan = MergePlan("", {"m.safetensors": ["w"]}, [tp])
+    inputs = (plan, Analysis({("e0", "b0"): 3.0, ("e1", "b1"): 1.0}), [1.0], {}, 100, "global")
+    assert _plan(inputs, sketches=False)[1].best_share == pytest.approx(0.9)
+    monkeypatch.setattr(restrict_module, "best_share", lambda cands, limit: 0.5)  # a bound broken on purpose
+    with pytest.raises(AssertionError, match="internal error"):
+        _plan(inputs, sketches=False)
 
 
 def test_the_maximum_at_a_budget_affording_everything_is_one():

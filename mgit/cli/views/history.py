@@ -81,13 +81,20 @@ def log_json(commits: list[CommitInfo], stats: dict[str, ModelDiff] | None = Non
     return document("mgit.log/1", {"commits": listed})
 
 
-def ref_labels(branches: dict[str, str], tags: dict[str, str]) -> dict[str, list[str]]:
-    """Commit id → the branch and tag names decorating it in `log`."""
+def ref_labels(
+    head: str | None, current: str | None, branches: dict[str, str], tags: dict[str, str], remotes: dict[str, str]
+) -> dict[str, list[str]]:
+    """Commit id → the names decorating it in `log` (and ``%d``, ``%D``), as git's: first
+    ``HEAD -> BRANCH`` (``HEAD`` when detached), then every other branch, remote-tracking
+    branch (``origin/main``) and tag (``tag: v1``), in git's order (by full ref name, last first)."""
+    refs = [(f"refs/heads/{n}", n, sha) for n, sha in branches.items() if n != current]
+    refs += [(f"refs/remotes/{n}", n, sha) for n, sha in remotes.items()]
+    refs += [(f"refs/tags/{n}", f"tag: {n}", sha) for n, sha in tags.items()]
     labels: dict[str, list[str]] = {}
-    for name, sha in branches.items():
-        labels.setdefault(sha, []).append(name)
-    for name, sha in tags.items():
-        labels.setdefault(sha, []).append(f"tag: {name}")
+    if head is not None:
+        labels[head] = [f"HEAD -> {current}" if current else "HEAD"]
+    for _, label, sha in sorted(refs, reverse=True):
+        labels.setdefault(sha, []).append(label)
     return labels
 
 

@@ -5,8 +5,9 @@ Presets: ``oneline`` (full id and subject), ``short``, ``medium`` (the default v
 Placeholders (as git): ``%H %h`` commit id (``%h``: 12 digits, as mgit abbreviates),
 ``%T %t`` tree, ``%P %p`` parents, ``%s`` subject, ``%b`` body, ``%B`` raw message,
 ``%an %ae %ad %ar %at %ai %aI %as`` author name, email and date (default, relative, epoch,
-ISO-like, strict ISO, short), the same with ``%c…`` for the committer, ``%d %D`` ref names
-(with and without `` (…)``), ``%n`` newline, ``%%``; anything else is printed as it stands.
+ISO-like, strict ISO, short), the same with ``%c…`` for the committer, ``%d %D`` the ref
+names as git decorates (``HEAD -> main, tag: v1, origin/main``; with and without `` (…)``),
+``%n`` newline, ``%%``; anything else is printed as it stands.
 """
 
 from __future__ import annotations

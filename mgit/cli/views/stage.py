@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from typing import TYPE_CHECKING
 
 from rich.filesize import decimal
@@ -40,9 +41,19 @@ def commit_line(sha: str, branch: str | None, message: str) -> str:
     return f"[{where} {sha[:12]}] {message.strip().splitlines()[0]}"
 
 
-def describe(f: FileStatus) -> str:
-    """One file's status line: its change, path, which tensors changed and any note."""
-    text = f"{f.change + ':':<10} {f.path}"
+def shown_path(path: str, here: str) -> str:
+    """A repository path as seen from the directory ``here`` (repository-relative, '' for the
+    root), as git's status prints it (``../top``; a directory keeps its ``/``)."""
+    if not here:
+        return path
+    rel = posixpath.relpath(path, here)
+    return rel + "/" if path.endswith("/") else rel
+
+
+def describe(f: FileStatus, here: str = "") -> str:
+    """One file's status line: its change, path (seen from ``here``), which tensors changed
+    and any note."""
+    text = f"{f.change + ':':<10} {shown_path(f.path, here)}"
     t = f.tensors
     if t:
         bits = []
@@ -98,7 +109,9 @@ def status_json(st: Status) -> dict:
     )
 
 
-def status_text(st: Status) -> Printout:
+def status_text(st: Status, here: str = "") -> Printout:
+    """`status`: paths seen from ``here`` (the current directory, repository-relative), the
+    untracked ones collapsed as git's (a directory holding no tracked file is one ``dir/``)."""
     p = Printout()
     p.out(f"On branch {st.branch}" if st.branch else f"HEAD detached at {st.head[:12] if st.head else '?'}")
     if st.head is None:
@@ -112,15 +125,15 @@ def status_text(st: Status) -> Printout:
         if items:
             p.out(f"\n{title}")
             for f in items:
-                p.out(f"  [{style}]{escape(describe(f))}[/{style}]", markup=True)
+                p.out(f"  [{style}]{escape(describe(f, here))}[/{style}]", markup=True)
     if st.untracked:
         p.out("\nUntracked files:")
-        for path in st.untracked:
-            p.out(f"  [red]{escape(path)}[/red]")
+        for path in st.untracked_collapsed:
+            p.out(f"  [red]{escape(shown_path(path, here))}[/red]")
     if st.not_checked_out:
         p.out(f"\nNot checked out (tracked, absent from the working tree): {len(st.not_checked_out)} file(s)")
         for path in st.not_checked_out:
-            p.out(f"  {path}", markup=False)
+            p.out(f"  {shown_path(path, here)}", markup=False)
     if st.clean:
         p.out("\nnothing to commit, working tree clean")
     return p
@@ -142,18 +155,20 @@ def quote_path(path: str) -> str:
     return f'"{escaped}"'
 
 
-def status_short(st: Status) -> Printout:
+def status_short(st: Status, here: str = "") -> Printout:
     """`status -s`: git's two columns, X the index against HEAD, Y the working tree against
-    the index (A added, M modified, D deleted, ?? untracked); tensor details left out."""
+    the index (A added, M modified, D deleted, ?? untracked, a directory holding no tracked
+    file as one ``dir/``); tensor details left out. Paths are seen from ``here`` (the current
+    directory, repository-relative; `--porcelain` gives '': from the root, as git's)."""
     codes: dict[str, list[str]] = {}
     for column, items in ((0, st.staged), (1, st.unstaged)):
         for f in items:
             codes.setdefault(f.path, [" ", " "])[column] = _CODES.get(f.change, "M")
     p = Printout()
     for path in sorted(codes, key=lambda x: x.encode("utf-8", "surrogateescape")):
-        p.out(f"{''.join(codes[path])} {quote_path(path)}", markup=False)
-    for path in sorted(st.untracked, key=lambda x: x.encode("utf-8", "surrogateescape")):
-        p.out(f"?? {quote_path(path)}", markup=False)
+        p.out(f"{''.join(codes[path])} {quote_path(shown_path(path, here))}", markup=False)
+    for path in sorted(st.untracked_collapsed, key=lambda x: x.encode("utf-8", "surrogateescape")):
+        p.out(f"?? {quote_path(shown_path(path, here))}", markup=False)
     return p
 
 

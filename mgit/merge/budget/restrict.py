@@ -88,10 +88,20 @@ def restrict(
         taken = choose(cands, limit, select, seed, fairness)
         report.best_share = best_share(cands, limit)
     chosen = _report(plan, cands, taken, weights_for, method.affine, roundoff_for, report, uses)
-    # the bound holds in exact arithmetic; summed in another order it can fall an ulp below the
-    # plan's own share, which is itself a choice within the limit
-    report.best_share = max(report.best_share, report.captured_share)
+    report.best_share = bound_at_least(report.best_share, report.captured_share)
     return _restricted(plan, chosen, report, uses), report
+
+
+def bound_at_least(best: float, captured: float) -> float:
+    """The bound on the share any choice within the limit captures, given the share the plan
+    captured (itself a choice within the limit). The bound holds in exact arithmetic; summed
+    in another order it can fall a few ulps below, and only that is rounded up: a real gap is
+    an error in the bound, raised, never hidden in the report."""
+    if captured <= best:
+        return best
+    if captured - best <= 1e-12 * captured:
+        return captured
+    raise AssertionError(f"internal error: the budget's bound on the captured share, {best!r}, is below {captured!r}")
 
 
 def _left_exact(
