@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from mgit.graph.refs import Refs
     from mgit.graph.snapshot import Snapshot
     from mgit.lock import RepoLock
+    from mgit.ops import ancestry as _ancestry
     from mgit.ops import branch_merge as _branch_merge
     from mgit.ops import checkout as _checkout
     from mgit.ops import history as _history
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from mgit.worktree.sparse import SparsePatterns
 else:  # each operation's module is imported when one of its methods is first used (mgit.lazy)
     _context = lazy_module("mgit.context")
+    _ancestry = lazy_module("mgit.ops.ancestry")
     _branch_merge = lazy_module("mgit.ops.branch_merge")
     _checkout = lazy_module("mgit.ops.checkout")
     _history = lazy_module("mgit.ops.history")
@@ -271,9 +273,10 @@ class Repository:
     merge = forward(lambda: _merge.merge)
     merge_plan = forward(lambda: _merge.merge_plan)
     merge_branch = forward(lambda: _branch_merge.merge_branch)
-    merge_base = forward(lambda: _branch_merge.merge_base)
-    merge_bases = forward(lambda: _branch_merge.merge_bases)
-    is_ancestor = forward(lambda: _branch_merge.is_ancestor)
+    merge_base = forward(lambda: _ancestry.merge_base)
+    merge_bases = forward(lambda: _ancestry.merge_bases)
+    is_ancestor = forward(lambda: _ancestry.is_ancestor)
+    is_branch_merge = forward(lambda: _ancestry.is_branch_merge)
     revert = forward(lambda: _branch_merge.revert)
     lineage = forward(lambda: _lineage.lineage)
     merge_record = forward(lambda: _lineage.merge_record)
