@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from mgit.ops.maintain import Repair
     from mgit.ops.reset import RESET_MODES, ResetResult
     from mgit.ops.stage import AddResult
+    from mgit.ops.sync import Pulled
     from mgit.ops.threeway import BranchMerge
     from mgit.ops.workfiles import CheckoutResult
     from mgit.remote.backend import Backend
@@ -84,6 +85,7 @@ _RESULT_TYPES = {
     "CheckoutResult": "mgit.ops.workfiles",
     "FileInfo": "mgit.ops.inspect",
     "LogGraph": "mgit.ops.history",
+    "Pulled": "mgit.ops.sync",
     "Repair": "mgit.ops.maintain",
     "ResetResult": "mgit.ops.reset",
     "ShowInfo": "mgit.ops.inspect",
@@ -317,6 +319,7 @@ __all__ = [
     "CheckoutResult",
     "FileInfo",
     "LogGraph",
+    "Pulled",
     "Repair",
     "Repository",
     "ResetResult",

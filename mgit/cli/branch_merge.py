@@ -58,7 +58,7 @@ def is_branch_merge(state: CliState, experts: Sequence[str], method: str | None,
 
 @contextmanager
 def conflicts_shown(state: CliState, as_json: bool) -> Iterator[None]:
-    """A merge stopped by conflicts lists them (stdout; --json: mgit.merge-conflicts/1) before
+    """A merge stopped by conflicts lists them (stdout; --json: mgit.merge-conflicts/2) before
     its one-line error and exit code 5."""
     try:
         yield
