@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not mer
     from mgit.merge.threeway.conflicts import Conflict, Resolution, Settled
     from mgit.merge.threeway.snapshots import FileChange, TreeMerge
 
+STRATEGY = "Merge made by the 'three-way' strategy."  # git's line, in the reflog and on stdout
+
 
 @dataclass
 class BranchMerge:
@@ -129,9 +131,15 @@ class Merged:
 
     def report(self, made: BranchMerge, kind: str, commit: str | None) -> BranchMerge:
         """``made`` completed with what this merge did."""
-        tree = self.tree
-        done = dataclasses.replace(made, kind=kind, commit=commit, changed=tree.changed, settled=tree.settled)
-        return dataclasses.replace(done, method=self.method, seed=self.seed)
+        return dataclasses.replace(
+            made,
+            kind=kind,
+            commit=commit,
+            changed=self.tree.changed,
+            settled=self.tree.settled,
+            method=self.method,
+            seed=self.seed,
+        )
 
 
 def three_way(ctx: Context, sides: Sides, policy: ConflictPolicy, made: BranchMerge) -> Merged:
@@ -272,9 +280,6 @@ def commit_merge(
     reflog = f"{made.op}: {message.splitlines()[0]}" if made.op == "revert" else f"{reflog_action(made)}: {STRATEGY}"
     install_merge(ctx, commit, sides.ours_snap, merged.tree.merged, sides.ours, reflog, op=made.op, rev=made.rev)
     return commit
-
-
-STRATEGY = "Merge made by the 'three-way' strategy."
 
 
 def reflog_action(made: BranchMerge) -> str:
