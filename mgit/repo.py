@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
     # the type checker sees each module of operations as an attribute of _ops once imported
+    import mgit.ops.ancestry  # noqa: F401
     import mgit.ops.branch_merge  # noqa: F401
     import mgit.ops.checkout  # noqa: F401
     import mgit.ops.history  # noqa: F401
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from mgit.ops.maintain import Repair
     from mgit.ops.reset import RESET_MODES, ResetResult
     from mgit.ops.stage import AddResult
+    from mgit.ops.sync import Pulled
     from mgit.ops.threeway import BranchMerge
     from mgit.ops.workfiles import CheckoutResult
     from mgit.remote.backend import Backend
@@ -67,6 +69,7 @@ _RESULT_TYPES = {
     "CheckoutResult": "mgit.ops.workfiles",
     "FileInfo": "mgit.ops.inspect",
     "LogGraph": "mgit.ops.history",
+    "Pulled": "mgit.ops.sync",
     "Repair": "mgit.ops.maintain",
     "ResetResult": "mgit.ops.reset",
     "ShowInfo": "mgit.ops.inspect",
@@ -256,9 +259,10 @@ class Repository:
     merge = forward(lambda: _ops.merge.merge)
     merge_plan = forward(lambda: _ops.merge.merge_plan)
     merge_branch = forward(lambda: _ops.branch_merge.merge_branch)
-    merge_base = forward(lambda: _ops.branch_merge.merge_base)
-    merge_bases = forward(lambda: _ops.branch_merge.merge_bases)
-    is_ancestor = forward(lambda: _ops.branch_merge.is_ancestor)
+    merge_base = forward(lambda: _ops.ancestry.merge_base)
+    merge_bases = forward(lambda: _ops.ancestry.merge_bases)
+    is_ancestor = forward(lambda: _ops.ancestry.is_ancestor)
+    is_branch_merge = forward(lambda: _ops.ancestry.is_branch_merge)
     revert = forward(lambda: _ops.branch_merge.revert)
     lineage = forward(lambda: _ops.lineage.lineage)
     merge_record = forward(lambda: _ops.lineage.merge_record)
@@ -299,6 +303,7 @@ __all__ = [
     "CheckoutResult",
     "FileInfo",
     "LogGraph",
+    "Pulled",
     "Repair",
     "Repository",
     "ResetResult",

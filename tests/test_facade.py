@@ -42,6 +42,7 @@ PUBLIC = {
     "identity",
     "init",
     "is_ancestor",
+    "is_branch_merge",
     "is_partial",
     "leftovers",
     "lineage",

@@ -374,10 +374,10 @@ def test_pull_prints_the_moves_and_the_fast_forward(cloned):
     proc = invoke("pull", cwd=clone.root, check=True)
     assert f"   {b[:7]}..{c[:7]}  main -> origin/main" in proc.stderr.splitlines()
     assert " * [new tag]         v1 -> v1" in proc.stderr.splitlines()
-    assert proc.stdout == f"Updating {b[:7]}..{c[:7]}\nFast-forward\n"
+    assert proc.stdout == f"Updating {b[:7]}..{c[:7]}\nFast-forward\n model/model.safetensors | from origin/main\n"
     again = _json(invoke("pull", "--json", cwd=clone.root))
     assert again["schema"] == "mgit.transfer/1" and again["kind"] == "pull"
-    assert again["head"] == {"branch": "main", "old": c, "new": c}
+    assert again["head"] == {"branch": "main", "old": c, "new": c, "merge": "up-to-date"}
     assert invoke("pull", cwd=clone.root, check=True).stdout == "Already up to date.\n"
 
 

@@ -44,26 +44,21 @@ def given(ctx: click.Context, names: Sequence[str]) -> list[str]:
 
 def is_branch_merge(state: CliState, experts: Sequence[str], method: str | None, config: str | None) -> bool:
     """`mgit merge` merges a branch (git's merge) unless asked for a model merge: without
-    --method/--config, or given a branch merge's options, it does; with --method and one
-    revision that has diverged from HEAD (and none of a model merge's options), it does too,
-    the method settling conflicting tensors (a model merge with HEAD as the base would undo
-    HEAD's own changes: --base HEAD asks for that)."""
+    --method/--config, or given a branch merge's options, it does; with --method, one revision
+    and none of a model merge's options, it does unless the revision is strictly ahead of HEAD
+    (Repository.is_branch_merge: a model merge with HEAD as the base would undo HEAD's own
+    changes; --base HEAD asks for that)."""
     ctx = click.get_current_context()
     if given(ctx, BRANCH_ONLY) or (method is None and config is None):
         return True
-    if config is not None or given(ctx, MODEL_ONLY) or len(experts) != 1:
+    if config is not None or given(ctx, MODEL_ONLY):
         return False
-    repo = state.repo
-    if repo.refs.head() is None:
-        return False
-    rev = experts[0]
-    diverged = not repo.is_ancestor(rev, "HEAD") and not repo.is_ancestor("HEAD", rev)
-    return diverged and repo.merge_base("HEAD", rev) is not None
+    return state.repo.is_branch_merge(list(experts))
 
 
 @contextmanager
 def conflicts_shown(state: CliState, as_json: bool) -> Iterator[None]:
-    """A merge stopped by conflicts lists them (stdout; --json: mgit.merge-conflicts/1) before
+    """A merge stopped by conflicts lists them (stdout; --json: mgit.merge-conflicts/2) before
     its one-line error and exit code 5."""
     try:
         yield
@@ -146,7 +141,7 @@ def cmd_merge_base(state: CliState, revs: tuple[str, ...], show_all: bool, is_an
 @click.option("--method", help="settle conflicting tensors with this merge method (task_arithmetic: both changes)")
 @click.option("--seed", type=int, help="with a random --method: its seed")
 @click.option(
-    "--json", "as_json", is_flag=True, help="as JSON (mgit.branch-merge/1; conflicts: mgit.merge-conflicts/1)"
+    "--json", "as_json", is_flag=True, help="as JSON (mgit.branch-merge/2; conflicts: mgit.merge-conflicts/2)"
 )
 @pass_state
 def cmd_revert(

@@ -122,7 +122,7 @@ class MergeCommand(click.Command):
     "--json",
     "as_json",
     is_flag=True,
-    help="the merge result as JSON (mgit.merge/1; a branch's: mgit.branch-merge/1, conflicts mgit.merge-conflicts/1); "
+    help="the merge result as JSON (mgit.merge/1; a branch's: mgit.branch-merge/2, conflicts mgit.merge-conflicts/2); "
     "with --dry-run/--explain the plan (mgit.plan/1)",
 )
 @pass_state

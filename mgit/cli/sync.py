@@ -12,6 +12,7 @@ from mgit.cli.branch_merge import conflicts_shown
 from mgit.cli.complete import complete_branch, complete_remote, complete_rev
 from mgit.cli.state import CliState, pass_state
 from mgit.cli.views import Printout
+from mgit.cli.views import branch_merge as merge_views
 from mgit.lazy import lazy_module
 from mgit.repo import Repository
 
@@ -130,24 +131,21 @@ def cmd_fetch(state: CliState, remote_name: str, chunks_rev: str | None, as_json
     "--json",
     "as_json",
     is_flag=True,
-    help="Machine-readable output (mgit.transfer/1; conflicts: mgit.merge-conflicts/1).",
+    help="Machine-readable output (mgit.transfer/1; conflicts: mgit.merge-conflicts/2).",
 )
 @pass_state
 def cmd_pull(state: CliState, remote_name: str, branch: str | None, ff_only: bool, as_json: bool) -> None:
     """Fetch, then merge the remote's branch into the current one: a fast-forward, or a three-way
     merge as `mgit merge` makes (conflicts: nothing is merged, the fetch is kept)."""
     repo = state.repo
-    before = repo.refs.head()
     with conflicts_shown(state, as_json):
-        t = repo.pull(remote_name, branch, ff_only=ff_only)
-    after = repo.refs.head()
+        pulled = repo.pull(remote_name, branch, ff_only=ff_only)
     if as_json:
-        state.echo_json(views.pull_json(remote_name, t, repo.refs.current_branch(), before, after))
+        state.echo_json(views.pull_json(remote_name, pulled.fetched, pulled.merge))
         return
-    state.err.print(views.transfer_line("received", t))
-    state.emit(_ref_moves(repo, remote_name, t))
-    parents = repo.graph.commit(after).parents if after is not None and after != before else ()
-    click.echo(views.pull_result(before, after, merged=len(parents) > 1 and parents[0] == before))
+    state.err.print(views.transfer_line("received", pulled.fetched))
+    state.emit(_ref_moves(repo, remote_name, pulled.fetched))
+    state.emit(merge_views.merge_text(pulled.merge))
 
 
 @click.command("clone")

@@ -9,7 +9,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dulwich.file import GitFile
-from dulwich.graph import can_fast_forward
 from dulwich.objects import Commit, Tag
 from dulwich.objectspec import parse_commit
 from dulwich.reflog import Entry, format_reflog_line
@@ -21,6 +20,7 @@ from mgit.graph.ids import object_id, ref_name
 from mgit.graph.integrity import REPAIR_HINT, read_reflog_checked
 from mgit.graph.objects import Graph, local_offset
 from mgit.graph.reflogs import bury, graves, is_grave, unbury
+from mgit.graph.walks import is_ancestor
 
 HEADS = "refs/heads/"
 TAGS = "refs/tags/"
@@ -167,9 +167,7 @@ class Refs:
         tips = [self.head()] + [
             sha for tracked, sha in self.remote_branches().items() if tracked.partition("/")[2] == name
         ]
-        repo = self.graph.repo
-        target = object_id(commit.encode())
-        return any(tip is not None and can_fast_forward(repo, target, object_id(tip.encode())) for tip in tips)
+        return any(tip is not None and is_ancestor(self.graph, commit, tip) for tip in tips)
 
     def force_branch(self, name: str, commit: str, what: str) -> None:
         """``branch -f``: create ``name`` at ``commit`` or move it there, whatever it held; the

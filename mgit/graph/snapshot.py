@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from mgit.errors import BadInputError
+from mgit.errors import BadInputError, MgitError
 from mgit.graph.names import CHUNKED_ENTRY, HEADER_ENTRY, is_reserved
 from mgit.graph.objects import MODE_EXEC, MODE_FILE, MODE_TREE, Graph
 
@@ -73,7 +73,9 @@ def read_snapshot(graph: Graph, tree_sha: str | None) -> Snapshot:
 
 
 def write_snapshot(graph: Graph, snap: Snapshot, extra_root: Sequence[tuple[str, int, str]] = ()) -> str:
-    """Build nested git trees for the snapshot; returns the root tree id."""
+    """Build nested git trees for the snapshot; returns the root tree id. A path that is both a
+    file and a directory of others is refused: a tree holding one name twice would lose one
+    of them silently (git keeps the last)."""
     dirs: dict[str, list[tuple[str, int, str]]] = {"": list(extra_root)}
     for path in sorted(snap):
         entry = snap[path]
@@ -84,6 +86,9 @@ def write_snapshot(graph: Graph, snap: Snapshot, extra_root: Sequence[tuple[str,
             grand, _, _ = parent.rpartition("/")
             dirs.setdefault(grand, [])
             parent = grand
+    both = sorted(set(snap) & set(dirs))
+    if both:
+        raise MgitError(f"cannot record {both[0]!r} both as a file and as a directory of files: no tree was written")
     for d in sorted(dirs, key=lambda p: p.count("/") + (p != ""), reverse=True):
         if not d:
             continue

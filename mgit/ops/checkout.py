@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 
 from dulwich.objects import ObjectID
@@ -19,9 +19,9 @@ from mgit.graph.refs import check_ref_name
 from mgit.graph.snapshot import Entry, Snapshot
 from mgit.model.materialize import LocalChunks, StagedFile, entry_size, local_chunks, prepare_entry, store_reads
 from mgit.model.patching import prepare_patch
-from mgit.model.placing import Patch, Pending
+from mgit.model.placing import Patch, Pending, Replacement
 from mgit.ops import remotes, workfiles
-from mgit.ops.paths import prune_dirs, under
+from mgit.ops.paths import blocking, holds_only, parents, prune_dirs, under
 from mgit.ops.workfiles import CheckoutResult, WorkForm, clean, finish_command, holds, shown
 from mgit.progress import Bar, byte_progress
 from mgit.worktree import journal
@@ -227,6 +227,7 @@ def write_files(
     budget: int | None = None,
     plan: Journal | None = None,
     before_first_change: Callable[[], None] | None = None,
+    removes: Collection[str] = (),
 ) -> None:
     """Write entries into the working tree, as ``forms`` show them (default: as the sparse
     patterns do); a staged file already holding an entry's bytes (a merge wrote it) is
@@ -239,14 +240,19 @@ def write_files(
     (the temporaries are removed, and the error says so). ``plan`` is saved as the journal
     before the first temporary is written and cleared when preparing fails (a kill in between
     leaves it: the next command rolls the operation forward); ``before_first_change`` runs
-    between the steps (a merge moves its branch there)."""
+    between the steps (a merge moves its branch there). The paths removed after the writes
+    (``removes``, and ``plan``'s) that stand in a write's way go between the steps too: a
+    directory of removed files where a file goes, a removed file where a directory goes (whose
+    files are then prepared in the staging directory)."""
+    gone = {*removes, *(plan.removes if plan is not None else ())}
     if forms is None:
         patterns = load_patterns(ctx.git_dir)
         forms = {p: workfiles.form(ctx, e, p, patterns) for p, e in todo.items()}
     staged = staged or {}
     for p in todo:
-        if (ctx.root / p).is_dir():
+        if (ctx.root / p).is_dir() and not holds_only(ctx.root, p, gone):
             raise BadInputError(f"cannot write {p}: a directory is in the way")
+    away = {p for p in todo if not gone.isdisjoint(parents(p))}  # prepared in the staging directory
     reuse = {p: _reusable(ctx, index, p, forms[p]) for p in todo}
     if budget is not None:
         result.cost = within_budget(ctx, index, todo, forms, reuse, budget, result.commit)
@@ -258,7 +264,8 @@ def write_files(
     try:
         with byte_progress("checkout", sum(sizes.values())) as bar:
             for p in sorted(sizes):
-                ready[p] = _prepare(ctx, index, p, todo[p], forms[p], staged.get(p), reuse[p], patch, bar, sizes[p])
+                given = staged.get(p)
+                ready[p] = _prepare(ctx, index, p, todo[p], forms[p], given, reuse[p], patch, bar, sizes[p], p in away)
         if before_first_change is not None:
             before_first_change()
     except BaseException as exc:
@@ -269,6 +276,8 @@ def write_files(
         if isinstance(exc, MgitError) and exc.args and isinstance(exc.args[0], str):
             exc.args = (f"{exc.args[0]}; no working file was changed", *exc.args[1:])
         raise
+    for p in blocking(todo, gone):  # the index forgets them with the operation's other removals
+        workfiles.remove_file(ctx.root, p)
     _make_visible(ctx, index, todo, forms, ready, result)
 
 
@@ -283,9 +292,11 @@ def _prepare(
     patch: bool,
     bar: Bar,
     size: int,
+    away: bool = False,
 ) -> Pending:
     """One file's new bytes, out of sight: a staged merge file completed, a patch (opted in),
-    or the whole file beside it."""
+    or the whole file beside it (``away``: a file stands where its directory goes, so in the
+    staging directory)."""
     if staged is not None and staged.entry_oid == entry.oid and form.entry == entry:
         pending = staged.prepare(ctx.pool)
         bar.advance(size)
@@ -293,6 +304,9 @@ def _prepare(
     found = _patch(ctx, index, rel, form, reuse, patch, bar)
     if found is not None:
         return found
+    if away:
+        made = prepare_entry(ctx.graph, ctx.store, ctx.pool, form.entry, ctx.git_dir / "staging" / rel, rel, None, bar)
+        return Replacement(made.tmp, ctx.root / rel)
     return prepare_entry(ctx.graph, ctx.store, ctx.pool, form.entry, ctx.root / rel, rel, reuse, bar)
 
 

@@ -21,6 +21,7 @@ from mgit.graph.snapshot import Snapshot, write_snapshot
 from mgit.model.ingest import Ingestor
 from mgit.model.materialize import ChunkSource, StagedFile
 from mgit.ops import checkout, inspect, merge_inputs, workfiles
+from mgit.ops.ancestry import is_branch_merge
 from mgit.ops.checkout import local_file
 from mgit.ops.stage import parent_lookup
 from mgit.ops.workfiles import CheckoutResult
@@ -98,6 +99,7 @@ def merge(
         budget_sketches=budget_sketches, sketch_missing=sketch_missing,
     )  # fmt: skip
     cfg = request.check()  # bad input refused before torch loads
+    refuse_undoing_head(ctx, experts, base, config)
     if seed is None:  # deterministic methods need none: keep their commits reproducible
         named = cfg.method if cfg is not None else method
         request = dataclasses.replace(request, seed=secrets.randbits(31) if get_method(named).random else 0)
@@ -147,6 +149,20 @@ def merge(
                 staged.discard()  # those not installed
 
 
+def refuse_undoing_head(
+    ctx: Context, experts: Sequence[str], base: str | None, config: str | os.PathLike[str] | None
+) -> None:
+    """A model merge of one revision HEAD is not strictly behind, over HEAD by default, would
+    undo HEAD's own changes (mgit.ops.ancestry.is_branch_merge): refused unless the base is
+    named, pointing to the branch merge whose method settles conflicts instead."""
+    if base is None and config is None and is_branch_merge(ctx, experts):
+        rev = experts[0]
+        raise BadInputError(
+            f"{rev} is not ahead of HEAD, so a model merge over HEAD would undo HEAD's own changes: merge the "
+            f"branch (mgit merge {rev} --method ...; Repository.merge_branch), or name the base (--base HEAD)"
+        )
+
+
 def _refuse_stale_base(ctx: Context, base_commit: str, on_head: bool, branch: str | None) -> None:
     """Under the lock, before any write: the plan was made from HEAD (and the new branch
     was free) when no lock was held; another command may have moved them since."""
@@ -192,7 +208,7 @@ def _commit_merge(
     elif on_head and branch is None:
         head_snap = base_snap if setup.reference is None else ctx.snapshot(setup.base_commit)
         reflog = f"merge: {text.splitlines()[0]}"
-        install_merge(ctx, commit, head_snap, merged, setup.base_commit, reflog, run.staged)
+        install_merge(ctx, commit, head_snap, merged, setup.base_commit, reflog, staged=run.staged)
     else:
         assert branch is not None
         # journaled: a killed run's branch is checked out by the next command
@@ -216,7 +232,8 @@ def install_merge(
     merged: Snapshot,
     old_head: str | None,
     reflog: str,
-    staged: dict[str, StagedFile],
+    *,
+    staged: dict[str, StagedFile] | None = None,
     op: str = "merge",
     rev: str = "HEAD",
 ) -> None:
@@ -247,7 +264,7 @@ def install_merge(
             raise
 
     result = CheckoutResult(commit)
-    checkout.write_files(ctx, index, changes, result, staged, forms, before_first_change=advance)
+    checkout.write_files(ctx, index, changes, result, staged, forms, before_first_change=advance, removes=plan.removes)
     workfiles.complete(ctx, plan, index, result)
 
 
@@ -278,7 +295,7 @@ def merge_plan(
 
     if sketch_missing is not None:
         raise BadInputError("--sketch-missing stores sketches: not with --dry-run or --explain (run `mgit sketch`)")
-
+    refuse_undoing_head(ctx, experts, base, config)
     request = MergeRequest(
         tuple(experts), method, base, params, model, allow_missing, config, budget, budget_select, explain,
         seed, dtype, out_dtype, budget_fairness, budget_sketches, sketch_missing,

@@ -41,7 +41,8 @@ def finish(ctx: Context, plan: Journal) -> None:
     for p in done:
         index.set(p, todo[p], os.stat(ctx.root / p), projection=forms[p].projection(todo[p]))
     result = CheckoutResult(plan.target)
-    checkout.write_files(ctx, index, {p: e for p, e in todo.items() if p not in done}, result, forms=forms)
+    undone = {p: e for p, e in todo.items() if p not in done}
+    checkout.write_files(ctx, index, undone, result, forms=forms, removes=plan.removes)
     workfiles.complete(ctx, plan, index, result, clear=not plan.switch_after)
     if plan.switch_after:  # the journal stays until the switch's own journal replaces it
         assert plan.branch is not None

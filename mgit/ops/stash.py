@@ -31,7 +31,7 @@ from mgit.graph.refs import reflog_entries
 from mgit.graph.snapshot import Entry, Snapshot
 from mgit.model.filetree import chunked_parents
 from mgit.ops import checkout, reset, stage, workfiles
-from mgit.ops.threeway import BranchMerge, Settle, Sides, three_way
+from mgit.ops.threeway import BranchMerge, ConflictPolicy, Sides, three_way
 from mgit.ops.workfiles import CheckoutResult
 from mgit.worktree.index import Index, IndexEntry
 from mgit.worktree.journal import Journal, Write
@@ -154,10 +154,10 @@ def _merged_onto_head(ctx: Context, stash_base: str, stash: str, position: int) 
     lines). Conflicts raise MergeConflictError and change nothing: the stash is kept."""
     head = ctx.refs.head()
     assert head is not None  # a stash is made on a commit, and HEAD has moved from it
-    report = BranchMerge("merged", f"stash@{{{position}}}", stash, head, ctx.refs.current_branch(), op="stash apply")
-    sides = Sides.of(ctx, stash_base, head, stash, ("HEAD", f"stash@{{{position}}}"))
-    tree, _ = three_way(ctx, sides, Settle(), report)
-    return tree.merged
+    name, branch = f"stash@{{{position}}}", ctx.refs.current_branch()
+    made = BranchMerge("merged", name, stash, head, branch, stash, [stash_base], op="stash apply")
+    sides = Sides.of(ctx, [stash_base], head, stash, ("HEAD", name))
+    return three_way(ctx, sides, ConflictPolicy.of(), made).tree.merged
 
 
 def stash_drop(ctx: Context, position: int = 0) -> str:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mgit.context import Context
 from mgit.errors import BadInputError, NonFastForwardError, RemoteError
@@ -22,6 +24,9 @@ from mgit.remote.transfer import Transfer, chunks_of, fetch_chunks, fetch_graph,
 from mgit.remote.transfer import push as send
 from mgit.worktree.cost import checkout_budget
 from mgit.worktree.sparse import make_patterns
+
+if TYPE_CHECKING:
+    from mgit.ops.threeway import BranchMerge
 
 
 def push(
@@ -232,29 +237,33 @@ def _tracking_message(ctx: Context, action: str, old: str | None, new: str) -> s
     return f"{action}: {how}"
 
 
-def pull(ctx: Context, remote: str = "origin", branch: str | None = None, ff_only: bool = False) -> Transfer:
+@dataclass
+class Pulled:
+    """What ``pull`` did: what its fetch received, and its merge of the remote's branch."""
+
+    fetched: Transfer
+    merge: BranchMerge
+
+
+def pull(ctx: Context, remote: str = "origin", branch: str | None = None, ff_only: bool = False) -> Pulled:
     """Fetch, then merge the remote's ``branch`` (default: the current branch's name) into the
     current branch as ``merge`` does (mgit.ops.branch_merge): a fast-forward when it can, else a
     three-way merge committed on the current branch (conflicts: MergeConflictError, the fetch
-    kept and nothing merged). ``ff_only``: diverged branches are refused (NonFastForwardError)."""
+    kept and nothing merged). ``ff_only``: anything but a fast-forward is refused
+    (NonFastForwardError), under the same lock as the merge."""
     current = ctx.refs.current_branch()
     if current is None:
         raise BadInputError("HEAD is detached: check out a branch to pull into")
-    report = fetch(ctx, remote, action="pull")
+    fetched = fetch(ctx, remote, action="pull")
     name = branch or current
     theirs_ref = f"{TRACKING}{remote}/{name}"
     if ref_name(theirs_ref.encode()) not in ctx.graph.repo.refs:
         raise RemoteError(f"the remote {remote!r} has no branch {name!r}")
-    tracking = f"{remote}/{name}"
-    if ff_only and branch_merge.relation(ctx, tracking) in ("diverged", "unrelated"):
-        raise NonFastForwardError(
-            f"{current} and {tracking} have diverged and --ff-only was given; merge them with "
-            f"`mgit merge {tracking}` (or `mgit pull` without --ff-only), then push"
-        )
     url = remotes.remotes(ctx).get(remote, remote)
     message = f"Merge branch '{name}' of {url}" + (f" into {current}" if current not in ("main", "master") else "")
-    branch_merge.merge_branch(ctx, tracking, message=message, reflog="pull")
-    return report
+    ff = "only" if ff_only else "auto"
+    merged = branch_merge.merge_branch(ctx, f"{remote}/{name}", message=message, ff=ff, op="pull")
+    return Pulled(fetched, merged)
 
 
 def clone(

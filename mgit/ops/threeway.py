@@ -1,22 +1,23 @@
 """Three-way merges as commits, shared by ``merge REV``, ``pull`` and ``revert``: the snapshots
-merged over their base (mgit.merge.threeway), conflicts reported or settled (by side, or for
-tensors by a merge method over the base: mgit.merge's plan and engine, restricted to those
+merged over their merge bases (mgit.merge.threeway), conflicts reported or settled (by side, or
+for tensors by a merge method over the base: mgit.merge's plan and engine, restricted to those
 tensors), uncommitted changes in the way refused, then the commit written and installed in the
 working tree through the journal, as a model merge installs its result (mgit.ops.merge)."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import secrets
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mgit.context import Context
-from mgit.errors import DirtyWorktreeError, MergeConflictError
+from mgit.errors import BadInputError, DirtyWorktreeError, MergeConflictError
 from mgit.graph import records
+from mgit.graph.records import Triples
 from mgit.graph.snapshot import Snapshot, write_snapshot
-from mgit.model.filetree import load_safetensors
 from mgit.model.manifest import TensorManifest
 from mgit.ops.merge import install_merge
 from mgit.ops.workfiles import clean
@@ -24,119 +25,184 @@ from mgit.progress import byte_progress
 from mgit.worktree.index import Index
 
 if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
-    from mgit.merge.threeway.conflicts import Conflict, Settled
-    from mgit.merge.threeway.snapshots import TreeMerge
+    from mgit.merge.threeway.conflicts import Conflict, Resolution, Settled
+    from mgit.merge.threeway.snapshots import FileChange, TreeMerge
 
-Triples = list[Any]
+STRATEGY = "Merge made by the 'three-way' strategy."  # git's line, in the reflog and on stdout
 
 
 @dataclass
 class BranchMerge:
     """What ``merge REV`` (``pull``, ``revert``) did. ``kind``: ``up-to-date`` (nothing to do),
     ``fast-forward`` (``commit`` is REV's), ``merged`` / ``reverted`` (``commit`` is the new
-    one), ``conflict`` (nothing committed: ``conflicts`` lists them). ``base``: the merge base
-    (a revert's: the reverted commit); ``changed``: what the merge changed on our side, path → the
-    tensors taken from theirs (empty: the whole file); ``settled``: conflicts --ours, --theirs or
-    --method settled."""
+    one), ``conflict`` (nothing committed: ``conflicts`` lists them). ``target``: the commit REV
+    names; ``theirs``: the other side merged (a merge's: ``target``; a revert's: REV's parent,
+    None for a root commit's empty tree); ``bases``: the merge bases (several: a criss-cross
+    history; a revert's: REV); ``changed``: what the merge changed on our side, path by path;
+    ``settled``: conflicts --ours, --theirs or --method settled (``seed``: a random method's)."""
 
     kind: str
     rev: str
-    theirs: str
+    target: str
     old_head: str | None
     branch: str | None = None
-    base: str | None = None
+    theirs: str | None = None
+    bases: list[str] = field(default_factory=list)
     commit: str | None = None
     conflicts: list[Conflict] = field(default_factory=list)
     settled: list[Settled] = field(default_factory=list)
-    changed: dict[str, list[str]] = field(default_factory=dict)
+    changed: dict[str, FileChange] = field(default_factory=dict)
     method: str | None = None
-    op: str = "merge"  # merge, pull or revert: for messages
+    seed: int | None = None
+    op: str = "merge"  # merge, pull, revert or stash apply: for messages
 
 
 @dataclass(frozen=True)
-class Settle:
-    """How the user asked conflicts to be settled: fnmatch patterns over ``PATH`` and
-    ``PATH:TENSOR`` for a side, and a merge method (with its parameters) for the tensors left."""
+class ConflictPolicy:
+    """How the user asked conflicts to be settled: fnmatch patterns for a side (the
+    ``resolution``), and a merge method (with its parameters and seed) for the tensors left."""
 
-    ours: tuple[str, ...] = ()
-    theirs: tuple[str, ...] = ()
+    resolution: Resolution
     method: str | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
     seed: int | None = None
 
-    def check(self) -> None:
-        """A method and its parameters are refused before anything is read."""
-        if self.method is not None:
+    @classmethod
+    def of(
+        cls,
+        ours: Iterable[str] | str = (),
+        theirs: Iterable[str] | str = (),
+        method: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+    ) -> ConflictPolicy:
+        """The policy asked for, checked before anything is read: a method and its parameters,
+        and parameters without a method (a typo of an option, or a forgotten --method)."""
+        from mgit.merge.threeway.conflicts import Resolution
+
+        params = dict(params or {})
+        if method is None and params:
+            raise BadInputError(
+                f"unknown option(s) {', '.join(sorted(params))}: merge parameters need a method "
+                "(--method NAME; method=...), and nothing else takes them"
+            )
+        if method is not None:
             from mgit.merge.methods.registry import check_method
 
-            check_method(self.method, self.params).check_params(self.params, self.method)
+            check_method(method, params).check_params(params, method)
+        return cls(Resolution(_patterns(ours), _patterns(theirs)), method, params, seed)
+
+
+def _patterns(given: Iterable[str] | str) -> tuple[str, ...]:
+    """A single pattern given as a string is one pattern, not one per character."""
+    return (given,) if isinstance(given, str) else tuple(given)
 
 
 @dataclass(frozen=True)
 class Sides:
-    """The three commits of a three-way merge and their snapshots (``theirs`` None: a revert of a
-    root commit, whose parent is the empty tree). ``labels`` name ours and theirs in messages."""
+    """The commits of a three-way merge and their snapshots: the merge bases (several in a
+    criss-cross history), ours and theirs (None: a revert of a root commit, whose parent is the
+    empty tree). ``labels`` name ours and theirs in messages."""
 
-    base: str
+    bases: tuple[str, ...]
     ours: str
     theirs: str | None
-    snaps: tuple[Snapshot, Snapshot, Snapshot]
+    base_snaps: tuple[Snapshot, ...]
+    ours_snap: Snapshot
+    theirs_snap: Snapshot
     labels: tuple[str, str]
 
     @classmethod
-    def of(cls, ctx: Context, base: str, ours: str, theirs: str | None, labels: tuple[str, str]) -> Sides:
-        snaps = (ctx.snapshot(base), ctx.snapshot(ours), ctx.snapshot(theirs) if theirs else {})
-        return cls(base, ours, theirs, snaps, labels)
+    def of(cls, ctx: Context, bases: Sequence[str], ours: str, theirs: str | None, labels: tuple[str, str]) -> Sides:
+        base_snaps = tuple(ctx.snapshot(b) for b in bases)
+        theirs_snap = ctx.snapshot(theirs) if theirs else {}
+        return cls(tuple(bases), ours, theirs, base_snaps, ctx.snapshot(ours), theirs_snap, labels)
 
 
-def three_way(ctx: Context, sides: Sides, settle: Settle, report: BranchMerge) -> tuple[TreeMerge, dict[str, Triples]]:
-    """Merge ``sides`` (under the lock), settling conflicts as asked; the merged tree and the
-    statistics of tensors a method computed. Conflicts left: MergeConflictError (``report``
-    lists them), nothing written. Uncommitted changes in a path the merge writes: refused."""
-    from mgit.merge.threeway.conflicts import Resolution
+@dataclass
+class Merged:
+    """A three-way merge done (nothing written yet): the merged tree, the statistics of the
+    tensors a method computed, the method and the seed it ran with (a random one's)."""
+
+    tree: TreeMerge
+    stats: dict[str, Triples] = field(default_factory=dict)
+    method: str | None = None
+    seed: int | None = None
+
+    def report(self, made: BranchMerge, kind: str, commit: str | None) -> BranchMerge:
+        """``made`` completed with what this merge did."""
+        return dataclasses.replace(
+            made,
+            kind=kind,
+            commit=commit,
+            changed=self.tree.changed,
+            settled=self.tree.settled,
+            method=self.method,
+            seed=self.seed,
+        )
+
+
+def three_way(ctx: Context, sides: Sides, policy: ConflictPolicy, made: BranchMerge) -> Merged:
+    """Merge ``sides`` (under the lock), settling conflicts as ``policy`` says. Conflicts left:
+    MergeConflictError (its report: ``made`` with them), nothing written. Uncommitted changes in
+    a path the merge writes: refused."""
     from mgit.merge.threeway.snapshots import merge_snapshots
 
-    base_snap, ours_snap, theirs_snap = sides.snaps
-    patterns = Resolution(settle.ours, settle.theirs)
-    tree = merge_snapshots(ctx.graph, base_snap, ours_snap, theirs_snap, patterns)
-    by_method = [c for c in tree.conflicts if c.method_can_merge] if settle.method is not None else []
+    parsed: dict[str, TensorManifest] = {}
+    ours_snap, theirs_snap = sides.ours_snap, sides.theirs_snap
+    tree = merge_snapshots(ctx.graph, sides.base_snaps, ours_snap, theirs_snap, policy.resolution, parsed)
+    by_method = [c for c in tree.conflicts if c.method_can_merge] if policy.method is not None else []
     left = [c for c in tree.conflicts if c not in by_method]
     if left:
-        _raise_conflicts(report, tree.conflicts if settle.method is None else left, settle.method is not None)
+        raise conflict_error(made, left, policy.method is not None)
     touched = {p for p in set(ours_snap) | set(tree.merged) if ours_snap.get(p) != tree.merged.get(p)}
-    refuse_local_changes(ctx, ctx.index(), ours_snap, touched | {c.path for c in by_method}, report.op)
-    stats: dict[str, Triples] = {}
-    if by_method:
-        assert settle.method is not None
-        computed, stats = _by_method(ctx, by_method, sides, settle)
-        tree = merge_snapshots(
-            ctx.graph, base_snap, ours_snap, theirs_snap, Resolution(settle.ours, settle.theirs, computed)
-        )
-        report.method = settle.method
-    report.changed, report.settled = tree.changed, tree.settled
-    return tree, stats
+    refuse_local_changes(ctx, ctx.index(), ours_snap, touched | {c.path for c in by_method}, made.op)
+    if not by_method:
+        return Merged(tree)
+    done = _by_method(ctx, by_method, sides, policy, parsed)
+    resolution = dataclasses.replace(policy.resolution, computed=done.computed)
+    tree = merge_snapshots(ctx.graph, sides.base_snaps, ours_snap, theirs_snap, resolution, parsed)
+    return Merged(tree, done.stats, policy.method, done.seed)
 
 
-def _raise_conflicts(report: BranchMerge, conflicts: list[Conflict], method_given: bool) -> None:
-    """Stop the merge: ``report`` lists the conflicts, the error says how many and where."""
-    report.kind, report.conflicts = "conflict", conflicts
+def conflict_error(made: BranchMerge, conflicts: list[Conflict], method_given: bool) -> MergeConflictError:
+    """The error that stops a merge: its report lists the conflicts, its line says how many
+    and where."""
+    report = dataclasses.replace(made, kind="conflict", conflicts=conflicts)
     tensors = sum(c.tensor is not None and c.key is None for c in conflicts)
     files = len({c.path for c in conflicts})
     what = f"{len(conflicts)} conflict(s) in {files} file(s)" + (f", {tensors} in tensors" if tensors else "")
     hint = " (--method merges only tensors both sides changed; settle the others with --ours/--theirs)"
-    outcome = "nothing changed and the stash is kept" if report.op == "stash apply" else "nothing was committed"
-    raise MergeConflictError(f"{report.op} of {report.rev}: {what}; {outcome}{hint * method_given}", report)
+    outcome = "nothing changed and the stash is kept" if made.op == "stash apply" else "nothing was committed"
+    return MergeConflictError(f"{made.op} of {made.rev}: {what}; {outcome}{hint * method_given}", report)
+
+
+def refuse_staged(index: Index, head_snap: Snapshot, what: str) -> None:
+    """Refuse a three-way merge while the index differs from HEAD anywhere, as git does: the
+    merge commit is made from HEAD and the merged tree, and would leave staged changes out."""
+    staged = sorted(p for p in set(head_snap) | set(index.entries) if _staged(index, head_snap, p))
+    if staged:
+        raise DirtyWorktreeError(
+            f"{what} needs the index to match HEAD, and {_listed(staged)} has staged changes; commit or unstage "
+            "them first (nothing was changed)"
+        )
+
+
+def _staged(index: Index, head_snap: Snapshot, path: str) -> bool:
+    ie = index.entries.get(path)
+    return (ie.entry if ie is not None else None) != head_snap.get(path)
 
 
 def refuse_local_changes(ctx: Context, index: Index, head_snap: Snapshot, paths: set[str], what: str) -> None:
     """Refuse, before anything is written, a merge that would overwrite uncommitted changes
     (staged or not, an untracked file where it writes one) in the ``paths`` it writes, as
-    checkout refuses; changes elsewhere stay as they are, as git leaves them."""
+    checkout refuses; changes elsewhere stay as they are. A directory where a file goes is
+    in the way unless it holds only tracked files the merge removes."""
     dirty = []
     for p in sorted(paths):
         ie, path = index.entries.get(p), ctx.root / p
         if ie is None:
-            if p in head_snap or path.exists():
+            if p in head_snap or _untracked_in_the_way(ctx, p, head_snap, paths):
                 dirty.append(p)  # a staged deletion, or an untracked file in the way
         elif ie.entry != head_snap.get(p):
             dirty.append(p)  # a staged change
@@ -146,84 +212,87 @@ def refuse_local_changes(ctx: Context, index: Index, head_snap: Snapshot, paths:
         elif not clean(ctx, p, ie.worktree, index):
             dirty.append(p)  # an unstaged change or deletion
     if dirty:
-        shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
         raise DirtyWorktreeError(
-            f"{what} would overwrite uncommitted changes in {shown}; commit or discard them first (nothing was changed)"
+            f"{what} would overwrite uncommitted changes in {_listed(dirty)}; commit or discard them first "
+            "(nothing was changed)"
         )
 
 
+def _untracked_in_the_way(ctx: Context, p: str, head_snap: Snapshot, paths: set[str]) -> bool:
+    from mgit.ops.paths import holds_only
+
+    path = ctx.root / p
+    if path.is_dir() and not path.is_symlink():
+        return not holds_only(ctx.root, p, {f for f in paths if f in head_snap})
+    return os.path.lexists(path)
+
+
+def _listed(paths: list[str]) -> str:
+    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+
+
+@dataclass
+class _MethodRun:
+    computed: dict[tuple[str, str], str]  # (path, tensor) → the merged tensor's manifest blob id
+    stats: dict[str, Triples]  # of the chunks made, relative to the base
+    seed: int | None  # a random method's
+
+
 def _by_method(
-    ctx: Context, conflicts: Sequence[Conflict], sides: Sides, settle: Settle
-) -> tuple[dict[tuple[str, str], str], dict[str, Triples]]:
+    ctx: Context, conflicts: Sequence[Conflict], sides: Sides, policy: ConflictPolicy, parsed: dict[str, TensorManifest]
+) -> _MethodRun:
     """The tensors both sides changed, merged by the method with the merge base as the base and
-    [ours, theirs] as the experts (task arithmetic with weights 1, 1: base + Δours + Δtheirs):
-    mgit.merge's plan and engine, on those tensors alone. (path, tensor) → the merged manifest
-    blob id, and the statistics of the chunks made (relative to the base)."""
+    [ours, theirs] as the experts: mgit.merge's plan and engine, on those tensors alone. (In a
+    criss-cross history every base holds such a tensor the same way: any one serves.)"""
     from mgit.merge.engine import execute
     from mgit.merge.methods.registry import get_method
-    from mgit.merge.plan import MergePlan, plan_tensor
     from mgit.merge.request import MergeSetup
+    from mgit.merge.threeway.by_method import computed_manifests, conflict_plan, side_params
     from mgit.model.ingest import Ingestor
     from mgit.ops.stage import parent_lookup
 
-    assert settle.method is not None and sides.theirs is not None
-    method = get_method(settle.method)
-    given = dict(settle.params)
-    if "weight" not in given and any(p.name == "weight" for p in method.params):
-        given["weight"] = 1.0  # each side's whole change
-    resolved = method.resolve(given, 2)
-    method.check_params(resolved, method.name)
-    seed = settle.seed if settle.seed is not None else (secrets.randbits(31) if method.random else 0)
-    names: dict[str, list[str]] = defaultdict(list)
-    for c in conflicts:
-        names[c.path].append(str(c.tensor))
-    plan, parsed = MergePlan("", {}, []), dict[str, TensorManifest]()
-    labels, cost = list(sides.labels), ctx.store.read_cost
-    for path, tensors in names.items():
-        stored = [load_safetensors(ctx.graph, snap[path].oid, path, parsed).manifests for snap in sides.snaps]
-        plan.files[path] = tensors
-        for name in tensors:
-            experts = [stored[1][name], stored[2][name]]
-            plan.tensors.append(plan_tensor(path, name, stored[0][name], experts, labels, False, cost))
-    base_snap = sides.snaps[0]
-    setup = MergeSetup(method, resolved, sides.base, [sides.ours, sides.theirs], labels, base_snap, seed=seed)
+    assert policy.method is not None and sides.theirs is not None
+    method = get_method(policy.method)
+    params = side_params(method, policy.params)
+    seed = policy.seed if policy.seed is not None else (secrets.randbits(31) if method.random else 0)
+    base, base_snap, labels = sides.bases[0], sides.base_snaps[0], list(sides.labels)
+    snaps = (base_snap, sides.ours_snap, sides.theirs_snap)
+    plan = conflict_plan(ctx.graph, conflicts, snaps, labels, ctx.store.read_cost, parsed)
+    setup = MergeSetup(method, params, base, [sides.ours, sides.theirs], labels, base_snap, seed=seed)
     with byte_progress("merge", sum(tp.base.nbytes for tp in plan.tensors)) as bar, ctx.store.random_reads():
         ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parent_lookup(ctx, base_snap))
         run = execute(plan, setup, ingestor, ctx.store, ctx.pool, base_snap, bar)
-    computed: dict[tuple[str, str], str] = {}
-    for path, entry in run.files.items():
-        ids = load_safetensors(ctx.graph, entry.oid, path, parsed).manifest_ids
-        computed |= {(path, name): ids[name] for name in names[path]}
-    return computed, run.stats
+    computed = computed_manifests(ctx.graph, run.files, plan, parsed)
+    return _MethodRun(computed, run.stats, seed if method.random else None)
 
 
 def commit_merge(
-    ctx: Context,
-    sides: Sides,
-    tree: TreeMerge,
-    stats: dict[str, Triples],
-    parents: list[str],
-    message: str,
-    reflog: str,
-    report: BranchMerge,
+    ctx: Context, sides: Sides, merged: Merged, parents: list[str], message: str, made: BranchMerge
 ) -> str:
     """Write the merged tree (with the statistics of what a method computed) and the commit, then
-    move the branch and bring the working tree and index to it, journaled (``op: merge`` or
-    ``revert``, head ``advance``): a killed run is finished by the next command."""
+    move the branch and bring the working tree and index to it, journaled (``op``: merge, pull
+    or revert; head ``advance``): a killed run is finished by the next command. The reflog
+    says ``made.op``: the message's first line (a merge's: the strategy's line)."""
     ctx.store.seal()  # chunks a method made are visible before any tree names them
-    tree_id = write_snapshot(ctx.graph, tree.merged, records.stats_entries(ctx.graph, stats))
+    tree_id = write_snapshot(ctx.graph, merged.tree.merged, records.stats_entries(ctx.graph, merged.stats))
     who = ctx.identity()
     commit = ctx.graph.put_commit(tree_id, parents, message, who, who)
-    install_merge(ctx, commit, sides.snaps[1], tree.merged, sides.ours, reflog, {}, report.op, report.rev)
-    report.commit = commit
+    reflog = f"{made.op}: {message.splitlines()[0]}" if made.op == "revert" else f"{reflog_action(made)}: {STRATEGY}"
+    install_merge(ctx, commit, sides.ours_snap, merged.tree.merged, sides.ours, reflog, op=made.op, rev=made.rev)
     return commit
 
 
-def settled_note(report: BranchMerge) -> str:
+def reflog_action(made: BranchMerge) -> str:
+    """How the reflog names the command: ``merge REV``, ``pull``."""
+    return f"merge {made.rev}" if made.op == "merge" else made.op
+
+
+def settled_note(merged: Merged, base: str) -> str:
     """The lines a default commit message gets for the conflicts settled (git lists its
-    conflicts there too): each place and how, a method's over which merge base."""
-    if not report.settled:
+    conflicts there too): each place and how, a method's over which merge base (and with
+    which seed, for a random one: the merge can be made again)."""
+    if not merged.tree.settled:
         return ""
-    method = f"{report.method} over {str(report.base)[:12]}"
-    lines = [f"  {c.conflict.where}: {method if c.by == 'method' else c.by}" for c in report.settled]
+    method = f"{merged.method} over {base[:12]}" + (f" (seed {merged.seed})" if merged.seed is not None else "")
+    lines = [f"  {c.conflict.where}: {method if c.by == 'method' else c.by}" for c in merged.tree.settled]
     return "\n\nConflicts settled:\n" + "\n".join(lines)

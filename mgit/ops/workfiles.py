@@ -5,8 +5,10 @@ HEAD). Checkout, reset, recovery and commits from memory share them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from mgit.context import Context
 from mgit.errors import BadInputError, RefUpdateError
@@ -112,14 +114,23 @@ def complete(ctx: Context, plan: Journal, index: Index, result: CheckoutResult, 
     for p in plan.removes:
         if index.entries.pop(p, None) is not None or (ctx.root / p).exists():
             result.removed.append(p)
-        (ctx.root / p).unlink(missing_ok=True)
-        prune_dirs(ctx.root, p)
+        remove_file(ctx.root, p)
     index.save()
     if plan.set_patterns:
         save_patterns(ctx.git_dir, plan.patterns)
     move_head(ctx, plan)
     if clear:
         journal.clear(ctx.git_dir)
+
+
+def remove_file(root: Path, rel: str) -> None:
+    """Remove the file ``rel`` and the directories it leaves empty: gone already, or a file
+    written under its name as a directory (or in place of its directory), nothing is left to do."""
+    path = root / rel
+    if not path.is_dir():
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            path.unlink()
+    prune_dirs(root, rel)
 
 
 def move_head(ctx: Context, plan: Journal) -> None:

@@ -124,13 +124,13 @@ def test_usage_errors_exit_2(two_branches: Path) -> None:
 
 
 def test_merge_conflicts_exit_5(two_branches: Path) -> None:
-    """Both branches changed the one tensor: the conflict is listed on stdout, one error line
-    follows, and nothing was committed."""
+    """Both branches changed the one tensor (to another shape on ours): the conflict is listed on
+    stdout, one error line follows, and nothing was committed."""
     _write(two_branches, 80, seed=3)
     _mgit(two_branches, "add", "model").check()
     _mgit(two_branches, "commit", "-m", "v3").check()
     got = _mgit(two_branches, "merge", "other")
-    assert got.exit_code == 5 and got.stdout.startswith("CONFLICT (content): tensor w of model/model.safetensors")
+    assert got.exit_code == 5 and got.stdout.startswith("CONFLICT (dtype/shape): tensor w of model/model.safetensors")
     assert got.stderr.startswith("error: merge of other: 1 conflict(s)") and got.stderr.count("\n") == 1
     assert _mgit(two_branches, "log", "--oneline").stdout.splitlines()[0].endswith("v3")
 

@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from mgit import Repository
 from mgit.errors import DirtyWorktreeError, MergeConflictError
+from mgit.merge.threeway.snapshots import FileChange
 from mgit.model.filetree import load_safetensors
 from mgit.worktree import journal
 
@@ -73,7 +74,7 @@ def test_a_file_changed_on_one_side_is_taken_whole_and_no_chunk_is_written(repo,
     _branches(repo, base, base, _changed(base, q0=1.0), ours_cfg=ours_cfg)
     packs = _packs(repo)
     result = repo.merge_branch("feat")
-    assert result.kind == "merged" and result.changed == {FILE: []}
+    assert result.kind == "merged" and result.changed == {FILE: FileChange("theirs")}
     head = repo.graph.commit(repo.refs.head())
     assert head.parents == (result.old_head, repo.resolve("feat")) and head.message == "Merge branch 'feat'"
     assert repo.snapshot()[FILE] == repo.snapshot("feat")[FILE]  # the same tree: the same bytes
@@ -90,7 +91,7 @@ def test_different_tensors_changed_on_each_side_merge_per_tensor(repo, base):
     _branches(repo, base, ours, theirs)
     packs = _packs(repo)
     result = repo.merge_branch("feat")
-    assert result.kind == "merged" and result.changed == {FILE: [Q0]}
+    assert result.kind == "merged" and result.changed == {FILE: FileChange("merged", {Q0: "theirs"})}
     merged, mine, yours = _manifests(repo, "HEAD"), _manifests(repo, "main~1"), _manifests(repo, "feat")
     assert merged[Q0] == yours[Q0] and merged[UP1] == mine[UP1]  # each side's manifest blob, as it is
     assert {n for n in merged if merged[n] != mine[n]} == {Q0}
@@ -116,7 +117,8 @@ def test_a_tensor_added_on_one_side_and_metadata_merged_rebuild_the_header(repo,
     repo.checkout("main")
     _commit(repo, _changed(base, up1=2.0), "ours")
     result = repo.merge_branch("feat")
-    assert result.kind == "merged" and sorted(result.changed[FILE]) == sorted([Q0, "extra.bias"])
+    taken = {Q0: "theirs", "extra.bias": "theirs", "__metadata__[note]": "theirs"}
+    assert result.kind == "merged" and result.changed[FILE].tensors == taken
     from safetensors import safe_open
 
     with safe_open(repo.root / FILE, "pt") as f:
@@ -139,7 +141,7 @@ def test_the_same_tensor_changed_on_both_sides_is_a_conflict_and_nothing_changes
     assert f"tensor {K1} of {FILE}" in got.stdout and "--method task_arithmetic" in got.stdout
     assert got.stderr.startswith("error: merge of feat: 2 conflict(s) in 1 file(s)") and got.stderr.count("\n") == 1
     doc = json.loads(invoke("merge", "feat", "--json", cwd=repo.root).stdout)
-    assert doc["schema"] == "mgit.merge-conflicts/1" and doc["committed"] is False
+    assert doc["schema"] == "mgit.merge-conflicts/2" and doc["committed"] is False
     assert {c["where"] for c in doc["conflicts"]} == {f"{FILE}:{Q0}", f"{FILE}:{K1}"}
     with Repository(repo.root) as again:
         assert again.refs.head() == head and tree_hashes(again.root) == files
@@ -167,11 +169,12 @@ def test_a_bare_theirs_flag_settles_every_conflict_from_the_cli(repo, base):
     theirs = _changed(base, q0=1.0, k1=3.0)
     _branches(repo, base, _changed(base, q0=2.0, k1=1.0), theirs)
     repo.close()
+    both = invoke("merge", "feat", "--ours", f"{FILE}:{Q0}", "--theirs", cwd=repo.root)  # Q0 matched by both
+    assert both.exit_code == 2 and "is matched by both --ours and --theirs" in both.stderr
     got = invoke("merge", "feat", "--theirs", cwd=repo.root)
     assert got.exit_code == 0, got.stderr
     assert got.stdout.startswith("Merge made by the 'three-way' strategy.")
     assert f" settled {FILE}:{Q0} by theirs" in got.stdout
-    assert invoke("merge", "feat", "--ours", "x", "--theirs", "x*", cwd=repo.root).stdout.startswith("Already")
     merged = load_file(repo.root / FILE)
     assert torch.equal(merged[Q0], theirs[Q0]) and torch.equal(merged[K1], theirs[K1])
 

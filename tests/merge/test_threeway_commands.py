@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 from mgit import Repository
 from mgit.errors import BadInputError, MergeConflictError, MgitError, NonFastForwardError
+from mgit.merge.threeway.snapshots import FileChange
 from mgit.worktree import journal
 
 SPEC = LlamaSpec(layers=2, hidden=32, intermediate=64, vocab=64)
@@ -56,7 +57,7 @@ def test_fast_forward_and_already_up_to_date(repo, base):
         assert torch.equal(load_file(again.root / FILE)[Q0], base[Q0] + 1.0)
     assert invoke("merge", "feat", cwd=repo.root).stdout == "Already up to date.\n"
     doc = json.loads(invoke("merge", "main~1", "--json", cwd=repo.root).stdout)
-    assert doc["schema"] == "mgit.branch-merge/1" and doc["kind"] == "up-to-date" and doc["commit"] is None
+    assert doc["schema"] == "mgit.branch-merge/2" and doc["kind"] == "up-to-date" and doc["commit"] is None
 
 
 def test_no_ff_makes_a_merge_commit_and_ff_only_refuses_diverged_branches(repo, base):
@@ -128,7 +129,7 @@ def test_pull_merges_diverged_branches_keeping_the_local_change(diverged, base):
     clone.close()
     got = invoke("pull", cwd=clone.root)
     assert got.exit_code == 0, got.stderr
-    assert got.stdout.endswith("Merge made by the 'three-way' strategy.\n")
+    assert got.stdout == f"Merge made by the 'three-way' strategy.\n {FILE} | merged per tensor: 1 from origin/main\n"
     with Repository(clone.root) as again:
         head = again.graph.commit(again.refs.head())
         assert head.parents == (local, upstream.refs.head())
@@ -196,7 +197,7 @@ def test_revert_of_an_older_change_keeps_the_later_ones(repo, base):
     later = _with(_with(base, Q0, 1.0), UP1, 3.0)
     commit_model(repo, later, "tune up1")
     result = repo.revert("HEAD~1")
-    assert result.kind == "reverted" and result.changed == {FILE: [Q0]}
+    assert result.kind == "reverted" and result.changed == {FILE: FileChange("merged", {Q0: "theirs"})}
     got = load_file(repo.root / FILE)
     assert torch.equal(got[Q0], base[Q0]) and torch.equal(got[UP1], later[UP1])
     with pytest.raises(MgitError, match="nothing to commit"):

@@ -188,7 +188,7 @@ def test_a_same_size_overwrite_right_after_checkout_is_seen(branches):
     _overwrite_same_size(branches.root / "model" / "model.safetensors")
     assert [(f.path, f.change) for f in branches.status().unstaged] == [("model/model.safetensors", "modified")]
     with pytest.raises(Exception, match="uncommitted"):
-        branches.merge(["main"], "task_arithmetic", weight=0.5)
+        branches.merge(["main"], "task_arithmetic", base="HEAD", weight=0.5)
 
 
 def test_a_stat_in_the_markers_tick_is_racy():

@@ -1,5 +1,5 @@
 """Views of branch merges (``merge REV``, ``pull``, ``revert``): the result (schema
-mgit.branch-merge/1), the conflicts that stopped one (schema mgit.merge-conflicts/1) with the
+mgit.branch-merge/2), the conflicts that stopped one (schema mgit.merge-conflicts/2) with the
 commands that settle them, and ``merge-base``'s lines."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from mgit.cli.views import Printout, document
 
 if TYPE_CHECKING:
     from mgit.merge.threeway.conflicts import Conflict, Settled
+    from mgit.merge.threeway.snapshots import FileChange
     from mgit.ops.threeway import BranchMerge
 
 
@@ -29,18 +30,23 @@ def _settled(s: Settled) -> dict:
 
 
 def _sides(r: BranchMerge) -> dict:
-    return {"op": r.op, "rev": r.rev, "theirs": r.theirs, "base": r.base}
+    return {"op": r.op, "rev": r.rev, "target": r.target, "theirs": r.theirs, "bases": r.bases}
+
+
+def _change(c: FileChange) -> dict:
+    return {"how": c.how, "tensors": c.tensors}
 
 
 def merge_json(r: BranchMerge) -> dict:
-    done = {"commit": r.commit, "branch": r.branch, "old_head": r.old_head, "changed": r.changed}
-    settled = {"settled": [_settled(s) for s in r.settled], "method": r.method}
-    return document("mgit.branch-merge/1", {"kind": r.kind, **_sides(r), **done, **settled})
+    done = {"commit": r.commit, "branch": r.branch, "old_head": r.old_head}
+    changed = {path: _change(c) for path, c in r.changed.items()}
+    settled = {"settled": [_settled(s) for s in r.settled], "method": r.method, "seed": r.seed}
+    return document("mgit.branch-merge/2", {"kind": r.kind, **_sides(r), **done, "changed": changed, **settled})
 
 
 def conflicts_json(r: BranchMerge) -> dict:
     found = {"committed": False, "conflicts": [_conflict(c) for c in r.conflicts]}
-    return document("mgit.merge-conflicts/1", {**_sides(r), "head": r.old_head, **found})
+    return document("mgit.merge-conflicts/2", {**_sides(r), "head": r.old_head, **found})
 
 
 def merge_text(r: BranchMerge) -> Printout:
@@ -51,18 +57,30 @@ def merge_text(r: BranchMerge) -> Printout:
         p.out("Already up to date.")
         return p
     if r.kind == "fast-forward":
-        p.out(f"Updating {(r.old_head or '0' * 7)[:7]}..{r.theirs[:7]}\nFast-forward")
+        p.out(f"Updating {(r.old_head or '0' * 7)[:7]}..{r.target[:7]}\nFast-forward")
     elif r.kind == "reverted":
-        p.out(f"[{r.branch or 'detached HEAD'} {str(r.commit)[:7]}] reverted {r.rev} ({r.theirs[:12]})")
+        p.out(f"[{r.branch or 'detached HEAD'} {str(r.commit)[:7]}] reverted {r.rev} ({r.target[:12]})")
     else:
         p.out("Merge made by the 'three-way' strategy.")
     side = "the reverted commit's parent" if r.op == "revert" else r.rev
-    for path, tensors in sorted(r.changed.items()):
-        p.out(f" {path}" + (f" | {len(tensors)} tensor(s) from {side}" if tensors else ""))
+    for path, change in sorted(r.changed.items()):
+        p.out(f" {path} | {_how(change, side, r.method)}", markup=False, highlight=False)
     for s in r.settled:
         how = r.method if s.by == "method" else s.by
-        p.out(f" settled {s.conflict.where} by {how}")
+        p.out(f" settled {s.conflict.where} by {how}", markup=False, highlight=False)
+    if r.seed is not None:
+        p.out(f" {r.method} ran with seed {r.seed} (--seed {r.seed} makes it again)", markup=False)
     return p
+
+
+def _how(c: FileChange, side: str, method: str | None) -> str:
+    """One changed path: ``from SIDE``, ``deleted``, ``merged``, and for a safetensors file
+    merged per tensor how many tensors came from where."""
+    if not c.tensors:
+        return {"theirs": f"from {side}", "deleted": "deleted"}.get(c.how, "merged")
+    counts = {how: sum(v == how for v in c.tensors.values()) for how in ("theirs", "method", "deleted")}
+    words = {"theirs": f"from {side}", "method": f"by {method}", "deleted": "deleted"}
+    return "merged per tensor: " + ", ".join(f"{n} {words[how]}" for how, n in counts.items() if n)
 
 
 def conflicts_text(r: BranchMerge) -> Printout:

@@ -11,6 +11,7 @@ from rich.filesize import decimal
 from mgit.cli.views import Printout, document
 
 if TYPE_CHECKING:
+    from mgit.ops.threeway import BranchMerge
     from mgit.remote.transfer import Transfer
 
 Moves = dict[str, tuple[str | None, str]]  # remote ref → (old, new) of its local copy
@@ -53,9 +54,10 @@ def transfer_json(kind: str, remote: str, t: Transfer) -> dict:
     return document("mgit.transfer/1", transfer_payload(kind, remote, t))
 
 
-def pull_json(remote: str, t: Transfer, branch: str | None, before: str | None, after: str | None) -> dict:
-    head = {"branch": branch, "old": before, "new": after}
-    return document("mgit.transfer/1", {**transfer_payload("pull", remote, t), "head": head})
+def pull_json(remote: str, t: Transfer, merged: BranchMerge) -> dict:
+    """The fetch's document, with where the merge left the branch (``merge``: its kind)."""
+    head = {"branch": merged.branch, "old": merged.old_head, "new": merged.commit or merged.old_head}
+    return document("mgit.transfer/1", {**transfer_payload("pull", remote, t), "head": head | {"merge": merged.kind}})
 
 
 def transfer_line(verb: str, t: Transfer) -> str:
@@ -106,15 +108,6 @@ def ref_moves(lines: list[str | None], url: Callable[[], str]) -> Printout:
         for line in shown:
             p.err(line, markup=False)
     return p
-
-
-def pull_result(before: str | None, after: str | None, merged: bool = False) -> str:
-    """git's line: up to date, a fast-forward, or a merge commit (``merged``)."""
-    if before == after:
-        return "Already up to date."
-    if merged:
-        return "Merge made by the 'three-way' strategy."
-    return f"Updating {(before or '0' * 7)[:7]}..{(after or '')[:7]}\nFast-forward"
 
 
 def clone_line(url: str, dest: str, branch: str | None, got: Transfer, fetched: Transfer | None) -> str:

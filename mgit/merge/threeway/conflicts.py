@@ -11,7 +11,7 @@ a change made on one side only is taken whatever the patterns say, as git's ``-X
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -31,6 +31,9 @@ KINDS = {
     "text": "both sides changed the same lines",
     "metadata": "both sides set this __metadata__ key differently",
     "mode": "both sides changed the file's mode differently",
+    "dtype/shape": "both sides changed it, to a different dtype or shape (no method can combine them)",
+    "file/directory": "a file on one side, a directory of files on the other",
+    "criss-cross": "the merge bases (a criss-cross history) hold it differently and the sides do not agree",
 }
 
 
@@ -111,9 +114,19 @@ def pick(base: T | None, ours: T | None, theirs: T | None) -> tuple[bool, T | No
     return False, None
 
 
-def conflict_kind(base: Value, ours: Value, theirs: Value) -> str:
+def pick_over(bases: Sequence[T | None], ours: T | None, theirs: T | None) -> tuple[bool, T | None]:
+    """:func:`pick` over every merge base of a criss-cross history (several best common
+    ancestors): the place is decided only when each base decides it, and the same way; where
+    merging over one base would give another result than over the other, it is a conflict."""
+    outcomes = {pick(base, ours, theirs) for base in bases}
+    return outcomes.pop() if len(outcomes) == 1 else (False, None)
+
+
+def conflict_kind(bases: Sequence[Value], ours: Value, theirs: Value) -> str:
     """What kind of conflict both sides changing one place differently is."""
-    if base is None:
+    if len(set(bases)) > 1:
+        return "criss-cross"
+    if bases[0] is None:
         return "add/add"
     if ours is None:
         return "delete/modify"
@@ -122,7 +135,7 @@ def conflict_kind(base: Value, ours: Value, theirs: Value) -> str:
     return "content"
 
 
-def settle(
+def resolve(
     conflict: Conflict, resolution: Resolution, ours: Value, theirs: Value, settled: list[Settled]
 ) -> tuple[bool, Value]:
     """A conflict the resolution settles: (True, the value taken), recorded in ``settled``;

@@ -6,113 +6,189 @@ both sides changed differently is merged by its kind: a safetensors file tensor 
 (:mod:`~mgit.merge.threeway.tensors`), a text file line by line
 (:mod:`~mgit.merge.threeway.text`); anything else, and a file one side deleted while the other
 changed it, is a conflict, unless the :class:`~mgit.merge.threeway.conflicts.Resolution`
-settles it. Nothing here touches the working tree, the index or a ref.
+settles it. So is a file on one side where the other has a directory of files. A criss-cross
+history has several merge bases: each place is merged over every one of them and decided only
+where they all give the same result (git's resolve strategy would take one; its recursive
+and ort strategies merge the bases first: either way, a real conflict is not lost). Nothing
+here touches the working tree, the index or a ref.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mgit.graph.objects import Graph
 from mgit.graph.snapshot import Entry, Snapshot
-from mgit.merge.threeway.conflicts import Conflict, Resolution, Settled, conflict_kind, pick, settle
+from mgit.merge.threeway.conflicts import Conflict, Resolution, Settled, Side, conflict_kind, pick_over, resolve
 from mgit.merge.threeway.tensors import merge_safetensors
 from mgit.merge.threeway.text import is_text, merge_text
 from mgit.model.manifest import TensorManifest
+
+Here = tuple[tuple[Entry | None, ...], Entry | None, Entry | None]  # one path: each base's entry, ours, theirs
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """What a merge changed at one path on our side: ``how`` (``theirs``: their version, whole;
+    ``deleted``; ``merged``: both sides' changes combined, by lines or by tensors) and, for a
+    safetensors file merged tensor by tensor, each tensor or ``__metadata__[KEY]`` it changed →
+    ``theirs``, ``method`` (computed by a merge method) or ``deleted``."""
+
+    how: str
+    tensors: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class TreeMerge:
     """The merged snapshot (complete only when ``conflicts`` is empty), the conflicts left, the
-    ones a resolution settled, and what the merge changes on our side: path → the tensors it
-    takes from theirs (empty: the whole file, its deletion, or its lines merged)."""
+    ones a resolution settled, and what the merge changes on our side, path by path."""
 
     merged: Snapshot = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)
     settled: list[Settled] = field(default_factory=list)
-    changed: dict[str, list[str]] = field(default_factory=dict)
+    changed: dict[str, FileChange] = field(default_factory=dict)
 
 
 def merge_snapshots(
-    graph: Graph, base: Snapshot, ours: Snapshot, theirs: Snapshot, resolution: Resolution
+    graph: Graph,
+    bases: Sequence[Snapshot],
+    ours: Snapshot,
+    theirs: Snapshot,
+    resolution: Resolution,
+    parsed: dict[str, TensorManifest] | None = None,
 ) -> TreeMerge:
+    """``ours`` and ``theirs`` merged over their merge bases (one, or several in a criss-cross
+    history); ``parsed`` (manifest blob id → manifest) may be shared with the caller."""
     out = TreeMerge()
-    parsed: dict[str, TensorManifest] = {}
-    for path in sorted(set(base) | set(ours) | set(theirs)):
-        b, o, t = base.get(path), ours.get(path), theirs.get(path)
-        decided, entry = pick(b, o, t)
+    parsed = {} if parsed is None else parsed
+    for path in sorted(set(ours) | set(theirs) | {p for base in bases for p in base}):
+        here = tuple(base.get(path) for base in bases), ours.get(path), theirs.get(path)
+        decided, entry = pick_over(*here)
+        tensors: dict[str, str] = {}
         left = len(out.conflicts)
         if not decided:
-            entry = _both_changed(graph, path, b, o, t, resolution, parsed, out)
+            entry, tensors = _both_changed(graph, path, here, resolution, parsed, out)
         if entry is not None:
             out.merged[path] = entry
-        if entry != o and len(out.conflicts) == left:
-            out.changed.setdefault(path, [])
+        if entry != here[1] and len(out.conflicts) == left:
+            out.changed[path] = FileChange(_how(entry, here[2]), tensors)
+    _settle_file_directory(out, ours, theirs, resolution)
     return out
 
 
+def _how(entry: Entry | None, theirs: Entry | None) -> str:
+    return "deleted" if entry is None else "theirs" if entry == theirs else "merged"
+
+
 def _both_changed(
-    graph: Graph,
-    path: str,
-    b: Entry | None,
-    o: Entry | None,
-    t: Entry | None,
-    resolution: Resolution,
-    parsed: dict[str, TensorManifest],
-    out: TreeMerge,
-) -> Entry | None:
-    """The entry of a path both sides changed differently (None: deleted, or a conflict left)."""
+    graph: Graph, path: str, here: Here, resolution: Resolution, parsed: dict[str, TensorManifest], out: TreeMerge
+) -> tuple[Entry | None, dict[str, str]]:
+    """The entry of a path both sides changed differently (None: deleted, or a conflict left),
+    and the tensors a per-tensor merge changed on our side."""
+    bases, o, t = here
     if o is None or t is None:  # one side deleted what the other changed
-        return _settle(Conflict(path, conflict_kind(*(_key(e) for e in (b, o, t)))), o, t, resolution, out)
-    if {o.kind, t.kind} | ({b.kind} if b is not None else set()) != {o.kind}:
-        return _settle(Conflict(path, "type"), o, t, resolution, out)
+        return _whole_file(Conflict(path, conflict_kind(*_keys(here))), o, t, resolution, out), {}
+    if {o.kind, t.kind} | {b.kind for b in bases if b is not None} != {o.kind}:
+        return _whole_file(Conflict(path, "type"), o, t, resolution, out), {}
     if o.kind == "safetensors":
-        merged = merge_safetensors(graph, path, b, o, t, resolution, parsed)
+        merged = merge_safetensors(graph, path, bases, o, t, resolution, parsed)
         out.conflicts += merged.conflicts
         out.settled += merged.settled
-        if merged.from_theirs and merged.entry is not None:
-            out.changed[path] = merged.from_theirs
-        return merged.entry
+        return merged.entry, merged.taken
     if o.kind == "blob":
-        return _merge_blob(graph, path, b, o, t, resolution, out)
-    return _settle(Conflict(path, "binary" if b is not None else "add/add"), o, t, resolution, out)
+        return _merge_blob(graph, path, here, resolution, out), {}
+    return _whole_file(Conflict(path, _file_kind(here, "binary")), o, t, resolution, out), {}
 
 
 def _key(entry: Entry | None) -> str | None:
     return None if entry is None else f"{entry.kind}:{entry.oid}:{entry.mode}"
 
 
-def _settle(
+def _keys(here: Here) -> tuple[tuple[str | None, ...], str | None, str | None]:
+    return tuple(_key(b) for b in here[0]), _key(here[1]), _key(here[2])
+
+
+def _file_kind(here: Here, changed: str) -> str:
+    """A whole file's conflict kind where both sides hold it: ``changed`` over a base holding
+    it, ``add/add`` over none."""
+    kind = conflict_kind(*_keys(here))
+    return changed if kind == "content" else kind
+
+
+def _whole_file(
     conflict: Conflict, o: Entry | None, t: Entry | None, resolution: Resolution, out: TreeMerge
 ) -> Entry | None:
     """A whole-file conflict: the side a pattern chose (recorded), else recorded as left."""
-    decided, chosen = settle(conflict, resolution, _key(o), _key(t), out.settled)
+    decided, chosen = resolve(conflict, resolution, _key(o), _key(t), out.settled)
     if not decided:
         out.conflicts.append(conflict)
         return None
     return o if chosen == _key(o) else t
 
 
-def _merge_blob(
-    graph: Graph, path: str, b: Entry | None, o: Entry, t: Entry, resolution: Resolution, out: TreeMerge
-) -> Entry | None:
-    """Two changed versions of a plain file: lines merged when all three are text and the mode
+def _merge_blob(graph: Graph, path: str, here: Here, resolution: Resolution, out: TreeMerge) -> Entry | None:
+    """Two changed versions of a plain file: lines merged when all are text and the mode
     merges (a conflict where both changed the same lines, unless a pattern chose a side for
     such hunks), else a binary (or mode) conflict, settled whole."""
-    base_text, ours_text, theirs_text = texts = [graph.blob(e.oid) if e is not None else b"" for e in (b, o, t)]
-    mode_ok, mode = pick(*(str(e.mode) if e is not None else None for e in (b, o, t)))
-    if not all(is_text(x) for x in texts):
-        return _settle(Conflict(path, "binary" if b is not None else "add/add"), o, t, resolution, out)
+    bases, o, t = here
+    assert o is not None and t is not None
+    base_texts = [graph.blob(b.oid) if b is not None else b"" for b in bases]
+    ours_text, theirs_text = graph.blob(o.oid), graph.blob(t.oid)
+    mode_ok, mode = pick_over(tuple(str(b.mode) if b is not None else None for b in bases), str(o.mode), str(t.mode))
+    if not all(is_text(x) for x in [*base_texts, ours_text, theirs_text]):
+        return _whole_file(Conflict(path, _file_kind(here, "binary")), o, t, resolution, out)
     if not mode_ok:
-        return _settle(Conflict(path, "mode"), o, t, resolution, out)
-    merged = merge_text(base_text, ours_text, theirs_text)
+        return _whole_file(Conflict(path, "mode"), o, t, resolution, out)
+    merged = _merge_lines(base_texts, ours_text, theirs_text)
     if merged is None:
-        conflict = Conflict(path, "text")
+        conflict = Conflict(path, "text" if len(set(base_texts)) == 1 else "criss-cross")
         side = resolution.side(conflict)
         if side is None:
             out.conflicts.append(conflict)
             return None
         out.settled.append(Settled(conflict, side))
-        merged = merge_text(base_text, ours_text, theirs_text, side)
-        assert merged is not None  # a side chosen for every conflicting hunk
+        merged = _merge_lines(base_texts, ours_text, theirs_text, side)
+        if merged is None:  # the bases still disagree: that side's file, whole
+            merged = ours_text if side == "ours" else theirs_text
     return Entry("blob", graph.put_blob(merged), int(mode or o.mode))
+
+
+def _merge_lines(bases: list[bytes], ours: bytes, theirs: bytes, side: Side | None = None) -> bytes | None:
+    """The lines merged over each base, when every base gives the same text (else None)."""
+    results = {merge_text(base, ours, theirs, side) for base in dict.fromkeys(bases)}
+    return results.pop() if len(results) == 1 else None
+
+
+def _settle_file_directory(out: TreeMerge, ours: Snapshot, theirs: Snapshot, resolution: Resolution) -> None:
+    """A merged path that is a file while other merged paths lie under it (one side added the
+    file, the other files in a directory of that name): a ``file/directory`` conflict, unless
+    a pattern chose a side, whose version of everything at and under the path is then taken."""
+    directories = {path[:i] for path in out.merged for i, c in enumerate(path) if c == "/"}
+    done: list[str] = []
+    for path in sorted(p for p in out.merged if p in directories):
+        if any(path.startswith(d + "/") for d in done):
+            continue  # inside a collision already settled or left
+        done.append(path)
+        conflict = Conflict(path, "file/directory")
+        side = resolution.side(conflict)
+        if side is None:
+            out.conflicts.append(conflict)
+            continue
+        out.settled.append(Settled(conflict, side))
+        chosen = ours if side == "ours" else theirs
+        below = {p for p in [*out.merged, *chosen] if p == path or p.startswith(path + "/")}
+        for p in below:
+            _take(out, p, chosen.get(p), ours.get(p), theirs.get(p))
+
+
+def _take(out: TreeMerge, path: str, entry: Entry | None, ours: Entry | None, theirs: Entry | None) -> None:
+    """``entry`` (None: no file) at ``path`` in the merged snapshot, and what that changes."""
+    if entry is None:
+        out.merged.pop(path, None)
+    else:
+        out.merged[path] = entry
+    if entry == ours:
+        out.changed.pop(path, None)
+    else:
+        out.changed[path] = FileChange(_how(entry, theirs))

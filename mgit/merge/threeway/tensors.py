@@ -5,7 +5,10 @@ A stored safetensors file is a git tree: its verbatim header and one manifest bl
 (docs/format.md §6.2). Each tensor's manifest blob is taken from the side that changed it, as
 is: nothing is decoded or re-encoded, and the new tree names chunks already stored. Both sides
 changing a tensor differently (or one deleting what the other changed) is a conflict, and so
-is a ``__metadata__`` key set differently (keys are merged one by one). The header must then
+is a ``__metadata__`` key set differently (keys are merged one by one). In a criss-cross
+history each place is merged over every merge base, and decided only where they all agree.
+A conflicting tensor whose dtype or shape differs between the sides is a ``dtype/shape``
+conflict, which no method can combine. The header must then
 describe the tensors taken: when they are exactly our side's (names, order, dtypes, shapes,
 metadata) or theirs', that side's header bytes are kept verbatim; otherwise a header is built
 as the model layer builds one (our side's order, then tensors only theirs holds, in theirs').
@@ -13,52 +16,57 @@ as the model layer builds one (our side's order, then tensors only theirs holds,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mgit.graph.objects import Graph
 from mgit.graph.snapshot import Entry
-from mgit.merge.threeway.conflicts import METADATA, Conflict, Resolution, Settled, conflict_kind, pick, settle
+from mgit.merge.threeway.conflicts import METADATA, Conflict, Resolution, Settled, conflict_kind, pick_over, resolve
 from mgit.model.dtypes import DType, lookup
 from mgit.model.filetree import StoredSafetensors, load_safetensors, put_safetensors_tree
 from mgit.model.manifest import TensorManifest
 from mgit.model.safetensors_file import build_header
 
+Here = tuple[tuple[str | None, ...], str | None, str | None]  # one place: each base's value, ours, theirs
+
 
 @dataclass
 class FileMerge:
     """One file's merge: its new entry (None: conflicts left, or no file), what was left in
-    conflict, what a resolution settled, and the tensors taken from theirs."""
+    conflict, what a resolution settled, and what changed on our side: each tensor (and
+    ``__metadata__[KEY]``) → ``theirs``, ``method`` (computed) or ``deleted``."""
 
     entry: Entry | None
     conflicts: list[Conflict] = field(default_factory=list)
     settled: list[Settled] = field(default_factory=list)
-    from_theirs: list[str] = field(default_factory=list)
+    taken: dict[str, str] = field(default_factory=dict)
 
 
 def merge_safetensors(
     graph: Graph,
     path: str,
-    base: Entry | None,
+    bases: Sequence[Entry | None],
     ours: Entry,
     theirs: Entry,
     resolution: Resolution,
     parsed: dict[str, TensorManifest],
 ) -> FileMerge:
-    """Merge the safetensors file at ``path`` (``base`` None: both sides added it) tensor by
-    tensor; ``parsed`` (manifest blob id → manifest) is shared across files and sides."""
-    b = load_safetensors(graph, base.oid, path, parsed) if base is not None else None
+    """Merge the safetensors file at ``path`` tensor by tensor over each merge base's version
+    (None: that base lacks the file); ``parsed`` (manifest blob id → manifest) is shared across
+    files and sides."""
+    b = [load_safetensors(graph, e.oid, path, parsed) if e is not None else None for e in bases]
     o = load_safetensors(graph, ours.oid, path, parsed)
     t = load_safetensors(graph, theirs.oid, path, parsed)
     out = FileMerge(None)
-    base_ids = b.manifest_ids if b is not None else {}
     chosen: dict[str, str] = {}
     for name in _names(o, t, b):
-        here = base_ids.get(name), o.manifest_ids.get(name), t.manifest_ids.get(name)
-        value = _choose(Conflict(path, conflict_kind(*here), name), here, resolution, out)
+        here: Here = _ids(b, name), o.manifest_ids.get(name), t.manifest_ids.get(name)
+        decided, value = pick_over(*here)
+        if not decided:
+            value = _conflicted(Conflict(path, _tensor_kind(name, here, [*b, o, t]), name), here, resolution, out)
         if value is not None:
             chosen[name] = value
-            if value != here[1]:
-                out.from_theirs.append(name)
+        _record(out, name, here, value)
     metadata = _merge_metadata(path, b, o, t, resolution, out)
     if out.conflicts:
         return out
@@ -70,46 +78,62 @@ def merge_safetensors(
     return out
 
 
-def _names(o: StoredSafetensors, t: StoredSafetensors, b: StoredSafetensors | None) -> list[str]:
-    """Every tensor any side holds: ours in data order, then theirs', then the base's."""
-    names = [x.name for x in o.layout.tensors] + [x.name for x in t.layout.tensors]
-    names += [x.name for x in b.layout.tensors] if b is not None else []
+def _names(o: StoredSafetensors, t: StoredSafetensors, bases: list[StoredSafetensors | None]) -> list[str]:
+    """Every tensor any side holds: ours in data order, then theirs', then the bases'."""
+    names = [x.name for side in (o, t, *bases) if side is not None for x in side.layout.tensors]
     return list(dict.fromkeys(names))
 
 
-def _choose(
-    conflict: Conflict, here: tuple[str | None, str | None, str | None], resolution: Resolution, out: FileMerge
-) -> str | None:
-    """One place's value: the side that changed it, a settled conflict's, or (a conflict left,
-    recorded in ``out``) None."""
-    decided, value = pick(*here)
-    if decided:
-        return value
-    decided, value = settle(conflict, resolution, here[1], here[2], out.settled)
+def _ids(bases: list[StoredSafetensors | None], name: str) -> tuple[str | None, ...]:
+    return tuple(x.manifest_ids.get(name) if x is not None else None for x in bases)
+
+
+def _tensor_kind(name: str, here: Here, sides: list[StoredSafetensors | None]) -> str:
+    """A tensor conflict's kind; changes a method could combine (``content``) need one dtype and
+    shape on every side."""
+    kind = conflict_kind(*here)
+    layouts = {(s.manifests[name].dtype, s.manifests[name].shape) for s in sides if s and name in s.manifests}
+    return "dtype/shape" if kind == "content" and len(layouts) > 1 else kind
+
+
+def _conflicted(conflict: Conflict, here: Here, resolution: Resolution, out: FileMerge) -> str | None:
+    """A conflicting place's value: a settled conflict's, or (a conflict left, recorded in
+    ``out``) None."""
+    decided, value = resolve(conflict, resolution, here[1], here[2], out.settled)
     if not decided:
         out.conflicts.append(conflict)
     return value
 
 
+def _record(out: FileMerge, place: str, here: Here, value: str | None) -> None:
+    """What the merge changes at one place on our side, and how."""
+    if value != here[1]:
+        out.taken[place] = "deleted" if value is None else "theirs" if value == here[2] else "method"
+
+
 def _merge_metadata(
     path: str,
-    b: StoredSafetensors | None,
+    bases: list[StoredSafetensors | None],
     o: StoredSafetensors,
     t: StoredSafetensors,
     resolution: Resolution,
     out: FileMerge,
 ) -> dict[str, str] | None:
     """``__metadata__`` merged key by key (None: no side has any)."""
-    sides = [(x.layout.metadata if x is not None else None) for x in (b, o, t)]
+    sides = [(x.layout.metadata if x is not None else None) for x in (o, t, *bases)]
     if all(m is None for m in sides):
         return None
-    bm, om, tm = (m or {} for m in sides)
+    om, tm, *bms = (m or {} for m in sides)
     merged = {}
-    for key in dict.fromkeys([*om, *tm, *bm]):
-        here = bm.get(key), om.get(key), tm.get(key)
-        value = _choose(Conflict(path, "metadata", METADATA, key), here, resolution, out)
+    for key in dict.fromkeys([*om, *tm, *(k for bm in bms for k in bm)]):
+        here = tuple(bm.get(key) for bm in bms), om.get(key), tm.get(key)
+        decided, value = pick_over(*here)
+        if not decided:
+            kind = "criss-cross" if len(set(here[0])) > 1 else "metadata"
+            value = _conflicted(Conflict(path, kind, METADATA, key), here, resolution, out)
         if value is not None:
             merged[key] = value
+        _record(out, f"{METADATA}[{key}]", here, value)
     return merged
 
 
