@@ -17,7 +17,7 @@ added; with ``index=True`` (``--index``) the index is restored exactly (HEAD unm
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from dulwich.reflog import format_reflog_line
@@ -26,15 +26,14 @@ from mgit.context import Context
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, RefUpdateError
 from mgit.graph import records
 from mgit.graph.ids import object_id, ref_name
-from mgit.graph.records import Triples
 from mgit.graph.refs import reflog_entries
 from mgit.graph.snapshot import Entry, Snapshot
 from mgit.model.filetree import chunked_parents
 from mgit.ops import checkout, reset, stage, workfiles
 from mgit.ops.threeway import BranchMerge, Settle, Sides, three_way
 from mgit.ops.workfiles import CheckoutResult
-from mgit.worktree.index import Index, IndexEntry
-from mgit.worktree.journal import Journal, Write
+from mgit.worktree.index import Index
+from mgit.worktree.journal import Journal, Staged, Write
 from mgit.worktree.sparse import load_patterns
 
 STASH = "refs/stash"
@@ -128,24 +127,33 @@ def stash_apply(ctx: Context, position: int = 0, index: bool = False) -> Checkou
             entry.commit,
             writes={p: Write(work[p], f.entry, f.written) for p, f in forms.items()},
             removes=[p for p in changed if p not in work],
+            staged=_index_after(ctx, entry.commit, changed, base, work, index),
         )
         result = CheckoutResult(entry.commit)
         checkout.write_files(ctx, current, {p: work[p] for p in forms}, result, forms=forms, plan=plan)
-        workfiles.complete(ctx, plan, current, result)  # the files are back; now what the index stages
-        work_stats = records.read_stats(ctx.graph, made.tree)
-        index_stats = records.read_stats(ctx.graph, ctx.graph.commit(made.parents[1]).tree)
-        for p in changed:
-            staged = on_index.get(p) if index else _git_staged(p, base, on_index, work)
-            stats = (
-                work_stats.get(p)
-                if staged == work.get(p)
-                else index_stats.get(p)
-                if staged == on_index.get(p)
-                else None
-            )
-            _stage(ctx, current, p, staged, work.get(p), stats)
-        current.save()
+        workfiles.complete(ctx, plan, current, result)  # the index as the journal says: a kill is finished so
         return result
+
+
+def _index_after(
+    ctx: Context, stash: str, changed: list[str], base: Snapshot, work: Snapshot, exact: bool
+) -> dict[str, Staged]:
+    """What the index stages at each path the apply changes (``exact``: the stash's index;
+    else git's treatment: ``work`` is what the files will hold, ``base`` what HEAD holds), with
+    the chunk statistics the stash recorded for that entry. Decided before anything is written
+    and kept in the journal, so that a killed apply is finished alike."""
+    made = ctx.graph.commit(stash)
+    stashed, on_index = ctx.snapshot(stash), ctx.snapshot(made.parents[1])
+    work_stats = records.read_stats(ctx.graph, made.tree)
+    index_stats = records.read_stats(ctx.graph, ctx.graph.commit(made.parents[1]).tree)
+    out = {}
+    for p in changed:
+        staged = on_index.get(p) if exact else _git_staged(p, base, on_index, work)
+        stats = work_stats.get(p) if staged == stashed.get(p) else None
+        if staged == on_index.get(p):
+            stats = stats or index_stats.get(p)
+        out[p] = Staged(staged, records.put_file_stats(ctx.graph, stats) if stats and staged else None)
+    return out
 
 
 def _merged_onto_head(ctx: Context, stash_base: str, stash: str, position: int) -> Snapshot:
@@ -242,22 +250,6 @@ def _git_staged(p: str, base: Snapshot, on_index: Snapshot, work: Snapshot) -> E
     if p not in base and p in on_index and p in work:
         return work[p]
     return base.get(p)
-
-
-def _stage(
-    ctx: Context, index: Index, p: str, staged: Entry | None, worked: Entry | None, stats: Triples | None
-) -> None:
-    """Set the index entry at ``p`` to ``staged``: written just now (``worked`` equal), its stat
-    stays; otherwise without one, so the next status compares the file's content."""
-    if staged is None:
-        index.entries.pop(p, None)
-        return
-    blob = records.put_file_stats(ctx.graph, stats) if stats else None
-    held = index.entries.get(p)
-    if held is not None and staged == worked and held.entry == staged:
-        index.entries[p] = replace(held, stats=blob)
-        return
-    index.entries[p] = IndexEntry(staged, stats=blob, skip_worktree=held.skip_worktree if held else False)
 
 
 def _rewrite(path: Path, lines: list[bytes]) -> None:

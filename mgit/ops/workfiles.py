@@ -6,7 +6,7 @@ HEAD). Checkout, reset, recovery and commits from memory share them."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mgit.context import Context
 from mgit.errors import BadInputError, RefUpdateError
@@ -16,7 +16,7 @@ from mgit.ops.paths import prune_dirs
 from mgit.worktree import journal
 from mgit.worktree.cost import CheckoutCost
 from mgit.worktree.index import Index, IndexEntry
-from mgit.worktree.journal import Journal
+from mgit.worktree.journal import Journal, Staged
 from mgit.worktree.sparse import SparsePatterns, save_patterns
 from mgit.worktree.status import working_matches
 
@@ -108,18 +108,34 @@ def holds(ctx: Context, rel: str, form: WorkForm, index: Index) -> bool:
 
 def complete(ctx: Context, plan: Journal, index: Index, result: CheckoutResult, clear: bool = True) -> None:
     """The steps after the working files of a journaled operation are written: removals,
-    the index, the sparse patterns, HEAD; then (``clear``) the journal goes (each step idempotent)."""
+    the index (with the entries ``plan.staged`` sets), the sparse patterns, HEAD; then
+    (``clear``) the journal goes (each step idempotent)."""
     for p in plan.removes:
         if index.entries.pop(p, None) is not None or (ctx.root / p).exists():
             result.removed.append(p)
         (ctx.root / p).unlink(missing_ok=True)
         prune_dirs(ctx.root, p)
+    for p, staged in plan.staged.items():
+        restage(index, p, staged)
     index.save()
     if plan.set_patterns:
         save_patterns(ctx.git_dir, plan.patterns)
     move_head(ctx, plan)
     if clear:
         journal.clear(ctx.git_dir)
+
+
+def restage(index: Index, rel: str, staged: Staged) -> None:
+    """Set the index entry at ``rel`` to ``staged``: where the operation just wrote that entry,
+    its stat stays; otherwise without one, so the next status compares the file's content."""
+    held = index.entries.get(rel)
+    if staged.entry is None:
+        index.entries.pop(rel, None)
+    elif held is not None and held.entry == staged.entry:
+        index.entries[rel] = replace(held, stats=staged.stats)
+    else:
+        skip = held.skip_worktree if held else False
+        index.entries[rel] = IndexEntry(staged.entry, stats=staged.stats, skip_worktree=skip)
 
 
 def move_head(ctx: Context, plan: Journal) -> None:
