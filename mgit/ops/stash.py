@@ -16,21 +16,21 @@ added; with ``index=True`` (``--index``) the index is restored exactly (HEAD unm
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from dulwich.reflog import format_reflog_line
 
 from mgit.context import Context
-from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, RefUpdateError
+from mgit.durable import atomic_write
+from mgit.errors import BadInputError, MgitError, RefUpdateError
 from mgit.graph import records
 from mgit.graph.ids import object_id, ref_name
 from mgit.graph.refs import reflog_entries
 from mgit.graph.snapshot import Entry, Snapshot
 from mgit.model.filetree import chunked_parents
 from mgit.ops import checkout, reset, stage, workfiles
-from mgit.ops.threeway import BranchMerge, Settle, Sides, three_way
+from mgit.ops.paths import listed
+from mgit.ops.threeway import STASH_KEPT, BranchMerge, Settle, Sides, three_way
 from mgit.ops.workfiles import CheckoutResult
 from mgit.worktree.index import Index
 from mgit.worktree.journal import Journal, Staged, Write
@@ -110,7 +110,7 @@ def stash_apply(ctx: Context, position: int = 0, index: bool = False) -> Checkou
         if moved:
             if index:
                 raise MgitError(
-                    f"HEAD changed {_listed(moved)} since stash@{{{position}}} was made on {made.parents[0][:12]}; "
+                    f"HEAD changed {listed(moved)} since stash@{{{position}}} was made on {made.parents[0][:12]}; "
                     "--index restores the index only where HEAD still holds the stash's base: apply without "
                     "--index to merge the stash into the working tree (the stash is kept)"
                 )
@@ -118,7 +118,7 @@ def stash_apply(ctx: Context, position: int = 0, index: bool = False) -> Checkou
             base = head_snap
             changed = sorted(p for p in {*head_snap, *work} if head_snap.get(p) != work.get(p))
         current = ctx.index()
-        _refuse_local_changes(ctx, current, head_snap, changed, position)
+        workfiles.refuse_local_changes(ctx, current, head_snap, set(changed), "stash apply", STASH_KEPT)
         patterns = load_patterns(ctx.git_dir)
         forms = {p: workfiles.form(ctx, work[p], p, patterns) for p in changed if p in work}
         plan = Journal(
@@ -162,7 +162,8 @@ def _merged_onto_head(ctx: Context, stash_base: str, stash: str, position: int) 
     lines). Conflicts raise MergeConflictError and change nothing: the stash is kept."""
     head = ctx.refs.head()
     assert head is not None  # a stash is made on a commit, and HEAD has moved from it
-    report = BranchMerge("merged", f"stash@{{{position}}}", stash, head, ctx.refs.current_branch(), op="stash apply")
+    rev, branch = f"stash@{{{position}}}", ctx.refs.current_branch()
+    report = BranchMerge("merged", rev, stash, head, branch, base=stash_base, op="stash apply")
     sides = Sides.of(ctx, stash_base, head, stash, ("HEAD", f"stash@{{{position}}}"))
     tree, _ = three_way(ctx, sides, Settle(), report)
     return tree.merged
@@ -170,24 +171,35 @@ def _merged_onto_head(ctx: Context, stash_base: str, stash: str, position: int) 
 
 def stash_drop(ctx: Context, position: int = 0) -> str:
     """Forget ``stash@{position}`` (its commits stay until gc finds nothing else keeps them);
-    returns its commit. ``refs/stash`` moves to the next newest, or goes with the last one."""
+    returns its commit. ``refs/stash`` moves to the next newest, or goes with the last one.
+
+    The ref moves first, by compare-and-swap: a lost swap changes nothing. The reflog is then
+    replaced whole, durably (a kill leaves the old log or the new); if that fails the ref
+    goes back, so that ref and log never disagree on the newest entry."""
     with ctx.lock:
         entry = _entry(ctx, position)
         path = ctx.git_dir / "logs" / STASH
         kept = [e for n, e in enumerate(reversed(reflog_entries(ctx.git_dir, STASH))) if n != position][::-1]
         refs, name = ctx.graph.repo.refs, ref_name(STASH.encode())
+        dropped = object_id(entry.commit.encode())
         if not kept:
-            refs.remove_if_equals(name, object_id(entry.commit.encode()))
+            if not refs.remove_if_equals(name, dropped):
+                raise RefUpdateError(f"{STASH} moved while this command ran; run it again")
             path.unlink(missing_ok=True)
             return entry.commit
         lines = []
         for i, e in enumerate(kept):  # each entry's old is the one before it, as git rewrites them
             old = kept[i - 1].new_sha if i else ZERO.encode()
-            lines.append(format_reflog_line(old, e.new_sha, e.committer, e.timestamp, e.timezone, e.message))
-        _rewrite(path, lines)
+            lines.append(format_reflog_line(old, e.new_sha, e.committer, e.timestamp, e.timezone, e.message) + b"\n")
         newest = object_id(kept[-1].new_sha)
-        if position == 0 and not refs.set_if_equals(name, object_id(entry.commit.encode()), newest):
+        if position == 0 and not refs.set_if_equals(name, dropped, newest):
             raise RefUpdateError(f"{STASH} moved while this command ran; run it again")
+        try:
+            atomic_write(path, b"".join(lines))
+        except BaseException:
+            if position == 0:
+                refs.set_if_equals(name, newest, dropped)
+            raise
         return entry.commit
 
 
@@ -222,27 +234,6 @@ def _move_stash(ctx: Context, old: str | None, new: str, message: str) -> None:
         raise RefUpdateError(f"{STASH} moved while this command ran; nothing was stashed, run it again")
 
 
-def _refuse_local_changes(ctx: Context, index: Index, head_snap: Snapshot, changed: list[str], position: int) -> None:
-    """Uncommitted changes (or an untracked file) at a path the stash writes would be lost."""
-    dirty = []
-    for p in sorted(changed):
-        ie, path = index.entries.get(p), ctx.root / p
-        if ie is None:
-            if os.path.lexists(path):
-                dirty.append(p)
-        elif ie.entry != head_snap.get(p):
-            dirty.append(p)
-        elif path.is_file() and not workfiles.clean(ctx, p, ie.worktree, index):
-            dirty.append(p)
-        elif not path.exists() and not ie.skip_worktree:
-            dirty.append(p)
-    if dirty:
-        raise DirtyWorktreeError(
-            f"applying stash@{{{position}}} would overwrite local changes in {_listed(dirty)}; "
-            "commit or stash them first (the stash is kept)"
-        )
-
-
 def _git_staged(p: str, base: Snapshot, on_index: Snapshot, work: Snapshot) -> Entry | None:
     """What git's stash apply (without --index) stages at ``p``: the base's entry (a staged
     change becomes an unstaged one), except a file new in the stash's index, which stays
@@ -250,15 +241,3 @@ def _git_staged(p: str, base: Snapshot, on_index: Snapshot, work: Snapshot) -> E
     if p not in base and p in on_index and p in work:
         return work[p]
     return base.get(p)
-
-
-def _rewrite(path: Path, lines: list[bytes]) -> None:
-    """A reflog replaced whole: a temporary file renamed over it (a kill leaves it whole)."""
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.writelines(line + b"\n" for line in lines)
-    os.replace(tmp, path)
-
-
-def _listed(paths: list[str]) -> str:
-    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")

@@ -13,15 +13,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mgit.context import Context
-from mgit.errors import DirtyWorktreeError, MergeConflictError
+from mgit.errors import MergeConflictError
 from mgit.graph import records
 from mgit.graph.snapshot import Snapshot, write_snapshot
 from mgit.model.filetree import load_safetensors
 from mgit.model.manifest import TensorManifest
 from mgit.ops.merge import install_merge
-from mgit.ops.workfiles import clean
+from mgit.ops.workfiles import refuse_local_changes as refuse_local_changes  # branch_merge imports it here
 from mgit.progress import byte_progress
-from mgit.worktree.index import Index
 
 if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
     from mgit.merge.threeway.conflicts import Conflict, Settled
@@ -104,7 +103,8 @@ def three_way(ctx: Context, sides: Sides, settle: Settle, report: BranchMerge) -
     if left:
         _raise_conflicts(report, tree.conflicts if settle.method is None else left, settle.method is not None)
     touched = {p for p in set(ours_snap) | set(tree.merged) if ours_snap.get(p) != tree.merged.get(p)}
-    refuse_local_changes(ctx, ctx.index(), ours_snap, touched | {c.path for c in by_method}, report.op)
+    unchanged = _unchanged(report, "nothing was changed")
+    refuse_local_changes(ctx, ctx.index(), ours_snap, touched | {c.path for c in by_method}, report.op, unchanged)
     stats: dict[str, Triples] = {}
     if by_method:
         assert settle.method is not None
@@ -124,32 +124,16 @@ def _raise_conflicts(report: BranchMerge, conflicts: list[Conflict], method_give
     files = len({c.path for c in conflicts})
     what = f"{len(conflicts)} conflict(s) in {files} file(s)" + (f", {tensors} in tensors" if tensors else "")
     hint = " (--method merges only tensors both sides changed; settle the others with --ours/--theirs)"
-    outcome = "nothing changed and the stash is kept" if report.op == "stash apply" else "nothing was committed"
+    outcome = _unchanged(report, "nothing was committed")
     raise MergeConflictError(f"{report.op} of {report.rev}: {what}; {outcome}{hint * method_given}", report)
 
 
-def refuse_local_changes(ctx: Context, index: Index, head_snap: Snapshot, paths: set[str], what: str) -> None:
-    """Refuse, before anything is written, a merge that would overwrite uncommitted changes
-    (staged or not, an untracked file where it writes one) in the ``paths`` it writes, as
-    checkout refuses; changes elsewhere stay as they are, as git leaves them."""
-    dirty = []
-    for p in sorted(paths):
-        ie, path = index.entries.get(p), ctx.root / p
-        if ie is None:
-            if p in head_snap or path.exists():
-                dirty.append(p)  # a staged deletion, or an untracked file in the way
-        elif ie.entry != head_snap.get(p):
-            dirty.append(p)  # a staged change
-        elif ie.skip_worktree:
-            if path.is_file():
-                dirty.append(p)  # a file where a sparse checkout left none
-        elif not clean(ctx, p, ie.worktree, index):
-            dirty.append(p)  # an unstaged change or deletion
-    if dirty:
-        shown = ", ".join(dirty[:5]) + (f" and {len(dirty) - 5} more" if len(dirty) > 5 else "")
-        raise DirtyWorktreeError(
-            f"{what} would overwrite uncommitted changes in {shown}; commit or discard them first (nothing was changed)"
-        )
+STASH_KEPT = "nothing changed and the stash is kept"
+
+
+def _unchanged(report: BranchMerge, otherwise: str) -> str:
+    """What a stopped merge says it left as it was (a stash apply: the stash too)."""
+    return STASH_KEPT if report.op == "stash apply" else otherwise
 
 
 def _by_method(

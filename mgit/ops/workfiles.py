@@ -1,7 +1,8 @@
 """The working tree as the operations see it: how a tracked file shows there (its form, in
 a sparse checkout a projection), whether a working file holds an entry, and the steps that
 complete a journaled operation once its files are written (removals, index, patterns,
-HEAD). Checkout, reset, recovery and commits from memory share them."""
+HEAD), and the refusal of an operation that would overwrite uncommitted changes. Checkout,
+reset, recovery, merges, stash apply and commits from memory share them."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import os
 from dataclasses import dataclass, field, replace
 
 from mgit.context import Context
-from mgit.errors import BadInputError, RefUpdateError
-from mgit.graph.snapshot import Entry
+from mgit.errors import BadInputError, DirtyWorktreeError, RefUpdateError
+from mgit.graph.snapshot import Entry, Snapshot
 from mgit.model.projection import project, tensor_count
-from mgit.ops.paths import prune_dirs
+from mgit.ops.paths import listed, prune_dirs
 from mgit.worktree import journal
 from mgit.worktree.cost import CheckoutCost
 from mgit.worktree.index import Index, IndexEntry
@@ -83,6 +84,33 @@ def clean(ctx: Context, rel: str, want: Entry, index: Index) -> bool:
     if same and since is not None:
         index.refresh(rel, ie, st, since)
     return same
+
+
+def refuse_local_changes(
+    ctx: Context, index: Index, head_snap: Snapshot, paths: set[str], what: str, kept: str = "nothing was changed"
+) -> None:
+    """Refuse, before anything is written, an operation (``what``: "merge of b", "stash apply
+    of stash@{0}") that would overwrite uncommitted changes, staged or not, in the ``paths`` it
+    writes: a staged change or deletion, an unstaged change or deletion, an untracked file (or
+    symlink) where it writes one, a file where a sparse checkout left none. Changes elsewhere
+    stay as they are, as git leaves them. ``kept``: what the message says is left as it was."""
+    dirty = []
+    for p in sorted(paths):
+        ie, path = index.entries.get(p), ctx.root / p
+        if ie is None:
+            if p in head_snap or os.path.lexists(path):
+                dirty.append(p)  # a staged deletion, or an untracked file in the way
+        elif ie.entry != head_snap.get(p):
+            dirty.append(p)  # a staged change
+        elif ie.skip_worktree:
+            if path.is_file():
+                dirty.append(p)  # a file where a sparse checkout left none
+        elif not clean(ctx, p, ie.worktree, index):
+            dirty.append(p)  # an unstaged change or deletion
+    if dirty:
+        raise DirtyWorktreeError(
+            f"{what} would overwrite uncommitted changes in {listed(dirty)}; commit or discard them first ({kept})"
+        )
 
 
 def in_place(ctx: Context, key: str) -> bool:
