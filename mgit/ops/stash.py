@@ -115,6 +115,7 @@ def stash_apply(ctx: Context, position: int = 0, index: bool = False) -> Checkou
                     "--index to merge the stash into the working tree (the stash is kept)"
                 )
             work = _merged_onto_head(ctx, made.parents[0], entry.commit, position)
+            ctx.store.seal()  # the chunks of a merged large file are visible before the journal names them
             base = head_snap
             changed = sorted(p for p in {*head_snap, *work} if head_snap.get(p) != work.get(p))
         current = ctx.index()

@@ -93,11 +93,13 @@ def three_way(ctx: Context, sides: Sides, settle: Settle, report: BranchMerge) -
     statistics of tensors a method computed. Conflicts left: MergeConflictError (``report``
     lists them), nothing written. Uncommitted changes in a path the merge writes: refused."""
     from mgit.merge.threeway.conflicts import Resolution
+    from mgit.merge.threeway.large_text import LargeFiles
     from mgit.merge.threeway.snapshots import merge_snapshots
 
     base_snap, ours_snap, theirs_snap = sides.snaps
     patterns = Resolution(settle.ours, settle.theirs)
-    tree = merge_snapshots(ctx.graph, base_snap, ours_snap, theirs_snap, patterns)
+    files = LargeFiles(ctx.store, ctx.pool)  # chunked (large) text files merge by lines too
+    tree = merge_snapshots(ctx.graph, base_snap, ours_snap, theirs_snap, patterns, files)
     by_method = [c for c in tree.conflicts if c.method_can_merge] if settle.method is not None else []
     left = [c for c in tree.conflicts if c not in by_method]
     if left:
@@ -110,7 +112,7 @@ def three_way(ctx: Context, sides: Sides, settle: Settle, report: BranchMerge) -
         assert settle.method is not None
         computed, stats = _by_method(ctx, by_method, sides, settle)
         tree = merge_snapshots(
-            ctx.graph, base_snap, ours_snap, theirs_snap, Resolution(settle.ours, settle.theirs, computed)
+            ctx.graph, base_snap, ours_snap, theirs_snap, Resolution(settle.ours, settle.theirs, computed), files
         )
         report.method = settle.method
     report.changed, report.settled = tree.changed, tree.settled

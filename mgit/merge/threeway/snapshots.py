@@ -11,11 +11,13 @@ settles it. Nothing here touches the working tree, the index or a ref.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mgit.graph.objects import Graph
 from mgit.graph.snapshot import Entry, Snapshot
 from mgit.merge.threeway.conflicts import Conflict, Resolution, Settled, conflict_kind, pick, settle
+from mgit.merge.threeway.large_text import LargeFiles, is_large_text_case, read_contents, store_merged
 from mgit.merge.threeway.tensors import merge_safetensors
 from mgit.merge.threeway.text import is_text, merge_text
 from mgit.model.manifest import TensorManifest
@@ -34,8 +36,15 @@ class TreeMerge:
 
 
 def merge_snapshots(
-    graph: Graph, base: Snapshot, ours: Snapshot, theirs: Snapshot, resolution: Resolution
+    graph: Graph,
+    base: Snapshot,
+    ours: Snapshot,
+    theirs: Snapshot,
+    resolution: Resolution,
+    files: LargeFiles | None = None,
 ) -> TreeMerge:
+    """``files``: where chunked (large) plain files are read and stored, to merge them by lines
+    (without it, both sides changing one is a conflict)."""
     out = TreeMerge()
     parsed: dict[str, TensorManifest] = {}
     for path in sorted(set(base) | set(ours) | set(theirs)):
@@ -43,7 +52,7 @@ def merge_snapshots(
         decided, entry = pick(b, o, t)
         left = len(out.conflicts)
         if not decided:
-            entry = _both_changed(graph, path, b, o, t, resolution, parsed, out)
+            entry = _both_changed(graph, path, b, o, t, resolution, parsed, out, files)
         if entry is not None:
             out.merged[path] = entry
         if entry != o and len(out.conflicts) == left:
@@ -60,10 +69,13 @@ def _both_changed(
     resolution: Resolution,
     parsed: dict[str, TensorManifest],
     out: TreeMerge,
+    files: LargeFiles | None = None,
 ) -> Entry | None:
     """The entry of a path both sides changed differently (None: deleted, or a conflict left)."""
     if o is None or t is None:  # one side deleted what the other changed
         return _settle(Conflict(path, conflict_kind(*(_key(e) for e in (b, o, t)))), o, t, resolution, out)
+    if files is not None and is_large_text_case((b, o, t)):
+        return _merge_large_text(graph, files, path, b, o, t, resolution, out)
     if {o.kind, t.kind} | ({b.kind} if b is not None else set()) != {o.kind}:
         return _settle(Conflict(path, "type"), o, t, resolution, out)
     if o.kind == "safetensors":
@@ -93,13 +105,47 @@ def _settle(
     return o if chosen == _key(o) else t
 
 
+def _merge_large_text(
+    graph: Graph,
+    files: LargeFiles,
+    path: str,
+    b: Entry | None,
+    o: Entry,
+    t: Entry,
+    resolution: Resolution,
+    out: TreeMerge,
+) -> Entry | None:
+    """A plain file stored as chunks on some side (mgit.merge.threeway.large_text): read whole
+    up to its cap and merged as a blob is, the result stored as ``add`` stores it; past the
+    cap, a binary conflict."""
+    texts = read_contents(graph, files, (b, o, t), path)
+    if texts is None:
+        return _settle(Conflict(path, "binary" if b is not None else "add/add"), o, t, resolution, out)
+
+    def store(data: bytes, mode: int) -> Entry:
+        return store_merged(graph, files, path, data, mode, o)
+
+    return _merge_blob(graph, path, b, o, t, resolution, out, texts, store)
+
+
 def _merge_blob(
-    graph: Graph, path: str, b: Entry | None, o: Entry, t: Entry, resolution: Resolution, out: TreeMerge
+    graph: Graph,
+    path: str,
+    b: Entry | None,
+    o: Entry,
+    t: Entry,
+    resolution: Resolution,
+    out: TreeMerge,
+    texts: list[bytes] | None = None,
+    store: Callable[[bytes, int], Entry] | None = None,
 ) -> Entry | None:
     """Two changed versions of a plain file: lines merged when all three are text and the mode
     merges (a conflict where both changed the same lines, unless a pattern chose a side for
-    such hunks), else a binary (or mode) conflict, settled whole."""
-    base_text, ours_text, theirs_text = texts = [graph.blob(e.oid) if e is not None else b"" for e in (b, o, t)]
+    such hunks), else a binary (or mode) conflict, settled whole. ``texts`` and ``store``: the
+    versions' bytes and how the result is stored, where they are not blobs."""
+    if texts is None:
+        texts = [graph.blob(e.oid) if e is not None else b"" for e in (b, o, t)]
+    base_text, ours_text, theirs_text = texts
     mode_ok, mode = pick(*(str(e.mode) if e is not None else None for e in (b, o, t)))
     if not all(is_text(x) for x in texts):
         return _settle(Conflict(path, "binary" if b is not None else "add/add"), o, t, resolution, out)
@@ -115,4 +161,6 @@ def _merge_blob(
         out.settled.append(Settled(conflict, side))
         merged = merge_text(base_text, ours_text, theirs_text, side)
         assert merged is not None  # a side chosen for every conflicting hunk
+    if store is not None:
+        return store(merged, int(mode or o.mode))
     return Entry("blob", graph.put_blob(merged), int(mode or o.mode))

@@ -31,8 +31,8 @@ def merge_text(base: bytes, ours: bytes, theirs: bytes, side: Side | None = None
     """The merged text, or None when both sides changed the same lines (a conflict) and no
     ``side`` was chosen for such hunks (``side``: take that side's lines there, git's ``-X``)."""
     table: dict[bytes, int] = {}
-    ids = [line_ids(text.splitlines(True), table) for text in (base, ours, theirs)]
-    merged = merge_lines(*ids, side)
+    base_ids, ours_ids, theirs_ids = (line_ids(text.splitlines(True), table) for text in (base, ours, theirs))
+    merged = merge_lines(base_ids, ours_ids, theirs_ids, side)
     if merged is None:
         return None
     lines = list(table)  # id → line: a dict keeps its insertion order
