@@ -68,7 +68,7 @@ def _mark(a: Sequence[int], b: Sequence[int], changed_a: list[bool], changed_b: 
         lo_a, hi_a, lo_b, hi_b = todo.pop()
         n = _common(ra, rb, lo_a, lo_b, min(hi_a - lo_a, hi_b - lo_b))
         lo_a, lo_b = lo_a + n, lo_b + n
-        n = _common_back(ra, rb, hi_a - 1, hi_b - 1, min(hi_a - lo_a, hi_b - lo_b))
+        n = _common(ra, rb, hi_a - 1, hi_b - 1, min(hi_a - lo_a, hi_b - lo_b), back=True)
         hi_a, hi_b = hi_a - n, hi_b - n
         split = _middle_snake(ra, rb, lo_a, hi_a, lo_b, hi_b) if lo_a < hi_a and lo_b < hi_b else None
         if split is not None:
@@ -112,13 +112,18 @@ def _anchors(a: Sequence[int], b: Sequence[int], lo_a: int, hi_a: int, lo_b: int
     return run[::-1]
 
 
-def _common(a: Sequence[int], b: Sequence[int], i: int, j: int, most: int) -> int:
-    """How many lines from ``a[i]`` and ``b[j]`` on are equal (at most ``most``): compared in
-    slices that double while they match, so a long stretch costs a few C-level comparisons."""
+def _common(a: Sequence[int], b: Sequence[int], i: int, j: int, most: int, back: bool = False) -> int:
+    """How many lines from ``a[i]`` and ``b[j]`` on (``back``: backwards) are equal, at most
+    ``most``: compared in slices that double while they match, so a long stretch costs a few
+    C-level comparisons."""
     n, step = 0, 1
     while n < most:
         step = min(step, most - n)
-        if a[i + n : i + n + step] == b[j + n : j + n + step]:
+        if back:
+            same = a[i - n - step + 1 : i - n + 1] == b[j - n - step + 1 : j - n + 1]
+        else:
+            same = a[i + n : i + n + step] == b[j + n : j + n + step]
+        if same:
             n += step
             step *= 2
         elif step > 1:
@@ -167,7 +172,7 @@ def _middle_snake(
             y = x - k
             start = x
             if x < n and y < m and a[hi_a - 1 - x] == b[hi_b - 1 - y]:
-                x += _common_back(a, b, hi_a - 1 - x, hi_b - 1 - y, min(n - x, m - y))
+                x += _common(a, b, hi_a - 1 - x, hi_b - 1 - y, min(n - x, m - y), back=True)
             backward[at] = x
             if x > n:
                 b_hi += 2
@@ -178,21 +183,6 @@ def _middle_snake(
                 if fx >= n - x:
                     return lo_a + n - x, lo_b + m - (x - k), lo_a + n - start, lo_b + m - (start - k)
     return None
-
-
-def _common_back(a: Sequence[int], b: Sequence[int], i: int, j: int, most: int) -> int:
-    """How many lines from ``a[i]`` and ``b[j]`` backwards are equal (at most ``most``)."""
-    n, step = 0, 1
-    while n < most:
-        step = min(step, most - n)
-        if a[i - n - step + 1 : i - n + 1] == b[j - n - step + 1 : j - n + 1]:
-            n += step
-            step *= 2
-        elif step > 1:
-            step //= 2
-        else:
-            break
-    return n
 
 
 def _compact(lines: Sequence[int], changed: list[bool], other: list[bool]) -> None:

@@ -22,6 +22,8 @@ from mgit.merge.threeway.tensors import merge_safetensors
 from mgit.merge.threeway.text import is_text, merge_text
 from mgit.model.manifest import TensorManifest
 
+Sides = tuple[Entry | None, Entry, Entry]  # base (None: added on both), ours, theirs
+
 
 @dataclass
 class TreeMerge:
@@ -75,7 +77,7 @@ def _both_changed(
     if o is None or t is None:  # one side deleted what the other changed
         return _settle(Conflict(path, conflict_kind(*(_key(e) for e in (b, o, t)))), o, t, resolution, out)
     if files is not None and is_large_text_case((b, o, t)):
-        return _merge_large_text(graph, files, path, b, o, t, resolution, out)
+        return _merge_large_text(graph, files, path, (b, o, t), resolution, out)
     if {o.kind, t.kind} | ({b.kind} if b is not None else set()) != {o.kind}:
         return _settle(Conflict(path, "type"), o, t, resolution, out)
     if o.kind == "safetensors":
@@ -106,19 +108,13 @@ def _settle(
 
 
 def _merge_large_text(
-    graph: Graph,
-    files: LargeFiles,
-    path: str,
-    b: Entry | None,
-    o: Entry,
-    t: Entry,
-    resolution: Resolution,
-    out: TreeMerge,
+    graph: Graph, files: LargeFiles, path: str, sides: Sides, resolution: Resolution, out: TreeMerge
 ) -> Entry | None:
     """A plain file stored as chunks on some side (mgit.merge.threeway.large_text): read whole
     up to its cap and merged as a blob is, the result stored as ``add`` stores it; past the
     cap, a binary conflict."""
-    texts = read_contents(graph, files, (b, o, t), path)
+    b, o, t = sides
+    texts = read_contents(graph, files, sides, path)
     if texts is None:
         return _settle(Conflict(path, "binary" if b is not None else "add/add"), o, t, resolution, out)
 
