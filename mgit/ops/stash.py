@@ -132,7 +132,7 @@ def stash_apply(ctx: Context, position: int = 0, index: bool = False) -> Checkou
         )
         result = CheckoutResult(entry.commit)
         checkout.write_files(ctx, current, {p: work[p] for p in forms}, result, forms=forms, plan=plan)
-        workfiles.complete(ctx, plan, current, result)  # the index as the journal says: a kill is finished so
+        workfiles.complete(ctx, plan, current, result)  # the index as the journal says, as recovery sets it
         return result
 
 
@@ -165,7 +165,7 @@ def _merged_onto_head(ctx: Context, stash_base: str, stash: str, position: int) 
     assert head is not None  # a stash is made on a commit, and HEAD has moved from it
     rev, branch = f"stash@{{{position}}}", ctx.refs.current_branch()
     report = BranchMerge("merged", rev, stash, head, branch, base=stash_base, op="stash apply")
-    sides = Sides.of(ctx, stash_base, head, stash, ("HEAD", f"stash@{{{position}}}"))
+    sides = Sides.of(ctx, stash_base, head, stash, ("HEAD", rev))
     tree, _ = three_way(ctx, sides, Settle(), report)
     return tree.merged
 
