@@ -463,7 +463,7 @@ def test_stash_refusals(repo):
     (repo.root / "model" / "config.json").write_text('{"stashed": 1}\n')
     repo.stash()
     (repo.root / "model" / "config.json").write_text('{"local": 1}\n')
-    with pytest.raises(DirtyWorktreeError, match="would overwrite local changes in model/config.json"):
+    with pytest.raises(DirtyWorktreeError, match="stash apply would overwrite uncommitted changes in model/config"):
         repo.stash_pop()
     assert (repo.root / "model" / "config.json").read_text() == '{"local": 1}\n' and len(repo.stash_list()) == 1
     with pytest.raises(BadInputError, match=r"stash@\{3\} does not exist"):

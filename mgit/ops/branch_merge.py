@@ -19,11 +19,11 @@ from mgit.ops.threeway import (
     Sides,
     commit_merge,
     reflog_action,
-    refuse_local_changes,
     refuse_staged,
     settled_note,
     three_way,
 )
+from mgit.ops.workfiles import refuse_local_changes
 
 FF_MODES = ("auto", "no", "only")  # --ff (default), --no-ff, --ff-only
 

@@ -1,6 +1,6 @@
 """Path helpers the operations share: the paths a pathspec names, the directories a removal
 leaves empty, the removals that must come before a write, the model directories of a
-snapshot."""
+snapshot, a few paths named in a message."""
 
 from __future__ import annotations
 
@@ -51,3 +51,8 @@ def models(snap: Snapshot) -> dict[str, list[str]]:
         if entry.kind == "safetensors":
             found.setdefault(posixpath.dirname(path), []).append(path)
     return found
+
+
+def listed(paths: list[str], shown: int = 5) -> str:
+    """The first ``shown`` paths and how many more, for a one-line message."""
+    return ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")

@@ -16,25 +16,24 @@ added; with ``index=True`` (``--index``) the index is restored exactly (HEAD unm
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 
 from dulwich.reflog import format_reflog_line
 
 from mgit.context import Context
-from mgit.errors import BadInputError, DirtyWorktreeError, MgitError, RefUpdateError
+from mgit.durable import atomic_write
+from mgit.errors import BadInputError, MgitError, RefUpdateError
 from mgit.graph import records
 from mgit.graph.ids import object_id, ref_name
-from mgit.graph.records import Triples
 from mgit.graph.refs import reflog_entries
 from mgit.graph.snapshot import Entry, Snapshot
 from mgit.model.filetree import chunked_parents
 from mgit.ops import checkout, reset, stage, workfiles
-from mgit.ops.threeway import BranchMerge, ConflictPolicy, Sides, three_way
+from mgit.ops.paths import listed
+from mgit.ops.threeway import STASH_KEPT, BranchMerge, ConflictPolicy, Sides, three_way
 from mgit.ops.workfiles import CheckoutResult
-from mgit.worktree.index import Index, IndexEntry
-from mgit.worktree.journal import Journal, Write
+from mgit.worktree.index import Index
+from mgit.worktree.journal import Journal, Staged, Write
 from mgit.worktree.sparse import load_patterns
 
 STASH = "refs/stash"
@@ -111,15 +110,16 @@ def stash_apply(ctx: Context, position: int = 0, index: bool = False) -> Checkou
         if moved:
             if index:
                 raise MgitError(
-                    f"HEAD changed {_listed(moved)} since stash@{{{position}}} was made on {made.parents[0][:12]}; "
+                    f"HEAD changed {listed(moved)} since stash@{{{position}}} was made on {made.parents[0][:12]}; "
                     "--index restores the index only where HEAD still holds the stash's base: apply without "
                     "--index to merge the stash into the working tree (the stash is kept)"
                 )
             work = _merged_onto_head(ctx, made.parents[0], entry.commit, position)
+            ctx.store.seal()  # the chunks of a merged large file are visible before the journal names them
             base = head_snap
             changed = sorted(p for p in {*head_snap, *work} if head_snap.get(p) != work.get(p))
         current = ctx.index()
-        _refuse_local_changes(ctx, current, head_snap, changed, position)
+        workfiles.refuse_local_changes(ctx, current, head_snap, set(changed), "stash apply", STASH_KEPT)
         patterns = load_patterns(ctx.git_dir)
         forms = {p: workfiles.form(ctx, work[p], p, patterns) for p in changed if p in work}
         plan = Journal(
@@ -128,24 +128,33 @@ def stash_apply(ctx: Context, position: int = 0, index: bool = False) -> Checkou
             entry.commit,
             writes={p: Write(work[p], f.entry, f.written) for p, f in forms.items()},
             removes=[p for p in changed if p not in work],
+            staged=_index_after(ctx, entry.commit, changed, base, work, index),
         )
         result = CheckoutResult(entry.commit)
         checkout.write_files(ctx, current, {p: work[p] for p in forms}, result, forms=forms, plan=plan)
-        workfiles.complete(ctx, plan, current, result)  # the files are back; now what the index stages
-        work_stats = records.read_stats(ctx.graph, made.tree)
-        index_stats = records.read_stats(ctx.graph, ctx.graph.commit(made.parents[1]).tree)
-        for p in changed:
-            staged = on_index.get(p) if index else _git_staged(p, base, on_index, work)
-            stats = (
-                work_stats.get(p)
-                if staged == work.get(p)
-                else index_stats.get(p)
-                if staged == on_index.get(p)
-                else None
-            )
-            _stage(ctx, current, p, staged, work.get(p), stats)
-        current.save()
+        workfiles.complete(ctx, plan, current, result)  # the index as the journal says, as recovery sets it
         return result
+
+
+def _index_after(
+    ctx: Context, stash: str, changed: list[str], base: Snapshot, work: Snapshot, exact: bool
+) -> dict[str, Staged]:
+    """What the index stages at each path the apply changes (``exact``: the stash's index;
+    else git's treatment: ``work`` is what the files will hold, ``base`` what HEAD holds), with
+    the chunk statistics the stash recorded for that entry. Decided before anything is written
+    and kept in the journal, so that a killed apply is finished alike."""
+    made = ctx.graph.commit(stash)
+    stashed, on_index = ctx.snapshot(stash), ctx.snapshot(made.parents[1])
+    work_stats = records.read_stats(ctx.graph, made.tree)
+    index_stats = records.read_stats(ctx.graph, ctx.graph.commit(made.parents[1]).tree)
+    out = {}
+    for p in changed:
+        staged = on_index.get(p) if exact else _git_staged(p, base, on_index, work)
+        stats = work_stats.get(p) if staged == stashed.get(p) else None
+        if staged == on_index.get(p):
+            stats = stats or index_stats.get(p)
+        out[p] = Staged(staged, records.put_file_stats(ctx.graph, stats) if stats and staged else None)
+    return out
 
 
 def _merged_onto_head(ctx: Context, stash_base: str, stash: str, position: int) -> Snapshot:
@@ -162,24 +171,35 @@ def _merged_onto_head(ctx: Context, stash_base: str, stash: str, position: int) 
 
 def stash_drop(ctx: Context, position: int = 0) -> str:
     """Forget ``stash@{position}`` (its commits stay until gc finds nothing else keeps them);
-    returns its commit. ``refs/stash`` moves to the next newest, or goes with the last one."""
+    returns its commit. ``refs/stash`` moves to the next newest, or goes with the last one.
+
+    The ref moves first, by compare-and-swap: a lost swap changes nothing. The reflog is then
+    replaced whole, durably (a kill leaves the old log or the new); if that fails the ref
+    goes back, so that ref and log never disagree on the newest entry."""
     with ctx.lock:
         entry = _entry(ctx, position)
         path = ctx.git_dir / "logs" / STASH
         kept = [e for n, e in enumerate(reversed(reflog_entries(ctx.git_dir, STASH))) if n != position][::-1]
         refs, name = ctx.graph.repo.refs, ref_name(STASH.encode())
+        dropped = object_id(entry.commit.encode())
         if not kept:
-            refs.remove_if_equals(name, object_id(entry.commit.encode()))
+            if not refs.remove_if_equals(name, dropped):
+                raise RefUpdateError(f"{STASH} moved while this command ran; run it again")
             path.unlink(missing_ok=True)
             return entry.commit
         lines = []
         for i, e in enumerate(kept):  # each entry's old is the one before it, as git rewrites them
             old = kept[i - 1].new_sha if i else ZERO.encode()
-            lines.append(format_reflog_line(old, e.new_sha, e.committer, e.timestamp, e.timezone, e.message))
-        _rewrite(path, lines)
+            lines.append(format_reflog_line(old, e.new_sha, e.committer, e.timestamp, e.timezone, e.message) + b"\n")
         newest = object_id(kept[-1].new_sha)
-        if position == 0 and not refs.set_if_equals(name, object_id(entry.commit.encode()), newest):
+        if position == 0 and not refs.set_if_equals(name, dropped, newest):
             raise RefUpdateError(f"{STASH} moved while this command ran; run it again")
+        try:
+            atomic_write(path, b"".join(lines))
+        except BaseException:
+            if position == 0:
+                refs.set_if_equals(name, newest, dropped)
+            raise
         return entry.commit
 
 
@@ -214,27 +234,6 @@ def _move_stash(ctx: Context, old: str | None, new: str, message: str) -> None:
         raise RefUpdateError(f"{STASH} moved while this command ran; nothing was stashed, run it again")
 
 
-def _refuse_local_changes(ctx: Context, index: Index, head_snap: Snapshot, changed: list[str], position: int) -> None:
-    """Uncommitted changes (or an untracked file) at a path the stash writes would be lost."""
-    dirty = []
-    for p in sorted(changed):
-        ie, path = index.entries.get(p), ctx.root / p
-        if ie is None:
-            if os.path.lexists(path):
-                dirty.append(p)
-        elif ie.entry != head_snap.get(p):
-            dirty.append(p)
-        elif path.is_file() and not workfiles.clean(ctx, p, ie.worktree, index):
-            dirty.append(p)
-        elif not path.exists() and not ie.skip_worktree:
-            dirty.append(p)
-    if dirty:
-        raise DirtyWorktreeError(
-            f"applying stash@{{{position}}} would overwrite local changes in {_listed(dirty)}; "
-            "commit or stash them first (the stash is kept)"
-        )
-
-
 def _git_staged(p: str, base: Snapshot, on_index: Snapshot, work: Snapshot) -> Entry | None:
     """What git's stash apply (without --index) stages at ``p``: the base's entry (a staged
     change becomes an unstaged one), except a file new in the stash's index, which stays
@@ -242,31 +241,3 @@ def _git_staged(p: str, base: Snapshot, on_index: Snapshot, work: Snapshot) -> E
     if p not in base and p in on_index and p in work:
         return work[p]
     return base.get(p)
-
-
-def _stage(
-    ctx: Context, index: Index, p: str, staged: Entry | None, worked: Entry | None, stats: Triples | None
-) -> None:
-    """Set the index entry at ``p`` to ``staged``: written just now (``worked`` equal), its stat
-    stays; otherwise without one, so the next status compares the file's content."""
-    if staged is None:
-        index.entries.pop(p, None)
-        return
-    blob = records.put_file_stats(ctx.graph, stats) if stats else None
-    held = index.entries.get(p)
-    if held is not None and staged == worked and held.entry == staged:
-        index.entries[p] = replace(held, stats=blob)
-        return
-    index.entries[p] = IndexEntry(staged, stats=blob, skip_worktree=held.skip_worktree if held else False)
-
-
-def _rewrite(path: Path, lines: list[bytes]) -> None:
-    """A reflog replaced whole: a temporary file renamed over it (a kill leaves it whole)."""
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.writelines(line + b"\n" for line in lines)
-    os.replace(tmp, path)
-
-
-def _listed(paths: list[str]) -> str:
-    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")

@@ -7,7 +7,6 @@ working tree through the journal, as a model merge installs its result (mgit.ops
 from __future__ import annotations
 
 import dataclasses
-import os
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,8 @@ from mgit.graph.records import Triples
 from mgit.graph.snapshot import Snapshot, write_snapshot
 from mgit.model.manifest import TensorManifest
 from mgit.ops.merge import install_merge
-from mgit.ops.workfiles import clean
+from mgit.ops.paths import listed
+from mgit.ops.workfiles import refuse_local_changes
 from mgit.progress import byte_progress
 from mgit.worktree.index import Index
 
@@ -146,22 +146,25 @@ def three_way(ctx: Context, sides: Sides, policy: ConflictPolicy, made: BranchMe
     """Merge ``sides`` (under the lock), settling conflicts as ``policy`` says. Conflicts left:
     MergeConflictError (its report: ``made`` with them), nothing written. Uncommitted changes in
     a path the merge writes: refused."""
+    from mgit.merge.threeway.large_text import LargeFiles
     from mgit.merge.threeway.snapshots import merge_snapshots
 
     parsed: dict[str, TensorManifest] = {}
+    files = LargeFiles(ctx.store, ctx.pool)  # chunked (large) text files merge by lines too
     ours_snap, theirs_snap = sides.ours_snap, sides.theirs_snap
-    tree = merge_snapshots(ctx.graph, sides.base_snaps, ours_snap, theirs_snap, policy.resolution, parsed)
+    tree = merge_snapshots(ctx.graph, sides.base_snaps, ours_snap, theirs_snap, policy.resolution, parsed, files)
     by_method = [c for c in tree.conflicts if c.method_can_merge] if policy.method is not None else []
     left = [c for c in tree.conflicts if c not in by_method]
     if left:
         raise conflict_error(made, left, policy.method is not None)
     touched = {p for p in set(ours_snap) | set(tree.merged) if ours_snap.get(p) != tree.merged.get(p)}
-    refuse_local_changes(ctx, ctx.index(), ours_snap, touched | {c.path for c in by_method}, made.op)
+    kept = STASH_KEPT if made.op == "stash apply" else "nothing was changed"
+    refuse_local_changes(ctx, ctx.index(), ours_snap, touched | {c.path for c in by_method}, made.op, kept)
     if not by_method:
         return Merged(tree)
     done = _by_method(ctx, by_method, sides, policy, parsed)
     resolution = dataclasses.replace(policy.resolution, computed=done.computed)
-    tree = merge_snapshots(ctx.graph, sides.base_snaps, ours_snap, theirs_snap, resolution, parsed)
+    tree = merge_snapshots(ctx.graph, sides.base_snaps, ours_snap, theirs_snap, resolution, parsed, files)
     return Merged(tree, done.stats, policy.method, done.seed)
 
 
@@ -173,8 +176,11 @@ def conflict_error(made: BranchMerge, conflicts: list[Conflict], method_given: b
     files = len({c.path for c in conflicts})
     what = f"{len(conflicts)} conflict(s) in {files} file(s)" + (f", {tensors} in tensors" if tensors else "")
     hint = " (--method merges only tensors both sides changed; settle the others with --ours/--theirs)"
-    outcome = "nothing changed and the stash is kept" if made.op == "stash apply" else "nothing was committed"
+    outcome = STASH_KEPT if made.op == "stash apply" else "nothing was committed"
     return MergeConflictError(f"{made.op} of {made.rev}: {what}; {outcome}{hint * method_given}", report)
+
+
+STASH_KEPT = "nothing changed and the stash is kept"
 
 
 def refuse_staged(index: Index, head_snap: Snapshot, what: str) -> None:
@@ -183,7 +189,7 @@ def refuse_staged(index: Index, head_snap: Snapshot, what: str) -> None:
     staged = sorted(p for p in set(head_snap) | set(index.entries) if _staged(index, head_snap, p))
     if staged:
         raise DirtyWorktreeError(
-            f"{what} needs the index to match HEAD, and {_listed(staged)} has staged changes; commit or unstage "
+            f"{what} needs the index to match HEAD, and {listed(staged)} has staged changes; commit or unstage "
             "them first (nothing was changed)"
         )
 
@@ -191,44 +197,6 @@ def refuse_staged(index: Index, head_snap: Snapshot, what: str) -> None:
 def _staged(index: Index, head_snap: Snapshot, path: str) -> bool:
     ie = index.entries.get(path)
     return (ie.entry if ie is not None else None) != head_snap.get(path)
-
-
-def refuse_local_changes(ctx: Context, index: Index, head_snap: Snapshot, paths: set[str], what: str) -> None:
-    """Refuse, before anything is written, a merge that would overwrite uncommitted changes
-    (staged or not, an untracked file where it writes one) in the ``paths`` it writes, as
-    checkout refuses; changes elsewhere stay as they are. A directory where a file goes is
-    in the way unless it holds only tracked files the merge removes."""
-    dirty = []
-    for p in sorted(paths):
-        ie, path = index.entries.get(p), ctx.root / p
-        if ie is None:
-            if p in head_snap or _untracked_in_the_way(ctx, p, head_snap, paths):
-                dirty.append(p)  # a staged deletion, or an untracked file in the way
-        elif ie.entry != head_snap.get(p):
-            dirty.append(p)  # a staged change
-        elif ie.skip_worktree:
-            if path.is_file():
-                dirty.append(p)  # a file where a sparse checkout left none
-        elif not clean(ctx, p, ie.worktree, index):
-            dirty.append(p)  # an unstaged change or deletion
-    if dirty:
-        raise DirtyWorktreeError(
-            f"{what} would overwrite uncommitted changes in {_listed(dirty)}; commit or discard them first "
-            "(nothing was changed)"
-        )
-
-
-def _untracked_in_the_way(ctx: Context, p: str, head_snap: Snapshot, paths: set[str]) -> bool:
-    from mgit.ops.paths import holds_only
-
-    path = ctx.root / p
-    if path.is_dir() and not path.is_symlink():
-        return not holds_only(ctx.root, p, {f for f in paths if f in head_snap})
-    return os.path.lexists(path)
-
-
-def _listed(paths: list[str]) -> str:
-    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
 @dataclass

@@ -1,24 +1,25 @@
 """The working tree as the operations see it: how a tracked file shows there (its form, in
 a sparse checkout a projection), whether a working file holds an entry, and the steps that
 complete a journaled operation once its files are written (removals, index, patterns,
-HEAD). Checkout, reset, recovery and commits from memory share them."""
+HEAD), and the refusal of an operation that would overwrite uncommitted changes. Checkout,
+reset, recovery, merges, stash apply and commits from memory share them."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mgit.context import Context
-from mgit.errors import BadInputError, RefUpdateError
-from mgit.graph.snapshot import Entry
+from mgit.errors import BadInputError, DirtyWorktreeError, RefUpdateError
+from mgit.graph.snapshot import Entry, Snapshot
 from mgit.model.projection import project, tensor_count
-from mgit.ops.paths import prune_dirs
+from mgit.ops.paths import holds_only, listed, prune_dirs
 from mgit.worktree import journal
 from mgit.worktree.cost import CheckoutCost
 from mgit.worktree.index import Index, IndexEntry
-from mgit.worktree.journal import Journal
+from mgit.worktree.journal import Journal, Staged
 from mgit.worktree.sparse import SparsePatterns, save_patterns
 from mgit.worktree.status import working_matches
 
@@ -87,6 +88,42 @@ def clean(ctx: Context, rel: str, want: Entry, index: Index) -> bool:
     return same
 
 
+def refuse_local_changes(
+    ctx: Context, index: Index, head_snap: Snapshot, paths: set[str], what: str, kept: str = "nothing was changed"
+) -> None:
+    """Refuse, before anything is written, an operation (``what``: "merge of b", "stash apply
+    of stash@{0}") that would overwrite uncommitted changes, staged or not, in the ``paths`` it
+    writes: a staged change or deletion, an unstaged change or deletion, an untracked file (or
+    symlink) where it writes one, a file where a sparse checkout left none. Changes elsewhere
+    stay as they are, as git leaves them. A directory where a file goes is in the way unless it
+    holds only tracked files the operation removes. ``kept``: what the message says is left as
+    it was."""
+    dirty = []
+    for p in sorted(paths):
+        ie, path = index.entries.get(p), ctx.root / p
+        if ie is None:
+            if p in head_snap or _untracked_in_the_way(ctx, p, head_snap, paths):
+                dirty.append(p)  # a staged deletion, or an untracked file in the way
+        elif ie.entry != head_snap.get(p):
+            dirty.append(p)  # a staged change
+        elif ie.skip_worktree:
+            if path.is_file():
+                dirty.append(p)  # a file where a sparse checkout left none
+        elif not clean(ctx, p, ie.worktree, index):
+            dirty.append(p)  # an unstaged change or deletion
+    if dirty:
+        raise DirtyWorktreeError(
+            f"{what} would overwrite uncommitted changes in {listed(dirty)}; commit or discard them first ({kept})"
+        )
+
+
+def _untracked_in_the_way(ctx: Context, p: str, head_snap: Snapshot, paths: set[str]) -> bool:
+    path = ctx.root / p
+    if path.is_dir() and not path.is_symlink():
+        return not holds_only(ctx.root, p, {f for f in paths if f in head_snap})
+    return os.path.lexists(path)
+
+
 def in_place(ctx: Context, key: str) -> bool:
     """Whether a working file may be patched in place (config ``key``: ``checkout.inPlace``,
     ``merge.inPlace``; default false: every changed file is replaced by a new one, so a reader
@@ -110,11 +147,14 @@ def holds(ctx: Context, rel: str, form: WorkForm, index: Index) -> bool:
 
 def complete(ctx: Context, plan: Journal, index: Index, result: CheckoutResult, clear: bool = True) -> None:
     """The steps after the working files of a journaled operation are written: removals,
-    the index, the sparse patterns, HEAD; then (``clear``) the journal goes (each step idempotent)."""
+    the index (with the entries ``plan.staged`` sets), the sparse patterns, HEAD; then
+    (``clear``) the journal goes (each step idempotent)."""
     for p in plan.removes:
         if index.entries.pop(p, None) is not None or (ctx.root / p).exists():
             result.removed.append(p)
         remove_file(ctx.root, p)
+    for p, staged in plan.staged.items():
+        restage(index, p, staged)
     index.save()
     if plan.set_patterns:
         save_patterns(ctx.git_dir, plan.patterns)
@@ -131,6 +171,19 @@ def remove_file(root: Path, rel: str) -> None:
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             path.unlink()
     prune_dirs(root, rel)
+
+
+def restage(index: Index, rel: str, staged: Staged) -> None:
+    """Set the index entry at ``rel`` to ``staged``: where the operation just wrote that entry,
+    its stat stays; otherwise without one, so the next status compares the file's content."""
+    held = index.entries.get(rel)
+    if staged.entry is None:
+        index.entries.pop(rel, None)
+    elif held is not None and held.entry == staged.entry:
+        index.entries[rel] = replace(held, stats=staged.stats)
+    else:
+        skip = held.skip_worktree if held else False
+        index.entries[rel] = IndexEntry(staged.entry, stats=staged.stats, skip_worktree=skip)
 
 
 def move_head(ctx: Context, plan: Journal) -> None:

@@ -24,6 +24,9 @@ from mgit.worktree.sparse import SparsePatterns
 
 JOURNAL_FILE = "journal.json"
 SCHEMA = "mgit.journal/1"
+# A journal whose index differs from what it writes (``staged``): an mgit that predates it would
+# stage what the files hold, so it refuses this schema instead of finishing the operation wrongly.
+STAGED_SCHEMA = "mgit.journal/2"
 HEAD_MOVES = ("none", "branch", "create", "detach", "advance")
 
 
@@ -35,6 +38,17 @@ class Write:
     entry: Entry
     form: Entry
     written: bool = True
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What the index holds at a path once the operation is complete, where that is not the
+    entry its write stages (``stash apply``: git's treatment, a staged change comes back
+    unstaged): ``entry`` None, nothing (the file is left untracked); ``stats``, the blob of its
+    chunk statistics."""
+
+    entry: Entry | None
+    stats: str | None = None
 
 
 @dataclass
@@ -51,6 +65,7 @@ class Journal:
     patterns: SparsePatterns | None = None
     set_patterns: bool = False  # whether the operation changes the sparse patterns
     switch_after: bool = False  # merge -b: once the branch exists, check it out
+    staged: dict[str, Staged] = field(default_factory=dict)  # the index at the end, where not ``writes``
 
     def describe(self) -> str:
         return f"{self.op} of {self.rev}"
@@ -62,8 +77,9 @@ def _entry(e: Entry) -> list[str | int]:
 
 def _to_json(j: Journal) -> dict[str, Any]:
     pats = j.patterns
+    staged = {p: {"entry": _entry(s.entry) if s.entry else None, "stats": s.stats} for p, s in j.staged.items()}
     return {
-        "schema": SCHEMA,
+        "schema": STAGED_SCHEMA if j.staged else SCHEMA,
         "op": j.op,
         "rev": j.rev,
         "target": j.target,
@@ -78,13 +94,14 @@ def _to_json(j: Journal) -> dict[str, Any]:
         "patterns": None if pats is None else {"include": list(pats.include), "exclude": list(pats.exclude)},
         "set_patterns": j.set_patterns,
         "switch_after": j.switch_after,
-    }
+    } | ({"staged": staged} if staged else {})
 
 
 def _from_json(obj: dict[str, Any]) -> Journal:
-    if obj.get("schema") != SCHEMA or obj["head"] not in HEAD_MOVES:
+    if obj.get("schema") not in (SCHEMA, STAGED_SCHEMA) or obj["head"] not in HEAD_MOVES:
         raise ValueError
     pats = obj["patterns"]
+    staged = obj["staged"] if obj["schema"] == STAGED_SCHEMA else {}
     return Journal(
         op=str(obj["op"]),
         rev=str(obj["rev"]),
@@ -98,6 +115,7 @@ def _from_json(obj: dict[str, Any]) -> Journal:
         patterns=None if pats is None else SparsePatterns(tuple(pats["include"]), tuple(pats["exclude"])),
         set_patterns=bool(obj["set_patterns"]),
         switch_after=bool(obj["switch_after"]),
+        staged={p: Staged(Entry(*s["entry"]) if s["entry"] else None, s["stats"]) for p, s in staged.items()},
     )
 
 

@@ -84,16 +84,36 @@ def _how(c: FileChange, side: str, method: str | None) -> str:
 
 
 def conflicts_text(r: BranchMerge) -> Printout:
-    """One ``CONFLICT (kind): ...`` line each, then how to settle them (the same command again)."""
+    """One ``CONFLICT (kind): ...`` line each, then how to settle them: the same command again,
+    or for a stash, which is no commit of history, by way of a branch made where it was made."""
     p = Printout()
     for c in r.conflicts:
         p.out(f"CONFLICT ({c.kind}): {c.describe()}", markup=False, highlight=False)
+    if r.op == "stash apply":
+        return _stash_advice(p, r)
     again = f"mgit revert {r.rev}" if r.op == "revert" else f"mgit merge {r.rev}"
     p.out("Automatic merge failed: nothing was committed; the working tree and index are as they were.")
     p.out("Settle the conflicts by running it again with:", markup=False)
     p.out(f"  {again} --ours PATTERN | --theirs PATTERN   (fnmatch over PATH or PATH:TENSOR; bare: all)", markup=False)
     if any(c.method_can_merge for c in r.conflicts):
         p.out(f"  {again} --method task_arithmetic   (tensors: base + both changes)", markup=False)
+    return p
+
+
+def _stash_advice(p: Printout, r: BranchMerge) -> Printout:
+    """A stash that conflicts with HEAD is kept: it applies as it was made on its own base (git's
+    `stash branch`), and from there it is a branch that `merge` settles like any other."""
+    back = r.branch or (r.old_head or "HEAD")[:12]
+    made_on = r.bases[0][:12] if r.bases else "BASE"
+    p.out("Automatic merge failed: nothing changed and the stash is kept; the working tree and index are as they were.")
+    p.out("Apply it where it was made, commit it on a branch there, and merge that branch:", markup=False)
+    lines = (
+        f"  mgit checkout -b BRANCH {made_on} && mgit stash pop {r.rev}   (applies as it was made)",
+        f"  then `mgit add`, `mgit commit`, `mgit checkout {back}`, and",
+        "  mgit merge BRANCH --ours PATTERN | --theirs PATTERN   (fnmatch over PATH or PATH:TENSOR; bare: all)",
+    )
+    for line in lines:
+        p.out(line, markup=False)
     return p
 
 

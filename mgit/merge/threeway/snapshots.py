@@ -15,12 +15,13 @@ here touches the working tree, the index or a ref.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mgit.graph.objects import Graph
 from mgit.graph.snapshot import Entry, Snapshot
 from mgit.merge.threeway.conflicts import Conflict, Resolution, Settled, Side, conflict_kind, pick_over, resolve
+from mgit.merge.threeway.large_text import LargeFiles, is_large_text_case, read_contents, store_merged
 from mgit.merge.threeway.tensors import merge_safetensors
 from mgit.merge.threeway.text import is_text, merge_text
 from mgit.model.manifest import TensorManifest
@@ -57,9 +58,12 @@ def merge_snapshots(
     theirs: Snapshot,
     resolution: Resolution,
     parsed: dict[str, TensorManifest] | None = None,
+    files: LargeFiles | None = None,
 ) -> TreeMerge:
     """``ours`` and ``theirs`` merged over their merge bases (one, or several in a criss-cross
-    history); ``parsed`` (manifest blob id → manifest) may be shared with the caller."""
+    history); ``parsed`` (manifest blob id → manifest) may be shared with the caller; ``files``:
+    where large (chunked) plain files are read and stored, to merge them by lines (without it,
+    both sides changing one is a conflict)."""
     out = TreeMerge()
     parsed = {} if parsed is None else parsed
     for path in sorted(set(ours) | set(theirs) | {p for base in bases for p in base}):
@@ -68,7 +72,7 @@ def merge_snapshots(
         tensors: dict[str, str] = {}
         left = len(out.conflicts)
         if not decided:
-            entry, tensors = _both_changed(graph, path, here, resolution, parsed, out)
+            entry, tensors = _both_changed(graph, path, here, resolution, parsed, out, files)
         if entry is not None:
             out.merged[path] = entry
         if entry != here[1] and len(out.conflicts) == left:
@@ -82,13 +86,21 @@ def _how(entry: Entry | None, theirs: Entry | None) -> str:
 
 
 def _both_changed(
-    graph: Graph, path: str, here: Here, resolution: Resolution, parsed: dict[str, TensorManifest], out: TreeMerge
+    graph: Graph,
+    path: str,
+    here: Here,
+    resolution: Resolution,
+    parsed: dict[str, TensorManifest],
+    out: TreeMerge,
+    files: LargeFiles | None = None,
 ) -> tuple[Entry | None, dict[str, str]]:
     """The entry of a path both sides changed differently (None: deleted, or a conflict left),
     and the tensors a per-tensor merge changed on our side."""
     bases, o, t = here
     if o is None or t is None:  # one side deleted what the other changed
         return _whole_file(Conflict(path, conflict_kind(*_keys(here))), o, t, resolution, out), {}
+    if files is not None and is_large_text_case((*bases, o, t)):
+        return _merge_large_text(graph, files, path, here, resolution, out), {}
     if {o.kind, t.kind} | {b.kind for b in bases if b is not None} != {o.kind}:
         return _whole_file(Conflict(path, "type"), o, t, resolution, out), {}
     if o.kind == "safetensors":
@@ -127,14 +139,43 @@ def _whole_file(
     return o if chosen == _key(o) else t
 
 
-def _merge_blob(graph: Graph, path: str, here: Here, resolution: Resolution, out: TreeMerge) -> Entry | None:
-    """Two changed versions of a plain file: lines merged when all are text and the mode
-    merges (a conflict where both changed the same lines, unless a pattern chose a side for
-    such hunks), else a binary (or mode) conflict, settled whole."""
+def _merge_large_text(
+    graph: Graph, files: LargeFiles, path: str, here: Here, resolution: Resolution, out: TreeMerge
+) -> Entry | None:
+    """A plain file stored as chunks on some side (mgit.merge.threeway.large_text): read whole
+    up to its cap and merged as a blob is, the result stored as ``add`` stores it; past the
+    cap, a binary conflict."""
     bases, o, t = here
     assert o is not None and t is not None
-    base_texts = [graph.blob(b.oid) if b is not None else b"" for b in bases]
-    ours_text, theirs_text = graph.blob(o.oid), graph.blob(t.oid)
+    texts = read_contents(graph, files, (*bases, o, t), path)
+    if texts is None:
+        return _whole_file(Conflict(path, _file_kind(here, "binary")), o, t, resolution, out)
+
+    def store(data: bytes, mode: int) -> Entry:
+        return store_merged(graph, files, path, data, mode, o)
+
+    return _merge_blob(graph, path, here, resolution, out, texts, store)
+
+
+def _merge_blob(
+    graph: Graph,
+    path: str,
+    here: Here,
+    resolution: Resolution,
+    out: TreeMerge,
+    texts: list[bytes] | None = None,
+    store: Callable[[bytes, int], Entry] | None = None,
+) -> Entry | None:
+    """Two changed versions of a plain file: lines merged when all are text and the mode
+    merges (a conflict where both changed the same lines, unless a pattern chose a side for
+    such hunks), else a binary (or mode) conflict, settled whole. ``texts`` (each base's, ours,
+    theirs) and ``store``: the versions' bytes and how the result is stored, where they are not
+    blobs."""
+    bases, o, t = here
+    assert o is not None and t is not None
+    if texts is None:
+        texts = [*(graph.blob(b.oid) if b is not None else b"" for b in bases), graph.blob(o.oid), graph.blob(t.oid)]
+    base_texts, ours_text, theirs_text = texts[:-2], texts[-2], texts[-1]
     mode_ok, mode = pick_over(tuple(str(b.mode) if b is not None else None for b in bases), str(o.mode), str(t.mode))
     if not all(is_text(x) for x in [*base_texts, ours_text, theirs_text]):
         return _whole_file(Conflict(path, _file_kind(here, "binary")), o, t, resolution, out)
@@ -151,6 +192,8 @@ def _merge_blob(graph: Graph, path: str, here: Here, resolution: Resolution, out
         merged = _merge_lines(base_texts, ours_text, theirs_text, side)
         if merged is None:  # the bases still disagree: that side's file, whole
             merged = ours_text if side == "ours" else theirs_text
+    if store is not None:
+        return store(merged, int(mode or o.mode))
     return Entry("blob", graph.put_blob(merged), int(mode or o.mode))
 
 
