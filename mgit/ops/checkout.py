@@ -300,7 +300,9 @@ def _restoring(
     if not todo or journal.exists(ctx.git_dir):
         return None
     writes = {p: Write(e, forms[p].entry, forms[p].written) for p, e in todo.items()}
-    return Journal("restore", commit[:12] if commit else "the index", commit or "", writes, roll_forward=False)
+    paths = sorted(todo)
+    shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    return Journal("restore", shown, commit or "", writes, roll_forward=False)
 
 
 def _refuse_short_of_space(ctx: Context, sizes: Mapping[str, int], staged: Mapping[str, StagedFile], key: str) -> None:

@@ -10,7 +10,7 @@ import os
 import shutil
 
 import pytest
-from helpers.models import THREE_EXPERTS, THREE_WEIGHTS, commit_uneven, sha256
+from helpers.models import THREE_EXPERTS, THREE_WEIGHTS, commit_model, commit_uneven, llama_state_dict, sha256
 from helpers.run import run_mgit
 
 from mgit.errors import BadInputError
@@ -234,3 +234,49 @@ def test_held_elsewhere_reads_maps_and_open_files(tmp_path):
         other.kill()
         other.wait()
     assert held_elsewhere(os.stat(path), proc=str(tmp_path / "no-proc"))  # cannot tell: held
+
+
+def test_a_working_file_edited_during_the_merge_is_replaced_not_patched(in_place, monkeypatch):
+    """The merge checked the tree was clean when it started; an edit of the working file while
+    it ran (its own inode, in a chunk the patch leaves alone) must not end up mixed with the
+    merged chunks and recorded clean: the file is replaced by the merge's result."""
+    repo = in_place
+    real = StagedFile.prepare
+    patched: list[bool] = []
+
+    def edited_meanwhile(self, *args):
+        kept = next(c for c in self.carried if self.source.local.get(c[1], (-1, 0))[0] == c[0])
+        with open(self.dest, "r+b") as f:
+            byte = os.pread(f.fileno(), 1, kept[0])
+            os.pwrite(f.fileno(), bytes([byte[0] ^ 0xFF]), kept[0])
+        pending = real(self, *args)
+        patched.append(isinstance(pending, placing.Patch))
+        return pending
+
+    monkeypatch.setattr(StagedFile, "prepare", edited_meanwhile)
+    repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
+    monkeypatch.undo()
+    assert patched == [False]
+    assert repo.status().clean
+    merged = sha256(repo.root / MODEL)
+    assert _fresh_checkout_sha(repo) == merged
+
+
+@pytest.mark.parametrize("key", ["merge.inPlace", "checkout.inPlace"])
+def test_a_fast_forward_follows_the_merge_setting(repo, key):
+    """A fast-forward installs a merge's result: merge.inPlace decides, not checkout.inPlace."""
+    base = llama_state_dict(seed=3)
+    commit_model(repo, base, "base")
+    repo.checkout(create_branch="small")
+    name = sorted(base)[0]
+    commit_model(repo, {**base, name: base[name] + 1}, "one tensor changed")
+    repo.checkout("main")
+    repo.config_set(key, "true")
+    inode = os.stat(repo.root / MODEL).st_ino
+    report = repo.merge_branch("small")
+    assert report.kind == "fast-forward"
+    same = os.stat(repo.root / MODEL).st_ino == inode
+    assert same == (key == "merge.inPlace")  # patched in place only as merge.inPlace says
+    assert repo.status().clean
+    merged = sha256(repo.root / MODEL)
+    assert _fresh_checkout_sha(repo) == merged
