@@ -88,7 +88,7 @@ class Patch:
             try:
                 for at, size in self.ranges:
                     _crashpoints.point("write")
-                    if copy_range(self.fd, out, at, at, size, self.dest) != size:
+                    if copy_range(self.fd, out, at, at, size, self.dest, self.tmp) != size:
                         raise OSError(errno.EIO, "the prepared patch is shorter than expected", str(self.dest))
             finally:
                 os.close(out)

@@ -263,8 +263,9 @@ def write_files(
         result.cost = within_budget(ctx, index, todo, forms, reuse, budget, result.commit)
     sizes = {p: entry_size(ctx.graph, forms[p].entry) for p in todo if forms[p].written}
     patch = workfiles.in_place(ctx, in_place_key)
+    unchanged = "" if resumed else "; no working file was changed"  # a killed run may have changed some
     if not patch:  # opted in, a file patched needs room for its changes only: ENOSPC says it then
-        _refuse_short_of_space(ctx, sizes, staged, in_place_key)
+        _refuse_short_of_space(ctx, sizes, staged, in_place_key, unchanged)
     record = None if resumed else plan if plan is not None else _restoring(ctx, todo, forms, result.commit)
     if record is not None:
         journal.save(ctx.git_dir, record)
@@ -281,8 +282,8 @@ def write_files(
             pending.discard()
         if record is not None:
             journal.clear(ctx.git_dir)
-        if not resumed and isinstance(exc, MgitError) and exc.args and isinstance(exc.args[0], str):
-            exc.args = (f"{exc.args[0]}; no working file was changed", *exc.args[1:])
+        if unchanged and isinstance(exc, MgitError) and exc.args and isinstance(exc.args[0], str):
+            exc.args = (f"{exc.args[0]}{unchanged}", *exc.args[1:])
         raise
     try:
         _make_visible(ctx, index, todo, forms, ready, result)
@@ -305,7 +306,9 @@ def _restoring(
     return Journal("restore", shown, commit or "", writes, roll_forward=False)
 
 
-def _refuse_short_of_space(ctx: Context, sizes: Mapping[str, int], staged: Mapping[str, StagedFile], key: str) -> None:
+def _refuse_short_of_space(
+    ctx: Context, sizes: Mapping[str, int], staged: Mapping[str, StagedFile], key: str, unchanged: str
+) -> None:
     """Refuse, before anything is written, new files that cannot all fit beside the old ones:
     every one is prepared before the first old one goes, so a switch of several shards needs
     room for all of them at once (checked per file system; a merge's staged file needs room
@@ -328,8 +331,7 @@ def _refuse_short_of_space(ctx: Context, sizes: Mapping[str, int], staged: Mappi
             raise MgitError(
                 f"the new files need {decimal(nbytes)} on the file system of {where} (each is written "
                 f"beside its old version before any is replaced) and {decimal(free)} is free; free some "
-                f"space, or let files that change little be patched in place: `mgit config {key} true`; "
-                "no working file was changed"
+                f"space, or let files that change little be patched in place: `mgit config {key} true`{unchanged}"
             )
 
 
