@@ -2,11 +2,11 @@
 the repository needs no manual repair (issue 12, items 16-17; after SQLite's crash tests).
 
 A crash point is every rename (os.replace / os.rename, dulwich's included), every fsync,
-every release of the repository lock and every range an opted-in patch copies into a working
-file in place (mgit/_crashpoints.py). For each scenario the command
-runs once uninterrupted, counting its points (``MGIT_CRASH_LOG``); then, for each point n, a
-fresh repository is built and the command runs with ``MGIT_CRASH_AT=any:n``, killing itself
-there. A trial is ``ok`` when, with no manual step:
+every release of the repository lock, every range an opted-in patch copies into a working
+file in place and every working file's new bytes prepared out of sight
+(mgit/_crashpoints.py). For each scenario the command runs once uninterrupted, counting its
+points (``MGIT_CRASH_LOG``); then, for each point n, a fresh repository is built and the
+command runs with ``MGIT_CRASH_AT=any:n``, killing itself there. A trial is ``ok`` when, with no manual step:
 
 - ``status`` works;
 - the scenario's rerun (the same command, unless its commit already landed or it took effect) succeeds;
@@ -566,10 +566,10 @@ def run_scenario(
 
 
 def table(outcomes: list[Outcome]) -> str:
-    header = ["command", "crash points (rename/fsync/unlock/write)", "trials", "ok", "needs repair"]
+    header = ["command", "crash points (rename/fsync/unlock/write/prepare)", "trials", "ok", "needs repair"]
     rows = []
     for o in outcomes:
-        pts = "/".join(str(o.points.get(k, 0)) for k in ("rename", "fsync", "unlock", "write"))
+        pts = "/".join(str(o.points.get(k, 0)) for k in ("rename", "fsync", "unlock", "write", "prepare"))
         rows.append([o.scenario, pts, o.trials, o.ok, o.trials - o.ok])
     total = sum(o.trials for o in outcomes)
     ok = sum(o.ok for o in outcomes)

@@ -3,7 +3,9 @@
 ``MGIT_CRASH_AT=<kind>:<n>`` makes the process SIGKILL itself just before its n-th (1-based)
 crash point of ``kind``: ``rename`` (os.replace / os.rename, dulwich's included), ``fsync``,
 ``unlock`` (release of the repository lock), ``write`` (each range a checkout or merge opted
-in to patching copies into a working file in place) or ``any`` (all of them, counted together).
+in to patching copies into a working file in place), ``prepare`` (each working file's new
+bytes prepared out of sight, its temporary complete, before the first working file changes)
+or ``any`` (all of them, counted together).
 ``MGIT_CRASH_LOG=<file>`` appends the kind of every point reached, one a line, so a driver
 can enumerate them first. ``MGIT_CRASH_SIGNAL=INT`` sends SIGINT (Ctrl-C) instead of
 SIGKILL, and the point returns (the interrupt lands in the main thread). Unset (the normal
@@ -18,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-KINDS = ("rename", "fsync", "unlock", "write")
+KINDS = ("rename", "fsync", "unlock", "write", "prepare")
 _active = False
 _target: tuple[str, int] | None = None
 _log: str | None = None

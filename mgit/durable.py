@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import uuid
 from collections.abc import Callable
@@ -18,6 +19,23 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def pwrite_all(fd: int, data: bytes | bytearray | memoryview, offset: int, name: os.PathLike[str] | str | None) -> None:
+    """pwrite all of ``data`` at ``offset``: a short write is retried, and one that writes
+    nothing reports ENOSPC (naming the file ``name``) instead of looping or returning a short
+    count. Every mgit write loop over a raw file descriptor is this one."""
+    view = memoryview(data)
+    try:
+        while view:
+            n = os.pwrite(fd, view, offset)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view, offset = view[n:], offset + n
+    except OSError as exc:
+        if name is not None and exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, os.fspath(name)) from None
+        raise
 
 
 def atomic_write(

@@ -6,12 +6,15 @@ the result equals an uninterrupted run's, fsck is clean and no commit is lost.""
 from __future__ import annotations
 
 import importlib.util
+import signal
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.run import run_mgit
 
-from mgit import _crashpoints
+from mgit import Repository, _crashpoints
+from mgit.graph.names import TMP_MARK
 
 _SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "crash_points.py"
 
@@ -77,3 +80,44 @@ def test_points_are_inert_when_unset() -> None:
     assert not _crashpoints._active
     assert os.replace.__module__ in ("posix", "nt", "os")
     _crashpoints.point("rename")  # a no-op
+
+
+def _ff_setup(root: Path) -> None:
+    crash_points.setup_checkout(root)  # b is main plus a commit: `merge b` fast-forwards
+
+
+KILLED_WHILE_PREPARING = {
+    "checkout": (crash_points.setup_checkout, ["checkout", "b"]),
+    "merge (fast-forward)": (_ff_setup, ["merge", "b"]),
+    "merge (three-way)": (crash_points.setup_branch_merge, ["merge", "e1", "-m", "m3"]),
+    "merge": (crash_points.setup_merge, ["merge", "--method", "linear", "--weights", "0.5", "e1", "e2", "-m", "m"]),
+    "checkout REV -- paths": (crash_points.setup_checkout, ["checkout", "b", "--", "model"]),
+    "restore --source": (crash_points.setup_checkout, ["restore", "--source", "b", "model"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KILLED_WHILE_PREPARING))
+def test_a_kill_while_preparing_leaves_no_temporary_once_the_next_command_ran(name: str, tmp_path: Path) -> None:
+    """SIGKILL once the first file's new bytes are prepared (its `.NAME.mgit-tmp-*` complete,
+    no working file changed yet): the next command (`status`) removes every temporary, and
+    the working tree is as it was or as the command leaves it."""
+    setup, args = KILLED_WHILE_PREPARING[name]
+    if args[0] == "merge" and "--method" in args:
+        import mgit.merge.engine  # noqa: F401 - torch once here, not in every forked child
+    setup(tmp_path / "ref")
+    before = crash_points.fingerprint(tmp_path / "ref")["work"]
+    assert crash_points.run_cli(args, tmp_path / "ref", {}, tmp_path / "ref.log") == 0
+    after = crash_points.fingerprint(tmp_path / "ref")["work"]
+    setup(tmp_path / "repo")
+    rc = crash_points.run_cli(args, tmp_path / "repo", {"MGIT_CRASH_AT": "prepare:1"}, tmp_path / "killed.log")
+    assert rc == -signal.SIGKILL, (tmp_path / "killed.log").read_text()
+    assert any(TMP_MARK in p.name for p in (tmp_path / "repo").rglob("*"))  # the kill left one
+    said = run_mgit("status", cwd=tmp_path / "repo", check=True).stderr
+    if name.startswith(("checkout REV", "restore")):
+        assert "the interrupted restore of model/" in said and "run it again" in said, said
+    else:
+        assert "finishing the interrupted" in said, said
+    assert [p for p in (tmp_path / "repo").rglob("*") if TMP_MARK in p.name] == []
+    assert crash_points.fingerprint(tmp_path / "repo")["work"] in (before, after)
+    with Repository(tmp_path / "repo") as repo:
+        assert repo.fsck() == [] and repo.status().clean

@@ -7,18 +7,21 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from dulwich.object_store import BaseObjectStore, DiskObjectStore
+from dulwich.file import adjust_shared_perm
+from dulwich.object_store import PACK_MODE, BaseObjectStore, DiskObjectStore
 from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree
 from dulwich.refs import DiskRefsContainer
 from dulwich.repo import BaseRepo, ParentsProvider, Repo
 from dulwich.walk import Walker
 
 from mgit import config
+from mgit.durable import pwrite_all
 from mgit.errors import CorruptObjectError
 from mgit.graph.ids import object_id
 from mgit.graph.integrity import HEX40, REPAIR_HINT, checked_refs, read_object
@@ -29,6 +32,8 @@ MODE_FILE = 0o100644
 MODE_EXEC = 0o100755
 
 _Object = TypeVar("_Object", bound=ShaFile)
+# a loose object's temporary file, beside it: what mgit.maintenance.gc sweeps as a leftover
+LOOSE_TMP_PREFIX = ".tmp-"
 
 
 @dataclass(frozen=True)
@@ -276,12 +281,16 @@ def canonical_json(obj: dict[str, Any]) -> bytes:
 
 def _write_loose(store: DiskObjectStore, obj: ShaFile) -> None:
     """Store ``obj`` as a loose object as dulwich's ``add_object`` does (an object already
-    there is only freshened: gc's grace period counts from its mtime; else its bytes go to
-    ``<id>.lock`` and are renamed into place), except on failure: dulwich flushes the lock
-    file in ``close()`` outside its cleanup, so a full disk left the ``.lock`` behind and a
-    second ENOSPC traceback from its ``__del__``. Here any error removes the lock file."""
+    there is only freshened: gc's grace period counts from its mtime; the directory and file
+    get ``core.sharedRepository``'s permissions), except for the temporary file: a new name of
+    its own (``objects/xx/.tmp-*``, as git's ``tmp_obj_*``) rather than ``<id>.lock``. So a
+    write killed half way leaves a leftover that gc sweeps, not a lock file that makes every
+    later write of the object fail; two writers of one object never share a file; and any error
+    removes the temporary (dulwich flushes its lock file in ``close()`` outside its cleanup: a
+    full disk left the ``.lock`` behind)."""
     sha = obj.id.decode()
-    path = os.path.join(store.path, sha[:2], sha[2:])
+    directory = os.path.join(store.path, sha[:2])
+    path = os.path.join(directory, sha[2:])
     try:
         os.utime(path)
         return
@@ -290,22 +299,25 @@ def _write_loose(store: DiskObjectStore, obj: ShaFile) -> None:
     except PermissionError:  # another user's, in a shared repository: write it anew to freshen it
         pass
     data = obj.as_legacy_object(compression_level=store.loose_compression_level)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    lock = path + ".lock"
-    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    try:
+        os.mkdir(directory)
+        adjust_shared_perm(directory, store.shared_perm)
+    except FileExistsError:
+        pass
+    tmp = os.path.join(directory, f"{LOOSE_TMP_PREFIX}{sha[2:]}-{uuid.uuid4().hex[:8]}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PACK_MODE)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            pwrite_all(fd, data, 0, tmp)
             if store.fsync_object_files:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(lock, path)
+        adjust_shared_perm(tmp, store.shared_perm)  # before the rename: never visible without them
+        os.replace(tmp, path)
     except BaseException:
         try:
-            os.unlink(lock)
+            os.unlink(tmp)
         except FileNotFoundError:
             pass
         raise

@@ -70,7 +70,7 @@ def roots(graph: Graph, index: Index | None, damaged: dict[str, str] | None = No
     for sha in _reflog_ids(graph.git_dir):
         out.setdefault(sha, "a reflog entry")
     plan = journal.load(graph.git_dir)  # until HEAD moves, a failed recovery's commit is named only here
-    if plan is not None:
+    if plan is not None and plan.target:  # restoring from the index names no commit
         out.setdefault(plan.target, "the interrupted operation's journal")
     if index is not None:
         for path, ie in index.entries.items():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from mgit.graph.objects import MODE_EXEC, Graph
 from mgit.graph.snapshot import Entry
 from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.manifest import chunk_offsets
-from mgit.model.placing import Patch, Replacement, copy_range, patchable, pwrite_all, temporary
+from mgit.model.placing import SPACE_ERRORS, Patch, Replacement, copy_range, patchable, pwrite_all, temporary
 from mgit.model.safetensors_file import parse_header
 from mgit.parallel import WORKERS, ordered_map
 from mgit.progress import Bar
@@ -37,6 +37,8 @@ WINDOW = 8 * WORKERS
 
 # chunk id → (offset, size) in a local file known to be clean
 LocalChunks = dict[str, tuple[int, int]]
+# a chunk where a file holds it: (file offset, chunk id, size, what it is of: for messages)
+Placed = tuple[int, str, int, str]
 
 
 def entry_size(graph: Graph, entry: Entry) -> int:
@@ -47,32 +49,34 @@ def entry_size(graph: Graph, entry: Entry) -> int:
     return len(graph.blob(entry.oid))
 
 
-def local_chunks(graph: Graph, entry: Entry) -> LocalChunks:
-    """Where each chunk of a committed file lies inside that file."""
-    out: LocalChunks = {}
-    if entry.kind == "safetensors":
-        stored = load_safetensors(graph, entry.oid)
-        for t in stored.layout.tensors:
-            m = stored.manifests[t.name]
-            for c, at in zip(m.chunks, m.offsets(stored.layout.data_start + t.begin), strict=False):
-                out.setdefault(c.id, (at, c.size))
-    elif entry.kind == "chunked":
-        file = load_chunked(graph, entry.oid)
-        for c, at in zip(file.chunks, file.offsets(), strict=False):
-            out.setdefault(c.id, (at, c.size))
-    return out
-
-
-def plan_file(graph: Graph, entry: Entry, rel: str) -> tuple[bytes, list[tuple[str, int, str]]]:
-    """(leading bytes, [(chunk id, size, what)]) making up the file in order."""
+def laid_out(graph: Graph, entry: Entry, rel: str) -> tuple[bytes, list[Placed]]:
+    """The leading bytes of a committed safetensors or chunked file and, after them, each of
+    its chunks in file order where the file holds it (a chunk repeated in the file, such as
+    the ones of equal norms, at each of its places)."""
     if entry.kind == "chunked":
-        return b"", [(c.id, c.size, rel) for c in load_chunked(graph, entry.oid, rel).chunks]
-    stored = load_safetensors(graph, entry.oid, rel)
-    parts = []
-    for t in stored.layout.tensors:
-        what = f"tensor {t.name!r} in {rel}"
-        parts += [(c.id, c.size, what) for c in stored.manifests[t.name].chunks]
-    return stored.layout.header, parts
+        lead, parts = b"", [(c.id, c.size, rel) for c in load_chunked(graph, entry.oid).chunks]
+    else:
+        stored = load_safetensors(graph, entry.oid, rel)
+        lead, parts = stored.layout.header, []
+        for t in stored.layout.tensors:
+            what = f"tensor {t.name!r} in {rel}"
+            parts += [(c.id, c.size, what) for c in stored.manifests[t.name].chunks]
+    offsets = chunk_offsets((size for _, size, _ in parts), len(lead))
+    return lead, [(at, cid, size, what) for at, (cid, size, what) in zip(offsets, parts, strict=False)]
+
+
+def end_of(lead: bytes, placed: list[Placed]) -> int:
+    """The size of the file ``laid_out`` describes."""
+    return placed[-1][0] + placed[-1][2] if placed else len(lead)
+
+
+def local_chunks(graph: Graph, entry: Entry) -> LocalChunks:
+    """Where each chunk of a committed file lies inside that file (its first place)."""
+    out: LocalChunks = {}
+    if entry.kind in ("safetensors", "chunked"):
+        for at, cid, size, _ in laid_out(graph, entry, "")[1]:
+            out.setdefault(cid, (at, size))
+    return out
 
 
 def store_reads(graph: Graph, entry: Entry, rel: str, local: LocalChunks | None = None) -> list[str]:
@@ -82,39 +86,24 @@ def store_reads(graph: Graph, entry: Entry, rel: str, local: LocalChunks | None 
     if entry.kind == "blob":
         return []
     local = local or {}
-    return [cid for cid, _, _ in plan_file(graph, entry, rel)[1] if cid not in local]
-
-
-def _write_chunks(
-    store: ChunkStore,
-    pool: ThreadPoolExecutor,
-    fd: int,
-    start: int,
-    parts: list[tuple[str, int, str]],
-    reuse: tuple[Path, LocalChunks] | None,
-    bar: Bar,
-    dest: Path,
-) -> None:
-    """Write ``parts`` one after another from offset ``start`` of a new file."""
-    offsets = chunk_offsets((size for _, size, _ in parts), start)
-    items = [(at, cid, size, what) for at, (cid, size, what) in zip(offsets, parts, strict=False)]
-    os.ftruncate(fd, offsets[-1])
-    write_chunks_at(store, pool, fd, items, reuse, bar, dest)
+    return [cid for _, cid, _, _ in laid_out(graph, entry, rel)[1] if cid not in local]
 
 
 def write_chunks_at(
     store: ChunkStore,
-    pool: ThreadPoolExecutor,
+    pool: ThreadPoolExecutor | None,
     fd: int,
-    items: list[tuple[int, str, int, str]],
+    items: list[Placed],
     reuse: tuple[Path, LocalChunks] | None,
     bar: Bar,
     dest: Path,
+    missing_ok: bool = False,
 ) -> None:
-    """Put each chunk at its offset of the file open as ``fd`` (read and write), ``items``
-    being (offset, chunk id, size, what), from the workers: the copies, decodes and page-cache
-    writes then run on every core instead of one. Every chunk is checked against its id."""
-    with ChunkSource(store, reuse, missing_ok=False) as source:
+    """Put each chunk at its offset of the file open as ``fd`` (read and write) from the
+    workers: the copies, decodes and page-cache writes then run on every core instead of one.
+    Every chunk is checked against its id. ``missing_ok``: a local file that is gone is no
+    error (every chunk comes from the store)."""
+    with ChunkSource(store, reuse, missing_ok) as source:
 
         def one(i: int) -> int:
             at, cid, size, what = items[i]
@@ -132,7 +121,7 @@ def write_chunks_at(
                 yield i
 
         try:
-            for n in ordered_map(pool, one, submitted(), window=WINDOW):
+            for n in ordered_map(pool, one, submitted(), window=WINDOW) if pool is not None else map(one, submitted()):
                 bar.advance(n)
         finally:
             ahead.close()
@@ -144,7 +133,8 @@ class ChunkSource:
     the store (which verifies them)."""
 
     def __init__(self, store: ChunkStore, reuse: tuple[Path, LocalChunks] | None, missing_ok: bool = True):
-        self.store = store
+        self.store, self.reuse = store, reuse
+        self.path = reuse[0] if reuse else None
         self.local = reuse[1] if reuse else {}
         self.fd: int | None = None
         if reuse is not None:
@@ -158,9 +148,16 @@ class ChunkSource:
     def put(self, fd: int, at: int, cid: str, size: int, what: str, dest: Path) -> int:
         """Write chunk ``cid`` at offset ``at`` of the file open as ``fd`` (read and write);
         returns its size. From the local file: copied in the kernel, then read back and
-        hashed (a copy that does not check out is written again from the store)."""
+        hashed; a copy that does not check out, or that fails for any reason but a full disk
+        (the local file unreadable, a file system refusing the copy), is written again from the
+        store."""
         if self.fd is not None and cid in self.local:
-            copied = copy_range(self.fd, fd, self.local[cid][0], at, size, dest)
+            try:
+                copied = copy_range(self.fd, fd, self.local[cid][0], at, size, dest, self.path)
+            except OSError as exc:
+                if exc.errno in SPACE_ERRORS:
+                    raise
+                copied = -1
             if copied == size:
                 landed = codec.thread_buffer("landed", size).data[:size]
                 if os.preadv(fd, [landed], at) == size and chunk_id(landed) == cid:
@@ -240,9 +237,8 @@ class StagedFile:
         self.source = source  # where carried chunks' bytes come from: the working file at ``dest``, as checked out
         self.header = header
         self.in_place = in_place
-        self.carried: list[tuple[int, str, int, str]] = []  # (file offset, chunk id, size, what) still to write
+        self.carried: list[Placed] = []  # the chunks still to write
         self.merged: list[tuple[int, int]] = []  # (file offset, size) of the bytes written here
-        self.patched = False  # prepared as a patch of the working file rather than a file renamed over it
         layout = parse_header(header, len(header) + data_size, str(dest))
         self.file_size = layout.file_size
         self.offsets = {t.name: layout.data_start + t.begin for t in layout.tensors}
@@ -268,46 +264,54 @@ class StagedFile:
         left it as the working tree holds it, costs nothing more)."""
         self.carried.append((self.offsets[tensor] + offset, cid, size, what))
 
-    def _fill(self, todo: list[tuple[int, str, int, str]], pool: ThreadPoolExecutor | None) -> None:
-        """Put the chunks ``todo`` here (copied from the source's local file, else decoded), verified."""
+    @property
+    def to_fill(self) -> int:
+        """Bytes still to write into the staged file to complete it."""
+        return sum(size for _, _, size, _ in self.carried)
+
+    def _fill(self, fd: int, todo: list[Placed], pool: ThreadPoolExecutor | None) -> None:
+        """Put the chunks ``todo`` into the staged file open as ``fd`` (copied from the working
+        file where it holds them, checked by hash, else decoded), verified."""
         if not todo:
             return
-        source = self.source
-        if source is None:
+        if self.source is None:
             raise AssertionError("a staged file with carried chunks needs a chunk source")
+        write_chunks_at(self.source.store, pool, fd, todo, self.source.reuse, Bar(), self.tmp, missing_ok=True)
 
-        def one(item: tuple[int, str, int, str]) -> None:
-            at, cid, size, what = item
-            source.put(self.fd, at, cid, size, what, self.tmp)
-
-        for _ in ordered_map(pool, one, todo) if pool is not None else map(one, todo):
-            pass
-
-    def prepare(self, pool: ThreadPoolExecutor | None = None) -> Replacement | Patch:
+    def prepare(self, pool: ThreadPoolExecutor | None, clean: Callable[[], bool]) -> Replacement | Patch:
         """Complete the merged file out of sight (the working file is not touched): a
-        :class:`~mgit.model.placing.Patch` of the working file where in place was asked for and
-        writes at most half of it, else the whole file, to rename into place. Every carried
-        chunk written is verified; the staged file now belongs to what is returned."""
+        :class:`~mgit.model.placing.Patch` of the working file where in place was asked for,
+        it writes at most half of the file and ``clean()`` says the working file holds what was
+        checked out (the chunks left alone are trusted from it), else the whole file, to rename
+        into place. Every carried chunk written is verified; the staged file now belongs to
+        what is returned."""
         try:
-            misplaced = self._patch_plan()
-            todo, self.carried = (self.carried if misplaced is None else misplaced), []
-            self._fill(todo, pool)
+            plan = self._patch_plan(clean)
+            if plan is None:
+                todo, rest = self.carried, []
+            else:
+                todo, seen = plan
+                moved = {c[0] for c in todo}
+                rest = [c for c in self.carried if c[0] not in moved]
+            self.carried = []
+            self._fill(self.fd, todo, pool)
         finally:
             if self.source is not None:
                 self.source.close()
         fd, self.fd = self.fd, -1
-        if misplaced is not None:
-            self.patched = True
-            return Patch(self.dest, self.tmp, fd, self.merged + [(at, size) for at, _, size, _ in misplaced])
-        os.close(fd)
-        return Replacement(self.tmp, self.dest)
+        if plan is None:
+            os.close(fd)
+            return Replacement(self.tmp, self.dest)
+        ranges = self.merged + [(at, size) for at, _, size, _ in todo]
+        return Patch(self.dest, self.tmp, fd, ranges, seen, lambda into: self._fill(into, rest, pool))
 
-    def _patch_plan(self) -> list[tuple[int, str, int, str]] | None:
-        """The carried chunks the working file lacks at their offsets, when it can be patched
-        in place: it is the very file (a regular one, no other name linked to it, no symlink)
-        whose chunks the source knows, no other process has it open or mapped, it has the
-        merged file's size and header, and the merged and missing chunks make at most half of
-        it. None: install by rename."""
+    def _patch_plan(self, clean: Callable[[], bool]) -> tuple[list[Placed], os.stat_result] | None:
+        """The carried chunks the working file lacks at their offsets, and its status before it
+        was found clean, when it can be patched in place: it is the very file (a regular one,
+        no other name linked to it, no symlink) whose chunks the source knows, no other process
+        has it open or mapped, it has the merged file's size and header, the merged and missing
+        chunks make at most half of it, and it holds what was checked out (``clean()``, asked
+        last: it may hash the whole file). None: install by rename."""
         source = self.source
         if not self.in_place or source is None:
             return None
@@ -315,7 +319,13 @@ class StagedFile:
         patch_bytes = sum(size for _, size in self.merged) + sum(c[2] for c in misplaced)
         if 2 * patch_bytes > self.file_size:  # decided before any look at the file or at /proc
             return None
-        return misplaced if patchable(self.dest, source.fd, self.file_size, self.header) else None
+        if not patchable(self.dest, source.fd, self.file_size, self.header):
+            return None
+        try:
+            seen = os.lstat(self.dest)
+        except OSError:
+            return None
+        return (misplaced, seen) if clean() else None
 
     def discard(self) -> None:
         if self.source is not None:
@@ -348,10 +358,11 @@ def prepare_entry(
                 pwrite_all(fd, data, 0, dest)
                 bar.advance(len(data))
             else:
-                lead, parts = plan_file(graph, entry, rel)
+                lead, placed = laid_out(graph, entry, rel)
                 pwrite_all(fd, lead, 0, dest)
                 bar.advance(len(lead))
-                _write_chunks(store, pool, fd, len(lead), parts, reuse, bar, dest)
+                os.ftruncate(fd, end_of(lead, placed))
+                write_chunks_at(store, pool, fd, placed, reuse, bar, dest)
         finally:
             os.close(fd)
         os.chmod(tmp, 0o755 if entry.mode == MODE_EXEC else 0o644)

@@ -7,10 +7,13 @@ anew costs its whole size in writes even when every unchanged chunk is copied fr
 file; patching it in place writes only the chunks that differ, at their offsets. The price:
 while the patch is copied in (and after a kill, until the next command finishes it) the file
 is a mix of old and new chunks, which a reader may load. So it is not the default. The
-changed chunks are first written, verified, into a sparse temporary file (a corrupt chunk
-stops the checkout before the working file changes); the checkout's journal names the file
+changed chunks are first written, verified, into a sparse temporary file (a corrupt or
+missing chunk stops the checkout before the working file changes; in a partial clone those
+not here are fetched then, like any checkout's); the checkout's journal names the file
 before the first range is copied, so a patch killed half way is finished by the next command
-(it rewrites the file, re-verifying every chunk it copies from it by hash).
+(it rewrites the file, re-verifying every chunk it copies from it by hash). A working file
+that changed between being found clean and being patched is replaced instead
+(:class:`~mgit.model.placing.Patch`).
 """
 
 from __future__ import annotations
@@ -23,26 +26,13 @@ from pathlib import Path
 
 from mgit.graph.objects import MODE_EXEC, Graph
 from mgit.graph.snapshot import Entry
-from mgit.model.manifest import chunk_offsets
-from mgit.model.materialize import ChunkSource, LocalChunks, plan_file, write_chunks_at
-from mgit.model.placing import Patch, patch_file, patchable
+from mgit.model.materialize import ChunkSource, LocalChunks, end_of, laid_out, write_chunks_at
+from mgit.model.placing import Patch, patch_file, patchable, pwrite_all
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore
 
 PATCH_SHARE = 0.5  # patch when the chunks to write make at most this share of the file
 CHUNKED_KINDS = ("safetensors", "chunked")
-
-
-def _chunk_at(graph: Graph, entry: Entry, rel: str) -> dict[int, tuple[str, int]]:
-    """Offset → (chunk id, size) of every chunk of a committed file (a chunk repeated in the
-    file, such as the ones of equal norms, at each of its places)."""
-    lead, parts = plan_file(graph, entry, rel)
-    return {at: (cid, size) for at, (cid, size, _) in zip(_offsets(lead, parts), parts, strict=False)}
-
-
-def _offsets(lead: bytes, parts: list[tuple[str, int, str]]) -> list[int]:
-    """Where each of a file's chunks (mgit.model.materialize.plan_file) lies in it, then its end."""
-    return chunk_offsets((size for _, size, _ in parts), len(lead))
 
 
 def prepare_patch(
@@ -61,29 +51,37 @@ def prepare_patch(
     chunks where ``old`` says), to ``entry``: the chunks not already at their offsets (a chunk
     the file holds elsewhere is copied from there, re-verified), written and verified into a
     sparse temporary file. None (nothing written) unless that is at most PATCH_SHARE of the
-    file, every chunk to write is in the store, the file may be patched at all
-    (:func:`~mgit.model.placing.patchable`, the same permission bits) and ``clean()`` says it
-    holds ``was`` (asked last: it may hash the whole file)."""
+    file, the file may be patched at all (:func:`~mgit.model.placing.patchable`, the same
+    permission bits) and ``clean()`` says it holds ``was`` (asked last: it may hash the whole
+    file)."""
     if entry.kind not in CHUNKED_KINDS or was.kind not in CHUNKED_KINDS:
         return None
-    lead, parts = plan_file(graph, entry, rel)
-    there = _chunk_at(graph, was, rel)
-    offsets = _offsets(lead, parts)
-    items = [(at, *part) for at, part in zip(offsets, parts, strict=False) if there.get(at) != part[:2]]
-    file_size, changed = offsets[-1], sum(size for _, _, size, _ in items)
-    if changed > PATCH_SHARE * file_size or not all(store.has(cid) for _, cid, _, _ in items):
+    lead, placed = laid_out(graph, entry, rel)
+    there = {at: (cid, size) for at, cid, size, _ in laid_out(graph, was, rel)[1]}
+    items = [c for c in placed if there.get(c[0]) != (c[1], c[2])]
+    file_size, changed = end_of(lead, placed), sum(size for _, _, size, _ in items)
+    if changed > PATCH_SHARE * file_size:
         return None
     with ChunkSource(store, old) as source:
         if not patchable(dest, source.fd, file_size, lead):
             return None
     try:
-        executable = bool(os.lstat(dest).st_mode & stat.S_IXUSR)
+        seen = os.lstat(dest)  # before clean(): any write after it shows in the status
     except OSError:
         return None
-    if executable != (entry.mode == MODE_EXEC) or not clean():
+    if bool(seen.st_mode & stat.S_IXUSR) != (entry.mode == MODE_EXEC) or not clean():
         return None
+    moved = {at for at, _, _, _ in items}
+    rest = [c for c in placed if c[0] not in moved]
+
+    def complete(fd: int) -> None:
+        """The rest of the new file, for a working file that changed since it was found clean."""
+        pwrite_all(fd, lead, 0, dest)
+        write_chunks_at(store, pool, fd, rest, old, Bar(), dest, missing_ok=True)
+        os.fchmod(fd, 0o755 if entry.mode == MODE_EXEC else 0o644)
+
     tmp, fd = patch_file(dest, file_size)
-    patch = Patch(dest, tmp, fd, [(at, size) for at, _, size, _ in items])
+    patch = Patch(dest, tmp, fd, [(at, size) for at, _, size, _ in items], seen, complete)
     try:
         write_chunks_at(store, pool, fd, items, old, bar, dest)
     except BaseException:

@@ -4,10 +4,13 @@ Why two steps: a checkout (or the checkout ending a merge) reads every chunk it 
 writing the new bytes to a temporary file no reader looks at, verifying each one; only once
 every file's temporary is complete does the first working file change. A corrupt chunk, a
 full disk or Ctrl-C while preparing therefore leaves every working file as it was. Making
-the bytes visible is then a rename (:class:`Replacement`, the default: a reader sees the old
-file or the new one, never a mix) or, where the user opted in (``inPlace = true``), a copy of
-just the changed byte ranges over the working file (:class:`Patch`: while it runs, and after
-a kill until the next command finishes it, a reader sees a mix of old and new chunks).
+the bytes visible is then a rename (:class:`Replacement`, the default: a reader never sees a
+mix; one opening the path in the instant between the old file's removal and the rename finds
+no file, and one that has the old file open keeps reading it whole) or, where the user opted
+in (``inPlace = true``), a copy of just the changed byte ranges over the working file
+(:class:`Patch`: while it runs, and after a kill until the next command finishes it, a reader
+sees a mix of old and new chunks). Temporaries are named ``.NAME.mgit-tmp-*`` beside their
+file; what a killed command left there is removed by the next one (the journal names the paths).
 """
 
 from __future__ import annotations
@@ -16,14 +19,15 @@ import errno
 import os
 import stat
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from glob import escape as glob_escape
 from pathlib import Path
 
 from mgit import _crashpoints
+from mgit.durable import pwrite_all as pwrite_all  # the write loop every placing shares
 from mgit.graph.names import TMP_MARK
 from mgit.inuse import held_elsewhere
-from mgit.store.record import RawBytes
 
 
 @dataclass
@@ -35,8 +39,13 @@ class Replacement:
     dest: Path
 
     def apply(self) -> os.stat_result:
-        self.dest.parent.mkdir(parents=True, exist_ok=True)
-        move_into_place(self.tmp, self.dest)
+        """Rename into place; if that fails, the temporary goes too (nothing is left behind)."""
+        try:
+            self.dest.parent.mkdir(parents=True, exist_ok=True)
+            move_into_place(self.tmp, self.dest)
+        except BaseException:
+            self.discard()
+            raise
         return os.stat(self.dest)
 
     def discard(self) -> None:
@@ -45,23 +54,54 @@ class Replacement:
 
 class Patch:
     """The changed byte ranges of a working file, written at their offsets into a sparse
-    temporary file (open as ``fd``), copied over ``dest`` by :meth:`apply` (in the kernel)."""
+    temporary file of the new file's size (open as ``fd``), copied over ``dest`` by
+    :meth:`apply` (in the kernel).
 
-    def __init__(self, dest: Path, tmp: Path, fd: int, ranges: list[tuple[int, int]]):
+    ``seen`` is the working file's status taken before it was found to hold the old version
+    (every byte the patch leaves alone is trusted from that); ``complete(fd)`` writes the rest
+    of the new file into the temporary. Files are patched only after every other one is
+    prepared, so the working file may have changed in between (an editor writing it in place):
+    then :meth:`apply` completes the temporary and renames it into place instead (``replaced``),
+    so the file never mixes that edit with the patch."""
+
+    def __init__(
+        self,
+        dest: Path,
+        tmp: Path,
+        fd: int,
+        ranges: list[tuple[int, int]],
+        seen: os.stat_result,
+        complete: Callable[[int], None],
+    ):
         self.dest, self.tmp, self.fd = dest, tmp, fd
         self.ranges = coalesced(ranges)
+        self.seen, self.complete = seen, complete
+        self.replaced = False
 
     def apply(self) -> os.stat_result:
-        out = os.open(self.dest, os.O_WRONLY | os.O_NOFOLLOW)
+        """Patch the working file (or, changed since, replace it); on any failure the
+        temporary goes (a patch left half copied is the journal's to finish)."""
         try:
-            for at, size in self.ranges:
-                _crashpoints.point("write")
-                if copy_range(self.fd, out, at, at, size, self.dest) != size:
-                    raise OSError(errno.EIO, "the prepared patch is shorter than expected", str(self.dest))
+            if not unchanged(self.dest, self.seen):
+                return self._replace()
+            out = os.open(self.dest, os.O_WRONLY | os.O_NOFOLLOW)
+            try:
+                for at, size in self.ranges:
+                    _crashpoints.point("write")
+                    if copy_range(self.fd, out, at, at, size, self.dest, self.tmp) != size:
+                        raise OSError(errno.EIO, "the prepared patch is shorter than expected", str(self.dest))
+            finally:
+                os.close(out)
         finally:
-            os.close(out)
-        self.discard()
+            self.discard()
         return os.stat(self.dest)
+
+    def _replace(self) -> os.stat_result:
+        self.complete(self.fd)
+        os.close(self.fd)
+        self.fd = -1
+        self.replaced = True
+        return Replacement(self.tmp, self.dest).apply()
 
     def discard(self) -> None:
         if self.fd >= 0:
@@ -77,9 +117,33 @@ def temporary(dest: Path) -> Path:
     """A new temporary name beside ``dest`` (same file system: the rename is atomic), after
     deleting any a killed checkout left there (the caller holds the repository lock)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    for stale in dest.parent.glob(f".{glob_escape(dest.name)}{TMP_MARK}*"):
-        stale.unlink(missing_ok=True)
+    remove_temporaries(dest)
     return dest.parent / f".{dest.name}{TMP_MARK}{uuid.uuid4().hex[:8]}"
+
+
+def remove_temporaries(dest: Path) -> int:
+    """Delete the temporaries of ``dest`` a killed command left (``.NAME.mgit-tmp-*`` beside
+    it: only mgit makes such names); how many. The caller holds the repository lock."""
+    removed = 0
+    for stale in dest.parent.glob(f".{glob_escape(dest.name)}{TMP_MARK}*"):
+        try:
+            if stat.S_ISREG(os.lstat(stale).st_mode):
+                stale.unlink()
+                removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def unchanged(path: Path, seen: os.stat_result) -> bool:
+    """Whether the file at ``path`` is, by its status, still the one ``seen`` was taken of:
+    the same inode, size, modification and change times (any write moves the change time)."""
+    try:
+        now = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    fields = ("st_dev", "st_ino", "st_size", "st_mtime_ns", "st_ctime_ns")
+    return all(getattr(now, f) == getattr(seen, f) for f in fields)
 
 
 def patch_file(dest: Path, size: int) -> tuple[Path, int]:
@@ -135,22 +199,6 @@ def patchable(dest: Path, local_fd: int | None, file_size: int, header: bytes) -
         return False
 
 
-def pwrite_all(fd: int, data: RawBytes, offset: int, dest: Path | None) -> None:
-    """pwrite all of ``data``: a short write is retried, so a full disk reports ENOSPC
-    (naming the file) instead of a bare short count."""
-    view = memoryview(data)
-    try:
-        while view:
-            n = os.pwrite(fd, view, offset)
-            if n <= 0:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            view, offset = view[n:], offset + n
-    except OSError as exc:
-        if dest is not None and exc.filename is None:
-            raise OSError(exc.errno, exc.strerror, str(dest)) from None
-        raise
-
-
 def coalesced(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """(offset, size) ranges sorted, adjacent ones joined: fewer, longer copies."""
     out: list[tuple[int, int]] = []
@@ -162,23 +210,32 @@ def coalesced(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def copy_range(src: int, dst: int, src_at: int, dst_at: int, size: int, dest: Path) -> int:
+# a full disk or quota: no other way of copying would do better, so it is the caller's error
+SPACE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def copy_range(src: int, dst: int, src_at: int, dst_at: int, size: int, dest: Path, source: Path | None = None) -> int:
     """Copy ``size`` bytes at ``src_at`` of one file to ``dst_at`` of another, in the kernel
     where it can (``copy_file_range``: no pass through user memory; a reflink on file systems
-    that share extents), else by pread/pwrite. Returns the bytes copied: fewer only where the
-    source ends first (the caller checks what it copied)."""
-    done = 0
+    that share extents), else by pread/pwrite: after any refusal of the kernel's copy but a
+    full disk (EXDEV, ENOSYS, ENOTSUPP, EIO from some FUSE file systems, ...). Returns the bytes
+    copied: fewer only where the source ends first (the caller checks what it copied). An
+    error names its file: ``dest`` for a write, ``source`` for a read."""
+    done, kernel = 0, hasattr(os, "copy_file_range")
     while done < size:
         n = 0
-        if hasattr(os, "copy_file_range"):
+        if kernel:
             try:
                 n = os.copy_file_range(src, dst, size - done, src_at + done, dst_at + done)
             except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                if exc.errno in SPACE_ERRORS:
                     raise OSError(exc.errno, exc.strerror, str(dest)) from None
-                n = -1
+                kernel = False  # refused here: through memory from now on
         if n <= 0:  # not supported here, or the source ends: copy through memory (reads 0 at its end)
-            data = os.pread(src, min(size - done, 1 << 24), src_at + done)
+            try:
+                data = os.pread(src, min(size - done, 1 << 24), src_at + done)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, None if source is None else str(source)) from None
             if not data:
                 return done
             pwrite_all(dst, data, dst_at + done, dest)

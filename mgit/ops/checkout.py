@@ -10,7 +10,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 
 from dulwich.objects import ObjectID
+from rich.filesize import decimal
 
+from mgit import _crashpoints
 from mgit.budget import Budget
 from mgit.context import Context
 from mgit.errors import BadInputError, BudgetExceededError, DirtyWorktreeError, MgitError
@@ -21,7 +23,7 @@ from mgit.model.materialize import LocalChunks, StagedFile, entry_size, local_ch
 from mgit.model.patching import prepare_patch
 from mgit.model.placing import Patch, Pending, Replacement
 from mgit.ops import remotes, workfiles
-from mgit.ops.paths import blocking, holds_only, parents, prune_dirs, under
+from mgit.ops.paths import blocking, holds_only, listed, parents, prune_dirs, under
 from mgit.ops.workfiles import CheckoutResult, WorkForm, clean, finish_command, holds, shown
 from mgit.progress import Bar, byte_progress
 from mgit.worktree import journal
@@ -169,7 +171,8 @@ def switch(
     elif rev != "HEAD":
         plan.head = "detach"
     result = CheckoutResult(target)
-    write_files(ctx, index, todo, result, staged, forms, budget, plan)
+    key = "checkout.inPlace" if staged is None else "merge.inPlace"  # staged files: the checkout ending a merge
+    write_files(ctx, index, todo, result, staged, forms, budget, plan, in_place_key=key)
     workfiles.complete(ctx, plan, index, result)
     result.detached = refs.current_branch() is None
     return result
@@ -228,22 +231,30 @@ def write_files(
     plan: Journal | None = None,
     before_first_change: Callable[[], None] | None = None,
     removes: Collection[str] = (),
+    in_place_key: str = "checkout.inPlace",
+    resumed: bool = False,
 ) -> None:
     """Write entries into the working tree, as ``forms`` show them (default: as the sparse
     patterns do); a staged file already holding an entry's bytes (a merge wrote it) is
     completed and moved into place instead. With ``budget``, the cost is checked before
-    anything is written (a partial clone fetches what it lacks first).
+    anything is written (a partial clone fetches what it lacks first). ``in_place_key``: the
+    setting that lets a file be patched in place (``merge.inPlace`` for a merge's result).
 
     In two steps: every file's new bytes are first prepared out of sight (temporary files,
     every chunk verified: mgit.model.placing), then made visible one file after another. So a
     corrupt chunk, a full disk or Ctrl-C while preparing leaves every working file as it was
-    (the temporaries are removed, and the error says so). ``plan`` is saved as the journal
-    before the first temporary is written and cleared when preparing fails (a kill in between
-    leaves it: the next command rolls the operation forward); ``before_first_change`` runs
+    (the temporaries are removed, and the error says so); ``before_first_change`` runs
     between the steps (a merge moves its branch there). The paths removed after the writes
     (``removes``, and ``plan``'s) that stand in a write's way go between the steps too: a
     directory of removed files where a file goes, a removed file where a directory goes (whose
-    files are then prepared in the staging directory)."""
+    files are then prepared in the staging directory).
+
+    The journal is saved once, before the first temporary is written: ``plan``, the
+    operation's (the next command finishes it if this one is killed, removing the
+    temporaries it left; the caller completes it), cleared here if preparing fails. Without
+    one (restoring paths) the paths are journaled only while they are written, so that the
+    next command removes what a killed run left (restoring is run again, not finished).
+    ``resumed``: the journal on disk is the one being finished (recovery): it stays."""
     gone = {*removes, *(plan.removes if plan is not None else ())}
     if forms is None:
         patterns = load_patterns(ctx.git_dir)
@@ -257,28 +268,78 @@ def write_files(
     if budget is not None:
         result.cost = within_budget(ctx, index, todo, forms, reuse, budget, result.commit)
     sizes = {p: entry_size(ctx.graph, forms[p].entry) for p in todo if forms[p].written}
-    patch = workfiles.in_place(ctx, "checkout.inPlace")
-    if plan is not None:
-        journal.save(ctx.git_dir, plan)
+    patch = workfiles.in_place(ctx, in_place_key)
+    unchanged = "" if resumed else "; no working file was changed"  # a killed run may have changed some
+    if not patch:  # opted in, a file patched needs room for its changes only: ENOSPC says it then
+        _refuse_short_of_space(ctx, sizes, staged, in_place_key, unchanged)
+    record = None if resumed else plan if plan is not None else _restoring(ctx, todo, forms, result.commit)
+    if record is not None:
+        journal.save(ctx.git_dir, record)
     ready: dict[str, Pending] = {}
     try:
         with byte_progress("checkout", sum(sizes.values())) as bar:
             for p in sorted(sizes):
                 given = staged.get(p)
                 ready[p] = _prepare(ctx, index, p, todo[p], forms[p], given, reuse[p], patch, bar, sizes[p], p in away)
+                _crashpoints.point("prepare")
         if before_first_change is not None:
             before_first_change()
     except BaseException as exc:
         for pending in ready.values():
             pending.discard()
-        if plan is not None:
+        if record is not None:
             journal.clear(ctx.git_dir)
-        if isinstance(exc, MgitError) and exc.args and isinstance(exc.args[0], str):
-            exc.args = (f"{exc.args[0]}; no working file was changed", *exc.args[1:])
+        if unchanged and isinstance(exc, MgitError) and exc.args and isinstance(exc.args[0], str):
+            exc.args = (f"{exc.args[0]}{unchanged}", *exc.args[1:])
         raise
     for p in blocking(todo, gone):  # the index forgets them with the operation's other removals
         workfiles.remove_file(ctx.root, p)
-    _make_visible(ctx, index, todo, forms, ready, result)
+    try:
+        _make_visible(ctx, index, todo, forms, ready, result)
+    finally:
+        if record is not None and plan is None:
+            journal.clear(ctx.git_dir)  # restoring paths: nothing left for the next command to finish
+
+
+def _restoring(
+    ctx: Context, todo: Mapping[str, Entry], forms: Mapping[str, WorkForm], commit: str | None
+) -> Journal | None:
+    """The journal of paths restored outside a journaled operation: the next command only
+    removes what a killed run left. None: nothing to write, or the journal of an operation
+    whose recovery failed is there (it stays until that operation is finished)."""
+    if not todo or journal.exists(ctx.git_dir):
+        return None
+    writes = {p: Write(e, forms[p].entry, forms[p].written) for p, e in todo.items()}
+    return Journal("restore", listed(sorted(todo)), commit or "", writes, roll_forward=False)
+
+
+def _refuse_short_of_space(
+    ctx: Context, sizes: Mapping[str, int], staged: Mapping[str, StagedFile], key: str, unchanged: str
+) -> None:
+    """Refuse, before anything is written, new files that cannot all fit beside the old ones:
+    every one is prepared before the first old one goes, so a switch of several shards needs
+    room for all of them at once (checked per file system; a merge's staged file needs room
+    for the chunks it still lacks)."""
+    needed: dict[int, tuple[Path, int]] = {}  # device → (a directory on it, bytes)
+    for p, size in sizes.items():
+        where, nbytes = (staged[p].tmp.parent, staged[p].to_fill) if p in staged else ((ctx.root / p).parent, size)
+        while not where.exists():
+            where = where.parent
+        device = os.stat(where).st_dev
+        d, total = needed.get(device, (where, 0))
+        needed[device] = (d, total + nbytes)
+    for where, nbytes in needed.values():
+        try:
+            fs = os.statvfs(where)
+        except OSError:
+            continue
+        free = fs.f_bavail * fs.f_frsize
+        if nbytes > free:
+            raise MgitError(
+                f"the new files need {decimal(nbytes)} on the file system of {where} (each is written "
+                f"beside its old version before any is replaced) and {decimal(free)} is free; free some "
+                f"space, or let files that change little be patched in place: `mgit config {key} true`{unchanged}"
+            )
 
 
 def _prepare(
@@ -298,7 +359,9 @@ def _prepare(
     or the whole file beside it (``away``: a file stands where its directory goes, so in the
     staging directory)."""
     if staged is not None and staged.entry_oid == entry.oid and form.entry == entry:
-        pending = staged.prepare(ctx.pool)
+        was = index.entries.get(rel)
+        is_clean = functools.partial(clean, ctx, rel, was.worktree, index) if was is not None else lambda: False
+        pending = staged.prepare(ctx.pool, is_clean)
         bar.advance(size)
         return pending
     found = _patch(ctx, index, rel, form, reuse, patch, bar)
@@ -319,7 +382,8 @@ def _make_visible(
     result: CheckoutResult,
 ) -> None:
     """Put each prepared file in place (a sparse checkout's files selecting no tensor go) and
-    record it in the index; what an error leaves prepared is removed (the journal finishes it)."""
+    record it in the index; what an error leaves prepared is removed (the journal finishes it;
+    a file's own failed placing removes its temporary)."""
     try:
         for p in sorted(todo):
             entry, form, dest = todo[p], forms[p], ctx.root / p
@@ -330,10 +394,12 @@ def _make_visible(
                 index.entries[p] = IndexEntry(entry, skip_worktree=True, projection=form.projection(entry))
                 result.left_out.append(p)
                 continue
-            pending = ready.pop(p)
-            index.set(p, entry, pending.apply(), projection=form.projection(entry))
+            pending = ready[p]
+            seen = pending.apply()
+            del ready[p]
+            index.set(p, entry, seen, projection=form.projection(entry))
             result.written.append(p)
-            if isinstance(pending, Patch):
+            if isinstance(pending, Patch) and not pending.replaced:
                 result.patched.append(p)
     finally:
         for pending in ready.values():

@@ -256,15 +256,12 @@ def install_merge(
     )  # fmt: skip
 
     def advance() -> None:  # once every working file is prepared, before the first one changes
-        journal.save(ctx.git_dir, plan)
-        try:
-            ctx.refs.advance_head(old_head, commit, reflog)
-        except RefUpdateError:
-            journal.clear(ctx.git_dir)
-            raise
+        ctx.refs.advance_head(old_head, commit, reflog)  # a lost swap: write_files clears the journal
 
     result = CheckoutResult(commit)
-    checkout.write_files(ctx, index, changes, result, staged, forms, before_first_change=advance, removes=plan.removes)
+    checkout.write_files(
+        ctx, index, changes, result, staged, forms, plan=plan, before_first_change=advance, in_place_key="merge.inPlace"
+    )
     workfiles.complete(ctx, plan, index, result)
 
 

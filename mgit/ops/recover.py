@@ -1,6 +1,7 @@
 """Finishing what a killed or interrupted command left in the journal: run each time the
-lock is taken (the context's ``on_lock``), it rolls the operation forward, or says how to
-finish or undo it by hand."""
+lock is taken (the context's ``on_lock``), it removes the temporary files the command left
+beside the working files it names, then rolls the operation forward, or says how to finish
+or undo it by hand."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 from mgit.context import Context
 from mgit.errors import MgitError
 from mgit.lock import warn
+from mgit.model.placing import remove_temporaries
 from mgit.ops import checkout, workfiles
 from mgit.ops.workfiles import CheckoutResult, WorkForm, finish_command, undo_command
 from mgit.worktree import journal
@@ -20,6 +22,16 @@ def recover(ctx: Context) -> None:
     the lock is taken). If it cannot be finished, say how to finish or undo it by hand."""
     plan = journal.load(ctx.git_dir)
     if plan is None:
+        return
+    try:
+        for p in plan.writes:
+            remove_temporaries(ctx.root / p)
+    except OSError as exc:
+        warn(f"could not remove what the interrupted {plan.describe()} left beside its files ({exc})")
+        return
+    if not plan.roll_forward:
+        journal.clear(ctx.git_dir)
+        warn(f"the interrupted {plan.describe()} was not finished: run it again")
         return
     warn(f"finishing the interrupted {plan.describe()}")
     try:
@@ -41,8 +53,8 @@ def finish(ctx: Context, plan: Journal) -> None:
     for p in done:
         index.set(p, todo[p], os.stat(ctx.root / p), projection=forms[p].projection(todo[p]))
     result = CheckoutResult(plan.target)
-    undone = {p: e for p, e in todo.items() if p not in done}
-    checkout.write_files(ctx, index, undone, result, forms=forms, removes=plan.removes)
+    unwritten = {p: e for p, e in todo.items() if p not in done}
+    checkout.write_files(ctx, index, unwritten, result, forms=forms, removes=plan.removes, resumed=True)
     workfiles.complete(ctx, plan, index, result, clear=not plan.switch_after)
     if plan.switch_after:  # the journal stays until the switch's own journal replaces it
         assert plan.branch is not None

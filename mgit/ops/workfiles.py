@@ -127,9 +127,9 @@ def _untracked_in_the_way(ctx: Context, p: str, head_snap: Snapshot, paths: set[
 def in_place(ctx: Context, key: str) -> bool:
     """Whether a working file may be patched in place (config ``key``: ``checkout.inPlace``,
     ``merge.inPlace``; default false: every changed file is replaced by a new one, so a reader
-    sees the old file or the new, never a mix). Opted in, a file of which at most half changes
-    is patched, and a reader may see it half patched (docs/format.md §14.1); a file another
-    process holds is replaced anyway (mgit.inuse)."""
+    never sees a mix). Opted in, a file of which at most half changes is patched, and a reader
+    may see it half patched (docs/format.md §14.1); a file another process holds is replaced
+    anyway (mgit.inuse)."""
     value = ctx.config_get(key)
     if value is None or value.strip().lower() in ("false", "no", "off", "0"):
         return False

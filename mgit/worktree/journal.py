@@ -1,11 +1,13 @@
 """The journal of a working-tree operation in progress: ``.mgit/journal.json``.
 
-A checkout (or the checkout that ends a merge) writes the journal atomically before its
-first working-tree write and removes it once the index and HEAD are final. A killed or
-interrupted operation leaves it behind, and the next command that takes the repository
-lock finishes the operation from it (roll forward): every file it names is written, or
-found already written, the index records them, and HEAD moves as the journal says. The
-steps are idempotent, so a recovery that is itself killed is simply run again.
+A checkout (or the checkout that ends a merge) writes the journal atomically before it
+writes the first temporary file and removes it once the index and HEAD are final. A killed
+or interrupted operation leaves it behind, and the next command that takes the repository
+lock finishes the operation from it (roll forward): the temporaries left beside the files it
+names are removed, every file is written, or found already written, the index records them,
+and HEAD moves as the journal says. The steps are idempotent, so a recovery that is itself
+killed is simply run again. Restoring paths journals them too, only so that the next command
+removes what a killed run left (``roll_forward`` false: it is run again, not finished).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class Journal:
     set_patterns: bool = False  # whether the operation changes the sparse patterns
     switch_after: bool = False  # merge -b: once the branch exists, check it out
     staged: dict[str, Staged] = field(default_factory=dict)  # the index at the end, where not ``writes``
+    roll_forward: bool = True  # false (restoring paths): recovery only removes the temporaries
 
     def describe(self) -> str:
         return f"{self.op} of {self.rev}"
@@ -94,6 +97,7 @@ def _to_json(j: Journal) -> dict[str, Any]:
         "patterns": None if pats is None else {"include": list(pats.include), "exclude": list(pats.exclude)},
         "set_patterns": j.set_patterns,
         "switch_after": j.switch_after,
+        "roll_forward": j.roll_forward,
     } | ({"staged": staged} if staged else {})
 
 
@@ -116,6 +120,7 @@ def _from_json(obj: dict[str, Any]) -> Journal:
         set_patterns=bool(obj["set_patterns"]),
         switch_after=bool(obj["switch_after"]),
         staged={p: Staged(Entry(*s["entry"]) if s["entry"] else None, s["stats"]) for p, s in staged.items()},
+        roll_forward=bool(obj.get("roll_forward", True)),  # absent: written before it existed
     )
 
 

@@ -10,7 +10,7 @@ import os
 import shutil
 
 import pytest
-from helpers.models import THREE_EXPERTS, THREE_WEIGHTS, commit_uneven, sha256
+from helpers.models import THREE_EXPERTS, THREE_WEIGHTS, commit_model, commit_uneven, llama_state_dict, sha256
 from helpers.run import run_mgit
 
 from mgit.errors import BadInputError
@@ -26,12 +26,12 @@ MODEL = "model/model.safetensors"
 @pytest.fixture
 def installs(monkeypatch):
     """Every staged file prepared for installing: whether it was to be patched in place."""
-    seen: list[StagedFile] = []
+    seen: list[bool] = []
     real = StagedFile.prepare
 
-    def prepare(self, pool=None):
-        pending = real(self, pool)
-        seen.append(self)
+    def prepare(self, pool, clean):
+        pending = real(self, pool, clean)
+        seen.append(isinstance(pending, placing.Patch))
         return pending
 
     monkeypatch.setattr(StagedFile, "prepare", prepare)
@@ -57,7 +57,7 @@ def test_a_budgeted_merge_patches_the_working_file_in_place(in_place, installs, 
     repo = in_place
     inode = os.stat(repo.root / MODEL).st_ino
     repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS, branch=branch)
-    assert [s.patched for s in installs] == [True]
+    assert installs == [True]
     assert os.stat(repo.root / MODEL).st_ino == inode  # the same file, patched
     assert list((repo.root / ".mgit" / "staging").glob("*")) == []  # the staged copy is gone
     assert repo.status().clean
@@ -70,7 +70,7 @@ def test_an_exact_merge_replaces_the_file(three_uneven, installs):
     repo = three_uneven
     inode = os.stat(repo.root / MODEL).st_ino
     repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS)
-    assert [s.patched for s in installs] == [False]
+    assert installs == [False]
     assert os.stat(repo.root / MODEL).st_ino != inode
     patched = sha256(repo.root / MODEL)
     assert _fresh_checkout_sha(repo) == patched
@@ -82,7 +82,7 @@ def test_a_merged_file_is_not_renamed_over_the_working_file(three_uneven, instal
     repo = three_uneven
     repo.merge(list(NAMES), "task_arithmetic", weight=WEIGHTS)
     over = [existed for dst, existed in renames if dst == str(repo.root / MODEL)]
-    assert [s.patched for s in installs] == [False] and over == [False]
+    assert installs == [False] and over == [False]
     assert repo.status().clean
     assert _fresh_checkout_sha(repo) == sha256(repo.root / MODEL)
 
@@ -95,7 +95,7 @@ def test_without_in_place_a_merge_replaces_the_file(three_uneven, installs, sett
         repo.config_set("merge.inPlace", setting)
     inode = os.stat(repo.root / MODEL).st_ino
     repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
-    assert [s.patched for s in installs] == [False]
+    assert installs == [False]
     assert os.stat(repo.root / MODEL).st_ino != inode
     assert repo.status().clean
 
@@ -116,7 +116,7 @@ def test_a_hard_linked_working_file_is_not_patched(in_place, installs, tmp_path)
     before = sha256(repo.root / MODEL)
     os.link(repo.root / MODEL, other)
     repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
-    assert [s.patched for s in installs] == [False]
+    assert installs == [False]
     assert sha256(other) == before
     assert sha256(repo.root / MODEL) != before
 
@@ -129,7 +129,7 @@ def test_a_symlinked_working_file_is_replaced_not_written_through(in_place, inst
     (repo.root / MODEL).unlink()
     (repo.root / MODEL).symlink_to(target)
     repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
-    assert [s.patched for s in installs] == [False]
+    assert installs == [False]
     assert sha256(target) == before
     assert not (repo.root / MODEL).is_symlink()
 
@@ -209,7 +209,7 @@ def test_a_file_another_process_has_mapped_is_replaced_not_patched(in_place, ins
         seen, _ = holder.communicate("\n", timeout=60)
     finally:
         holder.kill()
-    assert [s.patched for s in installs] == [False]
+    assert installs == [False]
     assert seen == before  # the old bytes, unchanged under the reader
     assert sha256(repo.root / MODEL) != before
 
@@ -234,3 +234,49 @@ def test_held_elsewhere_reads_maps_and_open_files(tmp_path):
         other.kill()
         other.wait()
     assert held_elsewhere(os.stat(path), proc=str(tmp_path / "no-proc"))  # cannot tell: held
+
+
+def test_a_working_file_edited_during_the_merge_is_replaced_not_patched(in_place, monkeypatch):
+    """The merge checked the tree was clean when it started; an edit of the working file while
+    it ran (its own inode, in a chunk the patch leaves alone) must not end up mixed with the
+    merged chunks and recorded clean: the file is replaced by the merge's result."""
+    repo = in_place
+    real = StagedFile.prepare
+    patched: list[bool] = []
+
+    def edited_meanwhile(self, *args):
+        kept = next(c for c in self.carried if self.source.local.get(c[1], (-1, 0))[0] == c[0])
+        with open(self.dest, "r+b") as f:
+            byte = os.pread(f.fileno(), 1, kept[0])
+            os.pwrite(f.fileno(), bytes([byte[0] ^ 0xFF]), kept[0])
+        pending = real(self, *args)
+        patched.append(isinstance(pending, placing.Patch))
+        return pending
+
+    monkeypatch.setattr(StagedFile, "prepare", edited_meanwhile)
+    repo.merge(list(NAMES), "task_arithmetic", budget="10%", weight=WEIGHTS)
+    monkeypatch.undo()
+    assert patched == [False]
+    assert repo.status().clean
+    merged = sha256(repo.root / MODEL)
+    assert _fresh_checkout_sha(repo) == merged
+
+
+@pytest.mark.parametrize("key", ["merge.inPlace", "checkout.inPlace"])
+def test_a_fast_forward_follows_the_merge_setting(repo, key):
+    """A fast-forward installs a merge's result: merge.inPlace decides, not checkout.inPlace."""
+    base = llama_state_dict(seed=3)
+    commit_model(repo, base, "base")
+    repo.checkout(create_branch="small")
+    name = sorted(base)[0]
+    commit_model(repo, {**base, name: base[name] + 1}, "one tensor changed")
+    repo.checkout("main")
+    repo.config_set(key, "true")
+    inode = os.stat(repo.root / MODEL).st_ino
+    report = repo.merge_branch("small")
+    assert report.kind == "fast-forward"
+    same = os.stat(repo.root / MODEL).st_ino == inode
+    assert same == (key == "merge.inPlace")  # patched in place only as merge.inPlace says
+    assert repo.status().clean
+    merged = sha256(repo.root / MODEL)
+    assert _fresh_checkout_sha(repo) == merged

@@ -16,6 +16,7 @@ from helpers.run import run_mgit
 
 from mgit.errors import BadInputError
 from mgit.model import materialize
+from mgit.ops import checkout
 from mgit.repo import Repository
 
 MODEL = "model/model.safetensors"
@@ -188,3 +189,44 @@ def test_a_file_written_anew_is_not_renamed_over_the_old_one(two, renames):
     shutil.rmtree(repo.root / "model")
     repo.checkout("full", force=True)
     assert sha256(repo.root / MODEL) == written
+
+
+def test_a_file_written_to_after_it_was_found_clean_is_replaced_not_patched(in_place, monkeypatch):
+    """Files are patched only once every file is prepared: an edit of the working file in
+    between (its own inode, as an editor saving in place) must not end up mixed with the
+    patch and recorded clean. The file is replaced by the checked-out version instead."""
+    repo = in_place
+    path = repo.root / MODEL
+    real = checkout._make_visible
+
+    def edited_meanwhile(*args, **kwargs):
+        with open(path, "r+b") as f:  # the last tensor: one the switch leaves alone
+            f.seek(-10, os.SEEK_END)
+            byte = f.read(1)
+            f.seek(-10, os.SEEK_END)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(checkout, "_make_visible", edited_meanwhile)
+    res = repo.checkout("lora")
+    monkeypatch.undo()
+    assert res.patched == [] and res.written == [MODEL]
+    assert repo.status().clean
+    assert sha256(path) == _fresh_sha(repo, "lora")
+
+
+def test_a_partial_clone_patches_with_chunks_it_fetches_while_preparing(two, tmp_path):
+    """The chunks a patch writes are prepared in a temporary file first, so they need not be
+    here beforehand: a partial clone fetches them then, and patches as a full clone does."""
+    repo = two
+    repo.remote_add("origin", str(tmp_path / "remote.mgit"))
+    repo.push("origin", "main")
+    repo.push("origin", "lora")
+    partial = Repository.clone(str(tmp_path / "remote.mgit"), tmp_path / "partial", partial=True)
+    partial.config_set("checkout.inPlace", "true")
+    inode = os.stat(partial.root / MODEL).st_ino
+    res = partial.checkout("lora")
+    assert res.patched == [MODEL] and os.stat(partial.root / MODEL).st_ino == inode
+    assert partial.status().clean and partial.fsck() == []
+    assert sha256(partial.root / MODEL) == _fresh_sha(repo, "lora")
+    partial.close()
