@@ -9,10 +9,19 @@ import threading
 import numpy as np
 
 from mgit.model import materialize
-from mgit.model.materialize import _write_chunks
+from mgit.model.materialize import Placed, write_chunks_at
 from mgit.parallel import WORKERS, make_pool
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore
+
+
+def placed_from(start: int, parts: list[tuple[str, int]]) -> list[Placed]:
+    """The chunks laid end to end from ``start``: (offset, id, size, what)."""
+    items, at = [], start
+    for cid, size in parts:
+        items.append((at, cid, size, "f"))
+        at += size
+    return items
 
 
 class SlowFirstStore:
@@ -36,13 +45,13 @@ class SlowFirstStore:
 
 def test_workers_write_on_past_a_slow_chunk(tmp_path):
     chunks = {f"c{i}": bytes([i]) * (100 + i) for i in range(4 * WORKERS + 3)}
-    parts = [(cid, len(data), "f") for cid, data in chunks.items()]
+    parts = [(cid, len(data)) for cid, data in chunks.items()]
     store = SlowFirstStore(chunks)
     out = tmp_path / "out"
     fd = os.open(out, os.O_RDWR | os.O_CREAT)
     try:
         with make_pool() as pool:
-            _write_chunks(store, pool, fd, 3, parts, None, Bar(), out)  # type: ignore[arg-type]
+            write_chunks_at(store, pool, fd, placed_from(3, parts), None, Bar(), out)  # type: ignore[arg-type]
     finally:
         os.close(fd)
     assert out.read_bytes() == bytes(3) + b"".join(chunks.values())
@@ -84,7 +93,7 @@ def test_every_record_is_read_ahead_before_it_is_decoded(tmp_path, monkeypatch):
     fd = os.open(out, os.O_RDWR | os.O_CREAT)
     try:
         with make_pool() as pool:
-            _write_chunks(store, pool, fd, 0, [(cid, n, "f") for cid, n in chunks], None, Bar(), out)
+            write_chunks_at(store, pool, fd, placed_from(0, chunks), None, Bar(), out)
     finally:
         os.close(fd)
     gets = [o for e, o in events if e == "get"]
