@@ -194,12 +194,17 @@ def test_a_merge_fetch_refuses_expert_deltas_over_its_budget(remote, local):
 
 
 class _Reader:
-    """Just what Context.reading() looks at: the promisor, the lock and the store."""
+    """Just what Context.reading() looks at: the promisor, the lock, the store and the format
+    upgrade (which must run under the lock, before anything is fetched)."""
 
     def __init__(self, promisor: Promisor | None, store):
         self.promisor, self.store = promisor, store
         self.lock = _Lock()
         self.held: list[bool] = []
+        self.upgraded: list[bool] = []
+
+    def _upgrade_format(self) -> None:
+        self.upgraded.append(self.lock.depth > 0)
 
     def read(self, fail: bool = False) -> str:
         with Context.reading(self):  # type: ignore[arg-type]
@@ -222,11 +227,11 @@ class _Lock:
 def test_reading_holds_the_lock_and_seals_only_in_a_partial_clone(remote, local, monkeypatch):
     backend, _, _ = remote
     full = _Reader(None, local)
-    assert full.read() == "read" and full.held == [False]
+    assert full.read() == "read" and full.held == [False] and full.upgraded == []
     sealed: list = []
     monkeypatch.setattr(local, "seal", lambda: sealed.append(1))
     partial = _Reader(promisor_of(local, backend), local)
-    assert partial.read() == "read" and partial.held == [True] and sealed == [1]
+    assert partial.read() == "read" and partial.held == [True] and sealed == [1] and partial.upgraded == [True]
     with pytest.raises(ValueError):
         partial.read(fail=True)
     assert partial.held == [True, True] and sealed == [1, 1] and partial.lock.depth == 0  # sealed after an error
