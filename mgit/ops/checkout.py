@@ -220,7 +220,7 @@ def _refuse_empty_selection(forms: Mapping[str, WorkForm], snap: Snapshot, patte
         raise BadInputError(f"no tensor of {rev} matches {patterns.describe()}; nothing would be checked out")
 
 
-def write_files(
+def write_files(  # noqa: C901 (prepare then place, each with its failure path)
     ctx: Context,
     index: Index,
     todo: Mapping[str, Entry],
