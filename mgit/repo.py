@@ -87,6 +87,15 @@ class Repository:
     """An mgit repository: ``.mgit/`` (git graph + chunk store) beside a working tree."""
 
     def __init__(self, path: str | os.PathLike[str] = "."):
+        """Open the repository holding ``path`` (it or a directory above it), as git finds one.
+
+        Args:
+            path: A directory in the working tree (default: the current one).
+
+        Raises:
+            NotARepositoryError: No ``.mgit/`` at ``path`` or above it, or one in a format
+                this mgit cannot read.
+        """
         self.ctx: Context = _ops.opening.open_repository(path)
 
     @classmethod
@@ -98,7 +107,17 @@ class Repository:
 
     @classmethod
     def init(cls, path: str | os.PathLike[str] = ".") -> Repository:
-        """A new, empty repository at ``path`` (refused if there is one)."""
+        """Create a new, empty repository, as ``git init`` does.
+
+        Args:
+            path: Its root (created if missing).
+
+        Returns:
+            The new repository, open.
+
+        Raises:
+            BadInputError: ``path`` is a repository already.
+        """
         return cls._of(_ops.opening.init(path))
 
     @classmethod
@@ -107,7 +126,28 @@ class Repository:
         token_file: str | None = None, include: Iterable[str] = (), exclude: Iterable[str] = (),
         budget: str | int | None = None,
     ) -> Repository:  # fmt: skip
-        """A new repository at ``path`` cloned from ``url`` (see :func:`mgit.ops.sync.clone`)."""
+        """Clone a remote into a new repository: every branch fetched, one checked out.
+
+        Args:
+            url: A directory, ``file://``, ``http(s)://`` or ``s3://`` URL; it becomes ``origin``.
+            path: The new repository's root (missing or empty).
+            partial: Fetch the graph only; chunks come when a command needs them.
+            branch: The branch to check out (default: the remote's HEAD).
+            token_file: A file holding the bearer token for an HTTP remote.
+            include: fnmatch patterns on tensor names: a sparse checkout (a partial clone then
+                fetches only these tensors' chunks).
+            exclude: fnmatch patterns on tensor names left out.
+            budget: The most bytes (``"2GB"``) the checkout may read and fetch (``partial`` only).
+
+        Returns:
+            The new repository, open (``cloned`` holds what was received).
+
+        Raises:
+            BadInputError: ``path`` is not empty, or a budget without ``partial``.
+            RemoteError: The remote cannot be reached or lacks ``branch``.
+            BudgetExceededError: The checkout would read and fetch more than ``budget``
+                (no clone is left).
+        """
         return cls._of(_ops.sync.clone(url, path, partial, branch, token_file, include, exclude, budget))
 
     def close(self) -> None:
