@@ -151,6 +151,7 @@ class Repository:
         return cls._of(_ops.sync.clone(url, path, partial, branch, token_file, include, exclude, budget))
 
     def close(self) -> None:
+        """Release the repository (its thread pool, open packs, a partial clone's remote)."""
         self.ctx.close()
 
     def __enter__(self) -> Repository:
@@ -229,14 +230,45 @@ class Repository:
     config_list = forward(lambda: _context.Context.config_list)
 
     def relpath(self, path: str | os.PathLike[str]) -> str:
-        """Repository-relative posix path ('' for the root); refuses paths outside."""
+        """A path as the repository names it.
+
+        Args:
+            path: Absolute, or relative to the repository root.
+
+        Returns:
+            The repository-relative posix path (``''`` for the root).
+
+        Raises:
+            BadInputError: A path outside the repository.
+        """
         return self.ctx.relpath(path)
 
     def snapshot(self, rev: str = "HEAD") -> Snapshot:
-        """Path → Entry for every file of a revision."""
+        """Every file of a revision, as stored (no data read).
+
+        Args:
+            rev: The revision.
+
+        Returns:
+            Path → Entry (kind, object id, mode).
+
+        Raises:
+            RevisionError: ``rev`` names no commit.
+        """
         return self.ctx.snapshot(rev)
 
     def resolve(self, rev: str) -> str:
+        """The commit a revision names, as ``git rev-parse`` resolves it.
+
+        Args:
+            rev: A branch, tag, commit id or prefix, ``HEAD~2``, ``main@{1}``, ….
+
+        Returns:
+            The commit's full id.
+
+        Raises:
+            RevisionError: ``rev`` names no commit.
+        """
         return self.ctx.resolve(rev)
 
     def _index(self) -> Index:
@@ -254,6 +286,7 @@ class Repository:
         return load_patterns(self.ctx.git_dir)
 
     def branches(self) -> dict[str, str]:
+        """Local branch → the commit it points at."""
         return self.ctx.refs.branches()
 
     def remote_branches(self) -> dict[str, str]:
@@ -261,11 +294,20 @@ class Repository:
         return self.ctx.refs.remote_branches()
 
     def tags(self) -> dict[str, str]:
+        """Tag → the commit it names (an annotated tag peeled to its commit)."""
         return self.ctx.refs.tags()
 
     @staticmethod
     def tracking_ref(remote: str, ref: str) -> str | None:
-        """The local ref a remote's ref is kept as (see :func:`mgit.ops.remotes.tracking_ref`)."""
+        """The local ref a remote's ref is kept as (:func:`mgit.ops.remotes.tracking_ref`).
+
+        Args:
+            remote: The remote's name.
+            ref: A full ref of the remote.
+
+        Returns:
+            A branch's remote-tracking ref, a tag's local tag; None for anything else.
+        """
         return _ops.remotes.tracking_ref(remote, ref)
 
     # -- the operations (mgit.ops): one line each ------------------------------------------

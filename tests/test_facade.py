@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import mgit.repo
@@ -116,6 +117,24 @@ def test_a_forwarded_operation_shows_its_signature_and_docstring(tmp_path: Path)
     with Repository.init(tmp_path) as repo:
         assert list(inspect.signature(repo.add).parameters) == ["paths", "base"]
         assert repo.status().head is None
+
+
+# Operations being reworked by other steps of the same change; each leaves once documented.
+UNDOCUMENTED = {"merge", "merge_plan", "sketch", "sketch_record"}
+
+
+def test_every_method_documents_its_parameters() -> None:
+    """The public API says what each parameter means: a Google-style ``Args:`` entry for each."""
+    missing = {}
+    for name in sorted(PUBLIC):
+        if isinstance(inspect.getattr_static(Repository, name), property):
+            continue
+        doc = inspect.getdoc(getattr(Repository, name)) or ""
+        params = [p for p in inspect.signature(getattr(Repository, name)).parameters if p not in ("self", "cls")]
+        if lacking := [p for p in params if not re.search(rf"^\s+\**{p}:", doc, re.M)]:
+            missing[name] = lacking
+    assert set(missing) <= UNDOCUMENTED, {n: p for n, p in missing.items() if n not in UNDOCUMENTED}
+    assert UNDOCUMENTED <= set(missing), f"documented now: remove {UNDOCUMENTED - set(missing)} from UNDOCUMENTED"
 
 
 def test_each_method_of_the_facade_is_one_call() -> None:
