@@ -249,14 +249,14 @@ def stash_pop(ctx: Context, position: int = 0, index: bool = False) -> CheckoutR
     """Apply a stash entry, then drop it (``stash pop``); a refused apply keeps it.
 
     Args:
-        position: The entry (``stash@{position}``).
-        index: Restore the index exactly as it was too.
+        position: As :func:`stash_apply`'s.
+        index: As :func:`stash_apply`'s.
 
     Returns:
-        The files written and removed.
+        What :func:`stash_apply` returns.
 
     Raises:
-        As :func:`stash_apply`; RefUpdateError when ``refs/stash`` moved meanwhile.
+        RefUpdateError: ``refs/stash`` moved meanwhile; and the errors of :func:`stash_apply`.
     """
     with ctx.lock:
         result = stash_apply(ctx, position, index)
