@@ -129,7 +129,8 @@ class Repository:
         """Clone a remote into a new repository: every branch fetched, one checked out.
 
         Args:
-            url: A directory, ``file://``, ``http(s)://`` or ``s3://`` URL; it becomes ``origin``.
+            url: A directory (a remote's, or another repository), an ``http(s)://`` or ``s3://``
+                URL; it becomes ``origin``.
             path: The new repository's root (missing or empty).
             partial: Fetch the graph only; chunks come when a command needs them.
             branch: The branch to check out (default: the remote's HEAD).
@@ -151,7 +152,7 @@ class Repository:
         return cls._of(_ops.sync.clone(url, path, partial, branch, token_file, include, exclude, budget))
 
     def close(self) -> None:
-        """Release the repository (its thread pool, open packs, a partial clone's remote)."""
+        """Release the repository: its chunk store and thread pool."""
         self.ctx.close()
 
     def __enter__(self) -> Repository:

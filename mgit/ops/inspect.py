@@ -210,7 +210,7 @@ def changes(ctx: Context, rev: str = "HEAD") -> ModelDiff:
     Read from manifests and small files only: no tensor data is read.
 
     Args:
-        rev: The commit (a merge: compared with its first parent; a root commit: all added).
+        rev: The commit (a merge: compared with its base; a root commit: everything added).
 
     Returns:
         The diff, per tensor and file, without statistics.

@@ -55,7 +55,7 @@ def gc(ctx: Context, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> GcReport:
             to it).
 
     Returns:
-        The objects, chunks, leftovers and sketches removed, and the bytes freed.
+        The objects, chunks, leftovers and sketches removed, and the packs' size before and after.
 
     Raises:
         LockedError: Another mgit process holds the repository.

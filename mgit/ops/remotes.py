@@ -53,7 +53,7 @@ def remote_add(ctx: Context, name: str, url: str, token_file: str | None = None)
 
     Args:
         name: The remote's name (``origin``).
-        url: A directory, ``file://``, ``http(s)://`` or ``s3://`` URL.
+        url: A directory (a remote's, or another repository), an ``http(s)://`` or ``s3://`` URL.
         token_file: A file holding the bearer token for an HTTP remote.
 
     Raises:
