@@ -799,7 +799,7 @@ def merge_section(merged: Sequence[Merged], c: Context, part: Part) -> str:
 # -- main -----------------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 (one pass over the scenario's parts and options, each an if)
     args = parse_args(argv)
     command = cli.command_line(argv, __file__)
     workdir = args.workdir.resolve()

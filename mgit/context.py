@@ -197,7 +197,16 @@ class Context:
         return config.checked(self.git_dir / "config", self.graph.repo.get_config)
 
     def config_set(self, key: str, value: str, scope: str = "local") -> None:
-        """Set ``key`` in ``.mgit/config`` (``scope="global"``: the user's mgit config file)."""
+        """Set a configuration key, as ``mgit config KEY VALUE`` does.
+
+        Args:
+            key: ``section.name`` (``section.subsection.name``), checked as git checks keys.
+            value: Its value.
+            scope: ``"local"`` (``.mgit/config``) or ``"global"`` (the user's mgit config file).
+
+        Raises:
+            BadInputError: An invalid key or an unknown scope.
+        """
         if _scope(scope) == "global":
             config.global_set(key, value)
         else:
@@ -207,8 +216,19 @@ class Context:
         self.refs.identity = self.identity()
 
     def config_get(self, key: str, scope: str | None = None) -> str | None:
-        """``key``'s value as this repository reads it (its file, the user's mgit file, git's
-        files: the first that sets it); ``scope``: ``"local"`` or ``"global"``, that file only."""
+        """A configuration key's value as this repository reads it.
+
+        Args:
+            key: ``section.name``.
+            scope: ``"local"`` or ``"global"``: that file only (default: the repository's
+                file, the user's mgit file, git's files: the first that sets it).
+
+        Returns:
+            The value, or None when nothing sets it.
+
+        Raises:
+            BadInputError: An invalid key or an unknown scope.
+        """
         if scope is None:
             return config.get(config.stack(self._config()), key)
         if _scope(scope) == "global":
@@ -216,9 +236,18 @@ class Context:
         return config.get(self._config(), key)
 
     def config_list(self, scope: str | None = None) -> list[tuple[str, str, str]]:
-        """(scope, key, value) of every setting mgit reads, lowest precedence first as git
-        lists them: git's files (``"git"``), the user's mgit file (``"global"``), then
-        ``.mgit/config`` (``"local"``); ``scope`` keeps one of them."""
+        """Every setting mgit reads, lowest precedence first, as ``git config --list`` lists them.
+
+        Args:
+            scope: Only one file: ``"git"`` (git's files), ``"global"`` (the user's mgit file)
+                or ``"local"`` (``.mgit/config``).
+
+        Returns:
+            (scope, key, value) of each setting.
+
+        Raises:
+            BadInputError: An unknown scope.
+        """
         files = [("git", f) for f in config.git_files()]
         files += [("global", config.read_file(config.global_path())), ("local", self._config())]
         wanted = None if scope is None else _scope(scope, ("local", "global", "git"))

@@ -87,6 +87,15 @@ class Repository:
     """An mgit repository: ``.mgit/`` (git graph + chunk store) beside a working tree."""
 
     def __init__(self, path: str | os.PathLike[str] = "."):
+        """Open the repository holding ``path`` (it or a directory above it), as git finds one.
+
+        Args:
+            path: A directory in the working tree (default: the current one).
+
+        Raises:
+            NotARepositoryError: No ``.mgit/`` at ``path`` or above it, or one in a format
+                this mgit cannot read.
+        """
         self.ctx: Context = _ops.opening.open_repository(path)
 
     @classmethod
@@ -98,7 +107,17 @@ class Repository:
 
     @classmethod
     def init(cls, path: str | os.PathLike[str] = ".") -> Repository:
-        """A new, empty repository at ``path`` (refused if there is one)."""
+        """Create a new, empty repository, as ``git init`` does.
+
+        Args:
+            path: Its root (created if missing).
+
+        Returns:
+            The new repository, open.
+
+        Raises:
+            BadInputError: ``path`` is a repository already.
+        """
         return cls._of(_ops.opening.init(path))
 
     @classmethod
@@ -107,10 +126,33 @@ class Repository:
         token_file: str | None = None, include: Iterable[str] = (), exclude: Iterable[str] = (),
         budget: str | int | None = None,
     ) -> Repository:  # fmt: skip
-        """A new repository at ``path`` cloned from ``url`` (see :func:`mgit.ops.sync.clone`)."""
+        """Clone a remote into a new repository: every branch fetched, one checked out.
+
+        Args:
+            url: A directory (a remote's, or another repository), an ``http(s)://`` or ``s3://``
+                URL; it becomes ``origin``.
+            path: The new repository's root (missing or empty).
+            partial: Fetch the graph only; chunks come when a command needs them.
+            branch: The branch to check out (default: the remote's HEAD).
+            token_file: A file holding the bearer token for an HTTP remote.
+            include: fnmatch patterns on tensor names: a sparse checkout (a partial clone then
+                fetches only these tensors' chunks).
+            exclude: fnmatch patterns on tensor names left out.
+            budget: The most bytes (``"2GB"``) the checkout may read and fetch (``partial`` only).
+
+        Returns:
+            The new repository, open (``cloned`` holds what was received).
+
+        Raises:
+            BadInputError: ``path`` is not empty, or a budget without ``partial``.
+            RemoteError: The remote cannot be reached or lacks ``branch``.
+            BudgetExceededError: The checkout would read and fetch more than ``budget``
+                (no clone is left).
+        """
         return cls._of(_ops.sync.clone(url, path, partial, branch, token_file, include, exclude, budget))
 
     def close(self) -> None:
+        """Release the repository: its chunk store and thread pool."""
         self.ctx.close()
 
     def __enter__(self) -> Repository:
@@ -189,14 +231,45 @@ class Repository:
     config_list = forward(lambda: _context.Context.config_list)
 
     def relpath(self, path: str | os.PathLike[str]) -> str:
-        """Repository-relative posix path ('' for the root); refuses paths outside."""
+        """A path as the repository names it.
+
+        Args:
+            path: Absolute, or relative to the repository root.
+
+        Returns:
+            The repository-relative posix path (``''`` for the root).
+
+        Raises:
+            BadInputError: A path outside the repository.
+        """
         return self.ctx.relpath(path)
 
     def snapshot(self, rev: str = "HEAD") -> Snapshot:
-        """Path → Entry for every file of a revision."""
+        """Every file of a revision, as stored (no data read).
+
+        Args:
+            rev: The revision.
+
+        Returns:
+            Path → Entry (kind, object id, mode).
+
+        Raises:
+            RevisionError: ``rev`` names no commit.
+        """
         return self.ctx.snapshot(rev)
 
     def resolve(self, rev: str) -> str:
+        """The commit a revision names, as ``git rev-parse`` resolves it.
+
+        Args:
+            rev: A branch, tag, commit id or prefix, ``HEAD~2``, ``main@{1}``, ….
+
+        Returns:
+            The commit's full id.
+
+        Raises:
+            RevisionError: ``rev`` names no commit.
+        """
         return self.ctx.resolve(rev)
 
     def _index(self) -> Index:
@@ -214,6 +287,7 @@ class Repository:
         return load_patterns(self.ctx.git_dir)
 
     def branches(self) -> dict[str, str]:
+        """Local branch → the commit it points at."""
         return self.ctx.refs.branches()
 
     def remote_branches(self) -> dict[str, str]:
@@ -221,11 +295,20 @@ class Repository:
         return self.ctx.refs.remote_branches()
 
     def tags(self) -> dict[str, str]:
+        """Tag → the commit it names (an annotated tag peeled to its commit)."""
         return self.ctx.refs.tags()
 
     @staticmethod
     def tracking_ref(remote: str, ref: str) -> str | None:
-        """The local ref a remote's ref is kept as (see :func:`mgit.ops.remotes.tracking_ref`)."""
+        """The local ref a remote's ref is kept as (:func:`mgit.ops.remotes.tracking_ref`).
+
+        Args:
+            remote: The remote's name.
+            ref: A full ref of the remote.
+
+        Returns:
+            A branch's remote-tracking ref, a tag's local tag; None for anything else.
+        """
         return _ops.remotes.tracking_ref(remote, ref)
 
     # -- the operations (mgit.ops): one line each ------------------------------------------

@@ -1,10 +1,12 @@
 """The facade (mgit.repo.Repository) stays thin: no mixins, its public names as they were,
 and each operation it forwards shows the operation's signature (``self`` first) and
-docstring; repo.py stays short (issue 13)."""
+docstring; each method it writes out is one call."""
 
 from __future__ import annotations
 
+import ast
 import inspect
+import re
 from pathlib import Path
 
 import mgit.repo
@@ -117,9 +119,33 @@ def test_a_forwarded_operation_shows_its_signature_and_docstring(tmp_path: Path)
         assert repo.status().head is None
 
 
-def test_repo_py_stays_short() -> None:
-    """The class stays a facade: its plumbing properties and one line per operation; the file,
-    with the typed imports above it (one line per module of operations), stays short too."""
-    text = Path(mgit.repo.__file__).read_text()
-    assert len(text.splitlines()) <= 330
-    assert len(text[text.index("class Repository") :].splitlines()) <= 260
+# Operations being reworked by other steps of the same change; each leaves once documented.
+UNDOCUMENTED = {"merge", "merge_plan", "sketch", "sketch_record"}
+
+
+def test_every_method_documents_its_parameters() -> None:
+    """The public API says what each parameter means: a Google-style ``Args:`` entry for each."""
+    missing = {}
+    for name in sorted(PUBLIC):
+        if isinstance(inspect.getattr_static(Repository, name), property):
+            continue
+        doc = inspect.getdoc(getattr(Repository, name)) or ""
+        params = [p for p in inspect.signature(getattr(Repository, name)).parameters if p not in ("self", "cls")]
+        if lacking := [p for p in params if not re.search(rf"^\s+\**{p}:", doc, re.M)]:
+            missing[name] = lacking
+    assert set(missing) <= UNDOCUMENTED, {n: p for n, p in missing.items() if n not in UNDOCUMENTED}
+    assert UNDOCUMENTED <= set(missing), f"documented now: remove {UNDOCUMENTED - set(missing)} from UNDOCUMENTED"
+
+
+def test_each_method_of_the_facade_is_one_call() -> None:
+    """The class stays a facade, however long its docstrings grow: a method written out (not a
+    forwarded operation) is one statement, or two where it first imports what it calls."""
+    tree = ast.parse(Path(mgit.repo.__file__).read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Repository"]
+    long = []
+    for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+        body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        imports = sum(isinstance(s, ast.ImportFrom | ast.Import) for s in body)
+        if len(body) - imports > 1 and fn.name != "_of":  # _of: makes the object without __init__
+            long.append(fn.name)
+    assert not long, long

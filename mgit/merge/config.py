@@ -64,7 +64,7 @@ def _dtype(value: Any, key: str, where: str) -> str | None:
     return name
 
 
-def load_config(path: str | os.PathLike[str]) -> MergeConfig:
+def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one check per refused form of a mergekit YAML)
     where = str(path)
     try:
         doc = yaml.safe_load(Path(path).read_text("utf-8"))

@@ -198,7 +198,7 @@ class _Once:
             return self._value
 
 
-def _chunk_job(
+def _chunk_job(  # noqa: C901 (being rewritten as a class (issue 40, item 4))
     tp: TensorPlan,
     setup: MergeSetup,
     store: ChunkStore,

@@ -28,7 +28,7 @@ class Reach:
     where: dict[str, str] = field(default_factory=dict)  # object id → where it was first met
 
 
-def walk(graph: Graph, starts: Mapping[str, str], stop: Set[str] = frozenset()) -> Reach:
+def walk(graph: Graph, starts: Mapping[str, str], stop: Set[str] = frozenset()) -> Reach:  # noqa: C901 (one walk over commits, trees and manifests; split it with care)
     """Everything reachable from ``starts`` (object id → where from), not walking into the
     commits in ``stop`` (a remote already holds them)."""
     reach = Reach()

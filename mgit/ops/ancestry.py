@@ -13,8 +13,20 @@ from mgit.graph import walks
 
 
 def merge_bases(ctx: Context, revs: Iterable[str]) -> list[str]:
-    """The best common ancestors of the first revision and any of the others, as ``git
-    merge-base --all`` finds them ([] when they share no history)."""
+    """The best common ancestors of the first revision and any of the others.
+
+    As ``git merge-base --all`` finds them (dulwich's graph walk).
+
+    Args:
+        revs: Two revisions or more.
+
+    Returns:
+        Their merge bases' ids ([] when they share no history).
+
+    Raises:
+        BadInputError: Fewer than two revisions.
+        RevisionError: A revision names no commit.
+    """
     from dulwich.graph import find_merge_base
 
     from mgit.graph.ids import object_id
@@ -26,14 +38,38 @@ def merge_bases(ctx: Context, revs: Iterable[str]) -> list[str]:
 
 
 def merge_base(ctx: Context, a: str, b: str, *others: str) -> str | None:
-    """One best common ancestor of ``a`` and ``b`` (and the ``others``), or None."""
+    """One best common ancestor of revisions, as ``git merge-base`` prints it.
+
+    Args:
+        a: A revision.
+        b: Another revision.
+        *others: More revisions (a base of ``a`` and any of ``b`` and these).
+
+    Returns:
+        The merge base's id, or None when they share no history.
+
+    Raises:
+        RevisionError: A revision names no commit.
+    """
     found = merge_bases(ctx, [a, b, *others])
     return found[0] if found else None
 
 
 def is_ancestor(ctx: Context, a: str, b: str) -> bool:
-    """Whether ``a`` is ``b`` or one of its ancestors (``git merge-base --is-ancestor``), by a
-    walk of the parents (never of the commit dates)."""
+    """Whether one revision is in another's history (``git merge-base --is-ancestor``).
+
+    Decided by a walk of the parents, never by the commit dates.
+
+    Args:
+        a: The possible ancestor.
+        b: The descendant.
+
+    Returns:
+        True when ``a`` is ``b`` or one of its ancestors.
+
+    Raises:
+        RevisionError: A revision names no commit.
+    """
     return walks.is_ancestor(ctx.graph, ctx.refs.resolve(a), ctx.refs.resolve(b))
 
 
@@ -53,11 +89,23 @@ def relation(ctx: Context, rev: str) -> tuple[str, list[str]]:
 
 
 def is_branch_merge(ctx: Context, revs: Sequence[str]) -> bool:
-    """Whether merging ``revs`` into HEAD with a method, and no base named, is git's merge of a
-    branch (the method settling its conflicting tensors) rather than a model merge over HEAD:
-    so it is for one revision HEAD is not strictly behind. A model merge over HEAD takes REV's
-    whole difference from HEAD: for a revision ahead of HEAD that is REV's change (scaled by
-    its weight), for any other it undoes HEAD's own changes since they parted."""
+    """Whether ``merge REVS --method M`` (no base named) merges a branch or merges models.
+
+    It is git's merge of a branch (the method settling its conflicting tensors) for one
+    revision HEAD is not strictly behind: a model merge over HEAD would take REV's whole
+    difference from HEAD, which for a revision not ahead of HEAD undoes HEAD's own changes
+    since they parted.
+
+    Args:
+        revs: The revisions named.
+
+    Returns:
+        True for a branch merge (:func:`mgit.ops.branch_merge.merge_branch`), False for a model
+        merge over HEAD.
+
+    Raises:
+        RevisionError: A revision names no commit.
+    """
     if len(revs) != 1 or ctx.refs.head() is None:
         return False
     try:

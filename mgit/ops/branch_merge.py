@@ -41,14 +41,36 @@ def merge_branch(
     op: str = "merge",
     **params: Any,
 ) -> BranchMerge:
-    """Merge revision ``rev`` into the current branch as git does. Already in HEAD: nothing
-    changes. HEAD in ``rev``'s history: a fast-forward (``ff="no"``: a merge commit anyway).
-    Otherwise a three-way merge over the merge bases, committed with parents [HEAD, rev]: each
-    path, tensor and ``__metadata__`` key from the side that changed it, text files merged by
-    lines. Conflicts raise MergeConflictError and commit nothing, unless settled: ``ours`` /
-    ``theirs`` (fnmatch patterns over ``PATH`` and ``PATH:TENSOR``), ``method`` (with mergekit
-    ``params``; default weights 1, 1) for tensors both sides changed. ``ff="only"`` refuses
-    anything but a fast-forward. ``op`` names the command in messages and the reflog (pull)."""
+    """Merge a revision into the current branch as git does.
+
+    Already in HEAD: nothing changes. HEAD in ``rev``'s history: a fast-forward. Otherwise a
+    three-way merge over the merge bases, committed with parents [HEAD, rev]: each path, tensor
+    and ``__metadata__`` key from the side that changed it, text files merged by lines.
+    Conflicts commit nothing unless ``ours``, ``theirs`` or ``method`` settle them.
+
+    Args:
+        rev: The branch, tag or commit to merge.
+        ours: fnmatch patterns over ``PATH`` and ``PATH:TENSOR``: conflicts settled as HEAD has them.
+        theirs: Likewise, settled as ``rev`` has them.
+        method: A merge method (mgit.merge.methods) for tensors both sides changed.
+        seed: A random method's seed.
+        message: The merge commit's message (default: git's ``Merge branch …``).
+        ff: ``"auto"``, ``"no"`` (a merge commit even for a fast-forward) or ``"only"``
+            (anything but a fast-forward is refused).
+        op: The command named in messages and the reflog (``pull``).
+        **params: ``method``'s mergekit parameters (default weights 1, 1).
+
+    Returns:
+        What was done (``kind``: up-to-date, fast-forward, merged or conflict), the commits, the
+        changes and the conflicts settled.
+
+    Raises:
+        MergeConflictError: Conflicts left unsettled; nothing is committed.
+        NonFastForwardError: Not a fast-forward, with ``ff="only"``.
+        BadInputError: Unrelated histories, or an unknown ``ff`` mode or method parameter.
+        DirtyWorktreeError: Uncommitted changes the merge would overwrite.
+        RevisionError: ``rev`` names no commit.
+    """
     if ff not in FF_MODES:
         raise BadInputError(f"unknown fast-forward mode {ff!r} (one of {', '.join(FF_MODES)})")
     policy = ConflictPolicy.of(ours, theirs, method, params, seed)
@@ -125,10 +147,30 @@ def revert(
     message: str | None = None,
     **params: Any,
 ) -> BranchMerge:
-    """A new commit on HEAD undoing ``rev``'s change, as git reverts: a three-way merge with
-    ``rev`` as the base, HEAD as ours and ``rev``'s parent as theirs, so later changes to the
-    same tensors are conflicts (settled as a merge's are). A merge commit needs ``mainline``
-    (1-based: the parent whose side is kept)."""
+    """A new commit on HEAD undoing a commit's change, as ``git revert`` does.
+
+    A three-way merge with ``rev`` as the base, HEAD as ours and ``rev``'s parent as theirs, so
+    later changes to the same tensors are conflicts (settled as :func:`merge_branch`'s are).
+
+    Args:
+        rev: The commit to undo.
+        mainline: For a merge commit, the parent whose side is kept (1-based).
+        ours: Patterns of conflicts settled as HEAD has them.
+        theirs: Patterns of conflicts settled as ``rev``'s parent has them.
+        method: A merge method for tensors both sides changed.
+        seed: A random method's seed.
+        message: The commit message (default: git's ``Revert "…"``).
+        **params: ``method``'s mergekit parameters.
+
+    Returns:
+        What was done (``kind``: reverted or conflict) and the new commit.
+
+    Raises:
+        MergeConflictError: Conflicts left unsettled; nothing is committed.
+        BadInputError: A merge commit without ``mainline`` (or a mainline it lacks), or no commit yet.
+        MgitError: HEAD no longer holds ``rev``'s change (nothing to commit).
+        DirtyWorktreeError: Uncommitted changes the revert would overwrite.
+    """
     policy = ConflictPolicy.of(ours, theirs, method, params, seed)
     with ctx.writing():
         head = ctx.refs.head()

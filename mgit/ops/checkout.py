@@ -49,14 +49,33 @@ def checkout(
     budget: str | int | Budget | None = None,
 ) -> CheckoutResult:
     """Switch to ``rev`` (or create a branch there), or with ``paths`` restore them from it.
-    A ``rev`` that names no branch but one remote's branch (``origin/rev``) creates the
-    local branch from it, as git does.
 
-    ``include``/``exclude`` (fnmatch patterns on tensor names) make the checkout sparse:
-    safetensors files hold only the tensors matching some include (any, if none is given)
-    and no exclude; the patterns stay for later checkouts until changed, or until ``full``.
-    ``budget`` (``"500MB"``, bytes) refuses, before writing anything, a checkout that would
-    read and fetch more than that; measured reads and fetches stay within it."""
+    A ``rev`` that names no branch but one remote's branch (``origin/rev``) creates the local
+    branch from it, as git does. A sparse checkout's safetensors files hold only the tensors
+    matching some include (any, if none is given) and no exclude; the patterns stay for later
+    checkouts until changed, or until ``full``.
+
+    Args:
+        rev: A branch, tag or commit (default with ``paths``: the index's content).
+        paths: Files or directories to restore from ``rev``, leaving HEAD where it is.
+        create_branch: Create this branch at ``rev`` (default HEAD) and switch to it.
+        force: Overwrite uncommitted changes.
+        include: fnmatch patterns on tensor names: a sparse checkout of these.
+        exclude: fnmatch patterns on tensor names left out of the checkout.
+        full: Every tensor again (drops the sparse patterns).
+        budget: The most stored bytes (``"500MB"`` or bytes) to read and fetch; a costlier
+            checkout is refused before anything is written.
+
+    Returns:
+        The commit checked out and the files written, patched and removed, with what was read.
+
+    Raises:
+        BadInputError: An unknown path, a branch to create that exists, or options that do
+            not go together.
+        RevisionError: ``rev`` names no commit.
+        DirtyWorktreeError: Uncommitted changes it would overwrite (without ``force``).
+        BudgetExceededError: The checkout would read and fetch more than ``budget``.
+    """
     patterns = requested_patterns(include, exclude, full, paths)
     limit = checkout_budget(budget)
     if rev is None and patterns is not KEEP:
@@ -220,7 +239,7 @@ def _refuse_empty_selection(forms: Mapping[str, WorkForm], snap: Snapshot, patte
         raise BadInputError(f"no tensor of {rev} matches {patterns.describe()}; nothing would be checked out")
 
 
-def write_files(
+def write_files(  # noqa: C901 (prepare then place, each with its failure path)
     ctx: Context,
     index: Index,
     todo: Mapping[str, Entry],

@@ -68,9 +68,21 @@ class Filter(TypedDict, total=False):
 def log(
     ctx: Context, rev: Revs = "HEAD", paths: Iterable[str] = (), max_count: int | None = None, **filters: Unpack[Filter]
 ) -> list[CommitInfo]:
-    """Commits ``rev`` reaches (revisions and ranges: ``A..B``, ``A...B``, ``^A``; a list of
-    them), newest first; ``paths`` limits to commits touching them; at most ``max_count`` (a
-    negative one: no limit, as git's ``-n -1``); ``filters``: see :class:`Filter`."""
+    """The commits a revision reaches, newest first, as ``git log`` lists them.
+
+    Args:
+        rev: A revision or range (``A..B``, ``A...B``, ``^A``), or a list of them.
+        paths: Only commits that touch these paths.
+        max_count: At most this many (a negative one: no limit, as git's ``-n -1``).
+        **filters: ``all_refs``, ``author``, ``since``, ``until`` (see :class:`Filter`).
+
+    Returns:
+        The commits' ids, authors, times, messages and parents.
+
+    Raises:
+        RevisionError: A revision names no commit.
+        BadInputError: A filter git would refuse (an unreadable date, a bad pattern).
+    """
     sel, keep = _query(ctx, rev, paths, filters)
     limit = _limit(max_count)
     out: list[CommitInfo] = []
@@ -84,7 +96,23 @@ def log(
 def log_graph(
     ctx: Context, rev: Revs = "HEAD", paths: Iterable[str] = (), max_count: int | None = None, **filters: Unpack[Filter]
 ) -> LogGraph:
-    """As :func:`log`, in git's graph order, with the parents each commit's edges go to."""
+    """As :func:`log`, in git's graph order, with the parents each commit's edges go to.
+
+    For ``log --graph``: the parents are rewritten past the commits ``paths`` or ``filters``
+    leave out, so the drawing's edges join the commits shown.
+
+    Args:
+        rev: A revision or range, or a list of them (as :func:`log`).
+        paths: Only commits that touch these paths.
+        max_count: At most this many (a negative one: no limit).
+        **filters: As :func:`log`'s.
+
+    Returns:
+        The commits in graph order and, for each, the parents its edges go to.
+
+    Raises:
+        RevisionError: A revision names no commit.
+    """
     sel, keep = _query(ctx, rev, paths, filters)
     shown = {c.id: c for c in _walk(ctx, sel, keep)}
     walked = {c.id for c in _walk(ctx, sel, None)} if keep.narrows() else set(shown)

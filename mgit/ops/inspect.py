@@ -49,6 +49,15 @@ class ShowInfo:
 
 
 def status(ctx: Context) -> Status:
+    """What is staged, changed and untracked, as ``git status`` shows it.
+
+    Files the index's stat cache vouches for are not read; an interrupted checkout is finished
+    first when the lock is free.
+
+    Returns:
+        The branch and HEAD, the staged and unstaged changes, untracked files and paths not
+        checked out (a sparse checkout's summary too); ``.clean`` when there is nothing.
+    """
     if journal.exists(ctx.git_dir):  # an interrupted checkout: finish it first (taking the lock does)
         try:
             with ctx.lock:
@@ -89,6 +98,18 @@ def _save_refreshed(ctx: Context, seen: dict[str, IndexEntry], index: Index) -> 
 
 
 def show(ctx: Context, rev: str = "HEAD") -> ShowInfo:
+    """A commit and its files with their sizes, logical and as stored (``mgit show``).
+
+    Args:
+        rev: The revision to show.
+
+    Returns:
+        The commit, each file's kind, tensor count and sizes, and the totals (chunks shared
+        between files counted once).
+
+    Raises:
+        RevisionError: ``rev`` names no commit.
+    """
     info = ctx.graph.commit(ctx.refs.resolve(rev))
     files, seen = [], set()
     total_logical = total_stored = 0
@@ -135,10 +156,24 @@ def diff(
     patterns: Iterable[str] = (),
     model: str | None = None,
 ) -> ModelDiff:
-    """Compare two revisions; ``b`` None means the working tree (the index if ``staged``),
-    ``a`` None means HEAD; ``a`` a range with ``b`` None: ``A..B`` compares A with B,
-    ``A...B`` the merge base of A and B with B. Unchanged tensors cost no data read; with
-    ``numeric`` the change statistics stream over changed chunks only."""
+    """Compare two sides tensor by tensor; unchanged tensors cost no data read.
+
+    Args:
+        a: The old side: a revision (default HEAD), or with ``b`` None a range: ``A..B``
+            compares A with B, ``A...B`` the merge base of A and B with B.
+        b: The new side: a revision (default: the working tree, or the index if ``staged``).
+        staged: Compare with the index rather than the working tree.
+        numeric: Compute the change statistics (streamed over the changed chunks only).
+        patterns: fnmatch patterns on tensor names: only those.
+        model: Only the model in this directory.
+
+    Returns:
+        The tensors added, removed and changed (with statistics if ``numeric``), and the files.
+
+    Raises:
+        BadInputError: No model in ``model``, or no tensor matches ``patterns``.
+        RevisionError: A side names no commit.
+    """
     from mgit.diff.sources import snapshot_side
 
     model_key = ctx.relpath(model) if model is not None else None
@@ -170,9 +205,19 @@ def _compare(ctx: Context, side_a: Side, side_b: Side, patterns: list[str], nume
 
 
 def changes(ctx: Context, rev: str = "HEAD") -> ModelDiff:
-    """What commit ``rev`` changed against its first parent (a merge: against its base; a
-    root commit: everything added), per file, from manifests and small files only: no tensor
-    data is read (`log --stat`, `show --stat`)."""
+    """What a commit changed against its first parent, for ``log --stat`` and ``show --stat``.
+
+    Read from manifests and small files only: no tensor data is read.
+
+    Args:
+        rev: The commit (a merge: compared with its base; a root commit: everything added).
+
+    Returns:
+        The diff, per tensor and file, without statistics.
+
+    Raises:
+        RevisionError: ``rev`` names no commit.
+    """
     from mgit.diff.sources import snapshot_side
 
     info = ctx.graph.commit(ctx.refs.resolve(rev))
@@ -212,12 +257,32 @@ def _worktree_side(ctx: Context, like: Side, model: str | None) -> Side:
 
 
 def commit_stats(ctx: Context, rev: str = "HEAD") -> dict[str, list[Any]]:
-    """path → [[chunk id, parent chunk id, ‖Δ‖₂], ...] recorded with a commit."""
+    """The per-chunk change norms a commit recorded (what budgeted merges rank chunks by).
+
+    Args:
+        rev: The commit.
+
+    Returns:
+        path → ``[[chunk id, parent chunk id, ‖Δ‖₂], ...]``.
+
+    Raises:
+        RevisionError: ``rev`` names no commit.
+    """
     return records.read_stats(ctx.graph, ctx.graph.commit(ctx.refs.resolve(rev)).tree)
 
 
 def models(ctx: Context, rev: str = "HEAD") -> dict[str, list[str]]:
-    """Model directory ('' is the root) → its safetensors files, in a revision."""
+    """The models of a revision: each directory that holds safetensors files.
+
+    Args:
+        rev: The revision.
+
+    Returns:
+        Model directory (``''``: the root) → its safetensors files.
+
+    Raises:
+        RevisionError: ``rev`` names no commit.
+    """
     return models_of(ctx.snapshot(rev))
 
 
@@ -239,7 +304,23 @@ def pick_model(ctx: Context, snap: Snapshot, model: str | None) -> tuple[str, li
 def state_dict(
     ctx: Context, rev: str = "HEAD", names: Iterable[str] | None = None, model: str | None = None
 ) -> dict[str, torch.Tensor]:
-    """Tensors of a model at ``rev``; reads only the chunks of the requested tensors."""
+    """Tensors of a model at a revision, read without checking it out.
+
+    Only the chunks of the requested tensors are read (and, in a partial clone, fetched).
+
+    Args:
+        rev: The revision.
+        names: The tensors to read (default: all of the model's).
+        model: The model's directory (needed when the revision holds several models).
+
+    Returns:
+        Tensor name → tensor.
+
+    Raises:
+        BadInputError: No model, several models and no ``model``, or a name the model lacks.
+        RevisionError: ``rev`` names no commit.
+        CorruptObjectError: A chunk fails verification against its id.
+    """
     from mgit.model.torch_io import tensor_from_bytes
 
     snap = ctx.snapshot(rev)

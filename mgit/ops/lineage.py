@@ -14,7 +14,18 @@ def lineage(ctx: Context, rev: str = "HEAD", depth: int = 50) -> dict[str, Any]:
 
     A merge commit's inputs are its base and its experts (with method and weights from
     its plan); another commit's input is its first parent. A commit met a second time is
-    marked ``"seen": true`` instead of being expanded again; ``depth`` bounds the walk.
+    marked ``"seen": true`` instead of being expanded again.
+
+    Args:
+        rev: The revision whose derivation is shown.
+        depth: How many generations the walk goes down at most.
+
+    Returns:
+        The tree as nested dicts: each node's commit, role, summary and ``inputs`` (a merge's
+        method, parameters and seed too).
+
+    Raises:
+        RevisionError: ``rev`` names no commit.
     """
     from mgit.merge.record import PlanRecord
 
@@ -50,5 +61,15 @@ def lineage(ctx: Context, rev: str = "HEAD", depth: int = 50) -> dict[str, Any]:
 
 
 def merge_record(ctx: Context, rev: str = "HEAD") -> dict[str, Any] | None:
-    """The plan recorded in a merge commit (None for other commits)."""
+    """The plan a merge commit recorded: method, parameters, experts, budget and what it left out.
+
+    Args:
+        rev: The commit.
+
+    Returns:
+        The plan record as stored (``mgit.plan/1``), or None for a commit that is no merge.
+
+    Raises:
+        RevisionError: ``rev`` names no commit.
+    """
     return records.read_plan(ctx.graph, ctx.graph.commit(ctx.refs.resolve(rev)).tree)

@@ -45,8 +45,21 @@ class Repair:
 
 
 def gc(ctx: Context, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> GcReport:
-    """Remove what no ref, reflog entry or the index reaches (older than the grace period),
-    first the sketches of commits nothing else keeps."""
+    """Reclaim space: remove what no ref, reflog entry or the index reaches.
+
+    First the sketches of commits nothing else keeps; then unreachable git objects and chunks
+    (packs rewritten) and the temporary files killed commands left.
+
+    Args:
+        grace_seconds: Keep what is younger than this (another process may be about to refer
+            to it).
+
+    Returns:
+        The objects, chunks, leftovers and sketches removed, and the packs' size before and after.
+
+    Raises:
+        LockedError: Another mgit process holds the repository.
+    """
     from mgit.ops import sketch
 
     with ctx.writing():
@@ -57,12 +70,21 @@ def gc(ctx: Context, grace_seconds: float = DEFAULT_GRACE_SECONDS) -> GcReport:
 
 
 def fsck_repair(ctx: Context) -> Repair:
-    """Restore damaged or missing git objects from the remotes and damaged refs from their
-    reflogs or the remotes (:mod:`mgit.maintenance.repair`); rewrite damaged packs from
-    their readable records, dropping chunks that fail verification; then store again every
-    chunk the history needs and lacks from the working tree's files and from the remotes
-    (verified like any fetch). What no source holds is reported, with who needs it.
-    In a partial clone only dropped chunks are sought: the others come when needed."""
+    """Repair what :func:`fsck` finds, from every source that still holds it (``fsck --repair``).
+
+    Damaged or missing git objects come from the remotes, damaged refs from their reflogs or
+    the remotes (:mod:`mgit.maintenance.repair`); damaged packs are rewritten from their
+    readable records, dropping chunks that fail verification; then every chunk the history
+    needs and lacks is stored again from the working tree's files and the remotes (verified
+    like any fetch). In a partial clone only dropped chunks are sought.
+
+    Returns:
+        What was rebuilt, dropped, restored and from where, and what no source holds (with
+        who needs it).
+
+    Raises:
+        LockedError: Another mgit process holds the repository.
+    """
     with ctx.writing():
         graph_repair = _repair_graph(ctx)
         rebuilt = pack_health.rebuild_damaged_indexes(ctx.store)
@@ -109,31 +131,64 @@ def _repair_graph(ctx: Context) -> GraphRepair:
 
 
 def fsck(ctx: Context) -> list[str]:
-    """Every problem found, one line each (empty: the repository is whole). In a partial
-    clone, chunks not fetched yet are not problems. Git lock files a killed mgit left are
-    not problems either: taking the lock removes them, and here those among the objects too,
-    each with a warning saying so."""
+    """Check the whole repository: every object, ref, pack and chunk the history needs.
+
+    In a partial clone, chunks not fetched yet are not problems. Git lock files a killed mgit
+    left are not problems either: taking the lock removes them (each with a warning).
+
+    Returns:
+        Every problem found, one line each (empty: the repository is whole).
+    """
     with ctx.lock:
         remove_stale_git_locks(ctx.git_dir, warn)
         return check_repository(ctx.graph, ctx.store, ctx.index(), ctx.pool, ctx.is_partial)
 
 
 def leftovers(ctx: Context) -> list[str]:
-    """Temporary files a killed command left in ``.mgit`` (a killed ``fsck --repair``'s
-    objects, say): not damage, nothing reads them; gc removes them after its grace period."""
+    """Temporary files a killed command left in ``.mgit`` (a killed ``fsck --repair``'s objects).
+
+    Not damage: nothing reads them; gc removes them after its grace period.
+
+    Returns:
+        Their paths.
+    """
     return [p.relative_to(ctx.root).as_posix() for p in leftover_files(ctx.git_dir)]
 
 
 def du(ctx: Context, rev: str = "HEAD") -> Usage:
+    """What a revision takes: its logical size, its distinct chunks, and what they take stored.
+
+    Args:
+        rev: The revision.
+
+    Returns:
+        Logical, unique and stored bytes, the chunks, and what is new against the first parent.
+
+    Raises:
+        RevisionError: ``rev`` names no commit.
+    """
     return commit_usage(ctx.graph, ctx.store, ctx.refs.resolve(rev))
 
 
 def store_usage(ctx: Context) -> StoreUsage:
+    """What the whole chunk store holds, for ``du --store``.
+
+    Returns:
+        Packs, chunks, raw and stored bytes, and the chunks of each encoding.
+    """
     return measure_store(ctx.store)
 
 
 def reflog_expire(ctx: Context, days: float | None = 90) -> int:
-    """Forget reflog entries older than ``days`` (None: all); returns how many. What only
-    they kept alive (commits of deleted branches, amended history) gc may then reclaim."""
+    """Forget old reflog entries, so gc may reclaim what only they kept alive.
+
+    What only they kept: commits of deleted branches, amended history.
+
+    Args:
+        days: Forget entries older than this many days (None: all of them).
+
+    Returns:
+        How many entries were forgotten.
+    """
     with ctx.lock:
         return expire_reflogs(ctx.git_dir, None if days is None else time.time() - days * 86400)

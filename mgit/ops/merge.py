@@ -307,7 +307,7 @@ def resolve_plan(ctx: Context, request: MergeRequest) -> tuple[MergePlan, MergeS
         return _resolve_plan(ctx, request)
 
 
-def _resolve_plan(ctx: Context, request: MergeRequest) -> tuple[MergePlan, MergeSetup]:
+def _resolve_plan(ctx: Context, request: MergeRequest) -> tuple[MergePlan, MergeSetup]:  # noqa: C901 (a config's or the options' merge, each checked)
     from mgit.merge.config import num_layers, tensor_parameters
     from mgit.merge.methods.registry import get_method
     from mgit.merge.plan import model_tensors, plan_merge

@@ -19,14 +19,23 @@ from mgit.worktree.index import Index, IndexEntry
 def mv(
     ctx: Context, sources: Iterable[str | os.PathLike[str]], destination: str | os.PathLike[str], force: bool = False
 ) -> list[tuple[str, str]]:
-    """Move each of ``sources`` (tracked files, or directories holding tracked files) to
-    ``destination``, or into it when it is a directory (several sources: it must be one).
-    Refused, before anything moves: an untracked source, a source inside another, a directory
-    moved into itself, a destination that exists (``force`` overwrites a file, never a
-    directory; a symbolic link counts as a file, never as a directory to move into) or that
-    lies under a symbolic link (it would move the file out of the working tree). Untracked
-    files inside a moved directory move with it, as git's. Returns (old, new) of each tracked
-    file; should a rename fail midway, the index records the moves done before it."""
+    """Move or rename tracked files and directories, as ``git mv`` does.
+
+    Everything is checked before anything moves. Untracked files inside a moved directory move
+    with it, as git's; should a rename fail midway, the index records the moves done before it.
+
+    Args:
+        sources: Tracked files, or directories holding tracked files.
+        destination: The new path, or a directory to move into (several sources: it must be one).
+        force: Overwrite an existing file (never a directory; a symbolic link counts as a file).
+
+    Returns:
+        (old, new) of each tracked file moved.
+
+    Raises:
+        BadInputError: An untracked source, a source inside another, a directory moved into
+            itself, a destination that exists (without ``force``) or lies under a symbolic link.
+    """
     sources = list(sources)
     if not sources:
         raise BadInputError("mv needs a source and a destination")

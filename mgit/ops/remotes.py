@@ -29,7 +29,11 @@ PARTIAL_KEY = "partial"  # ``[remote "NAME"] partial = true``: the remote a part
 
 
 def remotes(ctx: Context) -> dict[str, str]:
-    """Remote name → URL."""
+    """The configured remotes, as ``git remote -v`` lists them.
+
+    Returns:
+        Remote name → URL.
+    """
     config = ctx.graph.repo.get_config()
     out = {}
     for section in config.sections():
@@ -42,8 +46,19 @@ def remotes(ctx: Context) -> dict[str, str]:
 
 
 def remote_add(ctx: Context, name: str, url: str, token_file: str | None = None) -> None:
-    """Record a remote, under the lock: a lock holder removes any git lock file it finds
-    (mgit.lock), which would be this write's own ``config.lock`` if it ran without it."""
+    """Record a remote, as ``git remote add`` does.
+
+    Written under the lock: a lock holder removes any git lock file it finds (mgit.lock),
+    which would be this write's own ``config.lock`` if it ran without it.
+
+    Args:
+        name: The remote's name (``origin``).
+        url: A directory (a remote's, or another repository), an ``http(s)://`` or ``s3://`` URL.
+        token_file: A file holding the bearer token for an HTTP remote.
+
+    Raises:
+        BadInputError: A remote of that name exists.
+    """
     check_ref_name(name, "remote")
     with ctx.lock:
         if name in remotes(ctx):
@@ -59,7 +74,14 @@ def remote_add(ctx: Context, name: str, url: str, token_file: str | None = None)
 
 
 def remote_remove(ctx: Context, name: str) -> None:
-    """Forget a remote and its tracking refs, under the lock (as remote_add)."""
+    """Forget a remote and its remote-tracking branches (under the lock, as :func:`remote_add`).
+
+    Args:
+        name: The remote.
+
+    Raises:
+        BadInputError: No remote of that name.
+    """
     with ctx.lock:
         if name not in remotes(ctx):
             raise BadInputError(f"no remote named {name!r}")
@@ -80,7 +102,19 @@ def setting(ctx: Context, name: str, key: str) -> str | None:
 
 
 def backend(ctx: Context, name: str, create: bool = False) -> Backend:
-    """The backend of remote ``name``, opened (``create``: a directory remote may be made)."""
+    """A configured remote's backend, opened, to send and receive objects and refs.
+
+    Args:
+        name: The remote.
+        create: A directory remote may be made where there is none.
+
+    Returns:
+        The backend (directory, working repository, HTTP, S3).
+
+    Raises:
+        BadInputError: No remote of that name.
+        RemoteError: The remote cannot be opened.
+    """
     url = setting(ctx, name, "url")
     if url is None:
         known = ", ".join(remotes(ctx)) or "none"
@@ -89,15 +123,30 @@ def backend(ctx: Context, name: str, create: bool = False) -> Backend:
 
 
 def tracking_ref(remote: str, ref: str) -> str | None:
-    """The local ref a remote's ref is kept as: its branches under refs/remotes/REMOTE/,
-    its tags as local tags."""
+    """The local ref a remote's ref is kept as, as git's default refspecs keep it.
+
+    Args:
+        remote: The remote's name.
+        ref: A full ref of the remote.
+
+    Returns:
+        Its branches under ``refs/remotes/REMOTE/``, its tags as local tags; None for
+        anything else.
+    """
     if ref.startswith("refs/heads/"):
         return f"{TRACKING}{remote}/{ref.removeprefix('refs/heads/')}"
     return ref if ref.startswith("refs/tags/") else None
 
 
 def remote_branch_for(ctx: Context, name: str) -> str | None:
-    """``refs/remotes/R/name`` when ``name`` is no local revision and exactly one remote R has it."""
+    """The remote's branch that ``checkout NAME`` makes a local branch from, as git guesses.
+
+    Args:
+        name: A name that is no local revision.
+
+    Returns:
+        ``refs/remotes/R/name`` when exactly one remote R has that branch, else None.
+    """
     if name in ctx.refs.branches() or name in ctx.refs.tags():
         return None
     try:

@@ -40,12 +40,27 @@ class ResetResult:
 def reset(
     ctx: Context, rev: str = "HEAD", mode: str = "mixed", paths: Iterable[str | os.PathLike[str]] | None = None
 ) -> ResetResult:
-    """Move the current branch (or a detached HEAD) to ``rev``, as git's reset: ``soft``
-    keeps the index and the working tree, ``mixed`` makes the index ``rev``'s and keeps the
-    working files (they show as modified), ``hard`` makes both ``rev``'s (written by the
-    checkout machinery). Without ``hard``, staged changes held by no commit and no working
-    file are never dropped. ``paths`` (``reset REV -- PATH``): only their index entries
-    become ``rev``'s; HEAD and the working files stay."""
+    """Move the current branch (or a detached HEAD) to a revision, as ``git reset`` does.
+
+    Without ``hard``, staged changes held by no commit and no working file are never dropped.
+
+    Args:
+        rev: Where the branch moves (with ``paths``: where their index entries come from).
+        mode: ``"soft"`` keeps the index and the working tree; ``"mixed"`` makes the index
+            ``rev``'s and keeps the working files (they show as modified); ``"hard"`` makes
+            both ``rev``'s (written as a checkout writes them).
+        paths: Only these paths' index entries become ``rev``'s; HEAD and the working files
+            stay (``reset REV -- PATH``).
+
+    Returns:
+        The ref moved (old and new commit) and, by mode, the files written and removed or the
+        index entries changed.
+
+    Raises:
+        BadInputError: An unknown mode, ``soft``/``hard`` with ``paths``, or a path matching nothing.
+        RevisionError: ``rev`` names no commit.
+        DirtyWorktreeError: Staged changes a reset would lose.
+    """
     if mode not in RESET_MODES:
         raise BadInputError(f"unknown reset mode {mode!r}; use one of {', '.join(RESET_MODES)}")
     if paths is not None:

@@ -195,7 +195,7 @@ def sketch(
     return SketchResult(commit, made, record, True, time.perf_counter() - started)
 
 
-def _compute(
+def _compute(  # noqa: C901 (low-rank and DARE sketches side by side; moving to merge/sketch/)
     ctx: Context, commit: str, parent: str, kind: str, share: float, seed: int, model: str | None
 ) -> tuple[SketchRecord, Snapshot]:
     """The record and the factor files of a sketch of ``commit`` against ``parent``."""

@@ -57,8 +57,20 @@ class AddResult:
 def add(ctx: Context, paths: Iterable[str | os.PathLike[str]] = (".",), base: str | None = None) -> AddResult:
     """Mirror the given paths into the index: new, changed and deleted files.
 
-    Changed tensors are delta-encoded against the same tensors in ``base`` (default
-    HEAD) where that is smaller, and their per-chunk change norms are recorded.
+    Changed tensors are delta-encoded against the same tensors in ``base`` where that is
+    smaller, and their per-chunk change norms are recorded.
+
+    Args:
+        paths: Files or directories, absolute or relative to the root (default: everything).
+        base: The revision whose tensors changed ones are delta-encoded against (default: HEAD).
+
+    Returns:
+        The paths staged and unstaged, and the bytes read and newly stored.
+
+    Raises:
+        BadInputError: A path outside the repository, a special file, a file changing while
+            read, or a damaged safetensors file.
+        LockedError: Another mgit process holds the repository.
     """
     result = AddResult()
     snap = ctx.snapshot(base) if base else ctx.head_snapshot()
@@ -142,7 +154,18 @@ def _unproject(ctx: Context, rel: str, old: IndexEntry, got: Entry, stats: str |
 
 
 def rm(ctx: Context, paths: Iterable[str | os.PathLike[str]], cached: bool = False) -> list[str]:
-    """Stop tracking paths; delete the working files too unless ``cached``."""
+    """Stop tracking paths, as ``git rm`` does.
+
+    Args:
+        paths: Tracked files or directories.
+        cached: Keep the working files (only the index forgets them).
+
+    Returns:
+        The repository-relative paths no longer tracked.
+
+    Raises:
+        BadInputError: A path that is not tracked, or outside the repository.
+    """
     removed = []
     with ctx.lock:
         index = ctx.index()
@@ -162,10 +185,23 @@ def rm(ctx: Context, paths: Iterable[str | os.PathLike[str]], cached: bool = Fal
 
 
 def commit(ctx: Context, message: str, allow_empty: bool = False, sketch: str | float | None = None) -> str:
-    """Commit the index; the current branch moves last, by compare-and-swap. With ``sketch`` (a
-    share, e.g. ``"10%"``; default: config ``sketch.share``, else none) the new commit's change
-    to its parent is then sketched for budgeted merges (mgit.ops.sketch; the kind: config
-    ``sketch.kind``)."""
+    """Commit the index; the current branch moves last, by compare-and-swap.
+
+    Args:
+        message: The commit message (not empty).
+        allow_empty: Commit even when the index matches HEAD.
+        sketch: A share (``"10%"``, ``0.1``) of the change to the parent to sketch for
+            budgeted merges (mgit.ops.sketch; kind: config ``sketch.kind``). Default: config
+            ``sketch.share``, else no sketch.
+
+    Returns:
+        The new commit's id.
+
+    Raises:
+        BadInputError: An empty message.
+        MgitError: Nothing to commit, or the commit was made but its sketch failed.
+        RefUpdateError: The branch moved meanwhile (another process committed).
+    """
     if not message.strip():
         raise BadInputError("empty commit message; pass -m MESSAGE")
     share = sketch if sketch is not None else ctx.config_get("sketch.share")
@@ -248,25 +284,38 @@ def commit_state_dict(
     delete: Iterable[str] = (),
     replace: bool = False,
 ) -> str:
-    """Commit tensors straight from memory into the model in directory ``model``, on
-    ``branch`` (default: HEAD, the checked-out branch or a detached HEAD).
+    """Commit tensors straight from memory (a training loop's checkpoint) into a model.
 
     The state dict updates the model; it need not hold all of it: each tensor given replaces
     the one of its name in the shard file that holds it, a name the model lacks joins the
     single file (or the last shard), and every tensor not given stays as it is, as do the files
-    holding none of the given ones (byte for byte, the same tree entries). Tensors leave the
-    model only when asked: named in ``delete``, or all those not given with ``replace=True``
-    (the state dict is then the whole model); a shard left empty is removed. A sharded model's
-    index.json follows (weight map, ``total_size`` / ``total_parameters``) when a tensor joins,
-    leaves or changes size. A tied output embedding (``lm_head.weight`` sharing storage with,
-    or equal to, the input embedding) is not added to a model saved without it (see
-    mgit.model.shards.tied_aliases). ``metadata`` is the header metadata of the files written
-    (default: what each had). On the checked-out branch, the model files that are in the
-    working tree are rewritten to match (atomically, as a checkout writes them) and the index
-    follows, so status is clean and a later plain ``add`` + ``commit`` keeps the checkpoint;
-    files absent from disk stay not checked out. Uncommitted changes in those files are
-    refused first. On another branch, the working tree and index are left as they are.
-    Changed tensors are delta-encoded against ``base`` (default: the branch's tip).
+    holding none of the given ones (byte for byte, the same tree entries). A shard left empty
+    is removed; a sharded model's index.json follows when a tensor joins, leaves or changes
+    size. A tied output embedding (``lm_head.weight`` sharing storage with, or equal to, the
+    input embedding) is not added to a model saved without it (mgit.model.shards.tied_aliases).
+    On the checked-out branch, the model files in the working tree are rewritten to match (as a
+    checkout writes them) and the index follows, so status is clean; files absent from disk
+    stay not checked out. On another branch, the working tree and index are left as they are.
+
+    Args:
+        state_dict: Tensor name → tensor.
+        model: The model's directory, relative to the root.
+        message: The commit message.
+        metadata: The header metadata of the files written (default: what each had).
+        base: The revision changed tensors are delta-encoded against (default: the branch's tip).
+        branch: The branch to commit on (default: HEAD, the checked-out branch or a detached HEAD).
+        delete: Names of tensors to remove from the model.
+        replace: The state dict is the whole model: every tensor not given is removed.
+
+    Returns:
+        The new commit's id.
+
+    Raises:
+        BadInputError: An empty message, an unknown branch, a tensor to delete the model
+            lacks, or a name both given and deleted.
+        MgitError: Nothing to commit: the tensors are what the branch holds already.
+        DirtyWorktreeError: Uncommitted changes in the model files it would rewrite.
+        RefUpdateError: The branch moved meanwhile.
     """
     if not message.strip():
         raise BadInputError("empty commit message")

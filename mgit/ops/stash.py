@@ -50,7 +50,11 @@ class StashEntry:
 
 
 def stash_list(ctx: Context) -> list[StashEntry]:
-    """Every stash entry, newest first (``stash@{0}`` first)."""
+    """Every stash entry, newest first, as ``git stash list`` lists them.
+
+    Returns:
+        Each entry's position (``stash@{0}`` first), commit and message.
+    """
     entries = reflog_entries(ctx.git_dir, STASH)
     return [
         StashEntry(n, e.new_sha.decode(), e.message.decode("utf-8", "replace")) for n, e in enumerate(reversed(entries))
@@ -58,9 +62,22 @@ def stash_list(ctx: Context) -> list[StashEntry]:
 
 
 def stash(ctx: Context, message: str | None = None) -> str | None:
-    """``stash push``: record the staged and unstaged changes of tracked files as a new stash
-    entry, then reset the index and working tree to HEAD (untracked files stay). Returns the
-    entry's commit, or None when there is nothing to stash (as git: "No local changes to save")."""
+    """Put local changes aside (``stash push``) to work on a clean tree.
+
+    The staged and unstaged changes of tracked files become a new stash entry, then the index
+    and working tree are reset to HEAD (untracked files stay).
+
+    Args:
+        message: The entry's message (default: git's ``WIP on BRANCH: …``).
+
+    Returns:
+        The entry's commit, or None when there is nothing to stash (git's "No local changes
+        to save").
+
+    Raises:
+        BadInputError: No commit yet.
+        RefUpdateError: ``refs/stash`` moved meanwhile; nothing was stashed.
+    """
     with ctx.writing():
         head = ctx.refs.head()
         if head is None:
@@ -93,10 +110,24 @@ def stash(ctx: Context, message: str | None = None) -> str | None:
 
 
 def stash_apply(ctx: Context, position: int = 0, index: bool = False) -> CheckoutResult:
-    """Bring ``stash@{position}`` back into the working tree (and with ``index``, the index
-    exactly as it was); the entry stays. Where HEAD changed a path the stash changed since it
-    was made, the stash is merged onto HEAD three-way. Refused, changing nothing: conflicts
-    (MergeConflictError), ``index`` on a moved HEAD, or local changes in the way."""
+    """Bring a stash entry's changes back into the working tree; the entry stays.
+
+    Where HEAD changed a path the stash changed since it was made, the stash is merged onto
+    HEAD three-way. A refused apply changes nothing.
+
+    Args:
+        position: The entry (``stash@{position}``).
+        index: Restore the index exactly as it was too.
+
+    Returns:
+        The files written and removed.
+
+    Raises:
+        MergeConflictError: The stash and HEAD changed the same thing differently.
+        BadInputError: No such entry.
+        MgitError: ``index`` on a moved HEAD, or an entry that is no stash commit.
+        DirtyWorktreeError: Local changes in the way.
+    """
     with ctx.writing():
         entry = _entry(ctx, position)
         made = ctx.graph.commit(entry.commit)
@@ -170,12 +201,23 @@ def _merged_onto_head(ctx: Context, stash_base: str, stash: str, position: int) 
 
 
 def stash_drop(ctx: Context, position: int = 0) -> str:
-    """Forget ``stash@{position}`` (its commits stay until gc finds nothing else keeps them);
-    returns its commit. ``refs/stash`` moves to the next newest, or goes with the last one.
+    """Forget a stash entry; its commits stay until gc finds nothing else keeps them.
 
-    The ref moves first, by compare-and-swap: a lost swap changes nothing. The reflog is then
-    replaced whole, durably (a kill leaves the old log or the new); if that fails the ref
-    goes back, so that ref and log never disagree on the newest entry."""
+    ``refs/stash`` moves to the next newest, or goes with the last one. The ref moves first, by
+    compare-and-swap: a lost swap changes nothing. The reflog is then replaced whole, durably
+    (a kill leaves the old log or the new); if that fails the ref goes back, so that ref and
+    log never disagree on the newest entry.
+
+    Args:
+        position: The entry (``stash@{position}``).
+
+    Returns:
+        The dropped entry's commit.
+
+    Raises:
+        BadInputError: No such entry.
+        RefUpdateError: ``refs/stash`` moved meanwhile; nothing was dropped.
+    """
     with ctx.lock:
         entry = _entry(ctx, position)
         path = ctx.git_dir / "logs" / STASH
@@ -204,7 +246,18 @@ def stash_drop(ctx: Context, position: int = 0) -> str:
 
 
 def stash_pop(ctx: Context, position: int = 0, index: bool = False) -> CheckoutResult:
-    """``stash pop``: apply ``stash@{position}``, then drop it (a refused apply keeps it)."""
+    """Apply a stash entry, then drop it (``stash pop``); a refused apply keeps it.
+
+    Args:
+        position: As :func:`stash_apply`'s.
+        index: As :func:`stash_apply`'s.
+
+    Returns:
+        What :func:`stash_apply` returns.
+
+    Raises:
+        RefUpdateError: ``refs/stash`` moved meanwhile; and the errors of :func:`stash_apply`.
+    """
     with ctx.lock:
         result = stash_apply(ctx, position, index)
         stash_drop(ctx, position)

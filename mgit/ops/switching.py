@@ -26,11 +26,24 @@ def switch(
     detach: bool = False,
     force: bool = False,
 ) -> CheckoutResult:
-    """``git switch``: to ``branch`` (a remote's branch of that name, ``origin/branch``, makes the
-    local one, as git guesses); ``create`` a new branch at ``start`` (default HEAD) and switch
-    to it (``-c``); or ``detach`` HEAD at ``branch`` (any revision, ``--detach``; none: where
-    HEAD is, as git). A revision that is no branch is refused without ``detach``. ``force``
-    discards local changes in the way."""
+    """Switch branches, as ``git switch`` does (checkout without its path form).
+
+    Args:
+        branch: The branch to switch to (a remote's branch of that name, ``origin/branch``,
+            makes the local one, as git guesses); with ``detach``, any revision.
+        create: Create this branch at ``start`` and switch to it (``-c``).
+        start: Where ``create`` starts (default HEAD).
+        detach: Detach HEAD at ``branch`` (none: where HEAD is, as git).
+        force: Discard local changes in the way.
+
+    Returns:
+        The commit checked out and the files written and removed.
+
+    Raises:
+        BadInputError: No such branch (a revision that is no branch, without ``detach``), or
+            options that do not go together.
+        DirtyWorktreeError: Local changes in the way (without ``force``).
+    """
     if create is not None:
         if branch is not None or detach:
             raise BadInputError("switch -c NEW [START]: give the start as START, without --detach")
@@ -69,13 +82,26 @@ def restore(
     staged: bool = False,
     worktree: bool | None = None,
 ) -> RestoreResult:
-    """``git restore PATHS``: the working files from the index (default), or from ``source``;
-    with ``staged``, the index entries from ``source`` (default HEAD) instead, the working
-    files staying (``worktree=True`` as well: both). As git's restore, a tracked path the
-    source lacks is removed. The index is changed only with ``staged`` (a restored file's
-    stat is refreshed where it matches the index); staged changes no commit and no working
-    file holds are refused, as ``reset -- PATH`` refuses them, unless the working files are
-    restored too (the user asked for both to go)."""
+    """Restore working files or index entries, as ``git restore PATHS`` does.
+
+    As git's restore, a tracked path the source lacks is removed. The index changes only with
+    ``staged``; staged changes no commit and no working file holds are refused (as
+    ``reset -- PATH`` refuses them) unless the working files are restored too.
+
+    Args:
+        paths: The files or directories to restore.
+        source: The revision to restore from (default: the index; with ``staged``, HEAD).
+        staged: Restore the index entries instead of the working files.
+        worktree: With ``staged``, the working files as well (default: not; without
+            ``staged``, always).
+
+    Returns:
+        The working files written and removed and the index entries reset.
+
+    Raises:
+        BadInputError: No paths, a path matching nothing, or nothing to restore.
+        DirtyWorktreeError: Staged changes that would be lost.
+    """
     paths = list(paths)
     if not paths:
         raise BadInputError("restore needs at least one path")

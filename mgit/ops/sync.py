@@ -39,14 +39,32 @@ def push(
     tags: bool = False,
     delete: bool = False,
 ) -> Transfer:
-    """Send ``branch`` (default, or ``HEAD``: the current one; a tag's name pushes the tag;
-    any other name, a commit id say, is refused) and what it needs; move the remote's ref.
-    ``all_branches`` (``--all``): every local branch; ``tags`` (``--tags``): every tag (an
-    annotated one as its tag object), with ``branch`` if named; ``delete`` (``--delete``):
-    delete the remote's branch or tag ``branch`` instead (by compare-and-swap; not the
-    remote's default branch unless ``force``). Of several refs, each is pushed on its own:
-    the rejected ones (not a fast-forward, a tag that exists there) are named after the
-    others are pushed, with those that were."""
+    """Send refs and what they need to a remote; the remote's refs move by compare-and-swap.
+
+    Chunks go first, then git objects, then the refs, so an interrupted push leaves the
+    remote's refs as they were. Of several refs, each is pushed on its own: the rejected ones
+    (not a fast-forward, a tag that exists there) are named after the others are pushed.
+
+    Args:
+        remote: The configured remote's name.
+        branch: A branch (default, or ``HEAD``: the current one) or a tag's name; any other
+            name (a commit id) is refused.
+        force: Move the remote's ref even when that is not a fast-forward.
+        all_branches: Every local branch (``--all``).
+        tags: Every tag (an annotated one as its tag object), with ``branch`` if named.
+        delete: Delete the remote's branch or tag ``branch`` instead (not the remote's default
+            branch unless ``force``).
+
+    Returns:
+        What was sent and what was already there, and each ref moved (old, new).
+
+    Raises:
+        BadInputError: An unknown remote, or a name that is no branch or tag.
+        NonFastForwardError: The remote's ref is not an ancestor (without ``force``); with
+            several refs, raised after the others are pushed.
+        RemoteError: The remote cannot be reached or refuses.
+        AuthError: The remote refuses the credentials.
+    """
     if delete:
         return _push_delete(ctx, remote, branch, force)
     wanted = _refs_to_push(ctx, branch, all_branches, tags)
@@ -174,9 +192,24 @@ def _push_sketches(ctx: Context, backend: Backend, commit: str, report: Transfer
 
 
 def fetch(ctx: Context, remote: str = "origin", chunks: str | None = None, *, action: str = "fetch") -> Transfer:
-    """Every branch and tag of the remote, with their chunks (a partial clone: graph only).
-    ``chunks``: instead, fill in every chunk of that revision (a partial clone's).
-    ``action`` names the command in the tracking branches' reflogs (pull, clone: as git)."""
+    """Receive every branch and tag of a remote, with their chunks (a partial clone: graph only).
+
+    Graph objects are checked against their ids and chunks decoded and verified before any
+    ref moves; the remote's branches land as remote-tracking branches (``origin/main``).
+
+    Args:
+        remote: The configured remote's name.
+        chunks: Instead, fill in every chunk of this revision (a partial clone's).
+        action: The command named in the tracking branches' reflogs (``pull``, ``clone``: as git).
+
+    Returns:
+        What was received and what was already here, and each ref moved (old, new).
+
+    Raises:
+        BadInputError: An unknown remote.
+        RemoteError: The remote cannot be reached, refuses, or sends what fails verification.
+        AuthError: The remote refuses the credentials.
+    """
     backend = remotes.backend(ctx, remote)
     report = Transfer()
     with ctx.writing():
@@ -246,11 +279,26 @@ class Pulled:
 
 
 def pull(ctx: Context, remote: str = "origin", branch: str | None = None, ff_only: bool = False) -> Pulled:
-    """Fetch, then merge the remote's ``branch`` (default: the current branch's name) into the
-    current branch as ``merge`` does (mgit.ops.branch_merge): a fast-forward when it can, else a
-    three-way merge committed on the current branch (conflicts: MergeConflictError, the fetch
-    kept and nothing merged). ``ff_only``: anything but a fast-forward is refused
-    (NonFastForwardError), under the same lock as the merge."""
+    """Fetch, then merge the remote's branch into the current branch as ``merge`` does.
+
+    A fast-forward when it can, else a three-way merge committed on the current branch
+    (mgit.ops.branch_merge). On a conflict the fetch is kept and nothing is merged.
+
+    Args:
+        remote: The configured remote's name.
+        branch: The remote's branch (default: the current branch's name).
+        ff_only: Refuse anything but a fast-forward (checked under the same lock as the merge).
+
+    Returns:
+        What the fetch received, and the merge (fast-forward, three-way, or up to date).
+
+    Raises:
+        BadInputError: HEAD is detached, or an unknown remote.
+        MergeConflictError: Both sides changed the same tensor or line differently.
+        NonFastForwardError: Not a fast-forward, with ``ff_only``.
+        DirtyWorktreeError: Uncommitted changes the merge would overwrite.
+        RemoteError: The remote cannot be reached, or lacks ``branch``.
+    """
     current = ctx.refs.current_branch()
     if current is None:
         raise BadInputError("HEAD is detached: check out a branch to pull into")
@@ -276,11 +324,15 @@ def clone(
     exclude: Iterable[str] = (),
     budget: str | int | None = None,
 ) -> Context:
-    """A new repository at ``path`` with ``url`` as remote ``origin``, its branches fetched
-    and ``branch`` (default: the remote's HEAD) checked out. ``partial``: the graph only;
-    chunks are fetched when a command needs them. ``include``/``exclude`` make the checkout
-    sparse (a partial clone then fetches only the selected tensors' chunks); ``budget``
-    refuses a checkout that would read and fetch more (and then no clone is left)."""
+    """A new repository at ``path`` with ``url`` as remote ``origin``, its branch checked out.
+
+    On any failure no half-made clone is left.
+
+    Args: as :meth:`mgit.repo.Repository.clone`'s, which documents them and the errors.
+
+    Returns:
+        The new repository's context, open.
+    """
     dest = Path(path)
     if dest.exists() and any(dest.iterdir()):
         raise BadInputError(f"{dest} exists and is not empty; clone into a new directory")

@@ -38,7 +38,7 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
-def s3_error(url: str, bucket: str, endpoint: str | None, exc: BaseException) -> MgitError | None:
+def s3_error(url: str, bucket: str, endpoint: str | None, exc: BaseException) -> MgitError | None:  # noqa: C901 (one case per boto error a user can fix)
     """The one-line error, naming the variable or setting to fix, for a boto3/botocore error
     (None: a ClientError the caller expects, e.g. a missing key)."""
     from botocore import exceptions as boto

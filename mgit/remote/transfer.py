@@ -292,7 +292,7 @@ class FetchLimit:
         return size
 
 
-def fetch_chunks(
+def fetch_chunks(  # noqa: C901 (claims shared between threads, with their failure paths)
     store: ChunkStore,
     backend: Backend,
     chunks: Iterable[str],

@@ -362,7 +362,7 @@ class ChunkStore:
         """
         return self._get(cid, what, _depth, known, counters, out, True)
 
-    def _get(
+    def _get(  # noqa: C901 (the hot read path: cache, delta chain, retry in one place)
         self,
         cid: str,
         what: str,

@@ -52,7 +52,7 @@ def _disk_bytes(store: ChunkStore) -> int:
     return sum(p.stat().st_size for p in store.root.rglob("*") if p.is_file())
 
 
-def repack(
+def repack(  # noqa: C901 (which packs, which chunks, which bases: one pass)
     store: ChunkStore,
     live: set[str],
     grace_seconds: float,

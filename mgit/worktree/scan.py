@@ -79,7 +79,7 @@ def _holders(tracked: Collection[str]) -> set[str]:
     return out
 
 
-def walk(
+def walk(  # noqa: C901 (git's rules for unreadable, special and ignored paths)
     root: Path,
     start: str = "",
     ignorer: Ignorer | None = None,

@@ -36,7 +36,7 @@ class Drawing:
     edges: dict[str, set[str | None]] = field(default_factory=dict)  # None: an edge off the bottom
 
 
-def read_graph(lines: list[str]) -> Drawing:
+def read_graph(lines: list[str]) -> Drawing:  # noqa: C901 (a glyph-by-glyph parser of the drawing)
     """The commits and edges a drawing shows, from its glyphs alone. Points are (row boundary,
     lane); each glyph joins a point above to one below; a commit's edges are followed down to
     the next commits. Fails on a glyph fed by nothing (an edge out of nowhere)."""

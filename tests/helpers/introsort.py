@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 THRESHOLD = 16  # _S_threshold
 
 
-def introsort_order(values: Sequence[float], descending: bool) -> list[int]:
+def introsort_order(values: Sequence[float], descending: bool) -> list[int]:  # noqa: C901 (libstdc++'s introsort, kept line for line with the C++)
     """The order ``std::sort`` leaves (value, index) pairs in, comparing values only."""
     v, ix = list(values), list(range(len(values)))
     before: Callable[[float, float], bool] = (lambda a, b: a > b) if descending else (lambda a, b: a < b)

@@ -133,7 +133,7 @@ def _common(a: Sequence[int], b: Sequence[int], i: int, j: int, most: int, back:
     return n
 
 
-def _middle_snake(
+def _middle_snake(  # noqa: C901 (Myers' middle snake, kept as xdiff writes it)
     a: Sequence[int], b: Sequence[int], lo_a: int, hi_a: int, lo_b: int, hi_b: int
 ) -> tuple[int, int, int, int] | None:
     """The middle snake of a shortest edit path from (lo_a, lo_b) to (hi_a, hi_b), searched from
