@@ -24,12 +24,13 @@ NaN or inf arises in a slice this kernel accepts.
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+
+from mgit import memory
 
 MAX_SUMMED = 16  # rows torch's CPU sum adds one after another (see the module docstring)
 BLOCK = 128  # slice lengths (elements) torch sums column block by column block, on any x86 SIMD width
@@ -43,16 +44,12 @@ _FORMATS = {  # dtype → (exponent mask of its 16 bits, exponent bias, mantissa
     "BF16": (0x7F80, 127, 7, 3.3895313892515355e38),
     "F16": (0x7C00, 15, 10, 65504.0),
 }
-_local = threading.local()
 
 
 def _scratch(rows: int, n: int) -> np.ndarray:
-    """This thread's float32 scratch of ``rows`` x ``n``: reused, since the fresh pages of a new
-    array of several MB cost a page fault each."""
-    held: np.ndarray | None = getattr(_local, "scratch", None)
-    if held is None or held.size < rows * n:
-        held = _local.scratch = np.empty(rows * n, np.float32)
-    return held[: rows * n].reshape(rows, n)
+    """This thread's float32 scratch of ``rows`` x ``n`` (:func:`mgit.memory.scratch`): reused,
+    since the fresh pages of a new array of several MB cost a page fault each."""
+    return memory.scratch_array("affine rows", np.float32, rows * n).reshape(rows, n)
 
 
 def _add_rounding_bias(values: np.ndarray, spare: np.ndarray) -> None:
