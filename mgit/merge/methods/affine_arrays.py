@@ -31,6 +31,7 @@ from functools import cached_property
 import numpy as np
 
 from mgit import memory
+from mgit.merge.methods.affine_probe import affine_reproduces_torch
 
 MAX_SUMMED = 16  # rows torch's CPU sum adds one after another (see the module docstring)
 BLOCK = 128  # slice lengths (elements) torch sums column block by column block, on any x86 SIMD width
@@ -183,8 +184,16 @@ class AffineKernel:
 
 def affine_kernel(dtype: str, weights: Sequence[float], normalize: bool, lam: float) -> AffineKernel | None:
     """The kernel for slices of ``dtype`` (bf16 or fp16) with these parameters, or None when it
-    has none: another dtype, more experts than a sum torch adds in order, or weights so large
-    that no input range is safe."""
+    has none: another dtype, more experts than a sum torch adds in order, weights so large that
+    no input range is safe, or an installed torch that computes otherwise than this module
+    replays (:mod:`~mgit.merge.methods.affine_probe`, once per process): torch merges then."""
+    if dtype not in _FORMATS or len(weights) > MAX_SUMMED or not affine_reproduces_torch():
+        return None
+    return replayed_kernel(dtype, weights, normalize, lam)
+
+
+def replayed_kernel(dtype: str, weights: Sequence[float], normalize: bool, lam: float) -> AffineKernel | None:
+    """:func:`affine_kernel` without asking whether torch still computes as replayed (the probe's)."""
     if dtype not in _FORMATS or len(weights) > MAX_SUMMED:
         return None
     mask, bias, mantissa, largest = _FORMATS[dtype]
