@@ -58,9 +58,9 @@ def _held() -> _Held:
 
 
 def scratch(name: str, size: int) -> npt.NDArray[np.uint8]:
-    """This thread's reusable byte buffer ``name``, at least ``size`` bytes: valid until this
-    thread asks for ``name`` again or :func:`release` runs (then the caller's reference keeps it
-    alive, but it is no longer reused). Past the thread's cap, a fresh buffer kept by nobody."""
+    """This thread's reusable byte buffer ``name``, at least ``size`` bytes: its contents are the
+    caller's until this thread asks for ``name`` again (:func:`release` only ends its reuse; the
+    caller's reference keeps it alive). Past the thread's cap, a fresh buffer kept by nobody."""
     import numpy as np
 
     held = _held()
@@ -72,7 +72,7 @@ def scratch(name: str, size: int) -> npt.NDArray[np.uint8]:
         return np.empty(size, dtype=np.uint8)
     buf = np.empty(size, dtype=np.uint8)
     held.buffers[name] = buf
-    held.nbytes += size - kept
+    held.nbytes = sum(len(b) for b in held.buffers.values())  # recounted: a release may have run meanwhile
     return buf
 
 
