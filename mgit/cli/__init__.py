@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from mgit import _crashpoints
+from mgit import _crashpoints, memory
 from mgit.cli import complete, inspect, maintain, merge, refs, stage, sync
 from mgit.cli.state import CliState
 from mgit.errors import MgitError
@@ -97,6 +97,7 @@ def _os_error_message(exc: OSError) -> str:
 def main(argv: list[str] | None = None) -> int:  # noqa: C901 (one except per documented exit code)
     """The `mgit` script: run one command, map every error to one stderr line and an exit code."""
     _crashpoints.install()  # crash tests only (MGIT_CRASH_AT); nothing happens when unset
+    memory.tune_allocator()  # the command's own process: a library leaves the allocator alone
     _add_global_options(cli)
     args = list(sys.argv[1:] if argv is None else argv)
     state = CliState()

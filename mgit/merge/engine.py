@@ -49,7 +49,7 @@ from mgit.model.manifest import ChunkRef
 from mgit.model.materialize import StagedFile
 from mgit.model.safetensors_file import build_header
 from mgit.model.torch_io import dtype_name, tensor_bytes, tensor_from_bytes, torch_dtype
-from mgit.parallel import WORKERS, give_back_freed_memory
+from mgit.parallel import WORKERS
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore, ReadCounters
 from mgit.store.record import RawBytes
@@ -143,8 +143,7 @@ def _prepare(
                     list(deciders.map(fn, ks))
 
         if streams_deltas(tp, setup):
-            buffers.drop()
-            give_back_freed_memory()
+            buffers.drop()  # and gives the freed memory back where the allocator is tuned
 
             def streamed(k: int, work: torch.dtype) -> torch.Tensor:
                 return inputs.delta(k, work, only, buffers.get, use_pool=each is None)

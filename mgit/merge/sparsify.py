@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from mgit.errors import BadInputError
+from mgit.memory import give_back_freed_memory
 from mgit.merge.sort_select import sorted_range
-from mgit.parallel import give_back_freed_memory
 
 _RESCALE_EPS = 1e-7
 # torch.sort's scratch beyond the values: the int64 indices and the int64 range it fills them from.

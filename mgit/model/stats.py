@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import numpy as np
 
+from mgit import memory
 from mgit.model.dtypes import DType
 
 if TYPE_CHECKING:
@@ -96,18 +96,14 @@ _FLOAT_BITS = {"BF16": (16, 0x7F80), "F16": (16, 0x7C00), "F32": (32, 0x7F80_000
 _FLOAT_OF_BITS = {"BF16": "<f4", "F16": "<f2", "F32": "<f4", "F64": "<f8"}
 
 
-class _Scratch(threading.local):
-    """Per-thread block buffers (statistics run on every pool thread at once): each block is
-    widened into the same cache-resident buffers instead of three fresh arrays."""
-
-    def __init__(self) -> None:
-        self.wide = np.empty(2 * STATS_BLOCK, dtype=np.float64)  # 2x: a complex block is 2 floats each
-        self.other = np.empty(2 * STATS_BLOCK, dtype=np.float64)
-        self.bits = np.empty(FLOAT32_BLOCK, dtype=np.uint32)  # also a float32 block (16-bit floats)
-        self.other_bits = np.empty(FLOAT32_BLOCK, dtype=np.uint32)
+# Per-thread block buffers (:func:`mgit.memory.scratch`; statistics run on every pool thread at
+# once): each block is widened into the same cache-resident buffers instead of three fresh arrays.
+def _wide(name: str) -> np.ndarray:
+    return memory.scratch_array(f"stats {name}", np.float64, 2 * STATS_BLOCK)  # 2x: a complex block is 2 floats
 
 
-_scratch = _Scratch()
+def _bits(name: str) -> np.ndarray:
+    return memory.scratch_array(f"stats {name}", np.uint32, FLOAT32_BLOCK)  # also a float32 block (16-bit floats)
 
 
 def _blocks(raw: RawBytes, dtype: DType, elements: int = STATS_BLOCK) -> list[memoryview]:
@@ -122,7 +118,7 @@ def _widen(block: memoryview, dtype: DType, out: np.ndarray) -> np.ndarray:
     the same values :func:`to_float64` returns, so the sums over them are the same to the bit."""
     if dtype.name == "BF16":
         bits = np.frombuffer(block, dtype="<u2")
-        wide = _scratch.bits[: bits.size]
+        wide = _bits("bits")[: bits.size]
         np.copyto(wide, bits)
         wide <<= 16  # bf16 is the top half of a float32
         x = out[: bits.size]
@@ -205,10 +201,10 @@ def _sums_in_float32(raw: RawBytes, base: RawBytes | None, dtype: DType) -> tupl
     squares, delta_squares = 0.0, 0.0
     bases = _blocks(base, dtype, FLOAT32_BLOCK) if base is not None else None
     for n, a in enumerate(_blocks(raw, dtype, FLOAT32_BLOCK)):
-        x = _narrow(a, dtype, _scratch.bits)
+        x = _narrow(a, dtype, _bits("bits"))
         squares += float(np.einsum("i,i->", x, x))
         if bases is not None:
-            y = _narrow(bases[n], dtype, _scratch.other_bits)
+            y = _narrow(bases[n], dtype, _bits("other bits"))
             np.subtract(x, y, out=y)
             delta_squares += float(np.einsum("i,i->", y, y))
     return squares, delta_squares
@@ -221,12 +217,12 @@ def _sums_in_float64(
     squares, delta_squares, peaks = 0.0, 0.0, []
     bases = _blocks(base, dtype) if base is not None else None
     for n, a in enumerate(_blocks(raw, dtype)):
-        x = _widen(a, dtype, _scratch.wide)
+        x = _widen(a, dtype, _wide("wide"))
         squares += dot(x, x)
         if not peak_known:
             peaks += [x.max(), -x.min()]
         if bases is not None:
-            np.subtract(x, _widen(bases[n], dtype, _scratch.other), out=x)
+            np.subtract(x, _widen(bases[n], dtype, _wide("other")), out=x)
             delta_squares += dot(x, x)
     return squares, delta_squares, peaks
 

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import zstandard
 
+from mgit import memory
 from mgit.store import patch
 from mgit.store.limits import MAX_CHUNK_BYTES
 
@@ -237,14 +238,9 @@ def _inflate_into(
 
 def thread_buffer(name: str, size: int) -> npt.NDArray[np.uint8]:
     """This thread's reusable byte buffer ``name``, at least ``size`` bytes (the planes a
-    frame inflates to, a record read, a delta base decoded only to be XORed away): allocated
-    once per thread, not per chunk, because a fresh buffer costs a page fault per 4 KiB on
-    first touch (measured on a VM: ~1 GB/s, slower than the decode itself)."""
-    buf: npt.NDArray[np.uint8] | None = getattr(_local, name, None)
-    if buf is None or len(buf) < size:
-        buf = np.empty(max(size, MAX_CHUNK_BYTES + 4096), dtype=np.uint8)
-        setattr(_local, name, buf)
-    return buf
+    frame inflates to, a record read, a delta base decoded only to be XORed away): kept per
+    thread by :func:`mgit.memory.scratch`, at least a chunk's size so that it is made once."""
+    return memory.scratch(f"codec {name}", max(size, MAX_CHUNK_BYTES + 4096))
 
 
 # Elements grouped or un-grouped per step, so that a step's words, planes and base slice stay in

@@ -1,6 +1,7 @@
 """The torch-free task arithmetic kernel (mgit/merge/methods/affine_arrays.py): bit for bit the
-torch kernel on every slice it accepts, declining what it cannot match, and a merge that needs
-nothing else never imports torch."""
+torch kernel on every slice it accepts, declining what it cannot match, a merge that needs
+nothing else never imports torch, and a torch that computes otherwise (affine_probe) merges every
+chunk itself."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mgit.merge import kernels
+from mgit.merge.methods import affine_arrays, affine_probe
 from mgit.merge.methods.affine_arrays import BLOCK, INTERLEAVED, MAX_SUMMED, AffineKernel, affine_kernel
 from mgit.merge.methods.registry import get_method
 from mgit.merge.methods.task_arithmetic import TaskArithmetic
@@ -246,7 +248,17 @@ def _merge_imports_torch(root, *args: str) -> bool:
     return proc.stdout.strip().splitlines()[-1] == "True"
 
 
-def test_a_bf16_task_arithmetic_merge_never_imports_torch(experts):
+@pytest.fixture
+def verdicts(tmp_path, monkeypatch):
+    """The probe's verdicts kept under ``tmp_path`` (for this process and the ones it starts)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    affine_probe.affine_reproduces_torch.cache_clear()
+    yield affine_probe.cache_dir() / affine_probe.VERDICTS
+    affine_probe.affine_reproduces_torch.cache_clear()
+
+
+def test_a_bf16_task_arithmetic_merge_never_imports_torch(experts, verdicts):
+    assert affine_probe.affine_reproduces_torch()  # probed here, where torch is loaded: kept on disk
     root = experts.root
     assert not _merge_imports_torch(root, "math", "code", "--method=task_arithmetic", "--weights=0.5,0.5", "-b", "ta")
     assert not _merge_imports_torch(
@@ -312,3 +324,38 @@ def test_the_array_and_torch_kernels_commit_the_same_merge(experts, monkeypatch)
     monkeypatch.setattr(kernels, "ARRAY_KERNEL_BYTES", -1)  # a merge computing more than that
     c = experts.merge(["math", "code"], "task_arithmetic", weight=[0.3, 0.6], base="main", branch="big")
     assert seen and experts.graph.commit(c).tree == experts.graph.commit(a).tree
+
+
+def test_the_probe_finds_that_the_kernel_reproduces_this_torch():
+    assert affine_probe.probe_affine()
+
+
+def test_the_verdict_is_kept_per_torch_build(verdicts, monkeypatch):
+    probes: list[bool] = []
+    monkeypatch.setattr(affine_probe, "probe_affine", lambda: probes.append(False) or False)
+    assert affine_probe.affine_reproduces_torch() is False
+    affine_probe.affine_reproduces_torch.cache_clear()  # a later process: the verdict is read, not probed
+    assert affine_probe.affine_reproduces_torch() is False
+    assert probes == [False]
+    assert affine_probe.torch_build() in verdicts.read_text()
+    monkeypatch.setattr(affine_probe, "torch_build", lambda: "another torch")
+    affine_probe.affine_reproduces_torch.cache_clear()
+    affine_probe.affine_reproduces_torch()
+    assert probes == [False, False]  # another build is probed again
+
+
+def test_a_torch_that_computes_otherwise_merges_every_chunk_with_torchs_bits(experts, verdicts, monkeypatch):
+    """Forced mismatch: the kernel's rounding broken, as if torch had changed how it rounds. The
+    probe sees it, no chunk goes through the array kernel, and the merge holds torch's bits."""
+    monkeypatch.setattr(affine_arrays, "_round", lambda values, spare, dtype, look_first=False: None)
+    assert not affine_probe.affine_reproduces_torch()
+    assert affine_kernel("BF16", [0.3, 0.6], False, 1.0) is None
+    monkeypatch.setattr(kernels, "torch_loaded", lambda: False)  # array kernels wanted, as in a CLI process
+    monkeypatch.setattr(AffineKernel, "merge", lambda *a, **k: pytest.fail("the array kernel merged a chunk"))
+    experts.merge(["math", "code"], "task_arithmetic", weight=[0.3, 0.6], base="main", branch="m")
+    merged = experts.state_dict("m")
+    sds = [experts.state_dict(b) for b in ("main", "math", "code")]
+    method = get_method("task_arithmetic")
+    for tensor in ("model.layers.0.self_attn.q_proj.weight", "model.embed_tokens.weight"):
+        whole = method(sds[0][tensor], [sds[1][tensor], sds[2][tensor]], {"weight": [0.3, 0.6]})
+        assert torch.equal(merged[tensor].view(torch.int16), whole.view(torch.int16))

@@ -156,6 +156,30 @@ def test_rankings_sort_where_sort_select_cannot_answer(monkeypatch, why):
     assert sorts == [1, 1]
 
 
+def test_a_sort_select_that_differs_from_torch_fails_the_probe_and_rankings_sort(monkeypatch):
+    """Forced mismatch: sort_select answering otherwise than torch's argsort (one element's place
+    flipped). The once-per-process probe sees it, and rankings keep what mergekit keeps by sorting."""
+    import mgit.merge.sparsify as sparsify
+
+    real = sparsify.sorted_range
+
+    def flipped(values, lo, hi, descending, *args, **kwargs):
+        mask = real(values, lo, hi, descending, *args, **kwargs)
+        if mask is not None:
+            mask[0] = not mask[0]
+        return mask
+
+    monkeypatch.setattr(sparsify, "sorted_range", flipped)
+    sparsify.select_reproduces_torch.cache_clear()
+    try:
+        assert not sparsify.select_reproduces_torch()
+        delta = _delta(60_001, 9)
+        expected = _mergekit_keep(delta, 0.4, descending=True)
+        assert torch.equal(magnitude_sparsity(delta, 0.4, overwrite=True).keep, expected)
+    finally:
+        sparsify.select_reproduces_torch.cache_clear()
+
+
 def test_a_rescaling_ranking_leaves_the_delta_as_it_was():
     """Rescaling needs the delta after the ranking, so overwrite=True does not touch it."""
     delta = _delta(50_000, 7)

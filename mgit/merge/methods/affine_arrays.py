@@ -24,12 +24,14 @@ NaN or inf arises in a slice this kernel accepts.
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+
+from mgit import memory
+from mgit.merge.methods.affine_probe import affine_reproduces_torch
 
 MAX_SUMMED = 16  # rows torch's CPU sum adds one after another (see the module docstring)
 BLOCK = 128  # slice lengths (elements) torch sums column block by column block, on any x86 SIMD width
@@ -43,16 +45,12 @@ _FORMATS = {  # dtype → (exponent mask of its 16 bits, exponent bias, mantissa
     "BF16": (0x7F80, 127, 7, 3.3895313892515355e38),
     "F16": (0x7C00, 15, 10, 65504.0),
 }
-_local = threading.local()
 
 
 def _scratch(rows: int, n: int) -> np.ndarray:
-    """This thread's float32 scratch of ``rows`` x ``n``: reused, since the fresh pages of a new
-    array of several MB cost a page fault each."""
-    held: np.ndarray | None = getattr(_local, "scratch", None)
-    if held is None or held.size < rows * n:
-        held = _local.scratch = np.empty(rows * n, np.float32)
-    return held[: rows * n].reshape(rows, n)
+    """This thread's float32 scratch of ``rows`` x ``n`` (:func:`mgit.memory.scratch`): reused,
+    since the fresh pages of a new array of several MB cost a page fault each."""
+    return memory.scratch_array("affine rows", np.float32, rows * n).reshape(rows, n)
 
 
 def _add_rounding_bias(values: np.ndarray, spare: np.ndarray) -> None:
@@ -186,8 +184,16 @@ class AffineKernel:
 
 def affine_kernel(dtype: str, weights: Sequence[float], normalize: bool, lam: float) -> AffineKernel | None:
     """The kernel for slices of ``dtype`` (bf16 or fp16) with these parameters, or None when it
-    has none: another dtype, more experts than a sum torch adds in order, or weights so large
-    that no input range is safe."""
+    has none: another dtype, more experts than a sum torch adds in order, weights so large that
+    no input range is safe, or an installed torch that computes otherwise than this module
+    replays (:mod:`~mgit.merge.methods.affine_probe`, once per process): torch merges then."""
+    if dtype not in _FORMATS or len(weights) > MAX_SUMMED or not affine_reproduces_torch():
+        return None
+    return replayed_kernel(dtype, weights, normalize, lam)
+
+
+def replayed_kernel(dtype: str, weights: Sequence[float], normalize: bool, lam: float) -> AffineKernel | None:
+    """:func:`affine_kernel` without asking whether torch still computes as replayed (the probe's)."""
     if dtype not in _FORMATS or len(weights) > MAX_SUMMED:
         return None
     mask, bias, mantissa, largest = _FORMATS[dtype]
