@@ -446,7 +446,7 @@ class ChunkStore:
                 records.append(rec)
             payloads, encodings = [r.payload for r in records], [r.encoding for r in records]
             raw = codec.decode_chain(payloads, encodings, loc.group, loc.raw_size, out)
-        except Exception:  # unreadable, or bytes that do not decode (zstd's own errors too)
+        except (OSError, struct.error, *codec.DECODE_ERRORS):  # unreadable, or bytes that do not decode
             return None
         finally:
             records.clear()  # payloads may be views of a mapping: let go of them before its pages
