@@ -49,22 +49,6 @@ SLICE_ELEMENTS = 1 << 19
 Held = dict[int, bytes | memoryview]  # chunk index → base bytes, until the ingestor takes them
 
 
-def chunk_job(
-    tp: TensorPlan,
-    setup: MergeSetup,
-    store: ChunkStore,
-    pool: ThreadPoolExecutor,
-    run: Execution,
-    staged: StagedFile | None,
-    kernels: Kernels,
-    buffers: ChunkBuffers,
-) -> tuple[TensorJob, Held]:
-    """The ingestor's job for one tensor merged chunk by chunk, and the base chunks it holds for
-    the ingestor (as delta bases) until each is taken; cleared once the job has run."""
-    merge = ChunkMerge(tp, setup, store, pool, run, staged, kernels, buffers)
-    return merge.job(), merge.held
-
-
 class ChunkMerge:
     """One tensor merged chunk by chunk, read by the ingestor as a file is (``__call__`` and
     ``will_need``, like :class:`mgit.model.ingest.FileReader`). A chunk goes through the method's
@@ -97,9 +81,11 @@ class ChunkMerge:
         self.prepared = _Once(self._prepare)
         self.kernel: ArrayKernel | None = None
 
-    def job(self) -> TensorJob:
-        """The ingestor's job; counts the tensor's chunks, carries the base's own into a staged
-        file and, for a method that decides per expert, makes its decisions first."""
+    def job(self) -> tuple[TensorJob, Held]:
+        """The ingestor's job, and the base chunks it holds for the ingestor (as delta bases) until
+        each is taken (cleared once the job has run). Counts the tensor's chunks, carries the
+        base's own into a staged file and, for a method that decides per expert, makes its
+        decisions first."""
         tp, setup, carried = self.tp, self.setup, self.carried
         computed_bytes = sum(c.size for i, c in enumerate(tp.base.chunks) if i not in carried)
         self.run.tally(len(tp.base.chunks) - len(carried), len(carried), computed_bytes)
@@ -109,12 +95,13 @@ class ChunkMerge:
                 self.staged.carry(tp.name, self.starts[i], c.id, c.size, self.inputs.what)
         out = _dtype(setup.result_dtype(tp.base.dtype))
         if len(carried) == len(tp.base.chunks):  # nothing to merge: the base's manifest as it is
-            return TensorJob(tp.name, out, tp.base.shape, tp.base.nbytes, _unread, carried=tp.base.chunks.__getitem__)
+            return TensorJob(tp.name, out, tp.base.shape, tp.base.nbytes, _unread, carried=self.carried_ref), self.held
         if setup.method.decides_per_expert:  # its decisions read the base and the experts first
             self.inputs.prefetch({i for i in range(len(tp.base.chunks)) if i not in carried})
             self.prepared.get()
         self.kernel = array_kernel_for(tp, setup) if self.kernels.arrays else None
-        return TensorJob(tp.name, out, tp.base.shape, tp.base.nbytes, self, self.parent_bytes, self.carried_ref)
+        job = TensorJob(tp.name, out, tp.base.shape, tp.base.nbytes, self, self.parent_bytes, self.carried_ref)
+        return job, self.held
 
     def merged_chunk(self, offset: int, size: int) -> bytes | memoryview:
         """The merged chunk at ``offset``, in this thread's output buffer (staged, counted)."""
@@ -125,8 +112,7 @@ class ChunkMerge:
         raws = [self._expert_chunk(k, i, offset, size, base_raw, slot, expert_costs) for slot, k in present]
         which = None if len(present) == len(self.tp.experts) else [k for _, k in present]
         out = self.buffers.get(1, size)
-        bits = [chunk_bits(r) for r in raws]
-        if self.kernel is None or not self.kernel.merge(chunk_bits(base_raw), bits, which, chunk_bits(out)):
+        if not self._merge_with_kernel(base_raw, raws, which, out):
             self._merge_with_torch(base_raw, raws, which, out, offset // self.itemsize)
         if self.staged is not None:
             self.staged.write(self.tp.name, offset, out)
@@ -196,6 +182,14 @@ class ChunkMerge:
         cid = self.tp.experts[k].chunks[i].id
         known = partial(self._known, i, base_raw)
         return self.store.get(cid, self.inputs.what, known=known, counters=counters, out=self.buffers.get(slot, size))
+
+    def _merge_with_kernel(
+        self, base_raw: RawBytes, raws: list[RawBytes], which: list[int] | None, out: memoryview
+    ) -> bool:
+        """Whether the method's array kernel merged the chunk into ``out`` (it may decline its values)."""
+        if self.kernel is None:
+            return False
+        return self.kernel.merge(chunk_bits(base_raw), [chunk_bits(r) for r in raws], which, chunk_bits(out))
 
     def _merge_with_torch(
         self, base_raw: RawBytes, raws: list[RawBytes], which: list[int] | None, out: memoryview, at: int

@@ -32,7 +32,7 @@ from typing import cast
 from mgit.errors import BadInputError
 from mgit.graph.snapshot import Entry
 from mgit.merge.chunk_buffers import ChunkBuffers
-from mgit.merge.chunk_job import chunk_job
+from mgit.merge.chunk_job import ChunkMerge
 from mgit.merge.execution import Execution
 from mgit.merge.kernels import Kernels, merge_one
 from mgit.merge.plan import MergePlan, TensorPlan
@@ -211,7 +211,7 @@ def _execute_file(
                 bar.advance(tp.base.nbytes)
                 continue
             if _by_chunk(tp, setup):
-                batch.append(chunk_job(tp, setup, store, pool, run, staged, kernels, buffers))
+                batch.append(ChunkMerge(tp, setup, store, pool, run, staged, kernels, buffers).job())
                 if setup.method.decides_per_expert:  # its decisions are held until the tensor is merged
                     ids |= _run_jobs(ingestor, batch, kernels)
                 out = setup.result_dtype(tp.base.dtype)
