@@ -78,6 +78,27 @@ class CorruptObjectError(MgitError):
     """Stored data failed verification against its id."""
 
 
+class DamagedChunkError(CorruptObjectError):
+    """A chunk the store cannot read as its id says: ``why`` is what is wrong. The store does not
+    know what the chunk belongs to; the caller that does names it (:meth:`name_owner`)."""
+
+    def __init__(self, cid: str, why: str, owner: str = ""):
+        self.cid, self.why, self.owner = cid, why, owner
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        return f"chunk {self.cid[:12]}{f' of {self.owner}' if self.owner else ''} {self.why}"
+
+    def name_owner(self, owner: str) -> None:
+        """Name what the chunk is of (a tensor, a file) in the message, unless named already."""
+        if owner and not self.owner:
+            self.owner = owner
+            self.args = (self._message(),)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.cid, self.why, self.owner))
+
+
 class RefUpdateError(MgitError):
     """A ref moved while we were working (compare-and-swap lost)."""
 

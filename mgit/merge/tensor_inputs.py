@@ -85,6 +85,14 @@ class TensorInputs:
         self._deltas: dict[int, Delta] = {}
         self._deltas_lock = threading.Lock()
 
+    def prefetch(self, computed: set[int]) -> None:
+        """Ask for the tensor's planned chunks (base chunks it computes from, chosen expert chunks)
+        to be read in the background: their disk reads overlap the merging of the first ones."""
+        tp = self.tp
+        ids = [tp.base.chunks[i].id for i in sorted(computed)]
+        ids += [tp.experts[k].chunks[i].id for k, reads in enumerate(tp.reads) for i in reads]
+        self.store.prefetch(ids)
+
     def sketched(self, k: int) -> Delta:
         """Expert k's sketched delta, from the prefix of its sketch's levels the plan chose, read
         once (whichever pool thread asks first) and counted as expert reads."""

@@ -29,13 +29,13 @@ from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, write_snapshot
 from mgit.model.dtypes import DType, lookup
 from mgit.model.filetree import load_safetensors
 from mgit.model.manifest import TensorManifest
-from mgit.model.stats import bf16_bits, from_bf16_bits, to_float32
+from mgit.model.stats import to_float32
 from mgit.ops import inspect
 from mgit.parallel import WORKERS, ordered_map
 from mgit.progress import byte_progress
 
 if TYPE_CHECKING:
-    from mgit.merge.sketch.record import SketchRecord, TensorSketch
+    from mgit.merge.sketch.record import SketchRecord
     from mgit.merge.sketch.use import SketchOffer
 
 SKETCH_REFS = "refs/mgit/sketches/"
@@ -202,7 +202,7 @@ def _compute(  # noqa: C901 (low-rank and DARE sketches side by side; moving to 
     from threadpoolctl import threadpool_limits
 
     from mgit.merge.plan import model_tensors
-    from mgit.merge.sketch import dare, lowrank
+    from mgit.merge.sketch import make
     from mgit.merge.sketch.record import SketchRecord, block_factors, factor_name, sketchable
     from mgit.model.ingest import Ingestor, TensorJob
     from mgit.model.safetensors_file import build_header
@@ -222,11 +222,7 @@ def _compute(  # noqa: C901 (low-rank and DARE sketches side by side; moving to 
                 continue
             held = {c.id for c in p.chunks}
             cost = sum(ctx.store.read_cost(c.id, held) for c in m.chunks if c.id not in held)
-            shape = (m.shape[0], m.shape[1])
-            if kind == "dare":
-                size: int | list[float] = dare.rates_for(shape[0] * shape[1], int(share * cost))
-            else:
-                size = lowrank.rank_for(shape, int(share * cost))
+            size = make.size_for(kind, (m.shape[0], m.shape[1]), int(share * cost))
             if not size:
                 exact += 1
                 continue
@@ -244,11 +240,9 @@ def _compute(  # noqa: C901 (low-rank and DARE sketches side by side; moving to 
             ingestor.begin_file(file)
             specs, jobs = [], []
 
-            def one(t: _Todo) -> _Made | None:
+            def one(t: _Todo) -> make.Made | None:
                 delta = _delta(ctx, t.name, t.m, t.p)
-                if isinstance(t.size, list):
-                    return _dared(t, delta, _stream_seed(seed, commit, t.name))
-                return _factored(t, delta, _tensor_seed(seed, t.name))
+                return make.make(kind, t.file, t.name, delta, t.size, t.budget, seed, commit)
 
             # one tensor per core, each single-threaded in BLAS: LAPACK's eigh and QR scale poorly
             # on two threads, and both levels at once oversubscribe the cores (measured 1.06 s
@@ -277,14 +271,7 @@ def _compute(  # noqa: C901 (low-rank and DARE sketches side by side; moving to 
                 if ts.file == file:
                     keys = [factor_name(ts.name, j, f) for j in range(len(ts.ends())) for f in block_factors(kind)]
                     sketches[n] = dataclasses.replace(ts, stored_bytes=sum(_stored(ctx, ids[k]) for k in keys))
-    if kind == "dare":
-        params: dict[str, Any] = {"algorithm": "dare", "version": dare.VERSION, "max_rate": dare.MAX_RATE,
-                                  "max_tiers": dare.MAX_TIERS, "value_dtype": dare.VALUE_DTYPE}  # fmt: skip
-    else:
-        params = {"algorithm": "svd", "version": lowrank.VERSION, "exact_from": lowrank.EXACT_FROM,
-                  "oversample": lowrank.OVERSAMPLE, "power_iterations": lowrank.NITER,
-                  "factor_dtype": lowrank.FACTOR_DTYPE}  # fmt: skip
-    record = SketchRecord(commit, parent, kind, share, seed, params, sketches, exact, expert_bytes)
+    record = SketchRecord(commit, parent, kind, share, seed, make.params(kind), sketches, exact, expert_bytes)
     return record, out
 
 
@@ -302,70 +289,8 @@ class _Todo:
     cost: int
 
 
-@dataclass
-class _Made:
-    """One tensor's sketch before it is stored: its record (stored bytes still 0) and, per
-    level, the blocks it adds as stored (bf16 bit patterns), by factor name."""
-
-    sketch: TensorSketch
-    levels: list[list[tuple[str, np.ndarray]]]
-
-
-def _factored(t: _Todo, delta: np.ndarray, seed: int) -> _Made | None:
-    from mgit.merge.sketch import lowrank
-    from mgit.merge.sketch.record import TensorSketch
-
-    assert isinstance(t.size, int)
-    a_t, b_t, sigma = lowrank.factorize(delta, t.size, seed)
-    if not sigma:
-        return None
-    a_bits, b_bits = bf16_bits(a_t), bf16_bits(b_t)  # as stored, and measured so
-    ends = lowrank.block_ends(len(sigma))  # the Gram route may drop directions of σ 0
-    residuals = lowrank.residuals(delta, from_bf16_bits(a_bits), from_bf16_bits(b_bits), ends)
-    energy = float(np.einsum("ij,ij->", delta, delta, dtype=np.float64))
-    levels, start = [], 0
-    for end in ends:
-        levels.append([("a", a_bits[start:end]), ("b", b_bits[start:end])])
-        start = end
-    shape = (t.m.shape[0], t.m.shape[1])
-    return _Made(TensorSketch(t.file, t.name, shape, len(sigma), sigma, energy, residuals, 0), levels)
-
-
-def _dared(t: _Todo, delta: np.ndarray, stream: int) -> _Made | None:
-    from mgit.merge.sketch import dare
-    from mgit.merge.sketch.record import TensorSketch
-
-    assert isinstance(t.size, list)
-    cut = dare.split(delta, stream, t.size)
-    if cut.energy == 0:
-        return None
-    n = len(cut.tiers)  # the kept counts are binomial: a top tier that would not fit is dropped
-    while n > 0 and dare.stored_bound([v.size for v in cut.tiers[:n]]) > t.budget:
-        n -= 1
-    if n == 0:
-        return None
-    shape = (t.m.shape[0], t.m.shape[1])
-    made = TensorSketch(
-        t.file, t.name, shape, n, [], cut.energy, cut.residuals[:n], 0, t.size[:n], cut.kept[:n], stream
-    )
-    return _Made(made, [[("v", v)] for v in cut.tiers[:n]])
-
-
 def _ids(m: TensorManifest) -> list[str]:
     return [c.id for c in m.chunks]
-
-
-def _tensor_seed(seed: int, name: str) -> int:
-    """Each tensor's own seed, from the sketch's seed and the tensor's name (stable across runs)."""
-    from blake3 import blake3
-
-    return int.from_bytes(blake3(f"{seed}:{name}".encode()).digest()[:8], "little") >> 1
-
-
-def _stream_seed(seed: int, commit: str, name: str) -> int:
-    """A DARE tensor's stream: the commit takes part, so two experts keep independent positions
-    (one mask for all would drop the same elements of every expert)."""
-    return _tensor_seed(seed, f"{commit}:{name}")
 
 
 def _stored(ctx: Context, manifest_id: str) -> int:

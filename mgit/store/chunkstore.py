@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgit.errors import CorruptObjectError
+from mgit.errors import CorruptObjectError, DamagedChunkError
 from mgit.store import codec, record
 from mgit.store.index_set import IndexSet
 from mgit.store.limits import MAX_CHUNK_BYTES
@@ -360,12 +360,15 @@ class ChunkStore:
         bytes; after an error its contents are undefined), so that a caller reading many
         chunks reuses its buffers: a fresh one costs a page fault per 4 KiB on first touch.
         """
-        return self._get(cid, what, _depth, known, counters, out, True)
+        try:
+            return self._get(cid, _depth, known, counters, out, True)
+        except DamagedChunkError as exc:
+            exc.name_owner(what)
+            raise
 
     def _get(  # noqa: C901 (the hot read path: cache, delta chain, retry in one place)
         self,
         cid: str,
-        what: str,
         depth: int,
         known: Callable[[str], RawBytes | None] | None,
         counters: ReadCounters | None,
@@ -375,17 +378,18 @@ class ChunkStore:
         """``get``. A delta base it decodes itself goes into this thread's buffer for its depth,
         before the record is read: nothing runs on this thread between reading a record (into
         this thread's read buffer, inside random_reads()) and decoding it."""
-        where = f" of {what}" if what else ""
         loc = self.locate(cid)
         if loc is None and self.fallback is not None and not self.loose.has(cid):
             self.fallback(cid)
             loc = self.locate(cid)
         if loc is None:
-            return self._get_loose(cid, where, counters, out)
+            loose, stored = self.loose.decoded(cid, out)  # format 1's chunk files
+            self._count(stored, len(loose), counters)
+            return loose
         if depth > MAX_DELTA_DEPTH:
-            raise CorruptObjectError(f"chunk {cid[:12]}{where} has a delta chain longer than {MAX_DELTA_DEPTH}")
+            raise DamagedChunkError(cid, f"has a delta chain longer than {MAX_DELTA_DEPTH}")
         if loc.encoding not in codec.ENCODINGS:
-            raise CorruptObjectError(f"chunk {cid[:12]}{where} uses encoding {loc.encoding}, unknown to this mgit")
+            raise DamagedChunkError(cid, f"uses encoding {loc.encoding}, unknown to this mgit")
         base = None
         if loc.base is not None:
             base = known(loc.base) if known is not None else None
@@ -393,19 +397,19 @@ class ChunkStore:
                 return whole
             if base is None:
                 scratch = codec.thread_buffer(f"base{depth + 1}", MAX_CHUNK_BYTES).data
-                base = self._get(loc.base, what, depth + 1, known, counters, scratch, retry)
+                base = self._get(loc.base, depth + 1, known, counters, scratch, retry)
         rec: Record | None
         try:
             rec, mapped = self._read(loc, True)
         except FileNotFoundError:  # another process's gc replaced the pack: look again
             if retry:
                 self.forget_indexes()
-                return self._get(cid, what, depth, known, counters, out, False)
+                return self._get(cid, depth, known, counters, out, False)
             rec = None
         except (OSError, ValueError, struct.error):
             rec = None
         if rec is None or rec.cid != cid or rec.base != loc.base:
-            raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (bad record in its pack); run `mgit fsck`")
+            raise DamagedChunkError(cid, "is corrupt (bad record in its pack); run `mgit fsck`")
         try:
             raw = record.decode_verified(rec, base, out)
         except (record.RecordError, codec.ChunkTooLargeError):
@@ -415,7 +419,7 @@ class ChunkStore:
             if mapped:
                 self._drop_pages(loc)
         if raw is None:
-            raise CorruptObjectError(f"chunk {cid[:12]}{where} is corrupt (fails verification); run `mgit fsck`")
+            raise DamagedChunkError(cid, "is corrupt (fails verification); run `mgit fsck`")
         self._count(loc.length, len(raw), counters)
         return raw
 
@@ -446,7 +450,7 @@ class ChunkStore:
                 records.append(rec)
             payloads, encodings = [r.payload for r in records], [r.encoding for r in records]
             raw = codec.decode_chain(payloads, encodings, loc.group, loc.raw_size, out)
-        except Exception:  # unreadable, or bytes that do not decode (zstd's own errors too)
+        except (OSError, struct.error) + codec.DECODE_ERRORS:  # unreadable, or bytes that do not decode
             return None
         finally:
             records.clear()  # payloads may be views of a mapping: let go of them before its pages
@@ -457,21 +461,6 @@ class ChunkStore:
         for c in chain:
             self._count(c.length, c.raw_size, counters)
         return raw
-
-    def _get_loose(
-        self, cid: str, where: str, counters: ReadCounters | None = None, out: bytearray | memoryview | None = None
-    ) -> RawBytes:
-        why = "is missing from the store"
-        try:
-            if self.loose.present():
-                raw, stored = self.loose.decoded(cid, out)
-                self._count(stored, len(raw), counters)
-                return raw
-        except FileNotFoundError:
-            pass
-        except (record.RecordError, codec.ChunkTooLargeError):
-            why = "is corrupt (fails verification)"
-        raise CorruptObjectError(f"chunk {cid[:12]}{where} {why}; run `mgit fsck`")
 
     def loose_record(self, cid: str) -> Record:
         """A format-1 loose chunk as a pack record, keeping its encoding and grouping."""

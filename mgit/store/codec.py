@@ -188,6 +188,11 @@ class ChunkTooLargeError(ValueError):
     """A record whose raw bytes would be larger than any chunk the format allows."""
 
 
+# What decoding damaged bytes raises: zstd's errors (not a frame, a frame that does not fit its
+# dictionary) and ValueError (sizes that disagree: ours and numpy's). Anything else is a bug.
+DECODE_ERRORS: tuple[type[Exception], ...] = (zstandard.ZstdError, ValueError)
+
+
 def check_raw_size(raw_size: int) -> None:
     """Refuse a declared raw size outside 0 … MAX_CHUNK_BYTES before any decoding."""
     if not 0 <= raw_size <= MAX_CHUNK_BYTES:

@@ -14,7 +14,9 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from mgit.store.record import NotARecordError, RawBytes, Record, decode_verified, has_base
+from mgit.errors import DamagedChunkError
+from mgit.store.codec import ChunkTooLargeError
+from mgit.store.record import NotARecordError, RawBytes, Record, RecordError, decode_verified, has_base
 
 MAGIC = b"MGC1"
 HEADER = struct.Struct("<4sBBxxQ")  # magic, encoding, group, pad, raw size
@@ -66,10 +68,17 @@ class LooseChunks:
 
     def decoded(self, cid: str, out: bytearray | memoryview | None = None) -> tuple[RawBytes, int]:
         """The chunk's raw bytes, checked against its id (into ``out``, as decode_verified), and
-        the file's size; FileNotFoundError when there is none, RecordError or
-        codec.ChunkTooLargeError when it is not this chunk."""
-        rec, stored = self.read(cid)
-        return decode_verified(rec, None, out), stored
+        the file's size; DamagedChunkError when there is none or it is not this chunk."""
+        why = "is missing from the store"
+        try:
+            if self.present():
+                rec, stored = self.read(cid)
+                return decode_verified(rec, None, out), stored
+        except FileNotFoundError:
+            pass
+        except (RecordError, ChunkTooLargeError):
+            why = "is corrupt (fails verification)"
+        raise DamagedChunkError(cid, f"{why}; run `mgit fsck`")
 
     def ids(self) -> Iterator[str]:
         """Every loose chunk's id, in order."""

@@ -182,7 +182,7 @@ def decode_verified(
         raw = codec.decode(record.encoding, record.payload, record.group, record.raw_size, base, out)
     except codec.ChunkTooLargeError:
         raise
-    except Exception:
+    except codec.DECODE_ERRORS:
         raise MismatchError("does not decode") from None
     if len(raw) != record.raw_size or chunk_id(raw) != record.cid:
         raise MismatchError("does not match its id")

@@ -12,6 +12,7 @@ from helpers.models import LlamaSpec, llama_state_dict, touch_later, tree_hashes
 from mergekit.merge_methods.api import merge_state_dicts
 
 import mgit.merge.carry as carry
+import mgit.merge.chunk_job as chunk_job
 import mgit.merge.engine as engine
 import mgit.merge.methods.task_arithmetic as methods
 import mgit.model.ingest as ingest
@@ -41,7 +42,7 @@ def small_pieces(monkeypatch):
     small = functools.partial(chunk_size_for, target=1000)
     monkeypatch.setattr(ingest, "chunk_size_for", small)
     monkeypatch.setattr(engine, "chunk_size_for", small)
-    monkeypatch.setattr(engine, "SLICE_ELEMENTS", 77)
+    monkeypatch.setattr(chunk_job, "SLICE_ELEMENTS", 77)
     monkeypatch.setattr(methods, "COMBINE_SLICE", 50)
 
 
@@ -130,10 +131,10 @@ def test_chunk_by_chunk_equals_whole_tensors(varied, deltas, monkeypatch, method
 
 def test_concurrent_and_sequential_decisions_agree(varied, deltas, monkeypatch):
     repo, _, _ = varied
-    monkeypatch.setattr(engine, "DECIDE_MEMORY", 2**40)
-    monkeypatch.setattr(engine, "WORKERS", 4)
+    monkeypatch.setattr(chunk_job, "DECIDE_MEMORY", 2**40)
+    monkeypatch.setattr(chunk_job, "WORKERS", 4)
     a = repo.merge(list(NAMES), "ties", "main", branch="together", weight=0.5, density=0.4)
-    monkeypatch.setattr(engine, "DECIDE_MEMORY", 0)
+    monkeypatch.setattr(chunk_job, "DECIDE_MEMORY", 0)
     b = repo.merge(list(NAMES), "ties", "main", branch="apart", weight=0.5, density=0.4)
     assert repo.graph.commit(a).tree == repo.graph.commit(b).tree
 

@@ -107,6 +107,23 @@ def test_decode_verified_refuses_a_tampered_record(what):
         record.decode_verified(rec)
 
 
+def test_bytes_that_are_no_zstd_frame_are_refused_and_a_bug_in_decoding_is_not(monkeypatch):
+    """Only what damaged bytes raise (zstd's errors, ValueError) means "does not decode": any
+    other exception is a bug in mgit, and surfaces as itself instead of as damage."""
+    raw = _weights(7)
+    garbage = Record(chunk_id(raw), codec.GROUPED_ZSTD, 4, 0, len(raw), b"\x28\xb5\x2f\xfd" + b"\xff" * 40)
+    with pytest.raises(record.MismatchError, match="does not decode"):
+        record.decode_verified(garbage)
+
+    def broken(*args: object, **kwargs: object) -> bytes:
+        raise TypeError("a bug")
+
+    stored = _stored(raw)
+    monkeypatch.setattr(codec, "decode", broken)
+    with pytest.raises(TypeError, match="a bug"):
+        record.decode_verified(stored)
+
+
 def test_raw_wins_when_compression_saves_too_little():
     noise = np.random.default_rng(7).integers(0, 256, 10_000, dtype=np.uint8).tobytes()
     rec = _stored(noise, 1)

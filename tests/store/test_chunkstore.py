@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import pickle
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mgit.errors import CorruptObjectError
+from mgit.errors import CorruptObjectError, DamagedChunkError
 from mgit.store import codec
 from mgit.store.chunkstore import MAX_DELTA_DEPTH, ChunkStore
 from mgit.store.record import chunk_id
@@ -63,6 +64,29 @@ def test_corrupt_chunk_is_detected_with_the_tensor_named(tmp_path):
         fresh.get(cid, "tensor 'w' in m.safetensors")
     with pytest.raises(CorruptObjectError, match="missing"):
         fresh.get("0" * 64)
+
+
+def test_a_damaged_delta_base_is_named_with_what_its_reader_reads(tmp_path):
+    """The store names the damaged chunk; ``get``'s caller, who knows what it reads, is named
+    once in the same one line (the error keeps both apart for code that handles it)."""
+    store = ChunkStore(tmp_path)
+    base = bytes(range(256)) * 100
+    changed = bytearray(base)
+    changed[100:110] = bytes(10)
+    base_id = store.put(base, 1).cid
+    cid = store.put(bytes(changed), 1, base=(base_id, base)).cid
+    store.seal()
+    loc = store.location(base_id)
+    flip_byte(loc.pack, loc.offset + loc.length - 1)
+    with pytest.raises(DamagedChunkError) as caught:
+        ChunkStore(tmp_path).get(cid, "tensor 'w' in m.safetensors")
+    exc = caught.value
+    want = f"chunk {base_id[:12]} of tensor 'w' in m.safetensors is corrupt (fails verification); run `mgit fsck`"
+    assert str(exc) == want
+    assert (exc.cid, exc.owner) == (base_id, "tensor 'w' in m.safetensors")
+    assert str(pickle.loads(pickle.dumps(exc))) == want
+    with pytest.raises(DamagedChunkError, match=f"^chunk {base_id[:12]} is corrupt"):
+        ChunkStore(tmp_path).get(cid)
 
 
 def test_unsealed_chunks_are_invisible_to_other_readers_and_aborted_ones_vanish(tmp_path):

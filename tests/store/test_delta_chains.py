@@ -100,6 +100,21 @@ def test_a_damaged_base_is_named(tmp_path):
         fresh.get(ids[-1])
 
 
+def test_a_bug_in_decoding_a_chain_surfaces_instead_of_a_silent_link_by_link_read(tmp_path, monkeypatch):
+    """Only damage (unreadable records, bytes that do not decode) sends a chain back to link by
+    link decoding; any other exception is a bug in mgit and surfaces as itself."""
+    store = ChunkStore(tmp_path)
+    ids = _chain(store, _versions(4, 3, 1 << 12, edits=5), 2)
+    store.seal()
+
+    def broken(*args: object, **kwargs: object) -> bytes:
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(codec, "decode_chain", broken)
+    with pytest.raises(TypeError, match="a bug"):
+        ChunkStore(tmp_path).get(ids[-1])
+
+
 def test_a_grown_chunk_decodes_link_by_link(tmp_path):
     """A last chunk grown by appended rows is a delta against a shorter base: not one chain."""
     store = ChunkStore(tmp_path)

@@ -1,6 +1,6 @@
 """The sketch record (schema ``mgit.sketch/1``): what a sketch commit holds and how it was made,
 as canonical JSON at its reserved root entry (docs/format.md). Plain data: computing is
-mgit.ops.sketch's, choosing mgit.merge.budget's."""
+mgit.merge.sketch.make's, storing mgit.ops.sketch's, choosing mgit.merge.budget's."""
 
 from __future__ import annotations
 
