@@ -130,8 +130,9 @@ def merge_plan(
     """What a merge would read, from manifests alone (``mgit merge --dry-run``).
 
     Args:
-        experts, method, base, model, allow_missing, config, budget, budget_select, seed,
-            dtype, out_dtype, budget_fairness, budget_sketches, **params: As :meth:`merge`'s.
+        experts: As :func:`merge`'s, as are ``method``, ``base``, ``model``, ``allow_missing``,
+            ``config``, ``budget``, ``budget_select``, ``seed`` (0 by default here), ``dtype``,
+            ``out_dtype``, ``budget_fairness``, ``budget_sketches`` and ``**params``.
         explain: Rank the expert chunks (``plan.budget``) even without a budget, as ``--explain``.
         sketch_missing: Refused: sketching writes (run ``Repository.sketch`` first).
 
@@ -142,7 +143,7 @@ def merge_plan(
         (counted apart).
 
     Raises:
-        BadInputError: As :meth:`merge`'s, and ``sketch_missing`` given.
+        BadInputError: As :func:`merge`'s, and ``sketch_missing`` given.
     """
     return plan_with(ctx, request_of(locals()))
 
