@@ -218,7 +218,7 @@ def show_text(info: ShowInfo, usage: Usage | None, plan: dict | None, stat: Mode
     if usage is not None:
         p.out(f"storage: {usage_line(usage)}")
     if plan is not None:
-        p.extend(plan_text(record_of(plan)))
+        p.extend(plan_text(plan))
     return p
 
 

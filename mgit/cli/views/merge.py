@@ -23,8 +23,11 @@ def record_of(doc: dict) -> PlanRecord:
     return PlanRecord.from_json(doc)
 
 
-def plan_text(plan: PlanRecord) -> Printout:
-    """A merge record (mgit.plan/1) in a few lines: method, base, experts, bytes, decisions."""
+def plan_text(plan: PlanRecord | dict) -> Printout:
+    """A merge record (mgit.plan/1; as stored, a dict, is read as one) in a few lines: method,
+    base, experts, bytes, decisions."""
+    if isinstance(plan, dict):
+        plan = record_of(plan)
     p = Printout()
     b = plan.bytes
     params = ", ".join(f"{k}={v}" for k, v in plan.parameters.items())
