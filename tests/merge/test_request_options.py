@@ -1,7 +1,7 @@
 """One merge request, built once (issue 40): `mgit merge` and Repository.merge / merge_plan build
 the same MergeRequest from the same options, every request field is an option of each by its
 own name (so a new option is one field, one click option and one keyword), and a plan is a value
-with its record, which executing never edits."""
+that makes its own record, the one its merge records."""
 
 from __future__ import annotations
 
