@@ -201,9 +201,9 @@ def merge_with(ctx: Context, request: MergeRequest) -> str:
         fetched = {"base": Transfer(), "experts": Transfer()}
         if ctx.is_partial:
             _fetch_planned(ctx, plan, setup, fetched)
+        io = merge_io(ctx)
         # A merge reads chosen chunks scattered over the packs: each record exactly, without the
         # mapping's read-ahead into its neighbours (measured: 5.8x the planned bytes from disk).
-        io = merge_io(ctx)
         with byte_progress("merge", bar_total) as bar, ctx.store.random_reads():
             ingestor = Ingestor(io.graph, io.store, io.pool, bar, parent_lookup(ctx, base_snap))
             run = execute(planned, io, ingestor, bar, stage_file if checkout else None)
