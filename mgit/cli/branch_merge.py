@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import fields
 from typing import Any
 
 import click
@@ -16,12 +17,10 @@ from mgit.cli.state import CliState, pass_state
 from mgit.cli.views import branch_merge as views
 from mgit.errors import MergeConflictError
 
-# What only a model merge (--method with experts, docs/merging.md) takes, and only a branch merge.
-MODEL_ONLY = (
-    *("config", "base", "branch", "no_checkout", "model", "allow_missing", "dtype", "out_dtype", "explain"),
-    *("budget", "budget_select", "budget_fairness", "budget_sketches", "sketch_missing", "dry_run"),
-)
+# What only a branch merge takes; a model merge's options are model_only().
 BRANCH_ONLY = ("ours", "theirs", "no_ff", "ff_only")
+# The model merge's request fields a branch merge shares (its revision, method and parameters).
+SHARED = ("experts", "method", "params", "message", "seed", "checkout")
 
 PATTERN_HELP = "settle conflicts matching PATTERN (fnmatch over PATH or PATH:TENSOR; bare: all) with {} side"
 
@@ -42,6 +41,15 @@ def given(ctx: click.Context, names: Sequence[str]) -> list[str]:
     ]
 
 
+def model_only() -> list[str]:
+    """What only a model merge (--method with experts, docs/merging.md) takes: each option that is
+    a field of its request (mgit.merge.request.MergeRequest) a branch merge does not share, and
+    --no-checkout and --dry-run."""
+    from mgit.merge.request import MergeRequest
+
+    return [f.name for f in fields(MergeRequest) if f.name not in SHARED] + ["no_checkout", "dry_run"]
+
+
 def is_branch_merge(state: CliState, experts: Sequence[str], method: str | None, config: str | None) -> bool:
     """`mgit merge` merges a branch (git's merge) unless asked for a model merge: without
     --method/--config, or given a branch merge's options, it does; with --method, one revision
@@ -51,7 +59,7 @@ def is_branch_merge(state: CliState, experts: Sequence[str], method: str | None,
     ctx = click.get_current_context()
     if given(ctx, BRANCH_ONLY) or (method is None and config is None):
         return True
-    if config is not None or given(ctx, MODEL_ONLY):
+    if config is not None or given(ctx, model_only()):
         return False
     return state.repo.is_branch_merge(list(experts))
 
@@ -86,7 +94,7 @@ def run_merge(
     as_json: bool,
 ) -> None:
     """`mgit merge REV` as git merges: up to date, a fast-forward, or a three-way merge commit."""
-    model_options = given(click.get_current_context(), MODEL_ONLY)
+    model_options = given(click.get_current_context(), model_only())
     if model_options:
         raise click.UsageError(
             f"{', '.join(model_options)}: an option of model merges (--method with EXPERTS, docs/merging.md), "

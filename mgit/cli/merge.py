@@ -5,7 +5,7 @@ or a merge commit; `mgit merge REV` without a method merges a branch as git does
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,7 +13,6 @@ from mgit.cli import branch_merge
 from mgit.cli.complete import complete_rev
 from mgit.cli.state import CliState, pass_state
 from mgit.lazy import lazy_module
-from mgit.version import __version__
 
 if TYPE_CHECKING:
     from mgit.cli.views import merge as views
@@ -135,61 +134,31 @@ def cmd_merge(
     no_ff: bool,
     ff_only: bool,
     config: str | None,
-    weight: str | None,
-    density: str | None,
-    lambda_: float | None,
-    epsilon: str | None,
-    gamma: str | None,
-    t: float | None,
-    normalize: bool | None,
-    rescale: bool | None,
-    extra: tuple[str, ...],
-    base: str | None,
-    branch: str | None,
-    no_checkout: bool,
-    message: str | None,
-    seed: int | None,
-    dtype: str | None,
-    out_dtype: str | None,
     model: str | None,
-    allow_missing: bool,
-    budget: str | None,
-    budget_select: str,
-    budget_fairness: str,
-    budget_sketches: bool,
-    sketch_missing: str | None,
-    explain: bool,
+    no_checkout: bool,
     dry_run: bool,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """Merge branch REV into HEAD as git does (a fast-forward, or a three-way merge: each tensor
     from the side that changed it); or, with --method or --config, merge EXPERTS (revisions) into
     the base as a commit with parents [base, experts...]."""
+    # ``options``: the method's parameters (_method_params), the rest MergeRequest's fields by name
     if method is not None and config is not None:
         raise click.UsageError("give --method with EXPERTS, or --config FILE, not both")
-    if no_checkout and not branch:
+    if no_checkout and not options["branch"]:
         raise click.UsageError("--no-checkout puts the merge on a new branch: give -b NAME")
     config = os.path.abspath(config) if config else None
     repo = state.repo
-    given = {
-        "weight": _numbers(weight),
-        "density": _numbers(density),
-        "lambda": lambda_,
-        "epsilon": _numbers(epsilon),
-        "gamma": _numbers(gamma),
-        "t": t,
-        "normalize": normalize,
-        "rescale": rescale,
-    }
-    params = {k: v for k, v in given.items() if v is not None} | _param_pairs(extra)
+    params = _method_params(options)
     if branch_merge.is_branch_merge(state, experts, method, config):
         branch_merge.run_merge(
             state,
             experts,
             method,
             params,
-            message=message,
-            seed=seed,
+            message=options["message"],
+            seed=options["seed"],
             ours=ours,
             theirs=theirs,
             no_ff=no_ff,
@@ -197,40 +166,47 @@ def cmd_merge(
             as_json=as_json,
         )
         return
-    model_dir = os.path.abspath(model) if model else None
-    method = cast(str, method)  # None with --config: the method comes from the file
-    if dry_run or explain:
-        plan, setup = repo.merge_plan(
-            list(experts), method, base, model=model_dir, allow_missing=allow_missing, config=config,
-            budget=budget, budget_select=budget_select, explain=explain, seed=seed or 0, dtype=dtype,
-            out_dtype=out_dtype, budget_fairness=budget_fairness, budget_sketches=budget_sketches,
-            sketch_missing=sketch_missing, **params,
-        )  # fmt: skip
-        # The plan's record is built here, as before the split (the merge package is being reshaped:
-        # these two calls move behind Repository when it is).
-        from mgit.merge.record import plan_record
+    from mgit.merge.record import PlanRecord
+    from mgit.merge.request import MergeRequest
 
-        record = plan_record(plan, setup, None, __version__)
-        if as_json:
-            state.echo_json(record)
-        elif explain:
-            state.emit(views.plan_text(record).extend(views.explain_table(plan)))
-        else:
-            state.emit(views.plan_text(record).extend(views.reads_table(plan, record)))
-        return
-    sha = repo.merge(
-        list(experts), method, base, branch=branch, message=message, seed=seed, dtype=dtype,
-        out_dtype=out_dtype, model=model_dir, allow_missing=allow_missing, config=config, budget=budget,
-        budget_select=budget_select, budget_fairness=budget_fairness, budget_sketches=budget_sketches,
-        sketch_missing=sketch_missing, checkout=not no_checkout, **params,
+    request = MergeRequest(
+        experts=experts, method=method, params=params, config=config, checkout=not no_checkout,
+        model=os.path.abspath(model) if model else None, **options,
     )  # fmt: skip
-    merged = repo.merge_record(sha)
-    assert merged is not None  # a merge commit always has its plan record
-    on = branch if no_checkout else repo.refs.current_branch()
+    if dry_run or request.explain:
+        planned = repo._plan_with(request)
+        record = planned.record()
+        if as_json:
+            state.echo_json(record.to_json())
+        elif request.explain:
+            state.emit(views.plan_text(record).extend(views.explain_table(planned.plan)))
+        else:
+            state.emit(views.plan_text(record).extend(views.reads_table(planned.plan, record)))
+        return
+    sha = repo._merge_with(request)
+    stored = repo.merge_record(sha)
+    assert stored is not None  # a merge commit always has its plan record
+    merged = PlanRecord.from_json(stored)
+    on = request.branch if no_checkout else repo.refs.current_branch()
     if as_json:
         state.echo_json(views.merge_json(sha, on, merged, checked_out=not no_checkout))
         return
     state.emit(views.merge_text(sha, on, merged, checked_out=not no_checkout))
+
+
+def _method_params(options: dict[str, Any]) -> dict[str, object]:
+    """The method's parameters taken out of ``options``: those given, then --param NAME=VALUE."""
+    given = {
+        "weight": _numbers(options.pop("weight")),
+        "density": _numbers(options.pop("density")),
+        "lambda": options.pop("lambda_"),
+        "epsilon": _numbers(options.pop("epsilon")),
+        "gamma": _numbers(options.pop("gamma")),
+        "t": options.pop("t"),
+        "normalize": options.pop("normalize"),
+        "rescale": options.pop("rescale"),
+    }
+    return {k: v for k, v in given.items() if v is not None} | _param_pairs(options.pop("extra"))
 
 
 @click.command("sketch")

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
 from mgit.errors import BadInputError
@@ -34,8 +33,10 @@ from mgit.graph.snapshot import Entry
 from mgit.merge.chunk_buffers import ChunkBuffers
 from mgit.merge.chunk_job import ChunkMerge
 from mgit.merge.execution import Execution
+from mgit.merge.io import MergeIO
 from mgit.merge.kernels import Kernels, merge_one
-from mgit.merge.plan import MergePlan, TensorPlan
+from mgit.merge.plan import TensorPlan
+from mgit.merge.record import PlannedMerge
 from mgit.merge.request import MergeSetup
 from mgit.merge.tensor_inputs import TensorInputs, chunk_starts, tensor_what
 from mgit.model.chunking import chunk_ranges, chunk_size_for
@@ -46,7 +47,6 @@ from mgit.model.materialize import StagedFile
 from mgit.model.safetensors_file import build_header
 from mgit.model.torch_io import dtype_name, tensor_bytes
 from mgit.progress import Bar
-from mgit.store.chunkstore import ChunkStore
 
 
 def _dtype(name: str) -> DType:
@@ -93,18 +93,12 @@ def _run_jobs(
 
 
 def _merge_whole(
-    tp: TensorPlan,
-    setup: MergeSetup,
-    ingestor: Ingestor,
-    store: ChunkStore,
-    pool: ThreadPoolExecutor,
-    run: Execution,
-    staged: StagedFile | None,
+    tp: TensorPlan, setup: MergeSetup, ingestor: Ingestor, io: MergeIO, run: Execution, staged: StagedFile | None
 ) -> tuple[str, str]:
     """(manifest id, result dtype) of one tensor merged in memory as a whole: the base and
     every expert are held at once (the methods that need it are those comparing whole
     tensors: SLERP, Model Stock; and any merge whose result is chunked unlike its inputs)."""
-    inputs = TensorInputs(tp, store, pool, run)
+    inputs = TensorInputs(tp, io.store, io.pool, run)
     run.tally(len(tp.base.chunks), 0, tp.base.nbytes)
     inputs.prefetch(set(range(len(tp.base.chunks))))
     base_t = inputs.read_base()
@@ -143,20 +137,18 @@ def _copy(tp: TensorPlan, run: Execution, staged: StagedFile | None) -> None:
 
 
 def execute(
-    plan: MergePlan,
-    setup: MergeSetup,
+    planned: PlannedMerge,
+    io: MergeIO,
     ingestor: Ingestor,
-    store: ChunkStore,
-    pool: ThreadPoolExecutor,
-    base_entries: dict[str, Entry],
     bar: Bar | None = None,
     stage: Callable[[str, bytes, int], StagedFile] | None = None,
 ) -> Execution:
-    """Merge every tensor; returns the new file entries (not yet committed).
+    """Merge every tensor of the plan, reading through ``io``; returns the new file entries (not
+    yet committed).
 
     With ``stage`` (file, header, data size → a StagedFile), each merged file is also written
     out as it is produced; ``Execution.staged`` holds those completed as predicted."""
-    bar = bar or Bar()
+    (plan, setup), bar = planned, bar or Bar()
     run = Execution()
     by_name = {tp.name: tp for tp in plan.tensors}
     kernels = Kernels.for_plan(plan)
@@ -164,7 +156,7 @@ def execute(
     try:
         for file, names in plan.files.items():
             tensors = [by_name[n] for n in names]
-            _execute_file(file, tensors, setup, ingestor, store, pool, base_entries, bar, stage, run, kernels, buffers)
+            _execute_file(file, tensors, setup, ingestor, io, bar, stage, run, kernels, buffers)
     except BaseException:
         for staged in run.staged.values():
             staged.discard()
@@ -177,9 +169,7 @@ def _execute_file(
     tensors: list[TensorPlan],
     setup: MergeSetup,
     ingestor: Ingestor,
-    store: ChunkStore,
-    pool: ThreadPoolExecutor,
-    base_entries: dict[str, Entry],
+    io: MergeIO,
     bar: Bar,
     stage: Callable[[str, bytes, int], StagedFile] | None,
     run: Execution,
@@ -187,7 +177,7 @@ def _execute_file(
     buffers: ChunkBuffers,
 ) -> None:
     ingestor.begin_file(file)
-    metadata = load_safetensors(ingestor.graph, base_entries[file].oid, file).layout.metadata
+    metadata = load_safetensors(io.graph, setup.base_snap[file].oid, file).layout.metadata
     floating = {tp.name: _dtype(tp.base.dtype).mergeable for tp in tensors}  # others are copied
     predicted = [
         (tp.name, _dtype(setup.result_dtype(tp.base.dtype) if floating[tp.name] else tp.base.dtype), tp.base.shape)
@@ -206,18 +196,18 @@ def _execute_file(
                     raise BadInputError(f"tensor {tp.name!r} ({tp.base.dtype}) differs between inputs; cannot merge it")
                 _copy(tp, run, staged)
                 specs.append((tp.name, _dtype(tp.base.dtype), tp.base.shape))
-                ids[tp.name] = ingestor.graph.put_blob(tp.base.to_bytes())
+                ids[tp.name] = io.graph.put_blob(tp.base.to_bytes())
                 run.decisions[tp.name] = "copied"
                 bar.advance(tp.base.nbytes)
                 continue
             if _by_chunk(tp, setup):
-                batch.append(ChunkMerge(tp, setup, store, pool, run, staged, kernels, buffers).job())
+                batch.append(ChunkMerge(tp, setup, io.store, io.pool, run, staged, kernels, buffers).job())
                 if setup.method.decides_per_expert:  # its decisions are held until the tensor is merged
                     ids |= _run_jobs(ingestor, batch, kernels)
                 out = setup.result_dtype(tp.base.dtype)
             else:
                 ids |= _run_jobs(ingestor, batch, kernels)
-                ids[tp.name], out = _merge_whole(tp, setup, ingestor, store, pool, run, staged)
+                ids[tp.name], out = _merge_whole(tp, setup, ingestor, io, run, staged)
             specs.append((tp.name, _dtype(out), tp.base.shape))
             run.decisions[tp.name] = "merged"
         ids |= _run_jobs(ingestor, batch, kernels)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from mgit.merge.methods.base import ArrayKernel
+from mgit.merge.methods.base import ArrayKernel, TensorCall
 from mgit.merge.plan import MergePlan, TensorPlan
 from mgit.merge.request import MergeSetup
 from mgit.model.dtypes import DType, lookup
@@ -54,15 +54,16 @@ def merge_one(
         if prepared is not None:
             result = method.merge_slice(prepared, base if method.needs_base else None, experts, start, present)
             return result.to(torch_dtype(setup.out_dtype)) if setup.out_dtype else result
-        return method(
-            base if method.needs_base else None,
-            experts,
-            setup.tensor_params(tp.name),
+        call = TensorCall(
+            base=base if method.needs_base else None,
+            experts=experts,
+            params=setup.tensor_params(tp.name),
             dtype=torch_dtype(setup.dtype) if setup.dtype else None,
             out_dtype=torch_dtype(setup.out_dtype) if setup.out_dtype else None,
             generator=seeded_generator(setup.seed, tp.name) if method.random else None,
             name=tp.name,
         )
+        return method.merge_tensor(call)
 
 
 class Kernels:

@@ -5,12 +5,13 @@ the commit, so `mgit show`, `mgit lineage` and any clone can tell how a model wa
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mgit.merge.carry import base_reads
 from mgit.merge.plan import MergePlan
 from mgit.model.dtypes import lookup
 from mgit.model.manifest import TensorManifest
+from mgit.version import __version__
 
 if TYPE_CHECKING:  # torch stays out of the everyday commands' start-up
     from mgit.merge.execution import Execution
@@ -169,9 +170,16 @@ def build_record(plan: MergePlan, setup: MergeSetup, run: Execution | None, vers
     )
 
 
-def plan_record(plan: MergePlan, setup: MergeSetup, run: Execution | None, version: str) -> dict:
-    """:func:`build_record` as the JSON document stored in the commit (and printed by --dry-run --json)."""
-    return build_record(plan, setup, run, version).to_json()
+class PlannedMerge(NamedTuple):
+    """A merge planned (``Repository.merge_plan``): the plan and the request it resolved to; it
+    unpacks as ``plan, setup``. Nothing edits it: a budget, fetch sizes or a run make new values."""
+
+    plan: MergePlan
+    setup: MergeSetup
+
+    def record(self, run: Execution | None = None) -> PlanRecord:
+        """The plan record (``mgit.plan/1``) of this plan, and once executed of what ``run`` read."""
+        return build_record(self.plan, self.setup, run, __version__)
 
 
 def _output_bytes(base: TensorManifest, setup: MergeSetup) -> int:

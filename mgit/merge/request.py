@@ -24,26 +24,31 @@ if TYPE_CHECKING:
     from mgit.merge.methods.base import MergeMethod
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MergeRequest:
-    """What was asked: ``Repository.merge`` / ``merge_plan``'s arguments, as given."""
+    """What was asked, as given: built once (by ``mgit merge``, or from ``Repository.merge`` /
+    ``merge_plan``'s arguments by :func:`mgit.ops.merge.request_of`) and passed whole to the
+    planning, the budget, the engine and the commit. A new merge option is one field here."""
 
-    experts: tuple[str, ...]
-    method: str | None
+    experts: tuple[str, ...] = ()
+    method: str | None = None  # None with a config (its method is the config's)
     base: str | None = None
-    params: Mapping[str, Any] = field(default_factory=dict)
-    model: str | None = None
-    allow_missing: bool = False
-    config: str | os.PathLike[str] | None = None
-    budget: str | int | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)  # mergekit's (weight, density, ...)
+    model: str | None = None  # the model directory, when a commit holds several
+    allow_missing: bool = False  # an expert lacking a tensor contributes the base's
+    config: str | os.PathLike[str] | None = None  # a mergekit YAML file
+    budget: str | int | None = None  # "2GB", "10%", bytes
     budget_select: str = "importance"
-    explain: bool = False
-    seed: int | None = None  # None: 0 for deterministic methods, else drawn (Repository.merge)
-    dtype: str | None = None
-    out_dtype: str | None = None
     budget_fairness: str = "per-expert"  # how the budget is shared among the experts (budget.importance.FAIRNESS)
     budget_sketches: bool = True  # under a budget, the experts' stored sketches may stand for their chunks
     sketch_missing: str | float | None = None  # a share: first sketch the experts lacking one (mgit.ops.sketch)
+    explain: bool = False  # plan the budget (its per-layer report) even without a limit
+    seed: int | None = None  # None: 0 for deterministic methods, else drawn (Repository.merge)
+    dtype: str | None = None
+    out_dtype: str | None = None
+    branch: str | None = None  # the commit: on a new branch (required off HEAD or without checkout)
+    message: str | None = None
+    checkout: bool = True  # False: create the branch only, working tree, index and HEAD untouched
 
     def check(self) -> MergeConfig | None:
         """What can be refused from the request alone (torch-free, nothing read): the config and
@@ -96,6 +101,8 @@ class MergeSetup:
     # the first parent, HEAD, and nothing of it is used). None: the base is the reference.
     reference: str | None = None
     seed: int = 0  # of random methods (and of a uniform budget selection)
+    # as asked: options that need no resolving are read from it where they take effect
+    request: MergeRequest = field(default_factory=MergeRequest)
 
     def tensor_params(self, name: str) -> dict[str, Any]:
         """One tensor's parameters as given (a config's filters and gradients evaluated)."""

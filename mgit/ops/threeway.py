@@ -19,6 +19,7 @@ from mgit.graph.records import Triples
 from mgit.graph.snapshot import Snapshot, write_snapshot
 from mgit.model.manifest import TensorManifest
 from mgit.ops.merge import install_merge
+from mgit.ops.merge_planning import merge_io
 from mgit.ops.paths import listed
 from mgit.ops.workfiles import refuse_local_changes
 from mgit.progress import byte_progress
@@ -214,6 +215,7 @@ def _by_method(
     criss-cross history every base holds such a tensor the same way: any one serves.)"""
     from mgit.merge.engine import execute
     from mgit.merge.methods.registry import get_method
+    from mgit.merge.record import PlannedMerge
     from mgit.merge.request import MergeSetup
     from mgit.merge.threeway.by_method import computed_manifests, conflict_plan, side_params
     from mgit.model.ingest import Ingestor
@@ -225,11 +227,12 @@ def _by_method(
     seed = policy.seed if policy.seed is not None else (secrets.randbits(31) if method.random else 0)
     base, base_snap, labels = sides.bases[0], sides.base_snaps[0], list(sides.labels)
     snaps = (base_snap, sides.ours_snap, sides.theirs_snap)
-    plan = conflict_plan(ctx.graph, conflicts, snaps, labels, ctx.store.read_cost, parsed)
+    io = merge_io(ctx)
+    plan = conflict_plan(io.graph, conflicts, snaps, labels, io.price, parsed)
     setup = MergeSetup(method, params, base, [sides.ours, sides.theirs], labels, base_snap, seed=seed)
     with byte_progress("merge", sum(tp.base.nbytes for tp in plan.tensors)) as bar, ctx.store.random_reads():
-        ingestor = Ingestor(ctx.graph, ctx.store, ctx.pool, bar, parent_lookup(ctx, base_snap))
-        run = execute(plan, setup, ingestor, ctx.store, ctx.pool, base_snap, bar)
+        ingestor = Ingestor(io.graph, io.store, io.pool, bar, parent_lookup(ctx, base_snap))
+        run = execute(PlannedMerge(plan, setup), io, ingestor, bar)
     computed = computed_manifests(ctx.graph, run.files, plan, parsed)
     return _MethodRun(computed, run.stats, seed if method.random else None)
 

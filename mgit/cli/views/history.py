@@ -17,7 +17,7 @@ from mgit.cli.views import Printout, document
 from mgit.cli.views.diff import stat_json, stat_lines, stat_text
 from mgit.cli.views.graph import Lanes
 from mgit.cli.views.logformat import LogFormat, expand, preset_lines, when
-from mgit.cli.views.merge import plan_text
+from mgit.cli.views.merge import plan_text, record_of
 
 if TYPE_CHECKING:
     from mgit.diff.model import ModelDiff
@@ -59,15 +59,16 @@ def lineage_text(tree_doc: dict) -> Printout:
 def merge_notes(plan_of: PlanOf, c: CommitInfo) -> list[str]:
     """For --graph: what a merge made of its parents (method, base, experts and weights),
     from its plan: mgit's addition to git's graph."""
-    plan = plan_of(c.id) if len(c.parents) > 1 else None
-    if plan is None:
+    doc = plan_of(c.id) if len(c.parents) > 1 else None
+    if doc is None:
         return []
-    weights = plan["parameters"].get("weight")
-    base = f"base {plan['base'][:12]}" if plan["base"] else f"reference {plan.get('reference', '?')[:12]}"
-    lines = [f"merge ({plan['method']}) of {base}"]
-    for k, e in enumerate(plan["experts"]):
+    plan = record_of(doc)
+    weights = plan.parameters.get("weight")
+    base = f"base {plan.base[:12]}" if plan.base else f"reference {(plan.reference or '?')[:12]}"
+    lines = [f"merge ({plan.method}) of {base}"]
+    for k, e in enumerate(plan.experts):
         w = f" × {weights[k]}" if weights is not None else ""
-        lines.append(f"+ {e['name']} {e['commit'][:12]}{w}")
+        lines.append(f"+ {e.name} {e.commit[:12]}{w}")
     return lines
 
 

@@ -13,20 +13,31 @@ from mgit.cli.views import Printout, document
 
 if TYPE_CHECKING:
     from mgit.merge.plan import MergePlan
+    from mgit.merge.record import PlanRecord
 
 
-def plan_text(plan: dict) -> Printout:
-    """A merge record (mgit.plan/1) in a few lines: method, base, experts, bytes, decisions."""
+def record_of(doc: dict) -> PlanRecord:
+    """A stored plan record (``Repository.merge_record``) as the typed record views read."""
+    from mgit.merge.record import PlanRecord
+
+    return PlanRecord.from_json(doc)
+
+
+def plan_text(plan: PlanRecord | dict) -> Printout:
+    """A merge record (mgit.plan/1; as stored, a dict, is read as one) in a few lines: method,
+    base, experts, bytes, decisions."""
+    if isinstance(plan, dict):
+        plan = record_of(plan)
     p = Printout()
-    b = plan["bytes"]
-    params = ", ".join(f"{k}={v}" for k, v in plan["parameters"].items())
-    p.out(f"\nmerge: {plan['method']} ({params}), seed {plan['seed']}, mgit {plan['mgit_version']}")
-    if plan["base"] is None:  # a method without a base: the first expert is the reference
-        p.out(f"  base    none (reference: the first expert, {plan.get('reference', '?')[:12]})")
+    b = plan.bytes
+    params = ", ".join(f"{k}={v}" for k, v in plan.parameters.items())
+    p.out(f"\nmerge: {plan.method} ({params}), seed {plan.seed}, mgit {plan.mgit_version}")
+    if plan.base is None:  # a method without a base: the first expert is the reference
+        p.out(f"  base    none (reference: the first expert, {(plan.reference or '?')[:12]})")
     else:
-        p.out(f"  base    {plan['base'][:12]}")
-    for e in plan["experts"]:
-        p.out(f"  expert  {e['commit'][:12]}  {e['name']}")
+        p.out(f"  base    {plan.base[:12]}")
+    for e in plan.experts:
+        p.out(f"  expert  {e.commit[:12]}  {e.name}")
     measured = f", measured {decimal(b['experts_measured'])}" if "experts_measured" in b else ""
     p.out(
         f"  expert reads: {b['expert_chunks_estimated']} chunk(s), estimated {decimal(b['experts_estimated'])}"
@@ -34,8 +45,8 @@ def plan_text(plan: dict) -> Printout:
         + (f"; output {decimal(b['output_logical'])}" if "output_logical" in b else "")  # older records lack it
     )
     decisions = _decisions(plan)
-    if "budget" in plan:
-        p.out("  " + budget_line(plan["budget"]))
+    if plan.budget is not None:
+        p.out("  " + budget_line(plan.budget))
     untouched = _unchanged(plan)
     p.out(
         f"  tensors: {', '.join(f'{n} {d}' for d, n in sorted(decisions.items()))}; "
@@ -44,18 +55,18 @@ def plan_text(plan: dict) -> Printout:
     return p
 
 
-def _unchanged(record: dict) -> int:
+def _unchanged(record: PlanRecord) -> int:
     """Tensors identical to the base in every expert: no expert chunk read, and none differing
     either (a budget's per-tensor ``candidates``: chunks it skipped or read as a sketch count)."""
     return sum(
-        1 for t in record["tensors"] if not any(t["expert_chunks_read"]) and not t.get("budget", {}).get("candidates")
+        1 for t in record.tensors if not any(t["expert_chunks_read"]) and not t.get("budget", {}).get("candidates")
     )
 
 
-def _decisions(record: dict) -> dict[str, int]:
+def _decisions(record: PlanRecord) -> dict[str, int]:
     """How many tensors got each decision (merged, copied, ...; "planned" before a merge)."""
     decisions: dict[str, int] = {}
-    for t in record["tensors"]:
+    for t in record.tensors:
         decisions[t.get("decision") or "planned"] = decisions.get(t.get("decision") or "planned", 0) + 1
     return decisions
 
@@ -133,10 +144,10 @@ def explain_table(plan: MergePlan) -> Printout:
     return p
 
 
-def reads_table(plan: MergePlan, record: dict) -> Printout:
+def reads_table(plan: MergePlan, record: PlanRecord) -> Printout:
     """`merge --dry-run`: per tensor, the chunks and bytes each expert would be read for."""
     table = Table(show_edge=False, pad_edge=False)
-    for col in ("tensor", *[e["name"] for e in record["experts"]]):
+    for col in ("tensor", *[e.name for e in record.experts]):
         table.add_column(col, justify="left" if col == "tensor" else "right", overflow="fold")
     for tp in plan.tensors:
         cells = [
@@ -149,7 +160,7 @@ def reads_table(plan: MergePlan, record: dict) -> Printout:
     return p
 
 
-def merge_json(sha: str, branch: str | None, record: dict, checked_out: bool = True) -> dict:
+def merge_json(sha: str, branch: str | None, record: PlanRecord, checked_out: bool = True) -> dict:
     """A merge's result for scripts: the commit, the bytes read and the plan in summary."""
     return document(
         "mgit.merge/1",
@@ -157,28 +168,28 @@ def merge_json(sha: str, branch: str | None, record: dict, checked_out: bool = T
             "commit": sha,
             "branch": branch,
             "checked_out": checked_out,
-            "method": record["method"],
-            "parameters": record["parameters"],
-            "seed": record["seed"],
-            "base": record["base"],
-            "experts": record["experts"],
-            "bytes": record["bytes"],
+            "method": record.method,
+            "parameters": record.parameters,
+            "seed": record.seed,
+            "base": record.base,
+            "experts": [dict(sorted(e.to_json().items())) for e in record.experts],  # as stored: keys sorted
+            "bytes": record.bytes,
             "plan": {
-                "tensors": len(record["tensors"]),
+                "tensors": len(record.tensors),
                 "decisions": _decisions(record),
                 "untouched": _unchanged(record),
-                "budget": record.get("budget"),
+                "budget": record.budget,
             },
         },
     )
 
 
-def merge_text(sha: str, branch: str | None, record: dict, checked_out: bool = True) -> Printout:
+def merge_text(sha: str, branch: str | None, record: PlanRecord, checked_out: bool = True) -> Printout:
     """The merge's result: stdout, as every result (progress and warnings go to stderr)."""
     p = Printout()
-    b = record["bytes"]
+    b = record.bytes
     p.out(
-        f"merged {len(record['experts'])} expert(s) with {record['method']} → {sha[:12]} "
+        f"merged {len(record.experts)} expert(s) with {record.method} → {sha[:12]} "
         f"on {branch or 'HEAD'}{'' if checked_out else ' (not checked out)'}; "
         f"read {decimal(b['experts_measured'])} of expert chunks ({b['expert_chunks_measured']}), "
         f"{decimal(b['base_measured'])} of base chunks"
@@ -188,8 +199,8 @@ def merge_text(sha: str, branch: str | None, record: dict, checked_out: bool = T
             f"  output: {b['output_chunks_computed']} chunk(s) computed, {b['output_chunks_carried']} carried "
             f"from the base ({decimal(b['output_bytes_computed'])} computed)"
         )
-    if "budget" in record:
-        p.out("  " + budget_line(record["budget"]))
+    if record.budget is not None:
+        p.out("  " + budget_line(record.budget))
     return p
 
 

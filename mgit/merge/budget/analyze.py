@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from dulwich.objects import ObjectID
 
 from mgit.graph.objects import Graph
+from mgit.merge.io import Price
 from mgit.merge.plan import MergePlan
 from mgit.model.dtypes import lookup
 from mgit.model.stats import delta_l2
@@ -45,7 +46,6 @@ HISTORY_LIMIT = 1000  # commits per expert searched for recorded statistics
 MAX_STEPS = 64  # recorded changes followed from a chunk towards the one it was changed from
 
 StatsOf = Callable[[str], dict[str, list]]  # commit id → path → [[chunk, parent chunk, ‖Δ‖], ...]
-Price = Callable[[str, set[str]], int]  # (chunk id, chunk ids held decoded) → stored bytes its read touches
 Pair = tuple[str, str]  # (expert chunk, base chunk)
 SOURCES = ("stats", "cache", "read", "estimated")  # where a ‖Δ‖ came from, most exact first
 

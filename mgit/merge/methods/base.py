@@ -55,6 +55,23 @@ class Weights:
     base: float  # s
 
 
+@dataclass(frozen=True, kw_only=True)
+class TensorCall:
+    """One output tensor's merge as asked: the one list of what a tensor merge takes
+    (:func:`mgit.merge.methods.registry.merge_tensor` documents each field), built by
+    ``merge_tensor``, :meth:`MergeMethod.__call__` and the engine, checked by
+    :func:`mgit.merge.methods.inputs.call`."""
+
+    base: torch.Tensor | None
+    experts: Sequence[torch.Tensor]
+    params: Mapping[str, Any] | None = None
+    dtype: torch.dtype | None = None  # the working dtype (None: the promotion of the inputs)
+    out_dtype: torch.dtype | None = None  # the result's dtype (None: the working dtype)
+    generator: torch.Generator | None = None  # random methods' draws
+    masks: Sequence[torch.Tensor | None] | None = None  # random methods: per expert, an injected keep-mask
+    name: str | None = None  # the tensor's name, for messages
+
+
 class ArrayKernel(Protocol):
     """A method's merge of one slice on numpy arrays of a dtype's bits (see
     :meth:`MergeMethod.array_kernel`)."""
@@ -206,17 +223,17 @@ class MergeMethod(ABC):
         base: torch.Tensor | None,
         experts: Sequence[torch.Tensor],
         params: Mapping[str, Any] | None = None,
-        *,
-        dtype: torch.dtype | None = None,
-        out_dtype: torch.dtype | None = None,
-        generator: torch.Generator | None = None,
-        masks: Sequence[torch.Tensor | None] | None = None,
-        name: str | None = None,
+        **options: Any,
     ) -> torch.Tensor:
-        """Merge one output tensor. See :func:`mgit.merge.methods.registry.merge_tensor`."""
-        from mgit.merge.methods.inputs import call
+        """Merge one output tensor; ``options`` are :class:`TensorCall`'s other fields (dtype,
+        out_dtype, generator, masks, name). See :func:`mgit.merge.methods.registry.merge_tensor`."""
+        return self.merge_tensor(TensorCall(base=base, experts=experts, params=params, **options))
 
-        return call(self, base, experts, params, dtype, out_dtype, generator, masks, name)
+    def merge_tensor(self, call: TensorCall) -> torch.Tensor:
+        """Merge one output tensor as ``call`` asks, checked (:func:`mgit.merge.methods.inputs.call`)."""
+        from mgit.merge.methods.inputs import call as checked
+
+        return checked(self, call)
 
     def prepare(
         self,

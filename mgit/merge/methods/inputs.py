@@ -19,7 +19,7 @@ from mgit.errors import BadInputError
 from mgit.merge.sparsify import Sampling, Sparsity
 
 if TYPE_CHECKING:  # the interface calls in here (lazily): no import back at run time
-    from mgit.merge.methods.base import MergeMethod
+    from mgit.merge.methods.base import MergeMethod, TensorCall
 
 Each = Callable[[Callable[[int], None], list[int]], None]  # runs fn(k) for every k, maybe concurrently
 # (k, working dtype) -> expert k's delta from the base in that dtype, made for the call (it is overwritten)
@@ -39,18 +39,10 @@ def where_of(method: MergeMethod, name: str | None) -> str:
     return f"{method.name}{f' ({name})' if name else ''}"
 
 
-def call(
-    method: MergeMethod,
-    base: torch.Tensor | None,
-    experts: Sequence[torch.Tensor],
-    params: Mapping[str, Any] | None,
-    dtype: torch.dtype | None,
-    out_dtype: torch.dtype | None,
-    generator: torch.Generator | None,
-    masks: Sequence[torch.Tensor | None] | None,
-    name: str | None,
-) -> torch.Tensor:
+def call(method: MergeMethod, asked: TensorCall) -> torch.Tensor:
     """One output tensor, checked: see :func:`mgit.merge.methods.registry.merge_tensor`."""
+    base, experts, params, dtype, out_dtype = asked.base, asked.experts, asked.params, asked.dtype, asked.out_dtype
+    generator, masks, name = asked.generator, asked.masks, asked.name
     where = where_of(method, name)
     if isinstance(experts, torch.Tensor) or not isinstance(experts, Sequence):
         raise BadInputError(f"{where}: experts must be a list of tensors")

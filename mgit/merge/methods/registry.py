@@ -70,24 +70,28 @@ def merge_tensor(
     base: torch.Tensor | None,
     experts: Sequence[torch.Tensor],
     params: Mapping[str, Any] | None = None,
-    *,
-    dtype: torch.dtype | None = None,
-    out_dtype: torch.dtype | None = None,
-    generator: torch.Generator | None = None,
-    masks: Sequence[torch.Tensor | None] | None = None,
-    name: str | None = None,
+    **options: Any,
 ) -> torch.Tensor:
     """Merge one output tensor with the named method.
 
-    ``base``: the base tensor, or None for methods without a base (linear, passthrough).
-    ``experts``: the other inputs, in order; expert parameters are given in the same order.
-    ``params``: mergekit-named parameters; expert parameters as a scalar or one value per expert.
-    ``dtype``/``out_dtype``: as mergekit (working dtype, default the promotion of the inputs; cast of
-    the result). ``generator``: needed by random methods for every expert they sample (density < 1)
-    that has no injected keep-mask in ``masks`` (same shape as the tensors, 1 = keep). ``name``: for error messages.
-    Inputs are never modified; the result may alias an input (passthrough, or a single-input no-op).
+    Args:
+        method: a method's name (or the method).
+        base: the base tensor, or None for methods without a base (linear, passthrough).
+        experts: the other inputs, in order; expert parameters are given in the same order.
+        params: mergekit-named parameters; expert parameters as a scalar or one value per expert.
+        **options: :class:`~mgit.merge.methods.base.TensorCall`'s other fields, by keyword:
+            ``dtype``/``out_dtype`` as mergekit's (working dtype, default the promotion of the
+            inputs; cast of the result); ``generator``, needed by random methods for every expert
+            they sample (density < 1) that has no injected keep-mask in ``masks`` (same shape as
+            the tensors, 1 = keep); ``name``, for error messages.
+
+    Returns:
+        The merged tensor. Inputs are never modified; the result may alias an input
+        (passthrough, or a single-input no-op).
+
+    Raises:
+        BadInputError: an unknown method or parameter, a value out of range, inputs the method
+            does not take (count, base, shapes, dtypes, devices), a random draw without a generator.
     """
     resolved = method if isinstance(method, MergeMethod) else get_method(method)
-    return resolved(
-        base, experts, params, dtype=dtype, out_dtype=out_dtype, generator=generator, masks=masks, name=name
-    )
+    return resolved(base, experts, params, **options)
