@@ -244,6 +244,8 @@ class S3Backend(Backend):
         except ClientError as exc:
             if self._code(exc) in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
                 return False  # someone else moved it first
+            if etag is not None and self._code(exc) in ("NoSuchKey", "404"):
+                return False  # someone else deleted it since it was read
             raise RemoteError(f"{self.url}: updating {name} failed: {_first_line(exc)}") from None
         if new is not None and name.startswith("refs/heads/"):
             try:

@@ -9,7 +9,7 @@ import uuid
 import boto3
 import pytest
 from helpers.models import commit_model, frozen_finetune, llama_state_dict, tree_hashes
-from helpers.remotes import cut_after
+from helpers.remotes import cut_after, put_commits
 from helpers.run import run_mgit
 
 from mgit import Repository
@@ -113,3 +113,25 @@ def test_errors_and_cli(work, bucket):
     assert tree_hashes(tmp / "cli") == tree_hashes(repo.root)
     bad = run_mgit("push", "nobucket", cwd=repo.root, env=bucket[1])
     assert bad.returncode != 0 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("new", ["move", "delete"])
+def test_a_ref_deleted_during_a_swap_loses_the_swap(bucket, new):
+    """A ref deleted by another pusher between the swap's read and its conditional write: S3
+    answers the write NoSuchKey (not PreconditionFailed), which is a lost swap, not an error."""
+    backend = S3Backend(f"s3://{bucket[0]}/models/race")
+    ids = put_commits(backend, 2)
+    assert backend.swap_ref("refs/heads/main", None, ids[0])
+    key, client = backend.prefix + "refs/heads/main", backend.client
+    read = client.get_object
+
+    def read_then_deleted(**kwargs):
+        answer = read(**kwargs)
+        if kwargs.get("Key") == key:
+            client.delete_object(Bucket=kwargs["Bucket"], Key=key)  # the other pusher's delete
+        return answer
+
+    backend.client.get_object = read_then_deleted  # type: ignore[method-assign]
+    assert not backend.swap_ref("refs/heads/main", ids[0], ids[1] if new == "move" else None)
+    backend.client.get_object = read  # type: ignore[method-assign]
+    assert "refs/heads/main" not in backend.refs()
