@@ -25,8 +25,8 @@ reads every expert in full. This script checks speed, bytes and error in one run
    compute in float64, over all tensors, the relative error ‖M − M_full‖ / ‖M_full − base‖
    against the exact merge M_full, and which results equal it bit for bit;
 6. print Markdown tables, draw the curves (relative error and wall time against the budget) as
-   a PNG and, with ``--write-docs``, replace this benchmark's section of docs/benchmarks.md
-   (other sections are kept) and write the PNG to docs/img/bench_budget.png.
+   a PNG and, with ``--write-docs``, replace this benchmark's section of
+   benchmarks/results/bench_budget.md and write the PNG to benchmarks/results/img/bench_budget.png.
 
 Targets (at K = 16 and a 10% budget ≥ 5× faster than mergekit end to end; at every budget the
 importance-ranked plan's error ≤ half the uniform pick's; at 100% bit-equal to the exact merge)
@@ -53,7 +53,7 @@ from harness import cli, merges
 from harness.machine import IDLE_BELOW, lock_workdir
 from harness.merges import Setup
 from harness.models import GB, MB, SEED, SHARDS, ModelPlan, model_bytes, safetensors_bytes, split_shards
-from harness.report import REPO_ROOT, fmt_rss, header_lines, relative, table, took, update_docs
+from harness.report import REPO_ROOT, RESULTS_DIR, fmt_rss, header_lines, publish, relative, table, took
 from harness.runner import Proc, Runner, best_of
 from harness.tools import json_output, mergekit_cmd, script_child
 from harness.variants import EXPERT_SEED, SCALE_DECADES, frozen_byte_share
@@ -69,7 +69,7 @@ READING_THE_TARGETS = (
     "whole chunks within the budget could reach (from the plan's `captured_share_max`, the fractional "
     "knapsack's optimum), which is what a better planner could at best approach."
 )
-DOCS_IMAGE = REPO_ROOT / "docs" / "img" / "bench_budget.png"
+DOCS_IMAGE = RESULTS_DIR / "img" / "bench_budget.png"
 METHOD = "task_arithmetic"
 LAMBDA = 1.0
 KS, QUICK_KS = (2, 4, 8, 16), (2, 4)
@@ -511,7 +511,7 @@ class Context:
     wall: float  # seconds the whole run took, waits for other benchmarks excluded
     waited: float  # seconds spent waiting for other benchmarks
     denominators: dict[int, float]  # K → ‖M_full − base‖
-    image: str  # the PNG, relative to docs/
+    image: str  # the PNG, relative to benchmarks/results/
 
 
 def report(results: list[Measured], c: Context) -> str:
@@ -613,7 +613,7 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
         reps=(1, "runs of every merge; the fastest is reported"),
         other_wait=3600,
         keep="keep the mgit repository afterwards",
-        write_docs="replace this benchmark's section in docs/benchmarks.md and write "
+        write_docs="replace this benchmark's section in benchmarks/results/bench_budget.md and write "
         f"{DOCS_IMAGE.relative_to(REPO_ROOT)}",
     )
     p.add_argument("--ks", type=int_list, help="expert counts, e.g. 2,4,8,16")
@@ -664,14 +664,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                   s.runner.waited, denominators, os.path.relpath(DOCS_IMAGE, DOCS_IMAGE.parent.parent))  # fmt: skip
     section = report(results, ctx)
     plot(results, ks, budgets, image)
-    print()
-    print(section)
+    publish(section, SECTION_TITLE, args.write_docs)
     print(f"plot: {image}")
     if args.write_docs:
-        update_docs(section, SECTION_TITLE)
         DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(image, DOCS_IMAGE)
-        print(f"updated docs/benchmarks.md and {DOCS_IMAGE.relative_to(REPO_ROOT)}")
+        print(f"updated {DOCS_IMAGE.relative_to(REPO_ROOT)}")
     if not args.keep:
         shutil.rmtree(s.scratch, ignore_errors=True)
     return 0

@@ -15,7 +15,7 @@ in one run, so the numbers can be compared and reproduced:
    and DVC checkout) against ``cp -r`` of the same files, and verify with sha256 that every
    run reproduced every file byte for byte;
 5. print a Markdown table and, with ``--write-docs``, replace this benchmark's section of
-   docs/benchmarks.md (other sections are kept);
+   benchmarks/results/bench_core.md (other sections are kept);
 6. the light commands (``--parts light``, a section of its own): ``--help``, ``status`` on a
    clean tree, ``log`` and ``branch`` of a repository holding the model, against git's same
    commands on a git (+ git-lfs) repository of the same files, each run many times: what a

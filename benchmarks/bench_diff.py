@@ -18,7 +18,7 @@ script checks the claims, and that the numbers agree, on one machine, in one run
    same for `partial`; every step ``--reps`` times, the fastest reported, all shown;
 5. check per tensor that mgit's ‖Δ‖ and cosine are within 1e-6 (relative) of the baseline's;
 6. print a Markdown table and, with ``--write-docs``, replace this benchmark's section of
-   docs/benchmarks.md (other sections are kept).
+   benchmarks/results/bench_diff.md (other sections are kept).
 
 Timing follows the harness: every timed command is its own process, started after the
 quiet-machine policy (no other benchmark, an untimed ``sync``, idle CPUs); the page cache

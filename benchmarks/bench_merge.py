@@ -20,7 +20,7 @@ expert in full. This script checks speed, memory and equality on one machine, in
 5. load mergekit's output and mgit's merged tensors (`Repository.state_dict`) and compare
    them tensor by tensor: bit-identical, and the largest absolute difference;
 6. print Markdown tables and, with ``--write-docs``, replace this benchmark's section of
-   docs/benchmarks.md (other sections are kept).
+   benchmarks/results/bench_merge.md (other sections are kept).
 
 Targets (mgit ≥ 2× faster than mergekit at K = 8, peak RSS ≤ half of mergekit's) are
 reported, never asserted. The page cache cannot be dropped: both tools read warm files.

@@ -17,7 +17,7 @@ revisions (``--revs BEFORE,AFTER``, e.g. the commit before the change and the on
 3. per revision, time ``mgit add`` of the random file in a fresh repository, ``--reps`` times
    after the quiet-machine policy (the fastest reported, all shown);
 4. print a Markdown table and, with ``--write-docs``, replace this benchmark's section of
-   docs/benchmarks.md.
+   benchmarks/results/bench_opaque.md.
 
 Warm page cache (the files were just written). MB = 10^6 bytes.
 """

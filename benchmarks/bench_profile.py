@@ -12,7 +12,7 @@ the two cores used. py-spy samples every thread of the measured process from out
 3. `mgit add` + `commit` of the base into a fresh repository under py-spy (one process each: both
    profiles are added up);
 4. prints one table per command (a column per revision) and, with ``--write-docs``, replaces this
-   benchmark's section of docs/benchmarks.md.
+   benchmark's section of benchmarks/results/bench_profile.md.
 
 py-spy is installed from PyPI into the baselines' environment (never the test environment). Its
 sampling adds a little overhead, the same for both revisions; wall times here are for reading the
@@ -33,7 +33,7 @@ from harness import cli, merges
 from harness.machine import lock_workdir
 from harness.models import GB
 from harness.profile import Profile, ensure_py_spy, profile_table, read_profile, record_command
-from harness.report import header_lines, table, took, update_docs
+from harness.report import header_lines, publish, table, took
 from harness.runner import fresh_dir
 
 SECTION_TITLE = "## Where the time goes (bench_profile.py)"
@@ -137,11 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     found = [profile_rev(args, workdir, rev, k, size_gb, py_spy) for rev in args.revs]
     section = report(found, command, workdir, k, size_gb, time.perf_counter() - started)
-    print()
-    print(section)
-    if args.write_docs:
-        update_docs(section, SECTION_TITLE)
-        print("updated docs/benchmarks.md")
+    publish(section, SECTION_TITLE, args.write_docs)
     return 0
 
 

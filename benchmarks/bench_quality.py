@@ -18,8 +18,8 @@ This script measures it on real experts:
    another seed), beside the base (the heads on the unmerged encoder: the floor) and each
    expert alone on its own task (the ceiling);
 5. print Markdown tables, draw average accuracy against the budget as SVG and, with
-   ``--write-docs``, replace this benchmark's section of docs/benchmarks.md and write
-   docs/bench_quality.svg.
+   ``--write-docs``, replace this benchmark's section of benchmarks/results/bench_quality.md and
+   write benchmarks/results/bench_quality.svg.
 
 Targets (issue 15: at 10% within 1 point of the full merge, at 5% within 3, at 25% within 0.5)
 are reported, never asserted. ``--quick`` (2 tasks, short fine-tunes, task_arithmetic at two
@@ -43,11 +43,11 @@ from harness import cli
 from harness.machine import lock_workdir
 from harness.models import MB
 from harness.plot import DASHED, DOTTED, PALETTE, HLine, Series, line_chart, write_svg
-from harness.report import REPO_ROOT, header_lines, publish, relative, table, took
+from harness.report import RESULTS_DIR, header_lines, publish, relative, table, took
 from harness.tasks import TASKS, Task
 
 SECTION_TITLE = "## Merge quality on real fine-tunes (bench_quality.py)"
-SVG = REPO_ROOT / "docs" / "bench_quality.svg"
+SVG = RESULTS_DIR / "bench_quality.svg"
 METHODS: dict[str, dict[str, Any]] = {
     "task_arithmetic": {"weight": 1.0, "lambda": 0.7},
     "ties": {"weight": 1.0, "density": 0.5},

@@ -18,7 +18,7 @@ usual tool for data beside git), on one machine, in one run:
    remote's and the clone cache's sizes on disk;
 4. check every clone byte for byte (sha256) against the version it checked out; print
    Markdown tables and, with ``--write-docs``, replace this benchmark's section of
-   docs/benchmarks.md.
+   benchmarks/results/bench_remote.md.
 
 Nothing is asserted; numbers are reported. GB = 10^9 bytes, MB = 10^6 bytes.
 """

@@ -25,7 +25,8 @@ from the disk, and each step's bytes read from and written to the disk are count
    mergekit, git-lfs and `cp -r`;
 5. print Markdown tables, draw wall time against the budget for both tools (SVG; mergekit a
    horizontal line) and, with ``--write-docs``, replace this benchmark's sections of
-   docs/benchmarks.md (one per part: a run of one part keeps the other's) and write docs/bench_scale.svg.
+   benchmarks/results/bench_scale.md (one per part: a run of one part keeps the other's) and write
+   benchmarks/results/bench_scale.svg.
 
 The run checks the free disk first (the full size needs tens of GB: it prints what) and stops,
 before writing anything, when it is short. Targets (issue 14) are reported, never asserted.
@@ -62,7 +63,7 @@ from harness.models import (
     safetensors_bytes,
 )
 from harness.plot import DASHED, PALETTE, HLine, Series, line_chart, write_svg
-from harness.report import REPO_ROOT, fmt_rss, header_lines, relative, table, took, update_docs
+from harness.report import REPO_ROOT, RESULTS_DIR, fmt_rss, header_lines, relative, table, took, update_results
 from harness.runner import (
     MODEL_DIR,
     Proc,
@@ -83,7 +84,7 @@ from harness.variants import DENSE_NOISE, EXPERT_SEED, SCALE_DECADES, Version, e
 # plot) of its own, placed after the full run's, which it leaves as it is.
 MERGE_TITLE = "## Merges at scale (bench_scale.py)"
 STORE_TITLE = "## Storage at scale (bench_scale.py)"
-DOCS_IMAGE = REPO_ROOT / "docs" / "bench_scale.svg"
+DOCS_IMAGE = RESULTS_DIR / "bench_scale.svg"
 SHAPE, LAYERS, QUICK_LAYERS = "tinyllama", 22, 3
 KS, QUICK_KS = (8, 16), (4,)
 BUDGETS = (25, 10, 5)  # percent of the expert bytes the exact merge reads
@@ -139,8 +140,9 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
         reps=(1, "runs of every timed step; the fastest is reported"),
         other_wait=3600,
         keep="keep the repositories and run directories afterwards",
-        write_docs="replace the sections of the parts run in docs/benchmarks.md (one per part; a merge run "
-        f"of some --methods has its own) and write {DOCS_IMAGE.relative_to(REPO_ROOT)} (or that run's own plot)",
+        write_docs="replace the sections of the parts run in benchmarks/results/bench_scale.md (one per part; a "
+        f"merge run of some --methods has its own) and write {DOCS_IMAGE.relative_to(REPO_ROOT)} (or that run's "
+        "own plot)",
     )
     p.add_argument("--shape", choices=sorted(NAMED_SHAPES), default=SHAPE, help=f"architecture; default {SHAPE}")
     p.add_argument("--layers", type=int, help=f"layers of the model; default {LAYERS} ({QUICK_LAYERS} with --quick)")
@@ -575,7 +577,7 @@ def merge_title(methods: Sequence[str]) -> str:
 
 
 def docs_image(methods: Sequence[str]) -> Path:
-    """Where the plot goes in docs/: one per merge section, so a run of some methods keeps the full run's."""
+    """Where the plot goes, beside the results: one per merge section (a run of some methods keeps the full run's)."""
     if set(methods) == set(METHODS):
         return DOCS_IMAGE
     return DOCS_IMAGE.with_name(f"{DOCS_IMAGE.stem}-{'-'.join(methods)}{DOCS_IMAGE.suffix}")
@@ -705,7 +707,7 @@ class Context:
     cold: bool
     cache_note: str
     example_cmds: list[str]
-    image: str  # the SVG, relative to docs/
+    image: str  # the SVG, relative to benchmarks/results/
     methods: tuple[str, ...] = tuple(METHODS)  # the merge methods run
 
 
@@ -893,10 +895,10 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 (one pass over
         print(f"plot: {image}")
     if args.write_docs:
         for title, text, after in sections:
-            update_docs(text, title, after=after)
+            update_results(text, title, after=after)
         if plotted:
             shutil.copyfile(image, docs_svg)
-        print(f"updated docs/benchmarks.md{' and ' + relative(str(docs_svg)) if plotted else ''}")
+        print(f"updated benchmarks/results/bench_scale.md{' and ' + relative(str(docs_svg)) if plotted else ''}")
     bad = [m for m in merged if m.same is not None and not m.same.bit_identical]
     broken = [r for r in stored if r.identical is False]
     return 1 if bad or broken else 0

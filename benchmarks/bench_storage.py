@@ -21,7 +21,7 @@ on one machine, with the same generated inputs, in one run:
    git + git-lfs's ``git checkout``);
 4. check that mgit gives back every version byte for byte (sha256) and that ``mgit fsck``
    passes; print Markdown tables and, with ``--write-docs``, replace this benchmark's section
-   of docs/benchmarks.md (other sections are kept).
+   of benchmarks/results/bench_storage.md (other sections are kept).
 
 Targets (base ≤ 0.70× raw, dense fine-tune ≤ 0.50× raw, partial variants ≈ the compressed
 size of what changed) are reported, never asserted. GB = 10^9 bytes, MB = 10^6 bytes.

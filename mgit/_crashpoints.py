@@ -1,15 +1,10 @@
 """Crash injection for the crash tests (tests/test_crash_points.py, benchmarks/crash_points.py).
 
-``MGIT_CRASH_AT=<kind>:<n>`` makes the process SIGKILL itself just before its n-th (1-based)
-crash point of ``kind``: ``rename`` (os.replace / os.rename, dulwich's included), ``fsync``,
-``unlock`` (release of the repository lock), ``write`` (each range a checkout or merge opted
-in to patching copies into a working file in place), ``prepare`` (each working file's new
-bytes prepared out of sight, its temporary complete, before the first working file changes)
-or ``any`` (all of them, counted together).
-``MGIT_CRASH_LOG=<file>`` appends the kind of every point reached, one a line, so a driver
-can enumerate them first. ``MGIT_CRASH_SIGNAL=INT`` sends SIGINT (Ctrl-C) instead of
-SIGKILL, and the point returns (the interrupt lands in the main thread). Unset (the normal
-case), nothing is wrapped: ``point`` is one test of a module global.
+``MGIT_CRASH_AT=<kind>:<n>`` makes the process SIGKILL itself just before its n-th crash point of
+``kind`` (``rename``, ``fsync``, ``unlock``, ``write``, ``prepare`` or ``any``);
+``MGIT_CRASH_LOG`` lists the points reached, ``MGIT_CRASH_SIGNAL=INT`` sends SIGINT instead.
+Unset, nothing is wrapped: ``point`` is one test of a module global. Each kind:
+docs/design.md, "Notes from the code".
 """
 
 from __future__ import annotations

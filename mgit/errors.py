@@ -1,23 +1,7 @@
-"""User-facing errors.
-
-Every error a user can act on is an ``MgitError``: the CLI prints its message as one
-line and exits with the error's ``exit_code``, without a traceback unless ``--debug`` is
-given. Anything else escaping the CLI is a bug in mgit (exit 1).
-
-The exit codes a script can tell apart (docs/guide.md, "Errors"):
-
-    0    success
-    1    any other error (a damaged object, a refused remote, a lost ref race, ...)
-    2    bad input: an argument, path, file or option mgit refuses (click's usage errors too)
-    3    over a budget (checkout --budget, merge --budget, a fetch within a limit)
-    4    the working tree has uncommitted changes in the way
-    5    a merge (merge, pull, revert, stash apply) has conflicts: nothing was committed
-    10   not a repository
-    11   the repository is locked by another live mgit process
-    130  interrupted (Ctrl-C)
-
-A finer error is a subclass of a coarser one (``UnknownMethodError`` is a ``BadInputError``,
-so is ``BudgetExceededError``), so that code catching the coarser one keeps working.
+"""User-facing errors: every error a user can act on is an ``MgitError``, printed as one line with
+its documented exit code (docs/guide.md, "Errors"; the table: docs/design.md, "Notes from the
+code"). Anything else escaping the CLI is a bug in mgit (exit 1). A finer error subclasses a
+coarser one, so code catching the coarser one keeps working.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ dozen hand-built Markdown tables and imports of each other. Here each concern li
 - ``models``: the generated llama-like base model (cached), safetensors helpers;
 - ``variants``: models derived from the base (merge experts, storage versions), cached;
 - ``tools``: the mgit under test and the peer tools, each peer in its own virtual environment;
-- ``report``: Markdown tables, a section's header lines, replacing a section of docs/benchmarks.md;
+- ``report``: Markdown tables, a section's header lines, replacing a section of benchmarks/results/;
 - ``cli``: the options every script shares, and the free-disk check.
 - ``merges``: the merge benchmarks' shared setup (mergekit, a base and its experts in one repository).
 

@@ -40,7 +40,7 @@ def add_common(
     other_wait: float | None = None,
     keep: str | None = None,
     mgit_rev: bool = True,
-    write_docs: str = "replace this benchmark's section in docs/benchmarks.md",
+    write_docs: str = "replace this benchmark's section in its file in benchmarks/results/",
 ) -> None:
     """The shared options, each only where the script has it (None: left out), with its defaults."""
     p.add_argument("--workdir", type=Path, default=REPO_ROOT / workdir, help="scratch directory (git-ignored)")

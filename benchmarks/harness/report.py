@@ -1,12 +1,15 @@
-"""The one report writer: Markdown tables, a section's header lines, and docs/benchmarks.md.
+"""The one report writer: Markdown tables, a section's header lines, and the results files.
 
-Why: every benchmark prints its results as a section of docs/benchmarks.md (also to stdout) and,
-with ``--write-docs``, replaces only its own section there (the one headed by its title, up to
-the next ``## ``), so a later run updates the page in place and keeps every other section.
+Why: every benchmark prints its results as a section (also to stdout) and, with ``--write-docs``,
+replaces only its own section in its script's results file, ``benchmarks/results/<script>.md``
+(the section headed by its title, up to the next ``## ``), so a later run updates the file in
+place and keeps every other section. docs/benchmarks.md, the page users read, summarises these
+files by hand: one table per claim, refreshed from the newest run on the reference host.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,14 +19,13 @@ from harness.models import GB, MB
 from harness.runner import Proc, Result
 from harness.tools import REPO_ROOT
 
-DOCS_FILE = REPO_ROOT / "docs" / "benchmarks.md"
-DOCS_INTRO = """# Benchmarks
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+RESULTS_INTRO = """# {script}.py: raw runs
 
-All numbers on this page come from the scripts in `benchmarks/`, each run side by side with
-the peer tools on the same machine and the same inputs, in one run. Each section says which
-script and which exact command produced it, on what machine, and when. GB = 10^9 bytes,
-MB = 10^6 bytes. How to run each script, and what their shared harness does (one quiet-machine
-policy, one runner, one generated model, the peers' environments): `benchmarks/README.md`.
+The full reports of `benchmarks/{script}.py`, each section as the script wrote it with
+`--write-docs` (a later run replaces its own section here and keeps the others), with the reading
+notes added by hand where a section has them. The summary a user reads is
+[docs/benchmarks.md](../../docs/benchmarks.md); how to run the script: [benchmarks/README.md](../README.md).
 """
 
 
@@ -60,10 +62,25 @@ def took(wall: float, waited: float) -> str:
     return f" (took {wall / 60:.0f} min, plus {waited / 60:.0f} min waiting for other benchmarks)"
 
 
-def update_docs(section: str, title: str, path: Path = DOCS_FILE, after: str | None = None) -> None:
-    """Create or replace the section headed ``title`` (this benchmark's); keep every other section as it is.
-    A new section goes right after the one headed ``after`` when there is one, else at the end."""
-    text = path.read_text() if path.exists() else DOCS_INTRO
+def script_of(title: str) -> str:
+    """The benchmark a section's title names: "## Diff (bench_diff.py)" -> "bench_diff"."""
+    found = re.search(r"\((bench_\w+)\.py\b", title)
+    if found is None:
+        raise ValueError(f"section title names no benchmark script: {title!r}")
+    return found.group(1)
+
+
+def results_file(title: str) -> Path:
+    """Where the section headed ``title`` is kept: its script's file in benchmarks/results/."""
+    return RESULTS_DIR / f"{script_of(title)}.md"
+
+
+def update_results(section: str, title: str, path: Path | None = None, after: str | None = None) -> None:
+    """Create or replace the section headed ``title`` (this benchmark's) in its results file (or
+    ``path``); keep every other section as it is. A new section goes right after the one headed
+    ``after`` when there is one, else at the end."""
+    path = results_file(title) if path is None else path
+    text = path.read_text() if path.exists() else RESULTS_INTRO.format(script=script_of(title))
     lines = text.splitlines(keepends=True)
 
     def span(heading: str) -> tuple[int, int] | None:
@@ -88,12 +105,12 @@ def update_docs(section: str, title: str, path: Path = DOCS_FILE, after: str | N
 
 
 def publish(section: str, title: str, write_docs: bool) -> None:
-    """Print the section; with ``write_docs``, also replace it in docs/benchmarks.md."""
+    """Print the section; with ``write_docs``, also replace it in its results file."""
     print()
     print(section)
     if write_docs:
-        update_docs(section, title)
-        print(f"updated {DOCS_FILE.relative_to(REPO_ROOT)}")
+        update_results(section, title)
+        print(f"updated {relative(str(results_file(title)))}")
 
 
 def relative(text: str) -> str:

@@ -1,21 +1,8 @@
-"""The reserved per-commit records, written and read in one place.
+"""The reserved per-commit records (``.mgit-stats``, ``.mgit-plan``, ``.mgit-sketch``), written and
+read in one place.
 
-A commit's root tree may hold, besides the snapshot's files, two reserved entries (names
-starting ``.mgit-``, which no encoded path can take; docs/format.md):
-
-- ``.mgit-stats``: the commit's relative chunk statistics, a canonical-JSON blob
-  ``{"schema": "mgit.stats/1", "files": {path: [[chunk id, parent chunk id, l2], ...]}}``
-  (a budgeted merge ranks expert chunks with them, a fetch finds delta parents with them);
-  while staged, each file's part is its own blob ``{"schema": "mgit.filestats/1",
-  "chunks": [...]}`` whose id the index carries;
-- ``.mgit-plan``: a merge commit's plan record (schema ``mgit.plan/1``, built by the
-  merge package; here it is only JSON in and out);
-- ``.mgit-sketch``: in a sketch commit (one named by ``refs/mgit/sketches/<commit>``, never a
-  branch), the sketch record (schema ``mgit.sketch/1``, built by mgit.merge.sketch); the
-  sketch's factors are that commit's safetensors files.
-
-Both travel with the commit, so every clone reads them. Only this module knows their
-names, schemas and where in the tree they sit.
+They travel with the commit, so every clone reads them; only this module knows their names,
+schemas and where in the tree they sit (docs/format.md; docs/design.md, "Notes from the code").
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """Executing a merge plan: tensor by tensor, streaming, writing results into the store.
 
-An expert's tensor is the base's bytes with only its differing chunks read over them (an
-expert identical to the base costs nothing). Two ways through a tensor:
-
-* **chunk by chunk** for elementwise methods (the task arithmetic family, linear,
-  passthrough) when the result is chunked like the inputs: each worker reads one base chunk
-  and the experts' chunks at the same place, merges them in cache-sized slices and stores
-  the result, so both cores are busy and a few chunks per expert are in memory, whatever
-  the tensor's size. Sparsifying methods (TIES, Breadcrumbs, DARE, DELLA) first decide on
-  each expert's whole delta (the base in memory, experts read one at a time, decided
-  concurrently while DECIDE_MEMORY allows) and keep only the decision (a bit per element),
-  then read the experts' chunks again for the merge: memory ~ the base plus one or two
-  experts' ranking scratch, at the price of reading expert chunks twice.
-* **whole tensor** otherwise (SLERP and Model Stock compare whole tensors; a result chunked
-  unlike its inputs): the base and all K experts are in memory.
-
-Output chunks where no expert chunk is read are the base's own when the method says so
-(:mod:`mgit.merge.carry`): their ids go into the manifest as they are, nothing read or
-computed. Results go into the chunk store as deltas against the base where that is smaller; the
-base chunks already in memory serve as delta bases and for the ‖Δ‖ statistics. Nothing
-here moves a ref.
+Elementwise methods run chunk by chunk on the pool (sparsifiers decide per expert first, then
+merge chunk by chunk); others hold the base and experts' tensor whole. Output chunks that are
+the base's own are carried unread. Nothing here moves a ref. How a merge runs: docs/merging.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""The accepted range of every merge parameter, checked before anything is read (and before
-torch is imported: this module and its callers stay torch-free).
+"""The accepted range of every merge parameter, checked before anything is read (and before torch
+is imported: this module and its callers stay torch-free).
 
-The ranges are what the parameters mean in mergekit (0.1.5, ``mergekit/sparsify.py`` and
-``merge_methods/``): ``density`` is the fraction of each delta kept (mergekit's sparsifiers
-return the delta untouched at ≥ 1 and zeros at ≤ 0, so only (0, 1] means what it says);
-``gamma`` the fraction of largest magnitudes that breadcrumbs drops; ``epsilon`` the spread of
-DELLA's keep probabilities, which mergekit requires to keep density ± epsilon inside (0, 1);
-``t`` SLERP's position between the base (0) and the expert (1); ``weight``, ``lambda`` and
-``scale`` are any finite numbers (negative weights subtract a task vector). The method
-functions themselves (:mod:`mgit.merge.methods`) still take any value, as mergekit's do.
-
-Each method declares the parameters it accepts (names, scopes, defaults: mergekit's) as
-:class:`Param` values in its own module (:mod:`mgit.merge.methods`), torch-free too, so a
-request naming an unknown method or parameter is also refused without torch.
+The ranges are what the parameters mean in mergekit 0.1.5 (docs/merging.md, "Parameter ranges";
+each one's reason: "Notes from the code"); each method declares its own ``Param`` values.
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """Which elements a comparison sort puts at positions [lo, hi), without sorting everything.
 
-TIES and Breadcrumbs keep the elements a sort of |delta| ranks in a range of positions, and
-mergekit's ranking is ``torch.argsort`` on the CPU: libstdc++'s ``std::sort`` (introsort), which is
-not stable, so among equal magnitudes (common in bf16) *which* ones land inside the range is
-decided by the algorithm's swaps. Reproducing mergekit bit for bit means reproducing those.
-
-A full sort costs ~100 ns and 18 bytes per element on a 65M-element embedding; the range needs
-far less. Introsort partitions a segment around a pivot, then works on both halves; a half lying
-wholly inside or outside [lo, hi) is settled whatever happens inside it later (later steps only
-move elements within their segment, and the final insertion sort never moves one past a segment
-boundary, since earlier segments hold no element that compares after a later one). So only the
-segments holding ``lo`` or ``hi`` are partitioned further: about 2n element steps instead of
-n log n, vectorised with numpy. Memory: a bool mask, and the original positions (int32) of the
-elements still in an open segment after the first partition (60-75% of a bf16 delta's, whose ties
-pull pivots low). A first partition that leaves nearly everything on one side (up to 97% measured)
-has that side ranked as an array of its own instead, its answer mapped back through the few swaps.
-
-Each partition does exactly what ``std::__unguarded_partition_pivot`` does: the median of
-(first + 1, middle, last - 1) is swapped to the front, then two scans stop at elements not
-strictly before / after the pivot, and the i-th stop from the left swaps with the i-th stop from
-the right until they cross. The stops are found from the original values block by block, their
-crossing from per-block counts. Segments of at most 16 elements are left for the final insertion
-sort, which is stable within them. When introsort would switch to heapsort (recursion deeper than
-2 log2 n) this puts every element back and returns None, and the caller sorts. ``sparsify``
-checks once per process that this reproduces the torch it runs with, and sorts otherwise.
+TIES and Breadcrumbs keep the elements mergekit's ``torch.argsort`` (libstdc++'s unstable
+introsort) ranks in a range, so equal magnitudes land where its swaps put them. This replays only
+the partitions that hold ``lo`` or ``hi`` (~2n steps, not n log n); ``sparsify`` checks once per
+process that it matches the installed torch, and sorts otherwise. How: docs/merging.md, "Notes
+from the code".
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Sparsifying task vectors (deltas): TIES trim, Model Breadcrumbs, DARE, DELLA — as mergekit.
 
-A sparsifier looks at one expert's whole delta and returns a :class:`Sparsity`: which elements
-it keeps and by what factor it rescales them. Applying that decision is elementwise, so the
-merge engine decides once per tensor and expert, then applies the decision chunk by chunk
-(see ``merge/engine.py``); ``trim_magnitude`` & co. do both steps on a whole tensor.
-
-Randomness: the random sparsifiers (DARE, DELLA) draw their keep-masks from an explicit
-``torch.Generator``; the draws are exactly those mergekit makes from torch's global generator,
-so a generator seeded with ``s`` reproduces ``torch.manual_seed(s)`` + mergekit bit for bit
-(experts drawn in order). A keep-mask per expert can also be injected, which skips that draw.
+A sparsifier looks at one expert's whole delta and returns a ``Sparsity`` (which elements it keeps,
+by what factor), applied elementwise, so the engine decides once per tensor and expert and applies
+chunk by chunk. Random ones draw exactly mergekit's draws from an explicit generator
+(docs/merging.md, "Notes from the code").
 """
 
 from __future__ import annotations

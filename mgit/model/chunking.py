@@ -1,14 +1,9 @@
 """Where a tensor's bytes, and a large non-tensor file's, are cut into chunks.
 
-A tensor's chunks are aligned to the tensor's own start and hold a whole number of rows when a
-row fits (else a whole number of elements), so appending rows (vocabulary extension)
-leaves every earlier chunk, and its id, unchanged.
-
-A large non-tensor file (a GGUF, a pickled checkpoint) has no rows to align to, and an edit
-may insert or delete bytes: cut at fixed offsets, every chunk after an insertion would change.
-Its chunks end where its content says (FastCDC 2020: a rolling hash of the last bytes meets a
-mask), so after an edit the cuts fall in the same places of the unchanged bytes around it and
-only the chunks holding the edit are new.
+A tensor's chunks are aligned to its own start, whole rows where a row fits, so appended rows
+leave every earlier chunk (and its id) unchanged. A large non-tensor file is cut where its
+content says (FastCDC), so an insertion changes only the chunks holding it. Why: docs/design.md,
+"Notes from the code".
 """
 
 from __future__ import annotations

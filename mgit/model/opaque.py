@@ -1,23 +1,8 @@
 """Large non-tensor files → content-defined chunks, stored as patch deltas where that pays.
 
-A new version of a GGUF or a pickled checkpoint usually differs from its parent in a few
-places: a row rewritten in place, a few bytes inserted into the header. Cut where the content
-says (chunking.cdc_chunks), the unchanged bytes give the parent's chunks again (stored already:
-nothing written), and each chunk holding an edit is tried as a patch delta against the parent's
-chunk it replaces (a ~1 MiB chunk with a rewritten row stores the row and ~100 bytes more; one
-with a few bytes inserted, ~100 bytes more than those).
-
-Which parent chunk it replaces is found from its neighbours: an unchanged chunk near it is one of
-the parent's, at some offset there, and the difference of the two offsets is how far the edits
-before it moved the bytes; the base is the parent's chunk covering most of the new chunk's bytes
-shifted back by that much. A chunk with no unchanged neighbour (a file rewritten from end to end,
-such as a re-quantized model) is not tried past the first few chunks: no parent chunk resembles
-it, and a patch delta against an unrelated chunk costs several times what compressing it does.
-A parent cut before format 4 at fixed 4 MiB offsets shares no chunk with its content-defined
-successor, so there every chunk is tried against the parent's bytes at its own offsets.
-
-The chunks go through the pool twice: hashed in parallel, their bases chosen in file order on
-the calling thread (it needs the neighbours' ids), then encoded and stored in parallel.
+Unchanged bytes give the parent's chunks again; a chunk holding an edit is tried as a patch delta
+against the parent chunk it replaces, found from its unchanged neighbours. Hashing and storing run
+on the pool, choosing bases in file order. Details: docs/design.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""Opted in (``[checkout] inPlace = true``): a checkout that changes a small part of a clean
-working file writes only that part over it.
+"""Opted in (``[checkout] inPlace = true``): a checkout that changes a small part of a clean working
+file writes only the changed chunks over it, instead of the whole file anew.
 
-Switching between fine-tunes of one model (frozen layers, a LoRA merged into a few
-projections, a budgeted merge) changes a few chunks of a multi-GB file. Writing the file
-anew costs its whole size in writes even when every unchanged chunk is copied from the old
-file; patching it in place writes only the chunks that differ, at their offsets. The price:
-while the patch is copied in (and after a kill, until the next command finishes it) the file
-is a mix of old and new chunks, which a reader may load. So it is not the default. The
-changed chunks are first written, verified, into a sparse temporary file (a corrupt or
-missing chunk stops the checkout before the working file changes; in a partial clone those
-not here are fetched then, like any checkout's); the checkout's journal names the file
-before the first range is copied, so a patch killed half way is finished by the next command
-(it rewrites the file, re-verifying every chunk it copies from it by hash). A working file
-that changed between being found clean and being patched is replaced instead
-(:class:`~mgit.model.placing.Patch`).
+Not the default: while it runs (or after a kill, until the next command finishes it) a reader
+may see a mix of old and new chunks. Verified chunks are staged first and the journal names the
+file. Details: docs/design.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """A working file's new bytes, prepared out of sight, then made visible in one step.
 
-Why two steps: a checkout (or the checkout ending a merge) reads every chunk it needs while
-writing the new bytes to a temporary file no reader looks at, verifying each one; only once
-every file's temporary is complete does the first working file change. A corrupt chunk, a
-full disk or Ctrl-C while preparing therefore leaves every working file as it was. Making
-the bytes visible is then a rename (:class:`Replacement`, the default: a reader never sees a
-mix; one opening the path in the instant between the old file's removal and the rename finds
-no file, and one that has the old file open keeps reading it whole) or, where the user opted
-in (``inPlace = true``), a copy of just the changed byte ranges over the working file
-(:class:`Patch`: while it runs, and after a kill until the next command finishes it, a reader
-sees a mix of old and new chunks). Temporaries are named ``.NAME.mgit-tmp-*`` beside their
-file; what a killed command left there is removed by the next one (the journal names the paths).
+Every file's temporary is complete and verified before the first working file changes, so a
+corrupt chunk, a full disk or Ctrl-C leaves every working file as it was; then a rename
+(``Replacement``, the default) or, opted in, a patch of the changed ranges (``Patch``). Details:
+docs/design.md, "Notes from the code".
 """
 
 from __future__ import annotations

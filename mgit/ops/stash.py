@@ -1,17 +1,8 @@
 """`stash`: set the working-tree changes aside as commits, as git does, and bring them back.
 
-A stash entry is two commits made with the normal add machinery (changed tensors become
-chunks, deduplicated and delta-encoded against HEAD like any add): ``I``, the index, on
-HEAD; ``W``, the tracked working files, with parents ``[HEAD, I]``. ``refs/stash`` names the
-newest ``W`` and its reflog (``logs/refs/stash``) every entry, newest first: ``stash@{N}``
-(docs/format.md §11.5); both are gc roots. Untracked files are left where they are.
-
-Applying an entry writes ``W``'s files back, byte for byte, where HEAD still holds what the
-stash's base held at every path the stash changed (HEAD unmoved, or moved only elsewhere);
-where HEAD moved there too, the stash's change is merged onto HEAD three-way
-(mgit.ops.threeway, as git's stash apply merges), and a conflict changes nothing. The index
-gets git's treatment: what was staged becomes an unstaged change, except new files, which stay
-added; with ``index=True`` (``--index``) the index is restored exactly (HEAD unmoved only).
+An entry is two commits made by add's machinery (the index ``I``, the working files ``W``);
+applying writes ``W`` back where HEAD still holds the stash's base, else merges it onto HEAD
+three-way, and a conflict changes nothing. Details: docs/design.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """What every remote is: a store of named objects plus refs updated by compare-and-swap.
 
-Keys (the same for every backend; a directory remote holds them as files):
-
-    objects/<40 hex>          a git object, as git hashes it: b"<type> <size>\\0<content>"
-    chunks/<64 hex>           a chunk record (see :func:`pack_chunk`)
-    refs/heads/<branch>       b"<40 hex commit id>\\n", also refs/tags/<tag>
-    refs/mgit/sketches/<40 hex>  the sketch commit of that commit (mgit.ops.sketch), likewise
-    HEAD                      b"ref: refs/heads/<branch>\\n": the branch a clone checks out
-
-Objects are immutable and content-addressed, so ``put`` is idempotent and an interrupted
-upload is simply repeated; a backend makes an object visible only once it is complete.
-Receivers check every object against its id (``unpack_object`` / ``ChunkStore.receive``).
+The key space (``objects/``, ``chunks/``, ``refs/``, ``HEAD``) is the same for every backend.
+Objects are immutable and content-addressed, so ``put`` is idempotent and an interrupted upload
+is repeated; an object is visible only once complete; receivers check each against its id. The
+keys: docs/remotes.md, "The backend interface"; docs/design.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """A remote held in this process's memory: the Backend contract with nothing around it.
 
-For tests: it keeps every promise the directory, HTTP and S3 backends keep (objects visible
-only once complete, refs moved by compare-and-swap under one lock, ref values checked as a
-directory remote checks them, names outside the key space refused) without files, sockets
-or an endpoint, so a test of transfers runs in milliseconds and the contract suite
-(tests/contract/) has a reference to hold the other backends to.
-
-It is opened by its constructor only (no URL): each instance is its own remote, nothing is
-shared between instances or kept in a module, so no state leaks from one test to another.
-``stored`` is the key → bytes map itself, for a test to inspect or damage what is held.
+For tests: it keeps every promise the other backends keep, without files, sockets or an endpoint,
+so transfer tests run in milliseconds and the contract suite has a reference. Each instance is its
+own remote (opened by its constructor, no URL); ``stored`` is its key → bytes map, for a test to
+inspect or damage.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """A partial clone's chunk source: the remote it came from, asked for the chunks this store lacks.
 
-A partial clone (``mgit clone --partial``) holds the whole graph but only the chunks it has
-needed; the remote it came from is marked ``partial = true`` in ``.mgit/config``. When the
-repository opens, a :class:`Promisor` for that remote is composed into its ChunkStore as the
-store's miss hook (``ChunkStore.fallback``): reading a chunk not here fetches it, with the
-delta bases its record names, verified, into the store's write session, where it stays.
-Commands that read chunks therefore hold the lock and seal what they fetched (``Context.reading()``).
-
-Budgeted commands ask before they fetch, and fetch capped: :meth:`Promisor.sizes` (the
-records' sizes on the remote), :meth:`Promisor.quote` (a checkout's fetch and its reads after),
-:meth:`Promisor.pricing` (a merge's reads of chunks still on the remote),
-:meth:`Promisor.fetch_within` (a fetch that stops at a limit). The checkout arithmetic and its
-refusals are mgit.worktree.cost's; this module only adds what the remote says.
+Composed into the ChunkStore as its miss hook, so reading a chunk not here fetches it (and its
+delta bases), verified; budgeted commands ask the sizes first and fetch within a limit. Details:
+docs/design.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """`mgit serve`: every remote directory under a root, over HTTP.
 
-    GET  /<repo>/<key>       an object (objects/…, chunks/…, HEAD)
-    PUT  /<repo>/<key>       store an object: checked against its id first (a chunk is decoded,
-                             its delta base read from this remote), then made visible atomically
-    POST /<repo>/.has        JSON list of keys → the JSON list of those present
-    POST /<repo>/.sizes      JSON list of keys → JSON {key: stored size in bytes} of those present
-    GET  /<repo>/.refs       JSON {ref: commit id}
-    POST /<repo>/.swap       JSON {"ref", "old", "new"}: compare-and-swap; 409 if it moved; 400 unless
-                             "new" is a commit held here with its whole graph (as git's receive-pack)
-
-Every request gets a status and a one-line JSON reason ``{"error": ...}`` (400 for bad input,
-500 as a last resort, never a dropped connection). A connection idle or stalled for
-``idle_timeout`` seconds is closed, and so is a slow one: a request's headers must arrive
-within two idle timeouts, its body at MIN_BODY_RATE on average; at most ``max_connections`` are served at once, and the
-ones beyond get 503 at once (clients retry).
-
-Access: with a token file (lines ``ro TOKEN`` / ``rw TOKEN``) every request needs
-``Authorization: Bearer TOKEN``; writes need an ``rw`` token. Nothing outside the root is
-ever read or written (repository paths and keys are checked), bodies above
-MAX_OBJECT_BYTES are refused, and a client that dies mid-upload leaves nothing visible.
+Objects are checked against their ids before they are made visible; refs move by
+compare-and-swap; every error is a status with a one-line JSON reason; tokens, timeouts and
+connection limits protect it. The endpoints: docs/remotes.md, "`mgit serve`" and docs/design.md,
+"Notes from the code".
 """
 
 from __future__ import annotations

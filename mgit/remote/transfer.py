@@ -1,15 +1,9 @@
 """Moving commits and chunks between a repository and a remote.
 
-Push: every git object and chunk reachable from the commit that the remote lacks (asked in
-batches), chunks first — delta bases before the deltas on them, so a delta never reaches
-the remote without what decodes it — then graph objects, last the ref, by compare-and-swap
-(a non-fast-forward is refused unless forced). Everything is content-addressed, so an
-interrupted push, run again, sends only what is still missing.
-
-Fetch mirrors it: graph objects first (each checked against its id), then the chunks their
-manifests name (each decoded and checked by ``ChunkStore.receive``); a mismatch rejects the
-whole transfer, naming the object, before any ref moves. A partial fetch takes the graph
-only; the chunks come on demand later (:func:`fetch_chunks`).
+Push sends what the remote lacks: chunks (delta bases first), then graph objects, then the ref by
+compare-and-swap; run again after an interruption it sends only what is missing. Fetch mirrors
+it, checking every object and chunk before any ref moves; a partial fetch takes the graph only.
+Details: docs/design.md, "Notes from the code".
 """
 
 from __future__ import annotations

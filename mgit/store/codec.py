@@ -1,16 +1,9 @@
-"""Chunk encodings: byte-grouped zstd, a delta against a base chunk (XOR, or the
-elements' difference), or raw.
+"""Chunk encodings: byte-grouped zstd, a delta against a base chunk (XOR, or the elements'
+difference), or raw; the patch delta of large non-tensor files is patch.py's.
 
-Byte grouping splits each element into byte planes (bf16 → 2, fp32 → 4): the plane
-holding sign and exponent is highly repetitive and compresses, the mantissa planes
-barely do; zstd stores incompressible 128 KiB blocks raw, so one frame suffices.
-A fine-tuned chunk XOR its parent is mostly zero bits in the high planes, so the
-delta compresses far better than the chunk alone (the idea of ZipNN / BitX). Subtracting
-the parent's elements as integers does better still (the difference delta): a small change
-of a weight is a small difference of its bit pattern, whereas XOR turns every carry into
-noise, so the high planes are zero almost everywhere and the low ones need fewer bits.
-A chunk of a large non-tensor file has no elements: its delta is zstd with the base chunk as a
-dictionary (the patch delta, patch.py), which also finds bytes an edit moved.
+Grouping bytes into planes lets zstd compress the exponents; a fine-tune's difference to its
+parent leaves small numbers, which compress further. Why each: docs/design.md, "Notes from the
+code".
 """
 
 from __future__ import annotations

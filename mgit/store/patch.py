@@ -1,15 +1,8 @@
 """The patch delta: a chunk compressed by zstd with its base chunk as a dictionary.
 
-A chunk of a large non-tensor file (a GGUF, a pickled checkpoint) has no elements to subtract
-or XOR: an edit may have moved the bytes after it by any amount. zstd finds such moved bytes
-if it may copy them from the base, which is what its "patch-from" mode does: the base's raw
-bytes are a raw-content dictionary, so the frame holds only what the base lacks and where to
-copy the rest from (a one-row edit of a 1 MiB chunk: ~120 bytes; a few bytes inserted: the same).
-
-Two parameters make zstd see the whole base: the window covers the base and the chunk
-(matches reach back at most one window), and the hash table is large enough that zstd loads
-all of the dictionary (below the "btultra" strategies zstd loads only its last
-``8 << hash_log`` bytes). Both grow with the sizes, so a small chunk costs a small table.
+A large non-tensor file's edit may move the bytes after it; zstd's "patch-from" mode finds moved
+bytes in the base, so the frame holds about the edit. The window and hash table grow with the
+sizes so zstd sees the whole base. Details: docs/design.md, "Notes from the code".
 """
 
 from __future__ import annotations

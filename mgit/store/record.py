@@ -1,17 +1,9 @@
-"""The chunk record: how one stored chunk is laid out, and the one decode-and-verify.
+"""The chunk record: how one stored chunk is laid out (in a pack, on the wire), and the one
+decode-and-verify, ``decode_verified``.
 
-A record is a chunk as stored: its id, its encoding (codec.py), byte-group width, delta
-depth, raw size, payload and, for a delta, the id of its base chunk. It has two framings,
-both written and parsed only here (docs/format.md §4.3 and the remote's ``chunks/<id>``):
-
-- in a pack: a 48-byte header ``<32sBBBBIQ`` (id, encoding, group, depth, pad 0, payload
-  length, raw size), the 32-byte base id for a delta, then the payload;
-- on the wire (a remote's ``chunks/<id>``): a 48-byte header ``<4sBBBxQ32s`` (magic
-  ``MGCR``, version 1, encoding, group, raw size, base id or zeros), then the payload.
-
-Every chunk read, received or uploaded is decoded and checked against its id by
-:func:`decode_verified`; callers only turn its typed errors into their own messages. So
-changing the chunk encoding touches codec.py and this module (and docs/format.md) only.
+Every chunk read, received or uploaded is checked against its id here, so changing the chunk
+encoding touches codec.py and this module (and docs/format.md) only. The framings:
+docs/format.md §4.3; docs/design.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The working tree filesystem's own clock, which the index's stat cache compares with.
 
-A cached stat may vouch for a file only if every later change to the file must change the
-stat. Any change stamps the file's ctime (and a write its mtime) with the filesystem's clock
-at that moment, truncated to its granularity. So touch a marker file in the same filesystem
-(``os.utime`` with no times: the kernel's current time at that filesystem's granularity, on
-NFS the server's), read its mtime M, and only then take the stat that is recorded: a change
-after the stat is stamped M or later, and a stat whose mtime and ctime are both strictly
-older than M can never be matched by a changed file. A file stamped in M's own tick stays
-*racy* (its content is compared instead). Reading M from the filesystem rather than from
-``time.time_ns()`` makes the rule hold for ns timestamps on a coarse kernel clock, for FAT's
-2 s and for a file server whose clock is not ours, without a safety margin that would make
-every file written in the last seconds racy.
+A stat vouches for a file only if it is strictly older than a marker file touched just before it
+was taken, read from the filesystem rather than ``time.time_ns()``, so the rule holds on coarse
+clocks and file servers without a safety margin. Details: docs/design.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -56,30 +56,54 @@ def test_steps_table_keeps_the_core_layout() -> None:
     ]
 
 
-def test_update_docs_replaces_only_its_own_section(tmp_path: Path) -> None:
+def test_update_results_replaces_only_its_own_section(tmp_path: Path) -> None:
     page = tmp_path / "benchmarks.md"
     page.write_text("# Benchmarks\n\nintro\n\n## A (a.py)\n\nold a\n\n## B (b.py)\n\nb stays\n")
-    report.update_docs("## A (a.py)\n\nnew a\n", "## A (a.py)", page)
+    report.update_results("## A (a.py)\n\nnew a\n", "## A (a.py)", page)
     assert page.read_text() == "# Benchmarks\n\nintro\n\n## A (a.py)\n\nnew a\n\n## B (b.py)\n\nb stays\n"
-    report.update_docs("## B (b.py)\n\nnew b\n", "## B (b.py)", page)
+    report.update_results("## B (b.py)\n\nnew b\n", "## B (b.py)", page)
     assert page.read_text().endswith("## A (a.py)\n\nnew a\n\n## B (b.py)\n\nnew b\n")
 
 
-def test_update_docs_appends_a_new_section_and_creates_the_page(tmp_path: Path) -> None:
-    page = tmp_path / "docs" / "benchmarks.md"
-    report.update_docs("## C (c.py)\n\nc\n", "## C (c.py)", page)
-    assert page.read_text() == report.DOCS_INTRO + "\n## C (c.py)\n\nc\n"
+def test_update_results_appends_a_new_section_and_creates_the_page(tmp_path: Path) -> None:
+    page = tmp_path / "results" / "bench_c.md"
+    report.update_results("## C (bench_c.py)\n\nc\n", "## C (bench_c.py)", page)
+    intro = report.RESULTS_INTRO.format(script="bench_c")
+    assert intro.startswith("# bench_c.py: raw runs") and page.read_text() == intro + "\n## C (bench_c.py)\n\nc\n"
 
 
-def test_update_docs_puts_a_new_section_right_after_the_one_named(tmp_path: Path) -> None:
+def test_publish_writes_the_section_into_its_scripts_results_file(tmp_path: Path, monkeypatch, capsys) -> None:
+    """--write-docs goes to benchmarks/results/<script>.md, never to docs/benchmarks.md (the summary)."""
+    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
+    title = "## Light commands (bench_core.py --parts light)"
+    assert report.results_file(title) == tmp_path / "bench_core.md"
+    report.publish(f"{title}\n\nnumbers\n", title, write_docs=False)
+    assert not (tmp_path / "bench_core.md").exists() and "numbers" in capsys.readouterr().out
+    report.publish(f"{title}\n\nnumbers\n", title, write_docs=True)
+    assert (tmp_path / "bench_core.md").read_text().endswith(f"\n{title}\n\nnumbers\n")
+    with pytest.raises(ValueError, match="names no benchmark script"):
+        report.results_file("## Something")
+
+
+def test_every_results_file_is_where_its_script_publishes() -> None:
+    """Each kept section sits in the file its title sends it to, and each file is a script's."""
+    files = list(report.RESULTS_DIR.glob("*.md"))
+    for path in files:
+        titles = [line.rstrip() for line in path.read_text().splitlines() if line.startswith("## ")]
+        assert titles and all(report.results_file(t) == path for t in titles), path
+    scripts = {p.stem for p in (report.REPO_ROOT / "benchmarks").glob("bench_*.py")}
+    assert files and {p.stem for p in files} <= scripts
+
+
+def test_update_results_puts_a_new_section_right_after_the_one_named(tmp_path: Path) -> None:
     page = tmp_path / "benchmarks.md"
     page.write_text("# Benchmarks\n\n## A (a.py)\n\na\n\n## B (b.py)\n\nb\n")
-    report.update_docs("## A, some (a.py)\n\nsome a\n", "## A, some (a.py)", page, after="## A (a.py)")
+    report.update_results("## A, some (a.py)\n\nsome a\n", "## A, some (a.py)", page, after="## A (a.py)")
     first = "# Benchmarks\n\n## A (a.py)\n\na\n\n## A, some (a.py)\n\nsome a\n\n## B (b.py)\n\nb\n"
     assert page.read_text() == first
-    report.update_docs("## A, some (a.py)\n\nnewer\n", "## A, some (a.py)", page, after="## A (a.py)")
+    report.update_results("## A, some (a.py)\n\nnewer\n", "## A, some (a.py)", page, after="## A (a.py)")
     assert page.read_text() == first.replace("some a", "newer")  # replaced where it is, once
-    report.update_docs("## C (c.py)\n\nc\n", "## C (c.py)", page, after="## Z (z.py)")  # no such section
+    report.update_results("## C (c.py)\n\nc\n", "## C (c.py)", page, after="## Z (z.py)")  # no such section
     assert page.read_text().endswith("## B (b.py)\n\nb\n\n## C (c.py)\n\nc\n")
 
 

@@ -350,7 +350,7 @@ def test_a_tiny_run_end_to_end(tmp_path: Path, monkeypatch, capsys) -> None:
     after the full run's, which stays, and its plot beside the full run's."""
     workdir, docs = tmp_path / "scale", tmp_path / "benchmarks.md"
     docs.write_text(f"# Benchmarks\n\n{bench_scale.MERGE_TITLE}\n\nall methods\n\n## Other (other.py)\n\nother\n")
-    monkeypatch.setattr(bench_scale, "update_docs", functools.partial(report.update_docs, path=docs))
+    monkeypatch.setattr(bench_scale, "update_results", functools.partial(report.update_results, path=docs))
     named = bench_scale.docs_image
     monkeypatch.setattr(bench_scale, "docs_image", lambda methods: tmp_path / named(methods).name)
     argv = ["--workdir", str(workdir), "--shape", "tiny", "--layers", "2", "--ks", "2", "--budgets", "10",
@@ -381,7 +381,7 @@ def test_a_run_of_one_part_writes_only_that_parts_section(tmp_path: Path, monkey
     docs = tmp_path / "benchmarks.md"
     titles = bench_scale.MERGE_TITLE, bench_scale.STORE_TITLE
     docs.write_text(f"# Benchmarks\n\n{titles[0]}\n\nearlier merges\n\n{titles[1]}\n\nstale storage\n")
-    monkeypatch.setattr(bench_scale, "update_docs", functools.partial(report.update_docs, path=docs))
+    monkeypatch.setattr(bench_scale, "update_results", functools.partial(report.update_results, path=docs))
     argv = ["--workdir", str(tmp_path / "scale"), "--shape", "tiny", "--layers", "1", "--parts", "store",
             "--no-dvc", "--warm", "--idle-wait", "0", "--other-wait", "0", "--write-docs"]  # fmt: skip
     assert bench_scale.main(argv) == 0
@@ -389,7 +389,7 @@ def test_a_run_of_one_part_writes_only_that_parts_section(tmp_path: Path, monkey
     assert "earlier merges" in text and "stale storage" not in text
     assert "| mgit | add + commit: base |" in text.split(bench_scale.STORE_TITLE)[1]
     assert text.index(bench_scale.MERGE_TITLE) < text.index(bench_scale.STORE_TITLE)
-    assert not (tmp_path / "scale" / "bench_scale.svg").exists()  # nor copied over docs/bench_scale.svg
+    assert not (tmp_path / "scale" / "bench_scale.svg").exists()  # nor copied over benchmarks/results/bench_scale.svg
     assert bench_scale.MERGE_TITLE not in capsys.readouterr().out
 
 

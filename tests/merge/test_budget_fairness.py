@@ -79,6 +79,6 @@ def test_the_cli_takes_and_shows_it_and_refuses_an_unknown_one(uneven):
 
 
 def test_per_expert_is_the_default(uneven):
-    """bench_quality measured it better or equal on real fine-tunes (docs/benchmarks.md)."""
+    """bench_quality measured it better or equal on real fine-tunes (benchmarks/results/bench_quality.md)."""
     sha = uneven.merge(list(NAMES), "task_arithmetic", branch="d", checkout=False, budget="20%", weight=WEIGHTS)
     assert uneven.merge_record(sha)["budget"]["fairness"] == "per-expert"

@@ -1,17 +1,8 @@
-"""`log --graph`: commits on lanes, an edge from each commit to each of its parents, as
-`git log --graph` draws them (the lanes are assigned as git assigns them; the glyphs are
-mgit's own, chosen so that every row reads one way only).
-
-A lane waits for one commit. A commit takes the lane that waits for it (or a new one on the
-right); its parents take its place, in order, except a parent some lane already waits for:
-that edge joins the lane. So siblings (a merge's base and experts) are parallel lanes that
-meet again at their common parent. The glyphs, two characters per lane:
-
-    ``*``  the commit          ``|``  a lane going on         ``\\``  an edge moving one lane right
-    ``/``  one lane left       ``/`` after a run of ``_``: an edge jumping left, under the lanes
-    ``*-.``  a merge of three or more parents: its third and later edges leave from the dashes
+"""`log --graph`: commits on lanes, an edge from each commit to each of its parents, lanes assigned
+as `git log --graph` assigns them, glyphs mgit's own (every row reads one way only).
 
 Rows are pure functions of the commit order and the parents: nothing here reads a repository.
+The lane rules and the glyphs: docs/design.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """‖expert chunk − base chunk‖₂ for every candidate of a merge plan, from what is recorded.
 
-First the commits' statistics: each commit recorded, for every chunk it changed, the distance
-to its parent's chunk. On an expert's side of the history (not reachable from the base), when
-that parent chunk is the merge base's chunk at the same place, the value is the one we need;
-on the base's side (a new base, not reachable from the experts), when the base's chunk was
-changed from the expert's chunk (an expert that left it as it was), likewise.
-
-The pairs no statistics pair up may be "analyzed": both chunks read, the distance computed
-and cached locally. Analysis must never cost more than the merge it plans, so it is priced
-first (the stored bytes both reads touch) and capped (by the caller: the budget, or a full
-merge's expert reads, whichever is smaller). The pairs are taken most-changed first (by the
-estimate below) while their price fits under the cap; those are read (or found in the pair
-cache, which holds exactly what reading gives); the rest are *estimated*. From the history
-when recorded changes join the two chunks (e ← … ← c → … → b: an expert and a new base both
-changed from an older base's chunk c): the triangle inequality bounds ‖Δ‖ by the sum of the
-recorded distances, and independent changes add in squares, √Σ‖Δ_i‖² (the estimate). Else
-from the manifests' per-chunk L2 norms: |‖e‖ − ‖b‖| ≤ ‖Δ‖ ≤ ‖e‖ + ‖b‖, and the estimate is
-√|‖e‖² − ‖b‖²|, the geometric mean of the two bounds, exact when the change is orthogonal to
-the base (a fine-tune's noise nearly is). An estimated pair's upper bound (the smaller of the
-two where both exist) is kept, so the error bound a plan reports stays a bound. Which pairs
-are read depends on the statistics, the manifests and the prices only, never on the cache,
-so plans are deterministic.
+The commits' statistics first; pairs they lack are read ("analyzed", priced and capped so the
+analysis never costs more than the merge) or estimated from the history or the manifests' norms,
+keeping an upper bound so the plan's error bound stays a bound. Plans never depend on the pair
+cache, so they are deterministic. The rules: docs/merging.md, "Notes from the code".
 """
 
 from __future__ import annotations

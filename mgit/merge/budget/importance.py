@@ -1,30 +1,9 @@
 """Budgeted merges: which expert chunks are worth reading, decided without reading tensors.
 
-Every expert chunk that differs from the base chunk at the same place is a candidate:
-
-* cost: the stored bytes its read touches (delta chain included), times the method's passes
-  over the experts, or, in a partial clone, the bytes its fetch costs;
-* importance: |a_k| · ‖Δ_k,c‖, where ‖Δ_k,c‖ = ‖expert chunk − base chunk‖₂ comes from the
-  commits' statistics (or the pair cache, filled by the separate analyze step, or, past what
-  analysis may read, an estimate from the manifests' norms, :mod:`mgit.merge.budget.analyze`) and a_k
-  is expert k's effective weight in the merged tensor (λ·w_k, divided by Σw when normalizing).
-  An estimated ‖Δ‖ ranks the chunk; its upper bound ‖e‖ + ‖b‖ enters the error bound.
-
-Under a budget the candidates are chosen by :mod:`mgit.merge.budget.knapsack`, valued at their
-importance squared: the result's chunks are disjoint, so the errors of skipping chunks at
-different places add in squares (‖M_budget − M_full‖² = Σ_c ‖error_c‖²), and the squared
-importance is what a chunk adds to the captured share. (Valuing by the importance itself
-would minimise the error bound below instead; measured errors follow the squares: a
-benchmark with deltas spread over three decades captured 0.54 → 0.59 of Σ (a‖Δ‖)² at a 10%
-budget.) A skipped chunk is read as the base's (its Δ is 0). For methods whose result is affine in the experts (linear,
-task arithmetic, passthrough) skipping changes chunk c of the result by Σ_skipped a_k·Δ_k,c,
-so ‖M_budget − M_full‖ ≤ Σ over skipped candidates of |a_k|·‖Δ_k,c‖ (the error bound) in
-exact arithmetic. Both stored results are also rounded, which adds at most the rounding
-allowance: per chunk with a skip, 2·((2u + γ₃₂)·s·‖base_c‖ + γ_{K+4}·Σ_k |a_k|·‖Δ_k,c‖), where
-u is the unit roundoff of the coarsest dtype involved, γ_n = n·u/(1 − n·u) (Higham), s the
-base's coefficient and γ₃₂ float32 accumulation (linear): the base enters only the final add
-and cast, the deltas every step. For the others only the captured share of Σ (a_k·‖Δ_k,c‖)²
-is reported.
+A candidate's cost is the stored bytes its read touches; its importance |a_k|·‖Δ_k,c‖, valued
+squared by the knapsack (errors at disjoint chunks add in squares). For affine methods the
+skipped importances bound the error, plus a rounding allowance. The derivation: docs/merging.md,
+"Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""Choosing which expert chunks to read under a byte budget: a 0/1 knapsack.
+"""Choosing which expert chunks to read under a byte budget: a 0/1 knapsack, by the density greedy
+with the best-single-item guard (within a factor 2 of the optimum, deterministic on ties).
 
-Each candidate chunk has a cost (bytes to read or fetch) and a value (its importance,
-|w_k|·‖Δ_k,c‖). Exact 0/1 knapsack is NP-hard in the byte budget, so we use the classic
-density greedy with the best-single-item guard, which is within a factor 2 of the optimum:
-take candidates by value/cost (highest first), each one that still fits; then, if a single
-candidate that fits alone is worth more than everything taken, take it instead. (Proof
-sketch: the greedy's prefix up to the first candidate that does not fit, plus that
-candidate, is worth at least the fractional optimum ≥ the optimum; the guard covers that
-candidate.) Ties are broken by the candidates' order, so the choice is deterministic.
-
-``choose_uniform`` is the baseline the benchmark compares against: chunks in a seeded
-random order, each taken while it fits.
+``choose_uniform`` is the benchmarks' baseline: chunks in a seeded random order, each taken while
+it fits. Why the greedy is within 2: docs/merging.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""Choosing, per expert tensor, among skip / a stored sketch's prefix / its exact chunks: the
-planner over resolutions (a multiple-choice knapsack, :func:`~mgit.merge.budget.knapsack.choose_options`).
+"""Choosing, per expert tensor, among skip / a stored sketch's prefix / its exact chunks: the planner
+over resolutions (a multiple-choice knapsack, ``knapsack.choose_options``).
 
-Each expert tensor with a stored sketch (mgit.ops.sketch) is one group. Its options are every
-prefix of the sketch's levels (cost: the blocks' stored bytes; value: a_k² times what the prefix
-captures of ‖Δ‖², :meth:`TensorSketch.captured`) and its exact chunks one at a time: the j worth
-most per byte, for every j (cost and value: their sums). The engine reads an expert tensor as
-its sketch or as exact chunks, never both, so a group's options exclude one another; yet a
-tensor's best chunks stay choosable while others are read as sketches. The exact prefixes' hull
-is the fractional knapsack of the tensor's chunks, which no subset of them beats, so the LP
-relaxation over the groups' hulls bounds every choice among skipping, sketch prefixes and chunk
-subsets (:func:`best_share_with_sketches`). Every other candidate chunk is a group of its own.
-
-The greedy is within a factor 2 of the optimum, and so is the plan without sketches, but
-neither dominates the other on every input; so both are made and the one capturing more is
-kept (:func:`choose_with_sketches`): offering sketches never lowers what a plan captures.
+The plan with sketches and the plan without are both made and the one capturing more is kept,
+so offering sketches never lowers what a plan captures. The groups, their options and the bound:
+docs/merging.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """Task arithmetic on bf16 and fp16 slices in numpy, to the bit what the torch kernel gives.
 
-Why: a merge that needs nothing else then never imports torch, which costs ~1.3 s with a warm
-page cache and ~4 s from a cold disk (it reads ~320 MB of libraries) — most of a budgeted
-merge's fixed cost.
-
-What torch does, emulated op by op: every bf16 / fp16 elementwise operation is computed in
-float32 and its result rounded to the dtype (to nearest, ties to even); a Python number
-(``lambda``) enters as float32; weights become the dtype through float32 (double rounding, as
-``torch.tensor(weights, dtype=...)``); a sum over experts accumulates in float32 from +0, expert
-by expert, and is rounded once. The last holds on torch's CPU for up to 16 summed rows (from 17 on
-it adds in groups of 16), and only in the blocks of columns it sums as whole vectors: the last
-columns of a slice whose length is not a multiple of the block (4 vectors: 32 or 64 floats, with
-AVX2 or AVX-512) are summed in four interleaved partial sums, which for more than four rows is
-another order. So a slice with more than 16 experts, or with more than 4 and a length that is not
-a multiple of :data:`BLOCK`, is left to torch.
-
-Non-finite values are left to torch too: its vector and scalar loops write different NaN
-payloads, and a float32 sum's order could then matter. The inputs' exponent bits are checked
-against a bound (:attr:`AffineKernel.limit`) below which no intermediate can overflow, so no
-NaN or inf arises in a slice this kernel accepts.
+Why: a merge that needs nothing else then never imports torch (~1.3 s warm, ~4 s cold, most of a
+budgeted merge's fixed cost). Slices whose torch result depends on its summation order (more than
+16 experts, or more than 4 and a ragged length) or that could overflow are left to torch. What
+torch does, op by op: docs/merging.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,31 +1,9 @@
 """The merge-method interface: what a method declares, and the checked way to call it.
 
-A method declares everything the rest of mgit needs to know about it, so nothing outside
-``mgit.merge.methods`` asks for a method by name or class:
-
-* ``params``: its parameters (mergekit's names, scopes and defaults), see :mod:`mgit.merge.params`;
-* ``needs_base``, ``min_experts`` / ``max_experts``: its input contract;
-* ``random``: it draws keep-masks (from a seeded generator);
-* ``elementwise``: each output element depends only on the same element of the inputs (and on
-  decisions made once per expert, :meth:`MergeMethod.prepare`), so the engine may merge a tensor
-  slice by slice; ``decides_per_expert``: it looks at each expert's whole delta first (a
-  sparsifier), which costs the engine a second pass over the experts; ``skips_zero_deltas``: an
-  expert equal to the base may be left out of a slice's math (it adds nothing);
-  :meth:`MergeMethod.keeps_base_where_unchanged`: where no expert differs from the base, the
-  result is the base exactly, so the engine carries the base's chunk instead of computing it;
-* ``affine``: the result is affine in the experts, M = s·base + Σ a_k·Δ_k, so a budget's error
-  bound holds; :meth:`MergeMethod.effective_weights` gives the a_k (for other methods: a ranking);
-* :meth:`MergeMethod.check_params`: the parameters' ranges, and any condition joining several;
-* :meth:`MergeMethod.array_kernel`: a torch-free kernel for slices of a dtype, to the bit what
-  :meth:`MergeMethod.merge_part` gives, so a merge needing only it never imports torch.
-
-The declarations are torch-free: a request naming an unknown method or parameter, or a value out
-of range, is refused before torch (seconds to import) loads. The tensor work is the subclasses'
-:meth:`MergeMethod.merge` (whole tensors) and :meth:`MergeMethod.merge_part` (a slice, for
-elementwise methods), each on tensors already in the working dtype with resolved parameters; the
-checked entry points (:meth:`MergeMethod.__call__`, :meth:`MergeMethod.prepare`,
-:meth:`MergeMethod.merge_slice`) validate inputs and align dtypes (:mod:`mgit.merge.methods.inputs`)
-around them. Method modules import torch inside their functions for the same reason.
+A method declares everything the rest of mgit needs (parameters, input contract, elementwise,
+affine, a torch-free kernel, …), so nothing outside ``mgit.merge.methods`` asks for one by name.
+The declarations are torch-free, so a bad request is refused before torch loads. The list:
+docs/merging.md, "Notes from the code".
 """
 
 from __future__ import annotations

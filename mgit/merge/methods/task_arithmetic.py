@@ -1,27 +1,9 @@
 """The generalized task arithmetic family as one configurable method (mergekit's
 ``GeneralizedTaskArithmeticMerge``): task arithmetic, TIES, DARE, Breadcrumbs, DELLA and their
-``_linear`` / ``_ties`` variants differ only in how each expert's delta is sparsified and
-whether a TIES sign election combines them (:data:`SPARSIFIERS`, the ``consensus`` flag).
+variants differ only in the sparsifier and whether a TIES sign election combines the deltas.
 
-base + lambda * combine(weight_k * sparsify(expert_k - base)), in the working dtype:
-  1. delta_k = expert_k - base, sparsified per expert (trim / breadcrumbs / DARE / DELLA);
-  2. multiplied by weight_k, the weights first rounded to the working dtype (bf16 in a bf16 merge);
-  3. combined: without consensus the sum over experts; with consensus (TIES sign election) the
-     sum of the elements whose sign agrees with the elected one;
-  4. ``normalize`` divides by the sum of weights (with consensus: per element, of the agreeing
-     experts' weights; a zero divisor becomes 1; without consensus a |sum| < 1e-8 becomes 1);
-  5. multiplied by ``lambda`` (only when lambda != 1) and added to the base.
-With no experts the base is returned.
-
-Only the sparsifier looks at a whole delta (it ranks or sums it); what it decides
-(:class:`~mgit.merge.sparsify.Sparsity`) is applied element by element, and steps 2-5 act on
-each element alone. So the engine decides per expert first, then merges any slice of the
-tensor on its own (:meth:`TaskArithmetic.contribution` with ``start``, then
-:meth:`TaskArithmetic.combine`), bit for bit. The random sparsifiers (DARE, DELLA) draw their
-keep-masks from an explicit generator, exactly the draws mergekit makes from torch's global one.
-
-torch is imported inside the functions: the registry lists this family torch-free, and plain task
-arithmetic on bf16 / fp16 merges without it (:meth:`TaskArithmetic.array_kernel`).
+Only the sparsifier looks at a whole delta, so the engine decides per expert, then merges any
+slice on its own, bit for bit. The formula: docs/merging.md, "Notes from the code".
 """
 
 from __future__ import annotations

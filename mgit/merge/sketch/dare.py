@@ -1,17 +1,8 @@
-"""DARE sketches of one tensor's delta Δ = E − P: the values of Δ at a seeded random subset of
-positions, read back rescaled by 1/p (Yu et al., "drop and rescale"); the positions are never
-stored: a reader regenerates them from the seed.
+"""DARE sketches of one tensor's delta: its values at a seeded random subset of positions, read back
+rescaled by 1/p; the positions are never stored, a reader regenerates them from the seed.
 
-Each element draws u ∈ [0, 1) from a PCG64 stream of the tensor's own seed, advanced to the
-element (so any stretch of the tensor is regenerated without the rest). The sketch keeps the
-elements with u < p_max, in tiers of rising keep rates p_1 < … < p_T = p_max (each twice the
-one before): tier t holds, in element order, the values whose u lies in [p_{t−1}, p_t). So
-the first t tiers are exactly the sketch at keep rate p_t, which a budget reads by prefix,
-as it reads a low-rank sketch's rank blocks. Pure functions of arrays: storing is
-mgit.ops.sketch's.
-
-Its error is unbiased noise: ‖Δ − Δ̂‖² ≈ ‖Δ‖²(1 − p)/p exceeds ‖Δ‖² below p = ½, yet a merge
-with it keeps a fine-tune's accuracy (docs/merging.md: weight error is not the measure).
+Kept in tiers of rising keep rates, so a budget reads a lower rate by reading a prefix. Pure
+functions of arrays: storing is mgit.ops.sketch's. Details: docs/merging.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""Low-rank sketches of one tensor's delta Δ = E − P (m×n): Δ ≈ A·Bᵀ, A = U·diag(σ), B = V.
+"""Low-rank sketches of one tensor's delta Δ ≈ A·Bᵀ, stored in rank blocks so that a budget reads any
+lower rank by reading a prefix of the blocks.
 
-Fine-tunes' deltas are close to low rank, so a rank that fits a tenth of a tensor's bytes keeps
-most of ‖Δ‖², and a merge with it loses little accuracy where dropping nine tenths of the chunks
-loses much (docs/merging.md). The factors are kept transposed (Aᵀ: r×m, Bᵀ: r×n, rows by
-descending σ), so the first r' rows of both are the rank-r' truncation; they are stored in rank
-blocks (1, 1, 2, 4, 8, … rows, :func:`block_ends`) so that a budget reads any of those lower
-ranks by reading a prefix of the blocks.
-
-The factorization is LAPACK's through numpy (no torch: sketching and a merge reading sketches
-start without it): the exact SVD (from the smaller Gram matrix's eigendecomposition) where the
-rank is a large part of the smaller side (it is then cheaper, and optimal), else a seeded
-randomized SVD (Halko, Martinsson & Tropp: a Gaussian range
-finder with power iterations, then the exact SVD of the small projection). Pure functions of
-arrays: storing is mgit.ops.sketch's.
+Fine-tunes' deltas are close to low rank. The factorization is LAPACK's through numpy (no torch):
+an exact or a seeded randomized SVD. Pure functions of arrays: storing is mgit.ops.sketch's.
+Details: docs/merging.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""Plain files past ``LARGE_FILE_BYTES`` (4 MiB) in a three-way merge: a tokenizer.json of
-7–34 MB is stored as content-defined chunks (kind ``chunked``), not as a git blob, yet git
-merges it by lines, and so does mgit. The three versions are read whole through the chunk store
-(every chunk verified), merged by :mod:`~mgit.merge.threeway.text` like any text file, and the
-result is stored as ``add`` would store it: a blob up to 4 MiB, else chunks (deltas against ours'
-chunks), so the merged entry is byte for byte, and id for id, what committing those bytes gives.
+"""Plain files past ``LARGE_FILE_BYTES`` (4 MiB, stored as chunks) in a three-way merge: merged by
+lines like any text file, and stored back as ``add`` would store the result.
 
-Memory: the three versions are held whole while they are merged, with their lines and one copy
-of each distinct line: about ten times the largest version at worst. So a version over
-``MAX_TEXT_BYTES`` (64 MiB) is not read: both sides changing such a file is a ``binary``
-conflict, settled by ``--ours`` / ``--theirs``, as any large binary file is.
+Versions over ``MAX_TEXT_BYTES`` (64 MiB) are not read (memory is ~10× the largest version): both
+sides changing one is a ``binary`` conflict. Details: docs/merging.md, "Notes from the code".
 """
 
 from __future__ import annotations

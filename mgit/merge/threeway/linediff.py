@@ -1,20 +1,9 @@
-"""A minimal line diff, as git's merge diffs each side against the base: Myers' O(ND) algorithm
-(E. Myers, "An O(ND) Difference Algorithm and Its Variations", 1986), its linear-space middle
-snake, then each run of changed lines slid to one canonical place.
+"""A minimal line diff, as git's merge diffs each side against the base: Myers' O(ND) algorithm with
+its linear-space middle snake, each run of changed lines slid to one canonical place as git's
+xdiff slides it.
 
-A minimal diff is not unique: in ``f f a e`` → ``f a e`` either ``f`` is the one deleted. Which
-one decides whether an edit of the other side touches it, so, as git's xdiff does, every run of
-changed lines that can slide (its first line equal to the line after it) goes as far down as it
-can, unless a place further up puts it beside a change in the other file (a replacement).
-
-Lines are compared as integers (ids of equal lines are equal: :func:`line_ids`). Before the
-search, the common head and tail are cut off and lines the other file does not have at all are
-marked changed outright (they cannot be matched; the diff stays minimal). The search is bounded:
-a stretch whose shortest path needs more than ``MAX_COST`` edits (git's xdiff gives up being
-minimal there too) is split where patience diff splits a file, at the lines found once in each
-(in the same order in both), and each piece searched again; with none, it is changed whole. A
-coarser diff makes a merge conflict more, never merge wrongly, and keeps a file rewritten from
-end to end, or reordered, quick.
+The search is bounded: a stretch needing more than ``MAX_COST`` edits is split at unique lines
+(as patience diff) or changed whole. Details: docs/merging.md, "Notes from the code".
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Three-way merge of two snapshots over their merge base, path by path, as git merges trees.
 
-A path one side changed (added, modified, deleted) and the other left as in the base takes
-that side's tree entry as is: the same object id, so no byte is read or written for it. A path
-both sides changed differently is merged by its kind: a safetensors file tensor by tensor
-(:mod:`~mgit.merge.threeway.tensors`), a text file line by line
-(:mod:`~mgit.merge.threeway.text`); anything else, and a file one side deleted while the other
-changed it, is a conflict, unless the :class:`~mgit.merge.threeway.conflicts.Resolution`
-settles it. So is a file on one side where the other has a directory of files. A criss-cross
-history has several merge bases: each place is merged over every one of them and decided only
-where they all give the same result (git's resolve strategy would take one; its recursive
-and ort strategies merge the bases first: either way, a real conflict is not lost). Nothing
-here touches the working tree, the index or a ref.
+A path one side changed takes that side's entry as is (nothing read); a path both changed is
+merged by its kind or is a conflict, unless a resolution settles it; a criss-cross history is
+merged over every base. Nothing here touches the working tree, the index or a ref. Details:
+docs/merging.md, "Notes from the code".
 """
 
 from __future__ import annotations

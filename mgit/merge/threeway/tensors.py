@@ -1,17 +1,9 @@
 """A safetensors file both sides changed, merged tensor by tensor (docs/merging.md, "Merging
 branches (three-way)").
 
-A stored safetensors file is a git tree: its verbatim header and one manifest blob per tensor
-(docs/format.md §6.2). Each tensor's manifest blob is taken from the side that changed it, as
-is: nothing is decoded or re-encoded, and the new tree names chunks already stored. Both sides
-changing a tensor differently (or one deleting what the other changed) is a conflict, and so
-is a ``__metadata__`` key set differently (keys are merged one by one). In a criss-cross
-history each place is merged over every merge base, and decided only where they all agree.
-A conflicting tensor whose dtype or shape differs between the sides is a ``dtype/shape``
-conflict, which no method can combine. The header must then
-describe the tensors taken: when they are exactly our side's (names, order, dtypes, shapes,
-metadata) or theirs', that side's header bytes are kept verbatim; otherwise a header is built
-as the model layer builds one (our side's order, then tensors only theirs holds, in theirs').
+Each tensor's manifest blob is taken as is from the side that changed it (nothing decoded); both
+changing one differently is a conflict. The header is one side's verbatim where it fits, else
+built as the model layer builds one. Details: docs/merging.md, "Notes from the code".
 """
 
 from __future__ import annotations
