@@ -16,7 +16,7 @@ from helpers.run import run_mgit
 from mgit import Repository, _crashpoints
 from mgit.graph.names import TMP_MARK
 
-_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "crash_points.py"
+_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "crash_points.py"
 
 
 def _driver():

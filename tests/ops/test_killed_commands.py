@@ -19,11 +19,11 @@ from mgit import Repository
 from mgit.errors import LockedError
 from mgit.worktree import journal
 
-_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "crash_points.py"
+_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "crash_points.py"
 
 
 def _driver():
-    """benchmarks/crash_points.py (as tests/test_crash_points.py loads it)."""
+    """benchmarks/crash_points.py (as tests/ops/test_crash_points.py loads it)."""
     if "crash_points" in sys.modules:
         return sys.modules["crash_points"]
     spec = importlib.util.spec_from_file_location("crash_points", _SCRIPT)
