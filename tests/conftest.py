@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers.histories import Two, pushed_and_cloned, two_commits
 from helpers.models import llama_state_dict
 from hypothesis import settings
 
@@ -27,6 +28,19 @@ def repo(tmp_path: Path) -> Repository:
 @pytest.fixture
 def llama() -> dict:
     return llama_state_dict()
+
+
+@pytest.fixture
+def two(repo: Repository) -> Two:
+    """Commits a and b on main (helpers.histories.two_commits)."""
+    return two_commits(repo)
+
+
+@pytest.fixture
+def cloned(two: Two, tmp_path: Path):
+    """``two`` pushed to a directory remote, and a clone of it."""
+    with pushed_and_cloned(two, tmp_path) as made:
+        yield made
 
 
 @pytest.fixture

@@ -1,0 +1,127 @@
+"""Branches and tags as git keeps them: branch -f/-m/-M/-d/-D/-r/-a/-v, remote-tracking names as
+revisions, annotated tags, ref names that clash."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.cli import invoke
+from helpers.histories import SPEC
+from helpers.histories import json_result as _json
+from helpers.histories import small_llama as _sd
+from helpers.models import (
+    touch_later,
+    write_model,
+)
+
+from mgit.errors import BadInputError
+
+# -- branches ---------------------------------------------------------------------------------
+
+
+def test_branch_force_moves_a_branch(two):
+    repo, a, b, _, _ = two
+    invoke("branch", "exp", a, cwd=repo.root, check=True)
+    refused = invoke("branch", "exp", b, cwd=repo.root)
+    assert refused.returncode != 0 and "already exists" in refused.stderr
+    invoke("branch", "-f", "exp", b, cwd=repo.root, check=True)
+    assert repo.branches()["exp"] == b
+    assert repo.reflog("refs/heads/exp")[0][3] == f"branch: Reset to {b}"
+    invoke("branch", "-f", "new", a, cwd=repo.root, check=True)  # -f creates, too
+    assert repo.branches()["new"] == a
+
+
+def test_branch_force_refuses_the_checked_out_branch_unless_unchanged(two):
+    repo, a, b, _, _ = two
+    proc = invoke("branch", "-f", "main", a, cwd=repo.root)
+    assert proc.returncode != 0 and "checked-out branch 'main'" in proc.stderr and "mgit reset" in proc.stderr
+    assert repo.branches()["main"] == b
+    repo.create_branch("main", b, force=True)  # to the commit it holds: allowed, as git
+    assert repo.branches()["main"] == b
+
+
+def test_branch_rename_moves_the_reflog_and_head(two):
+    repo, a, b, _, _ = two
+    moves = repo.reflog("refs/heads/main")
+    invoke("branch", "-m", "main", "trunk", cwd=repo.root, check=True)
+    assert "main" not in repo.branches() and repo.branches()["trunk"] == b
+    assert repo.refs.current_branch() == "trunk"
+    assert repo.reflog("refs/heads/trunk")[1:] == moves
+    assert repo.reflog("refs/heads/trunk")[0][3] == "Branch: renamed refs/heads/main to refs/heads/trunk"
+    assert not (repo.git_dir / "logs" / "refs" / "heads" / "main").exists()
+    assert invoke("status", cwd=repo.root, check=True).stdout.startswith("On branch trunk")
+    repo.create_branch("side", a)
+    repo.rename_branch("side", "other")  # not the current one: HEAD stays
+    assert repo.refs.current_branch() == "trunk" and repo.branches()["other"] == a
+    with pytest.raises(BadInputError, match="already exists"):
+        repo.rename_branch("other", "trunk")
+    with pytest.raises(BadInputError, match="not found"):
+        repo.rename_branch("ghost", "x")
+    invoke("branch", "-m", "main", cwd=repo.root, check=True)  # one name: the current branch
+    assert repo.refs.current_branch() == "main"
+
+
+def test_branch_delete_refuses_an_unmerged_branch(two):
+    repo, a, b, _, _ = two
+    repo.checkout(create_branch="exp")
+    write_model(repo.root / "model", _sd(7))
+    touch_later(repo.root / "model" / "model.safetensors")
+    repo.add(["model"])
+    repo.commit("only on exp")
+    repo.checkout("main")
+    proc = invoke("branch", "-d", "exp", cwd=repo.root)
+    assert proc.returncode != 0
+    assert proc.stderr.strip() == (
+        "error: the branch 'exp' is not fully merged; if you are sure you want to delete it, run `mgit branch -D exp`"
+    )
+    assert "exp" in repo.branches()
+    invoke("branch", "-D", "exp", cwd=repo.root, check=True)
+    assert "exp" not in repo.branches()
+    repo.create_branch("old", a)  # reachable from HEAD: -d deletes it
+    invoke("branch", "-d", "old", cwd=repo.root, check=True)
+    assert "old" not in repo.branches()
+
+
+def test_branch_delete_accepts_a_branch_merged_into_its_upstream(two, tmp_path):
+    repo, a, b, _, _ = two
+    repo.remote_add("origin", str(tmp_path / "remote.mgit"))
+    repo.checkout(create_branch="exp")
+    write_model(repo.root / "model", _sd(8))
+    touch_later(repo.root / "model" / "model.safetensors")
+    repo.add(["model"])
+    repo.commit("pushed")
+    repo.push("origin", "exp")
+    repo.checkout("main")
+    repo.delete_branch("exp", force=False)  # origin/exp holds it
+    assert "exp" not in repo.branches()
+
+
+def test_branch_lists_remote_tracking_branches(cloned):
+    _, clone, a, b = cloned
+    plain = invoke("branch", cwd=clone.root, check=True).stdout
+    assert plain == "* main\n"
+    assert invoke("branch", "-r", cwd=clone.root, check=True).stdout == "  origin/main\n"
+    assert invoke("branch", "-a", cwd=clone.root, check=True).stdout == "* main\n  remotes/origin/main\n"
+    doc = _json(invoke("branch", "--json", cwd=clone.root))
+    assert doc == {
+        "schema": "mgit.branch/1",
+        "current": "main",
+        "head": b,
+        "branches": [{"name": "main", "commit": b, "current": True}],
+        "remote_branches": [{"name": "origin/main", "commit": b}],
+    }
+
+
+def test_remote_tracking_names_resolve_as_revisions(cloned):
+    origin, clone, a, b = cloned
+    origin.create_branch("exp", a)
+    origin.push("origin", "exp")
+    clone.fetch()
+    assert clone.resolve("origin/exp") == a and clone.resolve("origin/main~1") == a
+    assert clone.resolve("remotes/origin/exp") == a
+    assert [c.id for c in clone.log("origin/exp")] == [a]
+    assert clone.state_dict("origin/exp", names=["lm_head.weight"])["lm_head.weight"].shape[0] == SPEC.vocab
+    shown = _json(invoke("show", "--json", "origin/exp", cwd=clone.root))
+    assert shown["id"] == a
+    assert _json(invoke("log", "--json", "origin/main", cwd=clone.root))["commits"][0]["id"] == b
+    clone.checkout("origin/exp")
+    assert clone.refs.current_branch() is None and clone.refs.head() == a
