@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers.histories import Two, pushed_and_cloned, two_commits
+from helpers.histories import Two, forked_history, pushed_and_cloned, two_commits
 from helpers.models import llama_state_dict
 from hypothesis import settings
 
@@ -41,6 +41,22 @@ def cloned(two: Two, tmp_path: Path):
     """``two`` pushed to a directory remote, and a clone of it."""
     with pushed_and_cloned(two, tmp_path) as made:
         yield made
+
+
+@pytest.fixture
+def forked(repo: Repository) -> tuple[Repository, str, str]:
+    """main at b on a, branch side at a (helpers.histories.forked_history)."""
+    return forked_history(repo)
+
+
+@pytest.fixture
+def forked_pushed(forked: tuple[Repository, str, str], tmp_path: Path) -> tuple[Repository, str, str, str]:
+    """``forked``'s main pushed to a directory remote origin; its URL last."""
+    repo, a, b = forked
+    url = str(tmp_path / "remote.mgit")
+    repo.remote_add("origin", url)
+    repo.push()
+    return repo, a, b, url
 
 
 @pytest.fixture

@@ -351,3 +351,21 @@ def test_shorten_keeps_whole_hunks() -> None:
     assert note.startswith("… f: ") and "+10 -10" in note
     one_hunk = "".join(difflib.unified_diff(old, [line + "!\n" for line in old], "a", "b"))
     assert len(shorten(one_hunk, "g", limit=30).splitlines()) == 31
+
+
+# -- merge --help -------------------------------------------------------------------------------
+
+
+def test_merge_help_lists_every_method_without_importing_torch():
+    from mgit.merge.methods.registry import METHODS
+
+    code = (
+        "import sys; from mgit.cli import main; rc = main(['merge', '--help']); "
+        "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+    assert proc.returncode == 0, proc.stderr
+    listed = proc.stdout.split("Methods (--method; docs/merging.md):")[1]
+    assert [
+        line.split()[0] for line in listed.splitlines() if line.startswith("  ") and not line.startswith("   ")
+    ] == sorted(METHODS)

@@ -1,6 +1,7 @@
 """Small histories that tests in several directories start from (tests/ops, tests/cli; the
 fixtures ``two`` and ``cloned`` in tests/conftest.py): two commits on main, and that repository
-pushed to a directory remote and cloned."""
+pushed to a directory remote and cloned; a branch forked from main (``forked``, pushed:
+``forked_pushed``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from helpers.models import (
     commit_model,
     frozen_finetune,
     llama_state_dict,
+    small_state_dict,
     touch_later,
     tree_hashes,
     write_model,
@@ -60,3 +62,28 @@ def pushed_and_cloned(two: Two, tmp_path: Path) -> Iterator[tuple[Repository, Re
     clone = Repository.clone(str(tmp_path / "remote.mgit"), tmp_path / "clone")
     yield repo, clone, a, b
     clone.close()
+
+
+MODEL = "model/model.safetensors"
+
+
+def tuned(repo: Repository, seed: int = 1) -> None:
+    """Change the working model (a fine-tune of seed 0's layer 1)."""
+    write_model(repo.root / "model", frozen_finetune(small_state_dict(0), {0}, seed=seed))
+    touch_later(repo.root / MODEL)
+
+
+def forked_history(repo: Repository) -> tuple[Repository, str, str]:
+    """main at b (a fine-tune, plus notes.txt) on a; branch side at a."""
+    a = commit_model(repo, small_state_dict(0), "a")
+    repo.create_branch("side")
+    tuned(repo)
+    (repo.root / "notes.txt").write_text("b only\n")
+    repo.add(["model", "notes.txt"])
+    return repo, a, repo.commit("b")
+
+
+def changes(repo: Repository) -> tuple[dict[str, str], dict[str, str]]:
+    """(staged, unstaged): path → change, as status reports them."""
+    s = repo.status()
+    return {f.path: f.change for f in s.staged}, {f.path: f.change for f in s.unstaged}

@@ -8,6 +8,7 @@ paths from the current directory; log decorations carry ``HEAD ->`` and remote-t
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from helpers.models import tree_hashes
 
 from mgit import Repository
 from mgit.errors import BadInputError, NonFastForwardError
+from mgit.graph.formats import FORMAT_VERSION
 
 GIT = shutil.which("git")
 
@@ -276,3 +278,34 @@ def test_status_short_collapses_untracked_directories_and_prints_paths_from_here
 def test_status_lists_untracked_directories_and_paths_as_status_short(untracked):
     out = invoke("status", cwd=untracked.root / "a", check=True).stdout
     assert "  modified:  t\n" in out and out.endswith("\nUntracked files:\n  b/\n  ../out/\n  ../top\n")
+
+
+# -- config -------------------------------------------------------------------------------------
+
+
+def test_config_global_and_list(repo, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for var in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_CONFIG_GLOBAL"):
+        monkeypatch.delenv(var, raising=False)
+    home.mkdir()
+    (home / ".gitconfig").write_text("[user]\n\tname = Git Ada\n\temail = ada@git\n")
+    assert repo.identity() == b"Git Ada <ada@git>"  # git's own config, when mgit sets nothing
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    invoke("config", "--global", "user.name", "Mgit Ada", cwd=outside, check=True)  # no repository needed
+    assert (tmp_path / "xdg" / "mgit" / "config").read_text().count("Mgit Ada") == 1
+    assert invoke("config", "--global", "user.name", cwd=outside, check=True).stdout == "Mgit Ada\n"
+    assert repo.identity() == b"Mgit Ada <ada@git>"  # the user's mgit file wins over git's
+    repo.config_set("user.name", "Local Ada")
+    assert repo.identity() == b"Local Ada <ada@git>" and repo.config_get("user.name", "global") == "Mgit Ada"
+    listed = invoke("config", "--list", cwd=repo.root, check=True).stdout.splitlines()
+    assert listed[:2] == ["user.name=Git Ada", "user.email=ada@git"] and listed[-1] == "user.name=Local Ada"
+    assert "user.name=Mgit Ada" in listed and f"mgit.formatversion={FORMAT_VERSION}" in listed
+    doc = json.loads(invoke("config", "--list", "--global", "--json", cwd=repo.root, check=True).stdout)
+    assert doc == {"schema": "mgit.config/1", "entries": [{"scope": "global", "key": "user.name", "value": "Mgit Ada"}]}
+    invoke("config", "remote.my.host.url", "x", cwd=repo.root, check=True)  # a subsection with dots
+    assert repo.config_get("remote.my.host.url") == "x"
+    assert invoke("config", "nodot", "x", cwd=repo.root).returncode == 2

@@ -3,15 +3,17 @@ revisions, annotated tags, ref names that clash."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+
 import pytest
+from dulwich.objects import Tag
 from helpers.cli import invoke
 from helpers.histories import SPEC
 from helpers.histories import json_result as _json
 from helpers.histories import small_llama as _sd
-from helpers.models import (
-    touch_later,
-    write_model,
-)
+from helpers.models import commit_model, small_state_dict, touch_later, write_model
 
 from mgit.errors import BadInputError
 
@@ -125,3 +127,50 @@ def test_remote_tracking_names_resolve_as_revisions(cloned):
     assert _json(invoke("log", "--json", "origin/main", cwd=clone.root))["commits"][0]["id"] == b
     clone.checkout("origin/exp")
     assert clone.refs.current_branch() is None and clone.refs.head() == a
+
+
+# -- branch -v, remote -v ----------------------------------------------------------------------
+
+
+def test_branch_verbose_shows_commit_subject_and_upstream(forked_pushed):
+    repo, a, b, _ = forked_pushed
+    out = invoke("branch", "-v", cwd=repo.root, check=True).stdout.splitlines()
+    assert out == [f"* main {b[:12]} b", f"  side {a[:12]} a"]
+    commit_model(repo, small_state_dict(3), "c")
+    out = invoke("branch", "-vv", cwd=repo.root, check=True).stdout.splitlines()
+    assert out[0].startswith("* main ") and out[0].endswith(" [origin/main: ahead 1] c")
+    assert out[1] == f"  side {a[:12]} a"  # no upstream: none shown
+    info = {i.name: i for i in repo.branch_info(upstreams=True)}
+    assert (info["main"].upstream, info["main"].ahead, info["main"].behind) == ("origin/main", 1, 0)
+
+
+def test_remote_verbose_prints_fetch_and_push_urls(forked_pushed):
+    repo, _, _, url = forked_pushed
+    out = invoke("remote", "-v", cwd=repo.root, check=True).stdout
+    assert out == f"origin\t{url} (fetch)\norigin\t{url} (push)\n"
+
+
+# -- annotated tags -----------------------------------------------------------------------------
+
+
+def test_annotated_tag_is_a_git_tag_object_peeled_as_a_revision(forked):
+    repo, a, b = forked
+    invoke("tag", "-a", "v1", "-m", "first release", "side", cwd=repo.root, check=True)
+    repo.tag("v0", b)
+    raw = repo.refs.tag_refs()["v1"]
+    obj = repo.graph.read(raw)
+    assert isinstance(obj, Tag) and obj.object[1].decode() == a and obj.name == b"v1"
+    assert repo.tags() == {"v0": b, "v1": a} and repo.resolve("v1") == a and repo.resolve("v1~0") == a
+    assert invoke("log", "--oneline", "v1", cwd=repo.root, check=True).stdout.startswith(a[:12])
+    listed = invoke("tag", "-n", cwd=repo.root, check=True).stdout.splitlines()
+    assert [line.split(None, 1) for line in listed] == [["v0", "b"], ["v1", "first release"]]
+    doc = json.loads(invoke("tag", "--json", cwd=repo.root, check=True).stdout)
+    assert doc["tags"][1] == {"name": "v1", "commit": a, "annotated": True, "message": "first release"}
+    assert doc["tags"][0]["annotated"] is False and doc["tags"][0]["message"] is None
+    repo.checkout("v1")
+    assert repo.refs.head() == a
+    refused = invoke("tag", "-a", "v2", cwd=repo.root)
+    assert refused.returncode == 2 and "an annotated tag needs its message" in refused.stderr
+    if shutil.which("git"):  # readable by git itself
+        shown = subprocess.run(["git", f"--git-dir={repo.git_dir}", "cat-file", "-p", "v1"], capture_output=True)
+        assert shown.returncode == 0 and b"tag v1" in shown.stdout and b"first release" in shown.stdout

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from helpers.cli import invoke
 from helpers.histories import json_result as _json
 from helpers.histories import small_llama as _sd
-from helpers.models import (
-    commit_model,
-)
+from helpers.models import commit_model
+
+from mgit import Repository
+from mgit.errors import NonFastForwardError
 
 # -- fetch / pull report which refs moved -------------------------------------------------------
 
@@ -51,3 +55,52 @@ def test_pull_prints_the_moves_and_the_fast_forward(cloned):
     assert again["schema"] == "mgit.transfer/1" and again["kind"] == "pull"
     assert again["head"] == {"branch": "main", "old": c, "new": c, "merge": "up-to-date"}
     assert invoke("pull", cwd=clone.root, check=True).stdout == "Already up to date.\n"
+
+
+# -- push --all / --tags / --delete -------------------------------------------------------------
+
+
+def test_push_all_and_tags(forked_pushed):
+    repo, a, b, url = forked_pushed
+    repo.tag("v1", message="annotated")
+    repo.tag("light", "side")
+    t = repo.push(all_branches=True)
+    theirs = repo._backend("origin").refs()
+    assert theirs["refs/heads/side"] == a and theirs["refs/heads/main"] == b and "refs/tags/v1" not in theirs
+    assert set(t.refs) == {"refs/heads/main", "refs/heads/side"}
+    doc = json.loads(invoke("push", "--tags", "--json", cwd=repo.root, check=True).stdout)
+    assert set(doc["refs"]) == {"refs/tags/v1", "refs/tags/light"}
+    theirs = repo._backend("origin").refs()
+    assert theirs["refs/tags/v1"] == repo.refs.tag_refs()["v1"] != b  # the tag object itself
+    with Repository.clone(url, repo.root.parent / "clone") as clone:
+        assert clone.tags() == {"v1": b, "light": a} and clone.refs.tag_message("v1") == "annotated"
+
+
+def test_push_tags_refuses_moving_a_remote_tag_unless_forced(forked_pushed):
+    repo, a, b, _ = forked_pushed
+    repo.tag("v1", "side")
+    repo.push(tags=True)
+    repo.delete_tag("v1")
+    repo.tag("v1", "main")
+    repo.tag("v2")
+    with pytest.raises(NonFastForwardError, match="refs/tags/v1 exists and names another object"):
+        repo.push(tags=True)
+    theirs = repo._backend("origin").refs()
+    assert theirs["refs/tags/v1"] == a and theirs["refs/tags/v2"] == b  # the others were forked_pushed
+    repo.push(tags=True, force=True)
+    assert repo._backend("origin").refs()["refs/tags/v1"] == b
+
+
+def test_push_delete_removes_the_remote_branch_and_its_tracking_branch(forked_pushed):
+    repo, a, _, _ = forked_pushed
+    repo.push("origin", "side")
+    assert "origin/side" in repo.remote_branches()
+    doc = json.loads(invoke("push", "--delete", "origin", "side", "--json", cwd=repo.root, check=True).stdout)
+    assert doc["refs"] == {"refs/heads/side": {"old": a, "new": None}}
+    assert "refs/heads/side" not in repo._backend("origin").refs() and "origin/side" not in repo.remote_branches()
+    assert repo.branches()["side"] == a  # the local branch stays
+    gone = invoke("push", "-d", "origin", "side", cwd=repo.root)
+    assert gone.returncode == 1 and "the remote 'origin' has no such branch or tag" in gone.stderr
+    default = invoke("push", "--delete", "origin", "main", cwd=repo.root)
+    assert default.returncode == 2 and "the remote's default branch" in default.stderr
+    assert "refs/heads/main" in repo._backend("origin").refs()
