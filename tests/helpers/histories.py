@@ -15,6 +15,7 @@ import torch
 
 from helpers.cli import Result
 from helpers.models import (
+    TINY,
     LlamaSpec,
     commit_model,
     frozen_finetune,
@@ -87,3 +88,11 @@ def changes(repo: Repository) -> tuple[dict[str, str], dict[str, str]]:
     """(staged, unstaged): path → change, as status reports them."""
     s = repo.status()
     return {f.path: f.change for f in s.staged}, {f.path: f.change for f in s.unstaged}
+
+
+def sharded_branches(repo: Repository) -> None:
+    """main at v1 and branch b at v2, each a tiny model in two shards; main checked out."""
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1", shards=2)
+    repo.checkout(create_branch="b")
+    commit_model(repo, llama_state_dict(TINY, seed=2), "v2", shards=2)
+    repo.checkout("main")

@@ -6,11 +6,14 @@ the result equals an uninterrupted run's, fsck is clean and no commit is lost.""
 from __future__ import annotations
 
 import importlib.util
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.histories import sharded_branches as _two_branches
 from helpers.run import run_mgit
 
 from mgit import Repository, _crashpoints
@@ -121,3 +124,18 @@ def test_a_kill_while_preparing_leaves_no_temporary_once_the_next_command_ran(na
     assert crash_points.fingerprint(tmp_path / "repo")["work"] in (before, after)
     with Repository(tmp_path / "repo") as repo:
         assert repo.fsck() == [] and repo.status().clean
+
+
+# -- item 10: the console script honours MGIT_CRASH_AT -----------------------------------------
+
+
+def test_the_console_entry_point_installs_crash_points(repo: Repository) -> None:
+    _two_branches(repo)
+    repo.close()
+    script = "import sys; from mgit.cli import main; sys.exit(main())"  # what the `mgit` script runs
+    env = {**os.environ, "MGIT_CRASH_AT": "rename:1"}
+    killed = subprocess.run(
+        [sys.executable, "-c", script, "checkout", "b"], cwd=repo.root, env=env, capture_output=True, timeout=120
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert run_mgit("status", cwd=repo.root).returncode == 0  # the next command finishes it

@@ -13,8 +13,9 @@ from helpers.cli import invoke
 from helpers.histories import SPEC
 from helpers.histories import json_result as _json
 from helpers.histories import small_llama as _sd
-from helpers.models import commit_model, small_state_dict, touch_later, write_model
+from helpers.models import TINY, commit_model, llama_state_dict, small_state_dict, touch_later, write_model
 
+from mgit import Repository
 from mgit.errors import BadInputError
 
 # -- branches ---------------------------------------------------------------------------------
@@ -174,3 +175,56 @@ def test_annotated_tag_is_a_git_tag_object_peeled_as_a_revision(forked):
     if shutil.which("git"):  # readable by git itself
         shown = subprocess.run(["git", f"--git-dir={repo.git_dir}", "cat-file", "-p", "v1"], capture_output=True)
         assert shown.returncode == 0 and b"tag v1" in shown.stdout and b"first release" in shown.stdout
+
+
+# -- item 12: branch and tag names that clash with an existing ref ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "message"),
+    [
+        (
+            ["branch", "a"],
+            ["branch", "a/b"],
+            "cannot create refs/heads/a/b: it clashes with the existing ref refs/heads/a",
+        ),
+        (
+            ["branch", "a/b"],
+            ["branch", "a"],
+            "cannot create refs/heads/a: it clashes with the existing ref refs/heads/a/b",
+        ),
+        (
+            ["branch", "a"],
+            ["branch", "-f", "a/b"],
+            "cannot create refs/heads/a/b: it clashes with the existing ref refs/heads/a",
+        ),
+        (
+            ["branch", "a"],
+            ["branch", "-m", "a", "a/b"],
+            "cannot create refs/heads/a/b: it clashes with the existing ref refs/heads/a",
+        ),
+        (
+            ["branch", "x"],
+            ["branch", "-m", "x", "main/y"],
+            "cannot create refs/heads/main/y: it clashes with the existing ref refs/heads/main",
+        ),
+        (
+            ["branch", "a"],
+            ["checkout", "-b", "a/b"],
+            "cannot create refs/heads/a/b: it clashes with the existing ref refs/heads/a",
+        ),
+        (
+            ["tag", "v1"],
+            ["tag", "v1/rc"],
+            "cannot create refs/tags/v1/rc: it clashes with the existing ref refs/tags/v1",
+        ),
+    ],
+)
+def test_a_ref_name_clash_is_one_line(repo: Repository, setup: list[str], args: list[str], message: str) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    repo.close()
+    assert invoke(*setup, cwd=repo.root).returncode == 0
+    refs_before = sorted(p.relative_to(repo.git_dir).as_posix() for p in (repo.git_dir / "refs").rglob("*"))
+    proc = invoke(*args, cwd=repo.root)
+    assert proc.returncode == 2 and proc.stderr == f"error: {message}\n", proc.stderr
+    assert sorted(p.relative_to(repo.git_dir).as_posix() for p in (repo.git_dir / "refs").rglob("*")) == refs_before
