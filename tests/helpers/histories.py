@@ -96,3 +96,20 @@ def sharded_branches(repo: Repository) -> None:
     repo.checkout(create_branch="b")
     commit_model(repo, llama_state_dict(TINY, seed=2), "v2", shards=2)
     repo.checkout("main")
+
+
+def text_commit(repo: Repository, files: dict[str, str], message: str) -> str:
+    """Write text files (path → text), add them and commit; the commit's id."""
+    for rel, text in files.items():
+        (repo.root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo.root / rel).write_text(text)
+    repo.add(list(files))
+    return repo.commit(message)
+
+
+def pushed_text(repo: Repository, tmp_path: Path) -> tuple[Repository, str]:
+    """One text commit on main, pushed to a directory remote origin; (repo, that commit)."""
+    first = text_commit(repo, {"a.txt": "a\n"}, "a")
+    repo.remote_add("origin", str(tmp_path / "remote.mgit"))
+    repo.push()
+    return repo, first

@@ -9,6 +9,7 @@ import pytest
 from helpers.cli import invoke
 from helpers.histories import MODEL, forked_history
 from helpers.histories import changes as _changes
+from helpers.histories import text_commit as _text_commit
 from helpers.histories import tuned as _tuned
 from helpers.models import small_state_dict, tree_hashes
 
@@ -180,3 +181,73 @@ def test_mv_into_a_directory_and_its_refusals(two):
         assert tree_hashes(repo.root) == before
     invoke("mv", "-f", "docs/notes.txt", "other.txt", cwd=repo.root, check=True)
     assert (repo.root / "other.txt").read_text() == "b only\n" and "other.txt" in repo._index().entries
+
+
+@pytest.fixture
+def three(repo: Repository) -> tuple[Repository, list[str]]:
+    return repo, [_text_commit(repo, {"f.txt": f"{n}\n"}, f"c{n}") for n in range(3)]
+
+
+def test_switch_detach_without_a_revision_detaches_at_head(three):
+    repo, commits = three
+    proc = invoke("switch", "--detach", cwd=repo.root, check=True)
+    assert "HEAD is now detached at" in proc.stderr
+    assert repo.refs.current_branch() is None and repo.refs.head() == commits[-1]
+    repo.switch("main")
+    repo.switch(detach=True)
+    assert repo.refs.current_branch() is None and repo.refs.head() == commits[-1]
+
+
+# -- mv -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tracked(repo: Repository) -> Repository:
+    _text_commit(repo, {"d/f": "f\n", "d/g": "g\n", "a": "a\n"}, "files")
+    (repo.root / "out").mkdir()
+    return repo
+
+
+def test_mv_refuses_a_source_inside_another_and_moves_nothing(tracked):
+    repo = tracked
+    before, index = tree_hashes(repo.root), repo._index().entries.copy()
+    for args in (("d", "d/f", "out"), ("d/f", "d", "out")):
+        proc = invoke("mv", *args, cwd=repo.root)
+        assert proc.returncode == 2 and proc.stderr == "error: source 'd/f' is inside source 'd': name one of them\n"
+        assert tree_hashes(repo.root) == before and repo._index().entries == index
+
+
+def test_mv_records_the_moves_done_when_a_later_rename_fails(tracked, monkeypatch):
+    repo = tracked
+    real = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        if os.fspath(dst).endswith(os.path.join("out", "d")):
+            raise PermissionError(13, "Permission denied", os.fspath(dst))
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(PermissionError):
+        repo.mv(["a", "d"], "out")
+    monkeypatch.undo()
+    entries = repo._index().entries
+    assert "out/a" in entries and "a" not in entries and {"d/f", "d/g"} <= set(entries)
+    assert (repo.root / "out" / "a").is_file() and (repo.root / "d" / "f").is_file()
+    assert repo.status().unstaged == []  # the index says what the working tree holds
+
+
+def test_mv_never_follows_a_symbolic_link_out_of_the_working_tree(tracked, tmp_path):
+    repo = tracked
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (repo.root / "link").symlink_to(outside)
+    before, index = tree_hashes(repo.root), repo._index().entries.copy()
+    for args, message in [
+        (("a", "link"), "destination exists (use -f to overwrite a file), source=a, destination=link"),
+        (("a", "link/x"), "destination directory 'link' is a symbolic link, source=a, destination=link/x"),
+        (("d/f", "d/g", "link"), "destination 'link' is not a directory"),
+    ]:
+        proc = invoke("mv", *args, cwd=repo.root)
+        assert proc.returncode == 2 and proc.stderr == f"error: {message}\n"
+        assert list(outside.iterdir()) == [] and tree_hashes(repo.root) == before
+        assert repo._index().entries == index

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from helpers.cli import invoke
 from helpers.histories import json_result as _json
+from helpers.histories import pushed_text
 from helpers.histories import small_llama as _sd
+from helpers.histories import text_commit as _text_commit
 from helpers.models import commit_model
 
 from mgit import Repository
@@ -104,3 +107,43 @@ def test_push_delete_removes_the_remote_branch_and_its_tracking_branch(forked_pu
     default = invoke("push", "--delete", "origin", "main", cwd=repo.root)
     assert default.returncode == 2 and "the remote's default branch" in default.stderr
     assert "refs/heads/main" in repo._backend("origin").refs()
+
+
+# -- push ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def remote(repo: Repository, tmp_path: Path) -> tuple[Repository, str]:
+    return pushed_text(repo, tmp_path)
+
+
+def test_push_refuses_a_name_that_is_no_branch_or_tag(remote):
+    repo, first = remote
+    before = repo._backend("origin").refs()
+    for name in (first[:12], first, "main~0", "nosuch"):
+        proc = invoke("push", "origin", name, cwd=repo.root)
+        assert proc.returncode == 2 and f"{name!r} is not a local branch or tag: nothing was pushed" in proc.stderr
+        assert repo._backend("origin").refs() == before
+    second = _text_commit(repo, {"b.txt": "b\n"}, "b")
+    invoke("push", "origin", "HEAD", cwd=repo.root, check=True)  # HEAD: the current branch, as git's
+    after = repo._backend("origin").refs()
+    assert after["refs/heads/main"] == second and "refs/heads/HEAD" not in after
+
+
+def test_push_of_several_refs_says_which_were_pushed(remote):
+    repo, first = remote
+    repo.tag("v1")
+    repo.tag("v2")
+    repo.push(tags=True)
+    second = _text_commit(repo, {"b.txt": "b\n"}, "b")
+    for name in ("v1", "v2"):
+        repo.delete_tag(name)
+        repo.tag(name, second)
+    with pytest.raises(NonFastForwardError) as every:
+        repo.push(tags=True)
+    assert str(every.value).endswith("; nothing was pushed") and "other refs" not in str(every.value)
+    repo.tag("v3")
+    with pytest.raises(NonFastForwardError) as some:
+        repo.push(tags=True)
+    assert str(some.value).endswith("; pushed refs/tags/v3")
+    assert repo._backend("origin").refs()["refs/tags/v1"] == first
