@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers.histories import Two, forked_history, pushed_and_cloned, two_commits
-from helpers.models import llama_state_dict
+from helpers.histories import Two, forked_history, pushed_and_cloned, small_llama, two_commits
+from helpers.models import commit_model, llama_state_dict
 from hypothesis import settings
 
 from mgit import Repository
@@ -57,6 +57,15 @@ def forked_pushed(forked: tuple[Repository, str, str], tmp_path: Path) -> tuple[
     repo.remote_add("origin", url)
     repo.push()
     return repo, a, b, url
+
+
+@pytest.fixture
+def origin(repo: Repository, tmp_path: Path) -> tuple[Repository, str]:
+    """A repository with one commit on main and a directory remote ``origin`` (empty yet)."""
+    commit_model(repo, small_llama(0), "a")
+    url = str(tmp_path / "remote.mgit")
+    repo.remote_add("origin", url)
+    return repo, url
 
 
 @pytest.fixture

@@ -1,19 +1,15 @@
-"""More git habits: reflogs of remote-tracking branches (fetch, push, pull, clone), `branch -M`,
-`REF@{N}` reflog revisions, and `reset [REV] -- PATH...` (unstage)."""
+"""Reflogs as git keeps them: remote-tracking branches' (fetch, push, pull, clone), none for
+tags, `REF@{N}` positions as revisions, and a removed remote's forgotten."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import pytest
 import torch
 from helpers.cli import invoke
 from helpers.models import LlamaSpec, commit_model, llama_state_dict
-from helpers.run import run_mgit
 
 from mgit import Repository
-from mgit.errors import BadInputError, RevisionError
+from mgit.errors import RevisionError
 
 SPEC = LlamaSpec(layers=2, hidden=32, intermediate=64, vocab=64)
 
@@ -24,15 +20,6 @@ def _sd(seed: int) -> dict[str, torch.Tensor]:
 
 def _messages(repo: Repository, ref: str) -> list[str]:
     return [message for _, _, _, message in repo.reflog(ref)]
-
-
-@pytest.fixture
-def origin(repo: Repository, tmp_path: Path) -> tuple[Repository, str]:
-    """A repository with one commit on main and a directory remote ``origin`` (empty yet)."""
-    commit_model(repo, _sd(0), "a")
-    url = str(tmp_path / "remote.mgit")
-    repo.remote_add("origin", url)
-    return repo, url
 
 
 # -- 1. reflogs of remote-tracking branches ------------------------------------------------
@@ -75,33 +62,6 @@ def test_reflog_of_a_tag_says_tags_keep_none(origin):
     proc = invoke("reflog", "show", "v1", cwd=repo.root)
     assert proc.returncode == 0 and proc.stdout == ""
     assert proc.stderr.strip() == "refs/tags/v1 has no reflog: tags keep none (as in git); `mgit show v1` shows it"
-
-
-# -- 2. branch -M -------------------------------------------------------------------------
-
-
-def test_branch_force_rename_replaces_an_existing_branch(origin):
-    repo, _ = origin
-    a = repo.resolve("HEAD")
-    repo.create_branch("old")
-    b = commit_model(repo, _sd(1), "b")
-    repo.create_branch("new", b)
-    refused = invoke("branch", "-m", "old", "new", cwd=repo.root)
-    assert refused.returncode != 0 and refused.stderr.strip() == "error: branch 'new' already exists"
-    invoke("branch", "-M", "old", "new", cwd=repo.root, check=True)
-    assert repo.branches() == {"main": b, "new": a}
-    renamed = "Branch: renamed refs/heads/old to refs/heads/new"
-    assert _messages(repo, "new") == [renamed, f"branch: created from {a[:12]}"]  # old's history, not new's
-    current = invoke("branch", "-M", "new", "main", cwd=repo.root)
-    assert current.returncode != 0
-    assert current.stderr.strip() == (
-        "error: cannot force-rename onto the checked-out branch 'main'; switch to another branch first"
-    )
-    assert repo.branches() == {"main": b, "new": a}
-    invoke("branch", "-M", "main", "trunk", cwd=repo.root, check=True)  # the current one: HEAD follows
-    assert repo.refs.current_branch() == "trunk" and repo.branches() == {"trunk": b, "new": a}
-    invoke("branch", "-M", "trunk", cwd=repo.root, check=True)  # itself: nothing to do
-    assert repo.branches() == {"trunk": b, "new": a}
 
 
 # -- 3. REF@{N}: reflog positions as revisions ----------------------------------------------
@@ -149,92 +109,6 @@ def test_reflog_positions_in_the_cli_and_their_errors(origin):
         proc = invoke("show", rev, cwd=repo.root)
         assert proc.returncode != 0 and proc.stdout == ""
         assert proc.stderr.strip() == f"error: {message}", rev
-
-
-# -- 4. reset [REV] -- PATH...: unstage -----------------------------------------------------
-
-
-def _status(repo: Repository) -> tuple[dict[str, str], dict[str, str], list[str]]:
-    s = repo.status()
-    return {f.path: f.change for f in s.staged}, {f.path: f.change for f in s.unstaged}, s.untracked
-
-
-def test_reset_paths_unstages_and_leaves_files_and_head(origin):
-    repo, _ = origin
-    head = repo.resolve("HEAD")
-    config = repo.root / "model" / "config.json"
-    config.write_text('{"model_type": "llama", "hidden_size": 128}')
-    (repo.root / "notes.txt").write_text("new\n")
-    (repo.root / "keep.txt").write_text("stays staged\n")
-    repo.add(["model/config.json", "notes.txt", "keep.txt"])
-    weights = (repo.root / "model" / "model.safetensors").read_bytes()
-    proc = invoke("reset", "--", "model/config.json", "notes.txt", cwd=repo.root, check=True)
-    assert proc.stdout == "Unstaged changes after reset:\nM\tmodel/config.json\n"
-    assert repo.resolve("HEAD") == head and repo.refs.current_branch() == "main"
-    assert _status(repo) == ({"keep.txt": "added"}, {"model/config.json": "modified"}, ["notes.txt"])
-    assert config.read_text() == '{"model_type": "llama", "hidden_size": 128}'  # working files untouched
-    assert (repo.root / "notes.txt").read_text() == "new\n"
-    assert (repo.root / "model" / "model.safetensors").read_bytes() == weights
-    assert repo.reflog("main")[0][3] != "reset: moving to HEAD"  # HEAD did not move: no reflog entry
-
-
-def test_reset_rev_paths_stages_that_revisions_entries(origin):
-    repo, _ = origin
-    a = repo.resolve("HEAD")
-    a_snap = repo.snapshot(a)
-    b = commit_model(repo, _sd(1), "b")
-    b_weights = (repo.root / "model" / "model.safetensors").read_bytes()
-    res = repo.reset(a, paths=[repo.root / "model"])  # a directory: every path below it
-    assert res.paths == ["model"] and res.commit == b and repo.resolve("HEAD") == b
-    assert res.unstaged == ["model/model.safetensors"]  # config.json: the same in a and b
-    staged, unstaged, _ = _status(repo)
-    assert staged == {"model/model.safetensors": "modified"} and unstaged == {"model/model.safetensors": "modified"}
-    assert repo._index().entries["model/model.safetensors"].entry == a_snap["model/model.safetensors"]
-    assert (repo.root / "model" / "model.safetensors").read_bytes() == b_weights
-    refused = invoke("reset", "--", "model", cwd=repo.root)  # a's weights: in the index only, as staged here
-    assert refused.returncode != 0 and refused.stderr.strip() == (
-        "error: reset would drop staged changes in model/model.safetensors that no commit or working file holds; "
-        "commit them, or `mgit add` the working file over them first"
-    )
-    doc = json.loads(invoke("reset", "--json", "HEAD", "--", "model/config.json", cwd=repo.root, check=True).stdout)
-    assert doc["schema"] == "mgit.reset/1" and doc["paths"] == ["model/config.json"] and doc["unstaged"] == []
-    assert doc["commit"] == doc["old"] == b
-    repo.add(["model"])
-    invoke("reset", "--", "model", cwd=repo.root, check=True)
-    assert _status(repo)[:2] == ({}, {})
-
-
-def test_reset_paths_on_an_unborn_branch_unstages_the_first_files(repo):
-    (repo.root / "notes.txt").write_text("oops\n")
-    (repo.root / "keep.txt").write_text("keep\n")
-    repo.add(["notes.txt", "keep.txt"])
-    invoke("reset", "--", "notes.txt", cwd=repo.root, check=True)
-    assert _status(repo) == ({"keep.txt": "added"}, {}, ["notes.txt"])
-
-
-def test_reset_paths_refuses_modes_and_unmatched_paths(origin):
-    repo, _ = origin
-    (repo.root / "notes.txt").write_text("new\n")
-    repo.add(["notes.txt"])
-    for args, message in [
-        (("--hard",), "reset --hard does not take paths; restore files with `mgit checkout REV -- PATH`"),
-        (("--soft",), "reset --soft does not take paths; `mgit reset -- PATH` unstages them"),
-        ((), "pathspec 'nope.txt' did not match any file in the index or in HEAD"),
-    ]:
-        proc = invoke("reset", *args, "--", "notes.txt", "nope.txt", cwd=repo.root)
-        assert proc.returncode != 0 and proc.stderr.strip() == f"error: {message}", args
-        assert _status(repo)[0] == {"notes.txt": "added"}  # nothing was changed
-
-
-def test_reset_with_no_path_after_dashdash_is_a_whole_reset(origin):
-    repo, _ = origin
-    (repo.root / "notes.txt").write_text("new\n")
-    repo.add(["notes.txt"])
-    run_mgit("reset", "--", cwd=repo.root, check=True)  # as git: `reset --` alone resets the whole index
-    assert _status(repo) == ({}, {}, ["notes.txt"])
-    with pytest.raises(BadInputError) as empty:
-        repo.reset("HEAD", paths=[])
-    assert str(empty.value) == "reset was given an empty list of paths; pass paths=None for a whole reset"
 
 
 def test_removing_a_remote_forgets_its_tracking_reflogs(origin, tmp_path):

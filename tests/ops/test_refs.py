@@ -228,3 +228,34 @@ def test_a_ref_name_clash_is_one_line(repo: Repository, setup: list[str], args: 
     proc = invoke(*args, cwd=repo.root)
     assert proc.returncode == 2 and proc.stderr == f"error: {message}\n", proc.stderr
     assert sorted(p.relative_to(repo.git_dir).as_posix() for p in (repo.git_dir / "refs").rglob("*")) == refs_before
+
+
+def _messages(repo: Repository, ref: str) -> list[str]:
+    return [message for _, _, _, message in repo.reflog(ref)]
+
+
+# -- 2. branch -M -------------------------------------------------------------------------
+
+
+def test_branch_force_rename_replaces_an_existing_branch(origin):
+    repo, _ = origin
+    a = repo.resolve("HEAD")
+    repo.create_branch("old")
+    b = commit_model(repo, _sd(1), "b")
+    repo.create_branch("new", b)
+    refused = invoke("branch", "-m", "old", "new", cwd=repo.root)
+    assert refused.returncode != 0 and refused.stderr.strip() == "error: branch 'new' already exists"
+    invoke("branch", "-M", "old", "new", cwd=repo.root, check=True)
+    assert repo.branches() == {"main": b, "new": a}
+    renamed = "Branch: renamed refs/heads/old to refs/heads/new"
+    assert _messages(repo, "new") == [renamed, f"branch: created from {a[:12]}"]  # old's history, not new's
+    current = invoke("branch", "-M", "new", "main", cwd=repo.root)
+    assert current.returncode != 0
+    assert current.stderr.strip() == (
+        "error: cannot force-rename onto the checked-out branch 'main'; switch to another branch first"
+    )
+    assert repo.branches() == {"main": b, "new": a}
+    invoke("branch", "-M", "main", "trunk", cwd=repo.root, check=True)  # the current one: HEAD follows
+    assert repo.refs.current_branch() == "trunk" and repo.branches() == {"trunk": b, "new": a}
+    invoke("branch", "-M", "trunk", cwd=repo.root, check=True)  # itself: nothing to do
+    assert repo.branches() == {"trunk": b, "new": a}

@@ -4,6 +4,8 @@ HEAD, keeping a sparse checkout sparse, never dropping staged tensors no commit 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from helpers.cli import invoke
@@ -15,7 +17,9 @@ from helpers.models import (
     tree_hashes,
     write_model,
 )
+from helpers.run import run_mgit
 
+from mgit import Repository
 from mgit.errors import BadInputError, DirtyWorktreeError
 
 # -- reset ------------------------------------------------------------------------------------
@@ -166,3 +170,89 @@ def test_reset_hard_head_1_undoes_a_merge(repo):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"HEAD is now at {base_commit[:12]} base")
     assert repo.refs.head() == base_commit and tree_hashes(repo.root) == before and repo.status().clean
+
+
+# -- 4. reset [REV] -- PATH...: unstage -----------------------------------------------------
+
+
+def _status(repo: Repository) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    s = repo.status()
+    return {f.path: f.change for f in s.staged}, {f.path: f.change for f in s.unstaged}, s.untracked
+
+
+def test_reset_paths_unstages_and_leaves_files_and_head(origin):
+    repo, _ = origin
+    head = repo.resolve("HEAD")
+    config = repo.root / "model" / "config.json"
+    config.write_text('{"model_type": "llama", "hidden_size": 128}')
+    (repo.root / "notes.txt").write_text("new\n")
+    (repo.root / "keep.txt").write_text("stays staged\n")
+    repo.add(["model/config.json", "notes.txt", "keep.txt"])
+    weights = (repo.root / "model" / "model.safetensors").read_bytes()
+    proc = invoke("reset", "--", "model/config.json", "notes.txt", cwd=repo.root, check=True)
+    assert proc.stdout == "Unstaged changes after reset:\nM\tmodel/config.json\n"
+    assert repo.resolve("HEAD") == head and repo.refs.current_branch() == "main"
+    assert _status(repo) == ({"keep.txt": "added"}, {"model/config.json": "modified"}, ["notes.txt"])
+    assert config.read_text() == '{"model_type": "llama", "hidden_size": 128}'  # working files untouched
+    assert (repo.root / "notes.txt").read_text() == "new\n"
+    assert (repo.root / "model" / "model.safetensors").read_bytes() == weights
+    assert repo.reflog("main")[0][3] != "reset: moving to HEAD"  # HEAD did not move: no reflog entry
+
+
+def test_reset_rev_paths_stages_that_revisions_entries(origin):
+    repo, _ = origin
+    a = repo.resolve("HEAD")
+    a_snap = repo.snapshot(a)
+    b = commit_model(repo, _sd(1), "b")
+    b_weights = (repo.root / "model" / "model.safetensors").read_bytes()
+    res = repo.reset(a, paths=[repo.root / "model"])  # a directory: every path below it
+    assert res.paths == ["model"] and res.commit == b and repo.resolve("HEAD") == b
+    assert res.unstaged == ["model/model.safetensors"]  # config.json: the same in a and b
+    staged, unstaged, _ = _status(repo)
+    assert staged == {"model/model.safetensors": "modified"} and unstaged == {"model/model.safetensors": "modified"}
+    assert repo._index().entries["model/model.safetensors"].entry == a_snap["model/model.safetensors"]
+    assert (repo.root / "model" / "model.safetensors").read_bytes() == b_weights
+    refused = invoke("reset", "--", "model", cwd=repo.root)  # a's weights: in the index only, as staged here
+    assert refused.returncode != 0 and refused.stderr.strip() == (
+        "error: reset would drop staged changes in model/model.safetensors that no commit or working file holds; "
+        "commit them, or `mgit add` the working file over them first"
+    )
+    doc = json.loads(invoke("reset", "--json", "HEAD", "--", "model/config.json", cwd=repo.root, check=True).stdout)
+    assert doc["schema"] == "mgit.reset/1" and doc["paths"] == ["model/config.json"] and doc["unstaged"] == []
+    assert doc["commit"] == doc["old"] == b
+    repo.add(["model"])
+    invoke("reset", "--", "model", cwd=repo.root, check=True)
+    assert _status(repo)[:2] == ({}, {})
+
+
+def test_reset_paths_on_an_unborn_branch_unstages_the_first_files(repo):
+    (repo.root / "notes.txt").write_text("oops\n")
+    (repo.root / "keep.txt").write_text("keep\n")
+    repo.add(["notes.txt", "keep.txt"])
+    invoke("reset", "--", "notes.txt", cwd=repo.root, check=True)
+    assert _status(repo) == ({"keep.txt": "added"}, {}, ["notes.txt"])
+
+
+def test_reset_paths_refuses_modes_and_unmatched_paths(origin):
+    repo, _ = origin
+    (repo.root / "notes.txt").write_text("new\n")
+    repo.add(["notes.txt"])
+    for args, message in [
+        (("--hard",), "reset --hard does not take paths; restore files with `mgit checkout REV -- PATH`"),
+        (("--soft",), "reset --soft does not take paths; `mgit reset -- PATH` unstages them"),
+        ((), "pathspec 'nope.txt' did not match any file in the index or in HEAD"),
+    ]:
+        proc = invoke("reset", *args, "--", "notes.txt", "nope.txt", cwd=repo.root)
+        assert proc.returncode != 0 and proc.stderr.strip() == f"error: {message}", args
+        assert _status(repo)[0] == {"notes.txt": "added"}  # nothing was changed
+
+
+def test_reset_with_no_path_after_dashdash_is_a_whole_reset(origin):
+    repo, _ = origin
+    (repo.root / "notes.txt").write_text("new\n")
+    repo.add(["notes.txt"])
+    run_mgit("reset", "--", cwd=repo.root, check=True)  # as git: `reset --` alone resets the whole index
+    assert _status(repo) == ({}, {}, ["notes.txt"])
+    with pytest.raises(BadInputError) as empty:
+        repo.reset("HEAD", paths=[])
+    assert str(empty.value) == "reset was given an empty list of paths; pass paths=None for a whole reset"
