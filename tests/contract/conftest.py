@@ -26,7 +26,7 @@ from mgit.remote.working import WorkingRepositoryBackend
 from mgit.store.chunkstore import ChunkStore
 from mgit.store.pack import PackWriter
 
-KINDS = ["memory", "directory", "working", "http", "s3"]
+KINDS = ["memory", "directory", "working", "http", pytest.param("s3", marks=pytest.mark.slow)]  # moto: seconds a test
 
 
 @pytest.fixture(scope="module")

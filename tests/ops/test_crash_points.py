@@ -33,6 +33,7 @@ def _driver():
 crash_points = _driver()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", crash_points.FAST)
 def test_every_crash_point_needs_no_repair(name: str, tmp_path: Path) -> None:
     scenario = next(s for s in crash_points.SCENARIOS if s.name == name)
@@ -46,6 +47,7 @@ def _model_files(root: Path) -> dict[str, str]:
     return {p.name: crash_points._hash(p) for p in sorted((root / "model").glob("*.safetensors"))}
 
 
+@pytest.mark.slow
 def test_a_killed_checkout_never_shows_a_file_mixing_two_revisions(tmp_path: Path) -> None:
     """Killed at each of its crash points, a branch switch that changes a tenth of each model
     file leaves every working file as it was, as it will be, or (between deleting the old and
@@ -129,6 +131,7 @@ def test_a_kill_while_preparing_leaves_no_temporary_once_the_next_command_ran(na
 # -- item 10: the console script honours MGIT_CRASH_AT -----------------------------------------
 
 
+@pytest.mark.slow
 def test_the_console_entry_point_installs_crash_points(repo: Repository) -> None:
     _two_branches(repo)
     repo.close()

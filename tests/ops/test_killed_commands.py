@@ -66,6 +66,7 @@ def _state(root: Path) -> tuple:
     return fp["branch"], fp["tips"], fp["index"], fp["work"]
 
 
+@pytest.mark.slow
 def test_killed_reset_hard_is_finished_by_the_next_command(tmp_path: Path) -> None:
     """Killed at any crash point, ``reset --hard`` is all or nothing once the next command
     (status) has run: the old state, or the reset's result with a clean status."""
@@ -120,6 +121,7 @@ def test_gc_removes_a_killed_repairs_temporary_objects_after_the_grace_period(tm
     assert not young.exists()
 
 
+@pytest.mark.slow
 def test_fsck_reports_temporary_objects_as_leftovers_not_damage(tmp_path: Path) -> None:
     cp = _driver()
     root = tmp_path / "r"
@@ -169,6 +171,7 @@ def test_status_and_diff_in_a_sparse_checkout_write_no_git_object(tmp_path: Path
     read_everything()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "limit"), [("push (serve)", None), ("push (serve killed)", 4)])
 def test_push_to_mgit_serve_killed_needs_no_repair(name: str, limit: int | None, tmp_path: Path) -> None:
     """The harness's push to a separate `mgit serve` process: the client killed at each of

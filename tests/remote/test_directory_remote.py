@@ -197,6 +197,7 @@ def test_errors_are_one_clear_line(pushed, tmp_path):
     assert chunk_key("a" * 64) == "chunks/" + "a" * 64
 
 
+@pytest.mark.slow
 def test_cli_remote_push_clone_pull(pushed):
     repo, base, _, tmp = pushed
     run_mgit("remote", "add", "mirror", str(tmp / "mirror"), cwd=repo.root, check=True)
