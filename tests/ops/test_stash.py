@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.cli import invoke
-from helpers.histories import MODEL, forked_history
+from helpers.histories import MODEL
 from helpers.histories import changes as _changes
 from helpers.histories import tuned as _tuned
 from helpers.models import commit_model, touch_later, tree_hashes, write_model
@@ -122,16 +122,11 @@ def test_a_conflicting_stash_apply_advises_a_branch_not_a_merge_of_the_stash(sta
     assert len(stashed.stash_list()) == 3
 
 
-@pytest.fixture
-def two(repo: Repository) -> tuple[Repository, str, str]:
-    return forked_history(repo)
-
-
 # -- stash --------------------------------------------------------------------------------------
 
 
-def test_stash_sets_changes_aside_and_pop_restores_them_byte_for_byte(two):
-    repo, _, b = two
+def test_stash_sets_changes_aside_and_pop_restores_them_byte_for_byte(forked):
+    repo, _, b = forked
     committed = tree_hashes(repo.root)
     _tuned(repo, seed=5)
     (repo.root / "new.txt").write_text("a new file\n")
@@ -153,8 +148,8 @@ def test_stash_sets_changes_aside_and_pop_restores_them_byte_for_byte(two):
     assert repo.stash_list() == [] and not (repo.git_dir / "refs" / "stash").exists()
 
 
-def test_stash_index_restores_the_index_exactly_and_entries_stack(two):
-    repo, _, _ = two
+def test_stash_index_restores_the_index_exactly_and_entries_stack(forked):
+    repo, _, _ = forked
     (repo.root / "notes.txt").write_text("staged\n")
     repo.add(["notes.txt"])
     (repo.root / "notes.txt").write_text("then edited\n")
@@ -174,11 +169,11 @@ def test_stash_index_restores_the_index_exactly_and_entries_stack(two):
     assert repo.stash_list() == []
 
 
-def test_stash_pop_onto_a_moved_head(two):
+def test_stash_pop_onto_a_moved_head(forked):
     """HEAD moved elsewhere: restoring the stash's paths is exact. HEAD changed a path the stash
     changed: the stash is merged onto HEAD three-way (other lines, other tensors), as git's
     stash apply merges; the same lines both ways are a conflict that changes nothing."""
-    repo, _, _ = two
+    repo, _, _ = forked
     (repo.root / "notes.txt").write_text("stashed edit\n")
     repo.stash()
     (repo.root / "model" / "config.json").write_text('{"elsewhere": 1}\n')
@@ -215,8 +210,8 @@ def test_stash_pop_onto_a_moved_head(two):
     assert proc.returncode == 1 and "apply without --index" in proc.stderr
 
 
-def test_stash_of_one_tensor_merges_onto_a_head_that_changed_another(two):
-    repo, _, _ = two
+def test_stash_of_one_tensor_merges_onto_a_head_that_changed_another(forked):
+    repo, _, _ = forked
     sd = _sd(0)
     stashed = dict(sd, **{"lm_head.weight": sd["lm_head.weight"] + 1})
     write_model(repo.root / "model", stashed)

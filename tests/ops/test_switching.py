@@ -7,7 +7,7 @@ import os
 
 import pytest
 from helpers.cli import invoke
-from helpers.histories import MODEL, forked_history
+from helpers.histories import MODEL
 from helpers.histories import changes as _changes
 from helpers.histories import text_commit as _text_commit
 from helpers.histories import tuned as _tuned
@@ -19,16 +19,11 @@ from mgit.errors import BadInputError
 _sd = small_state_dict
 
 
-@pytest.fixture
-def two(repo: Repository) -> tuple[Repository, str, str]:
-    return forked_history(repo)
-
-
 # -- switch -------------------------------------------------------------------------------------
 
 
-def test_switch_to_a_branch_a_new_branch_and_detached(two):
-    repo, a, b = two
+def test_switch_to_a_branch_a_new_branch_and_detached(forked):
+    repo, a, b = forked
     b_files = tree_hashes(repo.root)
     invoke("switch", "side", cwd=repo.root, check=True)
     assert repo.refs.current_branch() == "side" and "notes.txt" not in tree_hashes(repo.root)
@@ -44,8 +39,8 @@ def test_switch_to_a_branch_a_new_branch_and_detached(two):
     assert repo.branches()["exp2"] == a and repo.refs.current_branch() == "exp2"
 
 
-def test_switch_refuses_a_revision_that_is_no_branch_and_changes_nothing(two):
-    repo, a, _ = two
+def test_switch_refuses_a_revision_that_is_no_branch_and_changes_nothing(forked):
+    repo, a, _ = forked
     before = tree_hashes(repo.root)
     for rev, message in [
         (
@@ -60,8 +55,8 @@ def test_switch_refuses_a_revision_that_is_no_branch_and_changes_nothing(two):
     assert repo.refs.current_branch() == "main" and tree_hashes(repo.root) == before
 
 
-def test_switch_refuses_local_changes_in_the_way_unless_forced(two):
-    repo, a, _ = two
+def test_switch_refuses_local_changes_in_the_way_unless_forced(forked):
+    repo, a, _ = forked
     (repo.root / "notes.txt").write_text("local edit\n")
     proc = invoke("switch", "side", cwd=repo.root)
     assert proc.returncode == 4 and "notes.txt" in proc.stderr
@@ -70,8 +65,8 @@ def test_switch_refuses_local_changes_in_the_way_unless_forced(two):
     assert repo.refs.head() == a and not (repo.root / "notes.txt").exists()
 
 
-def test_switch_makes_the_local_branch_of_a_remotes_branch(two, tmp_path):
-    repo, _, b = two
+def test_switch_makes_the_local_branch_of_a_remotes_branch(forked, tmp_path):
+    repo, _, b = forked
     repo.remote_add("origin", str(tmp_path / "remote.mgit"))
     repo.push()
     with Repository.clone(str(tmp_path / "remote.mgit"), tmp_path / "clone") as clone:
@@ -87,8 +82,8 @@ def test_switch_makes_the_local_branch_of_a_remotes_branch(two, tmp_path):
 # -- restore ------------------------------------------------------------------------------------
 
 
-def test_restore_brings_a_working_file_back_from_the_index(two):
-    repo, _, _ = two
+def test_restore_brings_a_working_file_back_from_the_index(forked):
+    repo, _, _ = forked
     committed = tree_hashes(repo.root)
     _tuned(repo, seed=5)
     (repo.root / "notes.txt").write_text("staged edit\n")
@@ -101,8 +96,8 @@ def test_restore_brings_a_working_file_back_from_the_index(two):
     assert _changes(repo) == ({"notes.txt": "modified"}, {})  # the staged change stays staged
 
 
-def test_restore_source_writes_a_revisions_file_and_leaves_the_index(two):
-    repo, a, _ = two
+def test_restore_source_writes_a_revisions_file_and_leaves_the_index(forked):
+    repo, a, _ = forked
     a_model = tree_hashes(repo.root)  # b's files
     res = repo.restore([MODEL], source="side")
     assert res.written == [MODEL] and res.source == a
@@ -113,8 +108,8 @@ def test_restore_source_writes_a_revisions_file_and_leaves_the_index(two):
     assert _changes(repo) == ({}, {MODEL: "modified", "notes.txt": "deleted"})
 
 
-def test_restore_staged_unstages_and_staged_worktree_resets_both(two):
-    repo, _, _ = two
+def test_restore_staged_unstages_and_staged_worktree_resets_both(forked):
+    repo, _, _ = forked
     committed = tree_hashes(repo.root)
     _tuned(repo, seed=5)
     repo.add(["model"])
@@ -127,8 +122,8 @@ def test_restore_staged_unstages_and_staged_worktree_resets_both(two):
     assert tree_hashes(repo.root) == committed and repo.status().clean
 
 
-def test_restore_refuses_a_path_neither_side_has(two):
-    repo, _, _ = two
+def test_restore_refuses_a_path_neither_side_has(forked):
+    repo, _, _ = forked
     proc = invoke("restore", "nothing.txt", cwd=repo.root)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: pathspec 'nothing.txt' did not match any file in the index"
@@ -139,8 +134,8 @@ def test_restore_refuses_a_path_neither_side_has(two):
 # -- mv -----------------------------------------------------------------------------------------
 
 
-def test_mv_renames_a_file_and_a_directory_in_tree_and_index(two):
-    repo, _, _ = two
+def test_mv_renames_a_file_and_a_directory_in_tree_and_index(forked):
+    repo, _, _ = forked
     st = os.stat(repo.root / MODEL)  # the fixture dated it ahead; back in the past, the stat cache vouches for it
     os.utime(repo.root / MODEL, ns=(st.st_atime_ns, st.st_mtime_ns - 10_000_000_000))
     repo.add(["model"])
@@ -161,8 +156,8 @@ def test_mv_renames_a_file_and_a_directory_in_tree_and_index(two):
     assert _changes(repo) == ({}, {})
 
 
-def test_mv_into_a_directory_and_its_refusals(two):
-    repo, _, _ = two
+def test_mv_into_a_directory_and_its_refusals(forked):
+    repo, _, _ = forked
     (repo.root / "docs").mkdir()
     (repo.root / "other.txt").write_text("untracked\n")
     assert repo.mv(["notes.txt"], "docs") == [("notes.txt", "docs/notes.txt")]
