@@ -131,7 +131,6 @@ def test_a_kill_while_preparing_leaves_no_temporary_once_the_next_command_ran(na
 # -- item 10: the console script honours MGIT_CRASH_AT -----------------------------------------
 
 
-@pytest.mark.slow
 def test_the_console_entry_point_installs_crash_points(repo: Repository) -> None:
     _two_branches(repo)
     repo.close()

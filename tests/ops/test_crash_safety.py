@@ -48,7 +48,6 @@ def _pid_of_a_killed_holder(repo: Repository) -> None:
 # -- item 2 / 17: interrupted and killed checkouts and merges ---------------------------------
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("point", ["rename:1", "rename:3", "rename:5"])
 def test_ctrl_c_during_checkout_exits_130_and_the_rerun_finishes_it(repo: Repository, point: str) -> None:
     v1, v2 = _two_branches(repo)
@@ -67,7 +66,6 @@ def test_ctrl_c_during_checkout_exits_130_and_the_rerun_finishes_it(repo: Reposi
     assert not journal.exists(repo.git_dir)
 
 
-@pytest.mark.slow
 def test_ctrl_c_exits_130_for_other_commands_too(repo: Repository) -> None:
     commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
     write_model(repo.root / "model", llama_state_dict(TINY, seed=2))
@@ -77,7 +75,6 @@ def test_ctrl_c_exits_130_for_other_commands_too(repo: Repository) -> None:
     assert run_mgit("add", "model", cwd=repo.root).returncode == 0
 
 
-@pytest.mark.slow
 def test_killed_checkout_is_finished_by_any_next_command(repo: Repository) -> None:
     """SIGKILL after the first shard was renamed into place: status (any command taking the
     lock) finishes the checkout, saying so; nothing needs --force."""

@@ -121,7 +121,6 @@ def test_gc_removes_a_killed_repairs_temporary_objects_after_the_grace_period(tm
     assert not young.exists()
 
 
-@pytest.mark.slow
 def test_fsck_reports_temporary_objects_as_leftovers_not_damage(tmp_path: Path) -> None:
     cp = _driver()
     root = tmp_path / "r"

@@ -176,7 +176,6 @@ Repository(sys.argv[1]).add(["model"])
 """
 
 
-@pytest.mark.slow
 def test_gc_after_a_crash_frees_orphans_and_keeps_every_commit(base_repo):
     repo, sd = base_repo
     repo.checkout(create_branch="sft")
@@ -365,7 +364,6 @@ def test_format_1_loose_chunks_are_read_and_packed_by_gc(base_repo):
     assert tree_hashes(repo.root) == files
 
 
-@pytest.mark.slow
 def test_a_format_2_repository_is_read_and_its_next_add_stores_difference_deltas(base_repo, monkeypatch):
     """Format 2 knew only XOR deltas. This mgit reads such a repository as it is; the first add
     upgrades it to the current format (older mgit would refuse the difference deltas it then
@@ -466,7 +464,6 @@ def test_expired_reflogs_let_gc_reclaim_a_deleted_branch(base_repo):
     assert "reflog entr" in expired.stderr
 
 
-@pytest.mark.slow
 def test_fsck_repair_rebuilds_a_damaged_pack_index(base_repo):
     repo, sd = base_repo
     files = tree_hashes(repo.root)

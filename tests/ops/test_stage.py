@@ -168,7 +168,6 @@ def test_an_executable_bit_change_shows_in_status_and_diff(repo):
 # -- 22: FIFOs and other special files --------------------------------------------------------
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
 def test_adding_a_fifo_is_refused_by_name_without_blocking(repo, tmp_path):
     (repo.root / "d").mkdir()
@@ -326,7 +325,6 @@ def _nan_model(shift: float) -> dict:
     return sd
 
 
-@pytest.mark.slow
 def test_adding_nan_and_inf_data_prints_no_numpy_warning(repo):
     for step, shift in enumerate((0.0, 1.0)):  # the second add computes deltas against the first
         write_model(repo.root / "model", _nan_model(shift))
