@@ -1,7 +1,6 @@
-"""Small histories that tests in several directories start from (tests/ops, tests/cli; the
-fixtures ``two`` and ``cloned`` in tests/conftest.py): two commits on main, and that repository
-pushed to a directory remote and cloned; a branch forked from main (``forked``, pushed:
-``forked_pushed``)."""
+"""Small histories that tests in several files start from (behind the fixtures ``two``,
+``cloned``, ``forked``, ``forked_pushed`` and ``origin`` of tests/conftest.py, or called
+directly): commits of a small model or of text files, a forked branch, a pushed remote, a clone."""
 
 from __future__ import annotations
 
