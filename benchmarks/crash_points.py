@@ -340,7 +340,7 @@ SCENARIOS = [
     Scenario("fsck --repair", setup_repair, ["fsck", "--repair"]),
     Scenario("fsck --repair (object)", setup_repair_object, ["fsck", "--repair"]),
 ]
-# the subset tests/test_crash_points.py runs
+# the subset tests/ops/test_crash_points.py runs
 FAST = ("add", "commit", "checkout", "checkout (detached)", "reset --hard", "merge (three-way)", "stash apply")
 
 

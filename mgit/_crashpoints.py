@@ -1,4 +1,4 @@
-"""Crash injection for the crash tests (tests/test_crash_points.py, benchmarks/crash_points.py).
+"""Crash injection for the crash tests (tests/ops/test_crash_points.py, benchmarks/crash_points.py).
 
 ``MGIT_CRASH_AT=<kind>:<n>`` makes the process SIGKILL itself just before its n-th crash point of
 ``kind`` (``rename``, ``fsync``, ``unlock``, ``write``, ``prepare`` or ``any``);

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers.models import llama_state_dict
+from helpers.histories import Two, forked_history, pushed_and_cloned, small_llama, two_commits
+from helpers.models import commit_model, llama_state_dict
 from hypothesis import settings
 
 from mgit import Repository
@@ -27,6 +28,44 @@ def repo(tmp_path: Path) -> Repository:
 @pytest.fixture
 def llama() -> dict:
     return llama_state_dict()
+
+
+@pytest.fixture
+def two(repo: Repository) -> Two:
+    """Commits a and b on main (helpers.histories.two_commits)."""
+    return two_commits(repo)
+
+
+@pytest.fixture
+def cloned(two: Two, tmp_path: Path):
+    """``two`` pushed to a directory remote, and a clone of it."""
+    with pushed_and_cloned(two, tmp_path) as made:
+        yield made
+
+
+@pytest.fixture
+def forked(repo: Repository) -> tuple[Repository, str, str]:
+    """main at b on a, branch side at a (helpers.histories.forked_history)."""
+    return forked_history(repo)
+
+
+@pytest.fixture
+def forked_pushed(forked: tuple[Repository, str, str], tmp_path: Path) -> tuple[Repository, str, str, str]:
+    """``forked``'s main pushed to a directory remote origin; its URL last."""
+    repo, a, b = forked
+    url = str(tmp_path / "remote.mgit")
+    repo.remote_add("origin", url)
+    repo.push()
+    return repo, a, b, url
+
+
+@pytest.fixture
+def origin(repo: Repository, tmp_path: Path) -> tuple[Repository, str]:
+    """A repository with one commit on main and a directory remote ``origin`` (empty yet)."""
+    commit_model(repo, small_llama(0), "a")
+    url = str(tmp_path / "remote.mgit")
+    repo.remote_add("origin", url)
+    return repo, url
 
 
 @pytest.fixture

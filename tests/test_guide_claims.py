@@ -141,22 +141,23 @@ def test_add_refuses_an_ignored_file_named_but_stages_a_tracked_one(repo):
 
 # Claims checked by other tests:
 # - "a deleted branch keeps its reflog until `reflog expire`" (and its commits through gc):
-#   tests/test_deleted_branches.py
-# - `branch -d` refuses a branch neither HEAD nor its upstream has: tests/test_git_habits.py::
+#   tests/ops/test_deleted_branches.py
+# - `branch -d` refuses a branch neither HEAD nor its upstream has: tests/ops/test_refs.py::
 #   test_branch_delete_refuses_an_unmerged_branch, test_branch_delete_accepts_a_branch_merged_into_its_upstream
-# - `reset` without --hard never drops staged tensors: tests/test_git_habits.py::
+# - `reset` without --hard never drops staged tensors: tests/ops/test_reset.py::
 #   test_reset_mixed_refuses_to_drop_staged_tensors_no_commit_holds
-# - `reset -- PATH` moves neither HEAD nor the branch nor a working file: tests/test_git_habits2.py::
+# - `reset -- PATH` moves neither HEAD nor the branch nor a working file: tests/ops/test_reset.py::
 #   test_reset_paths_unstages_and_leaves_files_and_head
 # - gc keeps what a reflog reaches, and nothing younger than the grace period is touched:
-#   tests/test_storage.py::test_gc_keeps_what_only_a_reflog_reaches,
+#   tests/ops/test_maintain.py::test_gc_keeps_what_only_a_reflog_reaches,
 #   test_gc_after_a_crash_frees_orphans_and_keeps_every_commit
-# - an interrupted gc loses nothing: tests/test_storage.py::test_gc_interrupted_after_writing_the_new_pack_loses_nothing
+# - an interrupted gc loses nothing: tests/ops/test_maintain.py::
+#   test_gc_interrupted_after_writing_the_new_pack_loses_nothing
 # - gc refuses while a ref is damaged: tests/maintenance/test_fsck_damage.py::test_gc_refuses_while_a_ref_is_damaged
-# - switching refuses uncommitted changes, --force discards them: tests/test_repo.py::
+# - switching refuses uncommitted changes, --force discards them: tests/ops/test_round_trips.py::
 #   test_checkout_refuses_to_overwrite_uncommitted_changes
-# - tags keep no reflog: tests/test_git_habits2.py::test_reflog_of_a_tag_says_tags_keep_none
-# - commit_state_dict refuses to overwrite uncommitted changes: tests/test_stage_defects.py::
+# - tags keep no reflog: tests/ops/test_reflogs.py::test_reflog_of_a_tag_says_tags_keep_none
+# - commit_state_dict refuses to overwrite uncommitted changes: tests/ops/test_stage.py::
 #   test_commit_state_dict_refuses_to_overwrite_uncommitted_changes
 # - a stash is kept (gc root) until dropped; pop refuses a moved HEAD and keeps it:
-#   tests/test_git_habits3_refs.py
+#   tests/ops/test_stash.py

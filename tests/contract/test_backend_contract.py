@@ -1,6 +1,6 @@
-"""The Backend contract, one suite for every remote (memory, directory, `mgit serve` over HTTP,
-S3 on moto's server): what transfers rely on, so that a new backend is a file plus one fixture
-(tests/contract/conftest.py).
+"""The Backend contract, one suite for every remote (memory, directory, a working repository,
+`mgit serve` over HTTP, S3 on moto's server): what transfers rely on, so that a new backend is a
+file plus one fixture (tests/contract/conftest.py).
 
 The promises: objects are held as put and a put is idempotent; what is absent is reported as
 absent (get raises MissingObjectError, has and sizes leave it out); sizes are the stored bytes;
@@ -9,6 +9,10 @@ a put interrupted part-way leaves nothing visible, and an interrupted push leave
 they were and resumes with what is missing; tampered bytes are rejected when read (objects and
 chunks are checked against their ids); names outside the key space are refused; ref values
 that are no commit id, or clash with another ref, are refused.
+
+A working repository differs where git's does: it publishes what a push sent when the push ends
+(``reopen`` publishes first), its HEAD names its own branch, which no push may move, and of
+concurrent pushers the ones that find its lock taken fail instead of losing a swap.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from helpers.models import LlamaSpec, commit_model, llama_state_dict
 from helpers.remotes import Remote, cut_after, git_commits, put_commits, raw_chunk
 
 from mgit import Repository
-from mgit.errors import CorruptObjectError, MgitError, RemoteError
+from mgit.errors import CorruptObjectError, LockedError, MgitError, RemoteError
 from mgit.progress import Bar
 from mgit.remote.backend import BadRefError, MissingObjectError, chunk_key, object_key, unpack_object
 from mgit.remote.transfer import Transfer, fetch_chunks, fetch_graph, plan_push, push
@@ -49,12 +53,13 @@ def test_put_objects_are_held_as_put_and_put_is_idempotent(remote):
 
 
 def test_missing_objects_are_reported_as_missing(remote):
+    absent = [key for key in ABSENT if key != "HEAD" or remote.checked_out is None]  # a working one's names its branch
     for backend in (remote.backend, remote.reopen()):  # nothing there yet (no repository at all over HTTP)
-        for key in ABSENT:
+        for key in absent:
             with pytest.raises(MissingObjectError):
                 backend.get(key)
         assert backend.has(ABSENT) == set() and backend.sizes(ABSENT) == {}
-        assert backend.refs() == {} and backend.head() is None
+        assert backend.refs() == {} and backend.head() == remote.checked_out
     (head,) = put_commits(remote.backend, 1)
     assert remote.backend.swap_ref("refs/heads/main", None, head)
     for backend in (remote.backend, remote.reopen()):
@@ -95,7 +100,7 @@ def test_listing_answers_has_in_one_batch_and_lists_only_refs(remote):
     assert remote.backend.swap_ref("refs/tags/v1", None, a)
     listed = {"refs/heads/main": a, "refs/heads/topic/x": b, "refs/tags/v1": a}
     assert remote.backend.refs() == listed and remote.reopen().refs() == listed  # no HEAD, no objects
-    assert remote.reopen().head() == "main"  # the first branch a clone checks out
+    assert remote.reopen().head() == (remote.checked_out or "main")  # the first branch a clone checks out
     assert remote.backend.swap_ref("refs/heads/topic/x", b, None)
     assert remote.reopen().refs() == {"refs/heads/main": a, "refs/tags/v1": a}
 
@@ -121,6 +126,9 @@ def _race(remote: Remote, ref: str, old: str | None, news: list[str | None]) -> 
             start.wait()
             if client.swap_ref(ref, old, new):
                 won.append(new)
+        except LockedError as exc:  # another pusher holds a working repository's lock: this one lost
+            if not remote.locks:
+                errors.append(exc)
         except Exception as exc:  # reported below: a swap may lose, not fail
             errors.append(exc)
 
@@ -174,8 +182,13 @@ def test_push_delete_removes_the_remote_branch(remote, tmp_path):
     assert set(remote.reopen().refs()) == {"refs/heads/main", "refs/heads/exp"}
     report = repo.push("origin", "exp", delete=True)
     assert report.deleted == {"refs/heads/exp": head} and remote.reopen().refs() == {"refs/heads/main": head}
-    with pytest.raises(MgitError, match="default branch"):
-        repo.push("origin", "main", delete=True)
+    if remote.checked_out is None:
+        with pytest.raises(MgitError, match="default branch"):
+            repo.push("origin", "main", delete=True)
+    else:  # a working repository has no default branch but its own, which it keeps from pushes
+        repo.create_branch(remote.checked_out)
+        with pytest.raises(MgitError, match="checked-out branch"):
+            repo.push("origin", remote.checked_out)
     assert remote.reopen().refs() == {"refs/heads/main": head}
     repo.close()
 

@@ -49,6 +49,7 @@ class LlamaSpec:
 
 
 SMALL = LlamaSpec(layers=2, hidden=32, intermediate=64, vocab=64)  # seconds-fast tests of whole commands
+TINY = LlamaSpec(layers=1, hidden=16, intermediate=32, vocab=32)  # where only the commits matter
 
 
 def small_state_dict(seed: int = 0) -> dict:

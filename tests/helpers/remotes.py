@@ -59,7 +59,10 @@ class Remote:
     ``tamper`` (replace the bytes held for a key behind the backend's back), ``die_mid_put``
     (an upload of a key that dies part-way, as that kind of remote can die), ``checks_graph``
     (swap_ref refuses a commit it does not hold with its graph; S3 checks the value's form only,
-    reading every object a commit reaches would cost a GET each)."""
+    reading every object a commit reaches would cost a GET each), ``checked_out`` (a working
+    repository's own branch: HEAD names it and a push into it is refused), ``locks`` (a pusher
+    holds the remote's lock, so of concurrent pushers the others fail with LockedError, as
+    ``git push`` into a repository whose ref is locked fails)."""
 
     kind: str
     backend: Backend
@@ -67,6 +70,8 @@ class Remote:
     tamper: Callable[[str, bytes], None]
     die_mid_put: Callable[[str, bytes], None]
     checks_graph: bool = True
+    checked_out: str | None = None
+    locks: bool = False
 
 
 # -- what the suite stores --------------------------------------------------------------------

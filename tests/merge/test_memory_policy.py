@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers.models import LlamaSpec, commit_model, frozen_finetune, llama_state_dict
 
 from mgit import Repository
@@ -101,6 +102,7 @@ def _experts(root: Path, layers: int) -> int:
     return sum(t.numel() * t.element_size() for t in base.values())
 
 
+@pytest.mark.slow
 def test_a_merges_peak_memory_follows_its_chunks_not_the_models_size(tmp_path):
     """The same merge of a 1-layer and then a 16-layer model (same tensor shapes), in one `mgit`
     process: the second's peak RSS (ru_maxrss) passes the first's by less than half its inputs

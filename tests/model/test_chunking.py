@@ -41,3 +41,14 @@ def test_ranges_cover_exactly(n, size):
     assert sum(e - s for s, e in ranges) == n
     assert len(ranges) == math.ceil(n / size)
     assert all(s == i * size for i, (s, _) in enumerate(ranges))
+
+
+# -- item 9: one constant for the chunk size ---------------------------------------------------
+
+
+def test_chunks_are_cut_at_the_size_the_codec_allows() -> None:
+    from mgit.model import chunking
+    from mgit.store import codec
+
+    assert chunking.DEFAULT_CHUNK_BYTES is codec.MAX_CHUNK_BYTES
+    assert "MAX_CHUNK_BYTES" in vars(chunking)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import struct
+import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -60,8 +62,6 @@ def test_the_peak_of_a_chunk_of_zeros_is_positive_zero(name, zero, blocks):
 def test_bf16_statistics_do_not_import_ml_dtypes():
     """Every bf16 add and merge computes statistics; importing ml_dtypes for them cost ~0.5 s of
     start-up (measured in a merge's profile), though the bit-shift paths never use it."""
-    import subprocess
-    import sys
 
     code = (
         "import sys\n"
@@ -109,3 +109,27 @@ def test_mergeable_dtypes_are_torchs_floating_point_ones():
     for name, dtype in DTYPES.items():
         torch_float = name in _NAMES and hasattr(torch, _NAMES[name]) and getattr(torch, _NAMES[name]).is_floating_point
         assert dtype.mergeable == torch_float, name
+
+
+# -- item 11: a new np.errstate per call (one shared instance is thread-safe only on numpy >= 2) --
+
+
+def test_data_math_enters_a_fresh_errstate_per_call(monkeypatch) -> None:
+    import numpy as np
+
+    from mgit.model import dtypes, stats
+
+    made = []
+    real = np.errstate
+
+    def counting(**kwargs):
+        made.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(stats.np, "errstate", counting)
+    raw = np.array([np.inf, -np.inf, 1.0], dtype=np.float32).tobytes()
+    fp32 = dtypes.lookup("F32")
+    with real(all="raise"):
+        for _ in range(2):
+            assert stats.to_float64(raw, fp32)[2] == 1.0
+    assert len(made) == 2 and made[0] == {"invalid": "ignore", "over": "ignore"}

@@ -1,7 +1,7 @@
 """A checkout reads and verifies every chunk it needs, into temporary files no reader looks at,
 before the first working file changes: one that meets a corrupt chunk (or a full disk) stops
 with every working file, the index and HEAD as they were, removes its temporaries and says
-that nothing changed. (A kill at any point: tests/test_crash_points.py.)"""
+that nothing changed. (A kill at any point: tests/ops/test_crash_points.py.)"""
 
 from __future__ import annotations
 

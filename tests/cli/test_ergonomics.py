@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import invoke
+from helpers.models import TINY, commit_model, llama_state_dict
 from helpers.run import run_mgit
+
+from mgit import Repository
 
 PROBE = """
 import json, sys
@@ -351,3 +354,39 @@ def test_shorten_keeps_whole_hunks() -> None:
     assert note.startswith("… f: ") and "+10 -10" in note
     one_hunk = "".join(difflib.unified_diff(old, [line + "!\n" for line in old], "a", "b"))
     assert len(shorten(one_hunk, "g", limit=30).splitlines()) == 31
+
+
+# -- merge --help -------------------------------------------------------------------------------
+
+
+def test_merge_help_lists_every_method_without_importing_torch():
+    from mgit.merge.methods.registry import METHODS
+
+    code = (
+        "import sys; from mgit.cli import main; rc = main(['merge', '--help']); "
+        "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+    assert proc.returncode == 0, proc.stderr
+    listed = proc.stdout.split("Methods (--method; docs/merging.md):")[1]
+    assert [
+        line.split()[0] for line in listed.splitlines() if line.startswith("  ") and not line.startswith("   ")
+    ] == sorted(METHODS)
+
+
+# -- item 4: a pager that does not exist prints directly ----------------------------------------
+
+
+def test_a_missing_pager_prints_directly(repo: Repository) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "base")
+    repo.close()
+    for env in ({"PAGER": "nonexistent-pager-xyz"}, {"MGIT_PAGER": "LESS=R nonexistent-pager-xyz -R"}):
+        rc, screen = run_on_tty(repo.root, "log", env=env)
+        assert rc == 0 and "base" in screen, env
+
+
+def test_pager_program_lookup() -> None:
+    from mgit.pager import _runnable
+
+    assert _runnable("cat > out.txt") and _runnable("LESS=R cat")
+    assert not _runnable("nonexistent-pager-xyz -R") and not _runnable("A=1 nonexistent-pager-xyz")

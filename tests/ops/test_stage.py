@@ -15,12 +15,22 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.cli import invoke
-from helpers.models import commit_model, frozen_finetune, sha256, touch_later, tree_hashes, write_model
+from helpers.models import (
+    TINY,
+    commit_model,
+    frozen_finetune,
+    llama_state_dict,
+    sha256,
+    touch_later,
+    tree_hashes,
+    write_model,
+)
 from helpers.run import run_mgit
 from safetensors.torch import load_file, save_file
 
 import mgit.model.ingest as ingest
 import mgit.worktree.scan as scan
+from mgit import Repository
 from mgit.errors import BadInputError, DirtyWorktreeError, MgitError
 from mgit.model.chunking import DEFAULT_CHUNK_BYTES
 
@@ -204,17 +214,23 @@ def _model_in_subdir(repo, llama) -> None:
     repo.commit("base")
 
 
-def test_an_unlistable_tracked_directory_is_an_error_not_a_deletion(repo, llama, monkeypatch):
-    _model_in_subdir(repo, llama)
-    index = (repo.git_dir / "mgit-index.json").read_bytes()
+def _unlistable(monkeypatch, directory: Path) -> None:
+    """Listing ``directory`` fails as a directory without read permission fails for a user who
+    is not root (root reads any directory whatever its mode, and CI runs as root)."""
     real = os.listdir
 
     def listdir(path):
-        if Path(path) == repo.root / "models" / "llama":
+        if Path(path) == directory:
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)
 
     monkeypatch.setattr(scan.os, "listdir", listdir)
+
+
+def test_an_unlistable_tracked_directory_is_an_error_not_a_deletion(repo, llama, monkeypatch):
+    _model_in_subdir(repo, llama)
+    index = (repo.git_dir / "mgit-index.json").read_bytes()
+    _unlistable(monkeypatch, repo.root / "models" / "llama")
     with pytest.raises(BadInputError, match="cannot read models/llama: Permission denied"):
         repo.add(["models"])
     with pytest.raises(BadInputError, match="cannot read models/llama"):
@@ -224,16 +240,11 @@ def test_an_unlistable_tracked_directory_is_an_error_not_a_deletion(repo, llama,
     assert (repo.git_dir / "mgit-index.json").read_bytes() == index
 
 
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root reads any directory whatever its mode")
-def test_an_unreadable_directory_is_named_by_the_cli(repo, llama):
+def test_an_unreadable_directory_is_named_by_the_cli(repo, llama, monkeypatch):
     _model_in_subdir(repo, llama)
     index = (repo.git_dir / "mgit-index.json").read_bytes()
-    target = repo.root / "models" / "llama"
-    target.chmod(0)
-    try:
-        proc = invoke("add", "models", cwd=repo.root)
-    finally:
-        target.chmod(0o755)
+    _unlistable(monkeypatch, repo.root / "models" / "llama")  # the CLI runs in this process
+    proc = invoke("add", "models", cwd=repo.root)
     assert proc.returncode == 2 and proc.stderr.startswith("error: cannot read models/llama")
     assert (repo.git_dir / "mgit-index.json").read_bytes() == index
 
@@ -324,3 +335,38 @@ def test_adding_nan_and_inf_data_prints_no_numpy_warning(repo):
         invoke("commit", "-m", f"step {step}", cwd=repo.root, check=True)
     proc = run_mgit("diff", "HEAD~1", "HEAD", cwd=repo.root, env={"PYTHONWARNINGS": "default"})
     assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr
+
+
+# -- item 3: an unreadable untracked directory is skipped with a warning ------------------------
+
+
+def test_an_unreadable_untracked_directory_is_skipped_with_a_warning(repo: Repository, monkeypatch, capsys) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    (repo.root / "lost+found").mkdir()
+    (repo.root / "lost+found" / "x").write_text("x")
+    _unlistable(monkeypatch, repo.root / "lost+found")
+    st = repo.status()
+    assert not st.unstaged and not st.untracked
+    repo.diff()
+    repo.add(["."])
+    assert not any(p.startswith("lost+found") for p in repo._index().entries)
+    err = capsys.readouterr().err
+    assert "warning: cannot read lost+found: Permission denied; skipped" in err
+    assert all(line.startswith("warning: ") for line in err.splitlines())
+
+
+def test_an_unreadable_tracked_directory_is_still_an_error(repo: Repository, monkeypatch) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    _unlistable(monkeypatch, repo.root / "model")
+    with pytest.raises(BadInputError, match="cannot read model: Permission denied"):
+        repo.status()
+    with pytest.raises(BadInputError, match="cannot read model"):
+        repo.add(["."])
+
+
+def test_an_unreadable_directory_named_to_add_is_an_error(repo: Repository, monkeypatch) -> None:
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    (repo.root / "cache").mkdir()
+    _unlistable(monkeypatch, repo.root / "cache")
+    with pytest.raises(BadInputError, match="cannot read cache"):
+        repo.add(["cache"])

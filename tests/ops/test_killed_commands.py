@@ -19,11 +19,11 @@ from mgit import Repository
 from mgit.errors import LockedError
 from mgit.worktree import journal
 
-_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "crash_points.py"
+_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "crash_points.py"
 
 
 def _driver():
-    """benchmarks/crash_points.py (as tests/test_crash_points.py loads it)."""
+    """benchmarks/crash_points.py (as tests/ops/test_crash_points.py loads it)."""
     if "crash_points" in sys.modules:
         return sys.modules["crash_points"]
     spec = importlib.util.spec_from_file_location("crash_points", _SCRIPT)
@@ -66,6 +66,7 @@ def _state(root: Path) -> tuple:
     return fp["branch"], fp["tips"], fp["index"], fp["work"]
 
 
+@pytest.mark.slow
 def test_killed_reset_hard_is_finished_by_the_next_command(tmp_path: Path) -> None:
     """Killed at any crash point, ``reset --hard`` is all or nothing once the next command
     (status) has run: the old state, or the reset's result with a clean status."""
@@ -169,6 +170,7 @@ def test_status_and_diff_in_a_sparse_checkout_write_no_git_object(tmp_path: Path
     read_everything()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "limit"), [("push (serve)", None), ("push (serve killed)", 4)])
 def test_push_to_mgit_serve_killed_needs_no_repair(name: str, limit: int | None, tmp_path: Path) -> None:
     """The harness's push to a separate `mgit serve` process: the client killed at each of

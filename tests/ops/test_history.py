@@ -12,11 +12,21 @@ import subprocess
 import time
 import types
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
 from helpers.cli import invoke
-from helpers.models import LlamaSpec, commit_model, frozen_finetune, llama_state_dict, touch_later, write_model
+from helpers.histories import pushed_text
+from helpers.histories import text_commit as _text_commit
+from helpers.models import (
+    LlamaSpec,
+    commit_model,
+    frozen_finetune,
+    llama_state_dict,
+    touch_later,
+    write_model,
+)
 from rich.filesize import decimal
 
 from mgit import Repository
@@ -391,3 +401,76 @@ def test_status_short_is_gits_two_columns(history):
         'AD "new file.txt"',
         "?? model/model.safetensors",
     ]
+
+
+# -- status -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def untracked(repo: Repository) -> Repository:
+    _text_commit(repo, {"a/t": "t\n"}, "t")
+    for rel in ("a/b/u", "out/x/y", "out/z", "top"):
+        (repo.root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo.root / rel).write_text("x\n")
+    (repo.root / "a" / "t").write_text("changed\n")
+    return repo
+
+
+def test_status_short_collapses_untracked_directories_and_prints_paths_from_here(untracked):
+    """As git prints it (checked against git 2.x in the same layout)."""
+    repo = untracked
+    assert invoke("status", "-s", cwd=repo.root, check=True).stdout == " M a/t\n?? a/b/\n?? out/\n?? top\n"
+    assert invoke("status", "-s", cwd=repo.root / "a", check=True).stdout == " M t\n?? b/\n?? ../out/\n?? ../top\n"
+    inside = invoke("status", "-s", cwd=repo.root / "out", check=True).stdout
+    assert inside == " M ../a/t\n?? ../a/b/\n?? ./\n?? ../top\n"
+    porcelain = invoke("status", "--porcelain", cwd=repo.root / "a", check=True).stdout
+    assert porcelain == " M a/t\n?? a/b/\n?? out/\n?? top\n"  # from the root, as git's porcelain
+    assert repo.status().untracked == ["a/b/u", "out/x/y", "out/z", "top"]  # the API lists every file
+
+
+def test_status_lists_untracked_directories_and_paths_as_status_short(untracked):
+    out = invoke("status", cwd=untracked.root / "a", check=True).stdout
+    assert "  modified:  t\n" in out and out.endswith("\nUntracked files:\n  b/\n  ../out/\n  ../top\n")
+
+
+@pytest.fixture
+def remote(repo: Repository, tmp_path: Path) -> tuple[Repository, str]:
+    return pushed_text(repo, tmp_path)
+
+
+def test_log_decorations_carry_head_and_remote_tracking_names_in_gits_order(remote):
+    repo, first = remote
+    repo.tag("v1")
+    repo.create_branch("side")
+    fmt = "--format=%h%d|%D"
+    assert invoke("log", fmt, cwd=repo.root, check=True).stdout == (
+        f"{first[:12]} (HEAD -> main, tag: v1, origin/main, side)|HEAD -> main, tag: v1, origin/main, side\n"
+    )
+    line = invoke("log", "--oneline", cwd=repo.root, check=True).stdout
+    assert line == f"{first[:12]} (HEAD -> main, tag: v1, origin/main, side) a\n"
+    repo.switch(detach=True)
+    assert invoke("log", "--format=%D", cwd=repo.root, check=True).stdout == "HEAD, tag: v1, origin/main, side, main\n"
+    if GIT is not None:  # git reads the same refs: the same decoration
+        shown = subprocess.run(
+            [GIT, f"--git-dir={repo.git_dir}", "log", "--format=%D"], capture_output=True, text=True, check=True
+        )
+        assert shown.stdout == "HEAD, tag: v1, origin/main, side, main\n"
+
+
+# -- log -n, switch --detach, decorations -------------------------------------------------------
+
+
+@pytest.fixture
+def three(repo: Repository) -> tuple[Repository, list[str]]:
+    return repo, [_text_commit(repo, {"f.txt": f"{n}\n"}, f"c{n}") for n in range(3)]
+
+
+def test_log_with_a_negative_count_shows_every_commit_as_git(three):
+    repo, commits = three
+    newest_first = commits[::-1]
+    assert [c.id for c in repo.log(max_count=-1)] == newest_first
+    assert [c.id for c in repo.log_graph(max_count=-1).commits] == newest_first
+    for args in (("-n", "-1"), ("--graph", "-n", "-1"), ("--max-count=-5",)):
+        out = invoke("log", "--format=%H", *args, cwd=repo.root, check=True).stdout
+        assert [line.lstrip("* ") for line in out.splitlines()] == newest_first
+    assert invoke("log", "-n", "0", cwd=repo.root, check=True).stdout == ""

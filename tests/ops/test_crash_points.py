@@ -6,17 +6,20 @@ the result equals an uninterrupted run's, fsck is clean and no commit is lost.""
 from __future__ import annotations
 
 import importlib.util
+import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.histories import sharded_branches as _two_branches
 from helpers.run import run_mgit
 
 from mgit import Repository, _crashpoints
 from mgit.graph.names import TMP_MARK
 
-_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "crash_points.py"
+_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "crash_points.py"
 
 
 def _driver():
@@ -30,6 +33,7 @@ def _driver():
 crash_points = _driver()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", crash_points.FAST)
 def test_every_crash_point_needs_no_repair(name: str, tmp_path: Path) -> None:
     scenario = next(s for s in crash_points.SCENARIOS if s.name == name)
@@ -43,6 +47,7 @@ def _model_files(root: Path) -> dict[str, str]:
     return {p.name: crash_points._hash(p) for p in sorted((root / "model").glob("*.safetensors"))}
 
 
+@pytest.mark.slow
 def test_a_killed_checkout_never_shows_a_file_mixing_two_revisions(tmp_path: Path) -> None:
     """Killed at each of its crash points, a branch switch that changes a tenth of each model
     file leaves every working file as it was, as it will be, or (between deleting the old and
@@ -121,3 +126,18 @@ def test_a_kill_while_preparing_leaves_no_temporary_once_the_next_command_ran(na
     assert crash_points.fingerprint(tmp_path / "repo")["work"] in (before, after)
     with Repository(tmp_path / "repo") as repo:
         assert repo.fsck() == [] and repo.status().clean
+
+
+# -- item 10: the console script honours MGIT_CRASH_AT -----------------------------------------
+
+
+def test_the_console_entry_point_installs_crash_points(repo: Repository) -> None:
+    _two_branches(repo)
+    repo.close()
+    script = "import sys; from mgit.cli import main; sys.exit(main())"  # what the `mgit` script runs
+    env = {**os.environ, "MGIT_CRASH_AT": "rename:1"}
+    killed = subprocess.run(
+        [sys.executable, "-c", script, "checkout", "b"], cwd=repo.root, env=env, capture_output=True, timeout=120
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert run_mgit("status", cwd=repo.root).returncode == 0  # the next command finishes it

@@ -8,11 +8,21 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from helpers.cli import invoke
-from helpers.models import LlamaSpec, frozen_finetune, llama_state_dict, touch_later, tree_hashes, write_model
+from helpers.models import (
+    TINY,
+    LlamaSpec,
+    commit_model,
+    frozen_finetune,
+    llama_state_dict,
+    touch_later,
+    tree_hashes,
+    write_model,
+)
 from helpers.run import run_mgit
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -115,6 +125,7 @@ def test_add_base_deltas_against_another_revision(base_repo):
         assert set(p for _, p, _ in fresh.commit_stats(commit)["model/model.safetensors"]) <= chunk_ids(fresh, "main")
 
 
+@pytest.mark.slow
 def test_chain_of_ten_checkpoints_respects_the_delta_bound(repo):
     sd = llama_state_dict(SPEC)
     commits, states = [], []
@@ -468,3 +479,53 @@ def test_fsck_repair_rebuilds_a_damaged_pack_index(base_repo):
     shutil.rmtree(repo.root / "model")
     fresh.checkout("HEAD", ["model"])
     assert tree_hashes(repo.root) == files
+
+
+# -- item 15: repair's writes are durable and leave no temporary file on error ------------------
+
+
+def test_atomic_write_fsyncs_and_leaves_nothing_on_error(tmp_path: Path, monkeypatch) -> None:
+    from mgit import durable
+
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(durable.os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    durable.atomic_write(tmp_path / "d" / "f", b"one")
+    assert (tmp_path / "d" / "f").read_bytes() == b"one" and len(synced) == 2  # the file, then its directory
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(durable.os, "replace", full)
+    with pytest.raises(OSError):
+        durable.atomic_write(tmp_path / "d" / "f", b"two")
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["f"]
+    assert (tmp_path / "d" / "f").read_bytes() == b"one"
+
+
+@pytest.mark.parametrize("writer", ["ref", "packed-refs", "reflog", "loose"])
+def test_repair_writes_leave_no_temporary_file_on_error(repo: Repository, monkeypatch, writer: str) -> None:
+    from mgit import durable
+    from mgit.maintenance import repair
+
+    head = commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    (repo.git_dir / "packed-refs").write_bytes(b"# pack-refs with: peeled\nnot a line\n")
+    log = repo.git_dir / "logs" / "refs" / "heads" / "main"
+    log.write_bytes(log.read_bytes() + b"garbage line\n")
+    before = {p: p.read_bytes() for p in repo.git_dir.rglob("*") if p.is_file() and "chunks" not in p.parts}
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(durable.os, "fsync", full)
+    with pytest.raises(OSError):
+        if writer == "ref":
+            repair._write_ref(repo.git_dir, "refs/heads/x", head, b"A <a@b>", "test")
+        elif writer == "packed-refs":
+            repair._rewrite_packed_refs(repo.git_dir)
+        elif writer == "reflog":
+            repair._clean_reflogs(repo.graph)
+        else:
+            repair.write_loose(repo.graph, repo.graph.read(head))
+    after = {p for p in repo.git_dir.rglob("*") if p.is_file() and "chunks" not in p.parts}
+    assert after == set(before), sorted(str(p) for p in after ^ set(before))

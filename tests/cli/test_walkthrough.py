@@ -34,6 +34,7 @@ def work(tmp_path):
     return d
 
 
+@pytest.mark.slow
 def test_walkthrough(work):
     write_model(work / "model", llama_state_dict(), shards=2)
     run_mgit("add", "model/", cwd=work, check=True)

@@ -124,7 +124,7 @@ def test_an_interrupted_checkout_that_cannot_be_finished_is_named(repo: Reposito
 def test_killed_merge_after_its_result_reached_the_working_tree(tmp_path: Path) -> None:
     """SIGKILL after the merged model was installed and HEAD moved, before the index was
     saved: the next command finishes it; status is clean on the merge commit."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     try:
         import crash_points
     finally:

@@ -9,9 +9,19 @@ import json
 
 import pytest
 import torch
-from helpers.models import LlamaSpec, commit_model, llama_state_dict, sha256, touch_later, tree_hashes, write_model
+from helpers.models import (
+    TINY,
+    LlamaSpec,
+    commit_model,
+    llama_state_dict,
+    sha256,
+    touch_later,
+    tree_hashes,
+    write_model,
+)
 
-from mgit.errors import BadInputError
+from mgit import Repository
+from mgit.errors import BadInputError, MgitError
 
 SPEC = LlamaSpec(layers=8)  # 75 tensors: embed, norm, 8 x 9, lm_head
 INDEX = "model/model.safetensors.index.json"
@@ -193,3 +203,19 @@ def test_a_file_whose_tensors_keep_their_dtypes_and_shapes_keeps_its_header_byte
     expected = len(header).to_bytes(8, "little") + header + b.numpy().tobytes() + (a * 2).numpy().tobytes()
     assert path.read_bytes() == expected and repo.status().clean
     _as_checked_out(repo)
+
+
+# -- item 5: commit_state_dict of what the branch holds is refused ------------------------------
+
+
+def test_the_same_state_dict_twice_is_nothing_to_commit(repo: Repository) -> None:
+    sd = llama_state_dict(TINY, seed=1)
+    commit_model(repo, sd, "v1")
+    first = repo.commit_state_dict(llama_state_dict(TINY, seed=2), message="checkpoint 1")
+    with pytest.raises(MgitError, match="nothing to commit"):
+        repo.commit_state_dict(llama_state_dict(TINY, seed=2), message="checkpoint 2")
+    assert repo.refs.head() == first
+    repo.checkout(create_branch="side")
+    repo.checkout("main")
+    with pytest.raises(MgitError, match="nothing to commit"):
+        repo.commit_state_dict(llama_state_dict(TINY, seed=2), message="again", branch="side")
