@@ -111,7 +111,10 @@ class WorkingRepositoryBackend(Backend):
         return self._checked_out()
 
     def _checked_out(self) -> str | None:
-        target = self.graph.repo.refs.get_symrefs().get(ref_name(b"HEAD"), b"")
+        """The branch its HEAD names, read from HEAD alone: listing every symref would read refs
+        a concurrent push may be deleting (dulwich then fails an assertion)."""
+        raw = self.graph.repo.refs.read_ref(ref_name(b"HEAD")) or b""
+        target = raw.removeprefix(b"ref: ").strip() if raw.startswith(b"ref: ") else b""
         return target.decode()[len(HEADS) :] if target.startswith(HEADS.encode()) else None
 
     # -- pushing ------------------------------------------------------------------------------

@@ -50,3 +50,17 @@ def test_a_working_repository_answers_has_for_a_damaged_loose_object(repo: Repos
     loose.write_bytes(b"not zlib at all")
     backend = WorkingRepositoryBackend(repo.root)
     assert backend.has([object_key(head)]) == {object_key(head)}
+
+
+def test_a_push_reads_the_checked_out_branch_while_another_push_deletes_a_ref(repo: Repository, monkeypatch) -> None:
+    """Which branch is checked out comes from HEAD alone: a ref another push deletes while this
+    one lists the refs (here: listed, then gone) must not fail the push."""
+    from mgit.remote.working import WorkingRepositoryBackend
+
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    backend = WorkingRepositoryBackend(repo.root)
+    refs = backend.graph.repo.refs
+    listed = refs.allkeys
+    monkeypatch.setattr(refs, "allkeys", lambda: {*listed(), b"refs/heads/deleted-meanwhile"})
+    assert backend.head() == "main"
+    backend.check_push("refs/heads/other")  # not the checked-out branch: allowed
