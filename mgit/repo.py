@@ -122,10 +122,16 @@ class Repository:
 
     @classmethod
     def clone(
-        cls, url: str, path: str | os.PathLike[str], partial: bool = False, branch: str | None = None,
-        token_file: str | None = None, include: Iterable[str] = (), exclude: Iterable[str] = (),
+        cls,
+        url: str,
+        path: str | os.PathLike[str],
+        partial: bool = False,
+        branch: str | None = None,
+        token_file: str | None = None,
+        include: Iterable[str] = (),
+        exclude: Iterable[str] = (),
         budget: str | int | None = None,
-    ) -> Repository:  # fmt: skip
+    ) -> Repository:
         """Clone a remote into a new repository: every branch fetched, one checked out.
 
         Args:

@@ -170,9 +170,14 @@ def cmd_merge(
     from mgit.merge.request import MergeRequest
 
     request = MergeRequest(
-        experts=experts, method=method, params=params, config=config, checkout=not no_checkout,
-        model=os.path.abspath(model) if model else None, **options,
-    )  # fmt: skip
+        experts=experts,
+        method=method,
+        params=params,
+        config=config,
+        checkout=not no_checkout,
+        model=os.path.abspath(model) if model else None,
+        **options,
+    )
     if dry_run or request.explain:
         planned = repo._plan_with(request)
         record = planned.record()
@@ -231,9 +236,16 @@ def _method_params(options: dict[str, Any]) -> dict[str, object]:
 @click.option("--json", "as_json", is_flag=True, help="the result as JSON (mgit.sketch-result/1)")
 @pass_state
 def cmd_sketch(
-    state: CliState, rev: str, against: str | None, share: str, kind: str, seed: int, model: str | None,
-    force: bool, as_json: bool,
-) -> None:  # fmt: skip
+    state: CliState,
+    rev: str,
+    against: str | None,
+    share: str,
+    kind: str,
+    seed: int,
+    model: str | None,
+    force: bool,
+    as_json: bool,
+) -> None:
     """Store a sketch (low-rank or DARE) of REV's change to its parent, which budgeted merges read instead of chunks."""
     model_dir = os.path.abspath(model) if model else None
     result = state.repo.sketch(rev, against, share, kind, seed, model_dir, force).to_json()

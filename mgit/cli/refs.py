@@ -165,9 +165,15 @@ def cmd_checkout(
     repo = state.repo
     paths = state.paths
     res = repo.checkout(
-        rev, abs_paths(paths) if paths else None, create_branch=new_branch, force=force,
-        include=include, exclude=exclude, full=full, budget=budget,
-    )  # fmt: skip
+        rev,
+        abs_paths(paths) if paths else None,
+        create_branch=new_branch,
+        force=force,
+        include=include,
+        exclude=exclude,
+        full=full,
+        budget=budget,
+    )
     if as_json:
         state.echo_json(views.checkout_json(res, repo.refs.current_branch()))
         return

@@ -93,11 +93,14 @@ def _ref_moves(repo: Repository, remote_name: str, t: Transfer) -> Printout:
 
     lines = [
         views.ref_move_line(
-            Repository.tracking_ref(remote_name, ref), ref, old, new,
+            Repository.tracking_ref(remote_name, ref),
+            ref,
+            old,
+            new,
             lambda old=old, new=new: is_ancestor(repo.graph, old, new),  # type: ignore[misc]
         )
         for ref, (old, new) in sorted(t.refs.items())
-    ]  # fmt: skip
+    ]
     return views.ref_moves(lines, lambda: repo.remotes().get(remote_name, remote_name))
 
 
@@ -175,9 +178,15 @@ def cmd_clone(
     --include, only the selected tensors' chunks are fetched)."""
     dest = path or os.path.basename(url.rstrip("/")).removesuffix(".mgit") or "clone"
     repo = Repository.clone(
-        url, dest, partial=partial, branch=branch, token_file=token_file, include=include, exclude=exclude,
+        url,
+        dest,
+        partial=partial,
+        branch=branch,
+        token_file=token_file,
+        include=include,
+        exclude=exclude,
         budget=budget,
-    )  # fmt: skip
+    )
     got = repo.cloned
     if partial:  # the checkout's on-demand chunks count too
         got.add(repo.fetched.objects, repo.fetched.chunks, repo.fetched.bytes)
@@ -194,10 +203,20 @@ def cmd_clone(
 @click.option("--port", default=8790, show_default=True, type=int, help="Port to listen on.")
 @click.option("--token-file", type=click.Path(dir_okay=False, exists=True), help="Lines `ro TOKEN` / `rw TOKEN`.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")
-@click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="Seconds a connection may stay idle or stalled before it is closed.")  # fmt: skip
-@click.option("--max-connections", default=64, show_default=True, type=click.IntRange(min=1),
-              help="Connections served at once; more get 503 (clients retry).")  # fmt: skip
+@click.option(
+    "--timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a connection may stay idle or stalled before it is closed.",
+)
+@click.option(
+    "--max-connections",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Connections served at once; more get 503 (clients retry).",
+)
 @pass_state
 def cmd_serve(
     state: CliState,

@@ -98,11 +98,19 @@ def compare_tensor(model: str, name: str, a: TensorSide | None, b: TensorSide | 
         side = b or a
         assert side is not None  # compare_models asks for the tensors of either side: one side holds it
         return TensorDiff(
-            model, name, "added" if a is None else "removed", a.file if a else None, b.file if b else None,
-            dtype_a=a.dtype if a else None, dtype_b=b.dtype if b else None,
-            shape_a=a.shape if a else None, shape_b=b.shape if b else None,
-            chunks_total=len(side.chunk_ids), chunks_changed=len(side.chunk_ids), bytes_changed=side.nbytes,
-        )  # fmt: skip
+            model,
+            name,
+            "added" if a is None else "removed",
+            a.file if a else None,
+            b.file if b else None,
+            dtype_a=a.dtype if a else None,
+            dtype_b=b.dtype if b else None,
+            shape_a=a.shape if a else None,
+            shape_b=b.shape if b else None,
+            chunks_total=len(side.chunk_ids),
+            chunks_changed=len(side.chunk_ids),
+            bytes_changed=side.nbytes,
+        )
     diff = TensorDiff(
         model, name, "unchanged", a.file, b.file, a.dtype, b.dtype, a.shape, b.shape, chunks_total=len(b.chunk_ids)
     )

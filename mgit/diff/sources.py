@@ -88,9 +88,15 @@ def snapshot_side(graph: Graph, store: ChunkStore, snap: Snapshot, label: str, m
                     return loc.base if loc is not None else None
 
                 tensors[(posixpath.dirname(path), name)] = TensorSide(
-                    path, m.dtype, m.shape, ids, tuple(c.size for c in m.chunks), tuple(c.l2 for c in m.chunks),
-                    read, delta_base,
-                )  # fmt: skip
+                    path,
+                    m.dtype,
+                    m.shape,
+                    ids,
+                    tuple(c.size for c in m.chunks),
+                    tuple(c.l2 for c in m.chunks),
+                    read,
+                    delta_base,
+                )
             order = [stored.manifests[t.name].chunk_ids for t in stored.layout.tensors]
             files[path] = _content_key(stored.layout.header, order)
         elif entry.kind == "blob":

@@ -174,8 +174,11 @@ def check_repository(
     problems = [_damage_line(graph, sha, why, where) for sha, why in damaged.items()]
     shown = tuple(f"object {sha[:12]} " for sha in damaged)
     problems += [p for p in reach.missing if not p.startswith(shown)]
-    problems += [f"object {o[:12]} is missing (needed by {where.get(o, 'a file')})" for o in sorted(reach.objects)
-                 if o not in reach.lacking and o not in damaged and not graph.has(o)]  # fmt: skip
+    problems += [
+        f"object {o[:12]} is missing (needed by {where.get(o, 'a file')})"
+        for o in sorted(reach.objects)
+        if o not in reach.lacking and o not in damaged and not graph.has(o)
+    ]
     commits = [sha for sha in reach.objects if sha not in damaged and _is_commit(graph, sha)]
     shown_ids = {*damaged, *reach.lacking, *reach.invalid}  # named already: not again by check_files
     problems += [p for p in check_files(graph, store, commits) if not any(s[:12] in p for s in shown_ids)]

@@ -102,9 +102,14 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
     if base is not None and not isinstance(base, str):
         raise BadInputError(f"{where}: base_model must be a revision or a path")
     cfg = MergeConfig(
-        method, base, models, params, _dtype(doc.get("dtype"), "dtype", where),
-        _dtype(doc.get("out_dtype"), "out_dtype", where), doc,
-    )  # fmt: skip
+        method,
+        base,
+        models,
+        params,
+        _dtype(doc.get("dtype"), "dtype", where),
+        _dtype(doc.get("out_dtype"), "out_dtype", where),
+        doc,
+    )
     check_ranges(cfg, where)
     return cfg
 

@@ -373,10 +373,13 @@ def recover_chunks(
                 if kind == "safetensors":
                     layout = read_layout(path, rel)
                     pieces = [
-                        (layout.data_start + t.begin, chunk_ranges(t.nbytes, chunk_size_for(t.shape, t.dtype.bits)),
-                         t.dtype.group)
+                        (
+                            layout.data_start + t.begin,
+                            chunk_ranges(t.nbytes, chunk_size_for(t.shape, t.dtype.bits)),
+                            t.dtype.group,
+                        )
                         for t in layout.tensors
-                    ]  # fmt: skip
+                    ]
                 else:
                     size = os.fstat(f.fileno()).st_size
                     cuts = [(at, at + len(raw)) for at, raw in cdc_chunks(f.fileno(), size)]

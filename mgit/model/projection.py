@@ -64,7 +64,9 @@ def combine(graph: Graph, full: Entry, working: Entry, rel: str = "") -> Entry:
     if _same_layout(f, w):
         return _tree(graph, f.layout.header, {n: ids[n] for n in f.manifest_ids})
     new = w.layout.by_name()
-    specs = [(t.name, *((new[t.name].dtype, new[t.name].shape) if t.name in new else (t.dtype, t.shape)))
-             for t in f.layout.tensors]  # fmt: skip
+    specs = [
+        (t.name, *((new[t.name].dtype, new[t.name].shape) if t.name in new else (t.dtype, t.shape)))
+        for t in f.layout.tensors
+    ]
     specs += [(t.name, t.dtype, t.shape) for t in w.layout.tensors if t.name not in f.manifests]
     return _tree(graph, build_header(specs, w.layout.metadata), ids)

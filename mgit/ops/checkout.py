@@ -178,11 +178,15 @@ def switch(
         if p in touched or p in reshaped or (force and (ie is None or not holds(ctx, p, forms[p], index))):
             todo[p] = entry
     plan = Journal(
-        "checkout", rev or create_branch or "HEAD", target,
+        "checkout",
+        rev or create_branch or "HEAD",
+        target,
         writes={p: Write(e, forms[p].entry, forms[p].written) for p, e in todo.items()},
         removes=[p for p in sorted(set(index.entries) - set(target_snap)) if p in head_snap or force],
-        old_head=refs.head(), patterns=wanted, set_patterns=wanted != current,
-    )  # fmt: skip
+        old_head=refs.head(),
+        patterns=wanted,
+        set_patterns=wanted != current,
+    )
     if create_branch:
         plan.head, plan.branch = "create", create_branch
     elif rev in refs.branches():

@@ -318,9 +318,15 @@ def install_merge(
     changes = {p: e for p, e in merged.items() if head_snap.get(p) != e}
     forms = {p: workfiles.form(ctx, e, p, patterns) for p, e in changes.items()}
     plan = Journal(
-        op, rev, commit, writes={p: Write(e, forms[p].entry, forms[p].written) for p, e in changes.items()},
-        removes=sorted(set(head_snap) - set(merged)), head="advance", old_head=old_head, message=reflog,
-    )  # fmt: skip
+        op,
+        rev,
+        commit,
+        writes={p: Write(e, forms[p].entry, forms[p].written) for p, e in changes.items()},
+        removes=sorted(set(head_snap) - set(merged)),
+        head="advance",
+        old_head=old_head,
+        message=reflog,
+    )
 
     def advance() -> None:  # once every working file is prepared, before the first one changes
         ctx.refs.advance_head(old_head, commit, reflog)  # a lost swap: write_files clears the journal

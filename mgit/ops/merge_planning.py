@@ -110,12 +110,21 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:  # noqa:
         for tp in plan.tensors:
             chosen.check_params(chosen.resolve(params_for(tp.name), len(experts)), f"{config}: tensor {tp.name}")
     setup = MergeSetup(
-        chosen, resolved, base_commit, expert_commits, list(experts), base_snap,
-        base_ref=base, params_for=params_for, config=cfg.source if cfg else None,
+        chosen,
+        resolved,
+        base_commit,
+        expert_commits,
+        list(experts),
+        base_snap,
+        base_ref=base,
+        params_for=params_for,
+        config=cfg.source if cfg else None,
         dtype=request.dtype or (cfg.dtype if cfg else None),
         out_dtype=request.out_dtype or (cfg.out_dtype if cfg else None),
-        reference=reference, seed=request.seed or 0, request=request,
-    )  # fmt: skip
+        reference=reference,
+        seed=request.seed or 0,
+        request=request,
+    )
     if request.wants_budget:
         computed = 0
         if request.sketch_missing is not None and request.budget_sketches:
@@ -148,16 +157,31 @@ def _plan_budget(
     limit = given.resolve(full) if given is not None else None
     # analysis never reads more than the merge it plans: at most the budget, at most a full merge
     analysis = pair_norms(
-        io.graph, io.store, io.pool, PairCache(ctx.git_dir / "cache" / "pair-norms.sqlite"),
-        plan, setup.reference or setup.base_commit, setup.expert_commits, functools.partial(inspect.commit_stats, ctx),
-        full if limit is None else min(limit, full), io.price,
-    )  # fmt: skip
+        io.graph,
+        io.store,
+        io.pool,
+        PairCache(ctx.git_dir / "cache" / "pair-norms.sqlite"),
+        plan,
+        setup.reference or setup.base_commit,
+        setup.expert_commits,
+        functools.partial(inspect.commit_stats, ctx),
+        full if limit is None else min(limit, full),
+        io.price,
+    )
     offers = _sketch_offers(ctx, plan, setup) if request.budget_sketches and limit is not None else {}
     restricted, report = restrict(
-        plan, setup.method, lambda tp: setup.resolved_params(tp.name), analysis,
-        given=str(budget) if budget is not None else None, limit=limit, select=request.budget_select,
-        seed=setup.seed, dtypes=(setup.dtype, setup.out_dtype), fairness=request.budget_fairness, offers=offers,
-    )  # fmt: skip
+        plan,
+        setup.method,
+        lambda tp: setup.resolved_params(tp.name),
+        analysis,
+        given=str(budget) if budget is not None else None,
+        limit=limit,
+        select=request.budget_select,
+        seed=setup.seed,
+        dtypes=(setup.dtype, setup.out_dtype),
+        fairness=request.budget_fairness,
+        offers=offers,
+    )
     return dataclasses.replace(restricted, budget=dataclasses.replace(report, sketches_computed=sketches_computed))
 
 

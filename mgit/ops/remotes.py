@@ -154,8 +154,11 @@ def remote_branch_for(ctx: Context, name: str) -> str | None:
         return None
     except MgitError:
         pass
-    found = [f"{TRACKING}{r}/{name}" for r in remotes(ctx)
-             if ref_name(f"{TRACKING}{r}/{name}".encode()) in ctx.graph.repo.refs]  # fmt: skip
+    found = [
+        f"{TRACKING}{r}/{name}"
+        for r in remotes(ctx)
+        if ref_name(f"{TRACKING}{r}/{name}".encode()) in ctx.graph.repo.refs
+    ]
     return found[0] if len(found) == 1 else None
 
 

@@ -347,8 +347,9 @@ def offers(
             loaded[ts.file] = load_safetensors(ctx.graph, files[ts.file].oid, ts.file).manifests
         manifests = loaded[ts.file]
         levels = range(len(ts.ends()))
-        found.append((ts, tuple(tuple(manifests[factor_name(ts.name, j, f)] for f in block_factors(ts.kind))
-                                for j in levels)))  # fmt: skip
+        found.append(
+            (ts, tuple(tuple(manifests[factor_name(ts.name, j, f)] for f in block_factors(ts.kind)) for j in levels))
+        )
     ids = [c.id for _, blocks in found for level in blocks for m in level for c in m.chunks]
     costs = price(ids) if price is not None else {cid: ctx.store.read_cost(cid) for cid in ids}
     out: dict[str, SketchOffer] = {}

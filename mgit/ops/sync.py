@@ -341,8 +341,9 @@ def clone(
             raise BadInputError("a full clone fetches every chunk: a budget needs --partial")
         checkout_budget(budget)
     if include or exclude:
-        make_patterns([include] if isinstance(include, str) else include,
-                      [exclude] if isinstance(exclude, str) else exclude)  # fmt: skip
+        make_patterns(
+            [include] if isinstance(include, str) else include, [exclude] if isinstance(exclude, str) else exclude
+        )
     backend = open_backend(url if is_url(url) else str(Path(url).resolve()), token_file)
     refs = backend.refs()
     branch = branch or backend.head() or "main"

@@ -46,8 +46,10 @@ def s3_error(url: str, bucket: str, endpoint: str | None, exc: BaseException) ->
     where = f"the S3 endpoint {endpoint}" if endpoint else "S3"
     if isinstance(exc, boto.PartialCredentialsError):
         var = exc.kwargs.get("cred_var", "the secret key")
-        return AuthError(f"{url}: incomplete AWS credentials: {var} is missing or empty "
-                         f"(from {exc.kwargs.get('provider', 'the environment')}); set it")  # fmt: skip
+        return AuthError(
+            f"{url}: incomplete AWS credentials: {var} is missing or empty "
+            f"(from {exc.kwargs.get('provider', 'the environment')}); set it"
+        )
     if isinstance(exc, boto.NoCredentialsError):
         return AuthError(f"{url}: no AWS credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)")
     if isinstance(exc, boto.ProfileNotFound):
@@ -73,8 +75,10 @@ def s3_error(url: str, bucket: str, endpoint: str | None, exc: BaseException) ->
         if code in ("ExpiredToken", "InvalidToken", "TokenRefreshRequired", "InvalidSecurity"):
             return AuthError(f"{url}: the session token is expired or invalid ({code}): renew AWS_SESSION_TOKEN")
         if code in ("AccessDenied", "AllAccessDisabled", "403"):
-            return AuthError(f"{url}: access denied ({detail}): the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) "
-                             f"lack permission to list, read or write s3://{bucket}")  # fmt: skip
+            return AuthError(
+                f"{url}: access denied ({detail}): the credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) "
+                f"lack permission to list, read or write s3://{bucket}"
+            )
         if code == "NoSuchBucket":
             return RemoteError(f"{url}: bucket {bucket!r} does not exist; create it first (or fix the URL)")
         if code == "InvalidBucketName":
@@ -108,8 +112,10 @@ class S3Backend(Backend):
             self.client = boto3.session.Session().client("s3", config=config)
         except ValueError as exc:  # botocore: "Invalid endpoint: …"
             endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "the endpoint"
-            raise BadInputError(f"{self.url}: AWS_ENDPOINT_URL {endpoint!r} is not a valid URL "
-                                f"(expected e.g. http://host:9000): {_first_line(exc)}") from None  # fmt: skip
+            raise BadInputError(
+                f"{self.url}: AWS_ENDPOINT_URL {endpoint!r} is not a valid URL "
+                f"(expected e.g. http://host:9000): {_first_line(exc)}"
+            ) from None
         except BotoCoreError as exc:
             raise self._translate(exc) from None
         self._listed: dict[str, dict[str, int]] = {}  # top-level prefix → key → size
@@ -249,8 +255,9 @@ class S3Backend(Backend):
             raise RemoteError(f"{self.url}: updating {name} failed: {_first_line(exc)}") from None
         if new is not None and name.startswith("refs/heads/"):
             try:
-                self._call(self.client.put_object, Key=self.prefix + HEAD_KEY,
-                           Body=f"ref: {name}\n".encode(), IfNoneMatch="*")  # fmt: skip
+                self._call(
+                    self.client.put_object, Key=self.prefix + HEAD_KEY, Body=f"ref: {name}\n".encode(), IfNoneMatch="*"
+                )
             except ClientError:
                 pass  # HEAD already names a branch
         return True

@@ -462,8 +462,10 @@ class MgitServer(ThreadingHTTPServer):
 def _refuse_busy(request: socket.socket) -> None:
     """A 503 with its one-line reason, written without a handler thread (best effort)."""
     body = json.dumps({"error": BUSY}).encode()
-    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            "Retry-After: 1\r\nConnection: close\r\n\r\n")  # fmt: skip
+    head = (
+        f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Retry-After: 1\r\nConnection: close\r\n\r\n"
+    )
     try:
         request.settimeout(1.0)
         request.sendall(head.encode() + body)

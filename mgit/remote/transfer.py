@@ -116,9 +116,15 @@ def plan_push(graph: Graph, store: ChunkStore, backend: Backend, commit: str, re
         )
     todo = _with_delta_bases(store, unsent, remote_chunks, backend)
     return PushPlan(
-        ref, old, commit, _by_depth(store, todo), todo_objects, sum(store.stored_size(c) for c in todo),
-        len(objects) - len(todo_objects), len(chunk_ids) - len(unsent),
-    )  # fmt: skip
+        ref,
+        old,
+        commit,
+        _by_depth(store, todo),
+        todo_objects,
+        sum(store.stored_size(c) for c in todo),
+        len(objects) - len(todo_objects),
+        len(chunk_ids) - len(unsent),
+    )
 
 
 def push(graph: Graph, store: ChunkStore, backend: Backend, plan: PushPlan, bar: Bar | None = None) -> Transfer:

@@ -37,8 +37,11 @@ def fsck_text(problems: list[str], partial: bool, leftovers: list[str]) -> Print
     for problem in problems:
         p.out(f"[red]problem:[/red] {problem}", markup=True, highlight=False)
     for path in leftovers:
-        p.err(f"note: leftover temporary file {path} (left by a killed mgit; not damage): `mgit gc` removes it",
-              markup=False, highlight=False)  # fmt: skip
+        p.err(
+            f"note: leftover temporary file {path} (left by a killed mgit; not damage): `mgit gc` removes it",
+            markup=False,
+            highlight=False,
+        )
     ok = "ok: every object and chunk verified"
     if partial:
         ok += " (a partial clone: chunks not fetched yet are not checked)"

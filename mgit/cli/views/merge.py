@@ -75,9 +75,13 @@ def budget_line(b: dict) -> str:
     """One line on a budgeted plan: limit, planned vs full bytes, captured share, error bound."""
     limit = "no budget" if b["limit_bytes"] is None else f"budget {b['given']} = {decimal(b['limit_bytes'])}"
     rounding = b["rounding_allowance"]
-    bound = "" if b["error_bound"] is None else (
-        f"; error bound {b['error_bound']:.4g} (+ rounding {'unknown' if rounding is None else f'{rounding:.3g}'})"
-    )  # fmt: skip
+    bound = (
+        ""
+        if b["error_bound"] is None
+        else (
+            f"; error bound {b['error_bound']:.4g} (+ rounding {'unknown' if rounding is None else f'{rounding:.3g}'})"
+        )
+    )
     best = (
         f" (any choice within the budget: at most {b['captured_share_max']:.1%})"
         if b["limit_bytes"] is not None and "captured_share_max" in b
@@ -136,9 +140,15 @@ def explain_table(plan: MergePlan) -> Printout:
         share = row.captured / row.energy if row.energy > 0 else 1.0
         extra = [str(sketches[layer])] if sketched else []
         table.add_row(
-            layer, str(row.candidates), str(row.chosen), *extra, decimal(row.full_bytes), decimal(row.planned_bytes),
-            f"{share:.1%}", f"{row.bound:.4g}" if affine else "—",
-        )  # fmt: skip
+            layer,
+            str(row.candidates),
+            str(row.chosen),
+            *extra,
+            decimal(row.full_bytes),
+            decimal(row.planned_bytes),
+            f"{share:.1%}",
+            f"{row.bound:.4g}" if affine else "—",
+        )
     p = Printout()
     p.out(table)
     return p

@@ -69,9 +69,15 @@ class BudgetReport:
     def to_json(self) -> dict[str, Any]:
         sketches = {}
         if self.sketches_offered:  # only where sketches were offered: older records stay as they were
-            sketches = {"sketches": {"offered": self.sketches_offered, "used": self.sketches_used,
-                                     "bytes": self.sketch_bytes, "delta": "reconstructed",
-                                     "computed": self.sketches_computed}}  # fmt: skip
+            sketches = {
+                "sketches": {
+                    "offered": self.sketches_offered,
+                    "used": self.sketches_used,
+                    "bytes": self.sketch_bytes,
+                    "delta": "reconstructed",
+                    "computed": self.sketches_computed,
+                }
+            }
         return {
             "given": self.given,
             "limit_bytes": self.limit,

@@ -99,8 +99,9 @@ def choose_resolutions(groups: list[Group], limit: int, fairness: str) -> list[i
     raised = []
     for n, pick in enumerate(chosen):
         c0, v0 = (options[n][pick].cost, options[n][pick].value) if pick >= 0 else (0, 0.0)
-        raised.append([Item(o.cost - c0, o.value - v0) if o.cost > c0 and o.value > v0 else Item(0, 0.0)
-                       for o in options[n]])  # fmt: skip
+        raised.append(
+            [Item(o.cost - c0, o.value - v0) if o.cost > c0 and o.value > v0 else Item(0, 0.0) for o in options[n]]
+        )
     for n, pick in enumerate(choose_options(raised, limit - spent)):
         if pick >= 0 and raised[n][pick].value > 0:
             chosen[n] = pick

@@ -114,9 +114,15 @@ def _left_exact(
     sketch's ‖Δ‖²·cos value they lost, and a merge without an expert's LayerNorm changes lost
     5 points on bench_quality."""
     sketched = {k for _, k in offers}
-    small = {n for n, c in enumerate(cands) if c.norm is not None and c.expert in sketched
-             and not sketchable(plan.tensors[c.tensor].base.shape, plan.tensors[c.tensor].base.dtype,
-                                plan.tensors[c.tensor].base.nbytes)}  # fmt: skip
+    small = {
+        n
+        for n, c in enumerate(cands)
+        if c.norm is not None
+        and c.expert in sketched
+        and not sketchable(
+            plan.tensors[c.tensor].base.shape, plan.tensors[c.tensor].base.dtype, plan.tensors[c.tensor].base.nbytes
+        )
+    }
     spare = limit - sum(c.cost for c in cands if c.norm is None)
     return small if sum(cands[n].cost for n in small) <= spare else set()
 
@@ -145,7 +151,7 @@ def _restricted(
                 read_bytes=read_bytes,
                 skipped=tp.skipped + skipped,
                 sketches=sketches if any(u is not None for u in sketches) else [],
-            )  # fmt: skip
+            )
         )
     return dataclasses.replace(plan, tensors=tensors, budget=report, fetch_sizes=dict(plan.fetch_sizes))
 

@@ -15,9 +15,18 @@ from mgit.merge.methods.registry import METHODS, check_method, get_method, merge
 from mgit.merge.params import REQUIRED, Param, Scope
 
 _SPARSIFY = (
-    "Sampling", "dare_drop", "dare_mask", "dare_probabilities", "della_mask", "della_probabilities",
-    "della_prune", "rescale_l1", "seeded_generator", "trim_magnitude", "trim_outliers",
-)  # fmt: skip
+    "Sampling",
+    "dare_drop",
+    "dare_mask",
+    "dare_probabilities",
+    "della_mask",
+    "della_probabilities",
+    "della_prune",
+    "rescale_l1",
+    "seeded_generator",
+    "trim_magnitude",
+    "trim_outliers",
+)
 
 __all__ = [
     "METHODS",

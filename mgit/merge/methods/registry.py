@@ -26,10 +26,20 @@ METHODS: dict[str, MergeMethod] = {
     for m in (
         Linear(),
         TA("task_arithmetic", "base + lambda * sum of weighted deltas", None, consensus=False, normalize=False),
-        TA("ties", "trim to top-density magnitudes, elect sign, disjoint mean", "magnitude", consensus=True,
-           normalize=True),
-        TA("dare_linear", "random drop (keep density) + rescale, weighted sum", "random", consensus=False,
-           normalize=False),
+        TA(
+            "ties",
+            "trim to top-density magnitudes, elect sign, disjoint mean",
+            "magnitude",
+            consensus=True,
+            normalize=True,
+        ),
+        TA(
+            "dare_linear",
+            "random drop (keep density) + rescale, weighted sum",
+            "random",
+            consensus=False,
+            normalize=False,
+        ),
         TA("dare_ties", "random drop + rescale, then TIES sign election", "random", consensus=True, normalize=False),
         TA("breadcrumbs", "drop outliers and small deltas", "outliers", consensus=False, normalize=False),
         TA("breadcrumbs_ties", "breadcrumbs, then TIES sign election", "outliers", consensus=True, normalize=False),
@@ -39,7 +49,7 @@ METHODS: dict[str, MergeMethod] = {
         ModelStock(),
         Passthrough(),
     )
-}  # fmt: skip
+}
 METHOD_PARAMS: dict[str, tuple[Param, ...]] = {name: m.params for name, m in METHODS.items()}
 
 

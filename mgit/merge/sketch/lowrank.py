@@ -89,8 +89,11 @@ def _from_gram(delta: Array, rank: int) -> tuple[Array, Array, list[float]]:
     # Δ = U·diag(σ)·Vᵀ: on a wide delta ``left`` is U, on a tall one it is V
     a_t = (left * sigma).T if wide else right * sigma[:, None]
     b_t = right if wide else left.T
-    return (np.ascontiguousarray(a_t, dtype=np.float32), np.ascontiguousarray(b_t, dtype=np.float32),
-            [float(x) for x in sigma])  # fmt: skip
+    return (
+        np.ascontiguousarray(a_t, dtype=np.float32),
+        np.ascontiguousarray(b_t, dtype=np.float32),
+        [float(x) for x in sigma],
+    )
 
 
 FAST_RESIDUAL = 1e-2  # the Gram identity in float32 products stands where ‖Δ − Δ̂‖² ≥ this share of ‖Δ‖²

@@ -93,14 +93,23 @@ class TensorSketch:
         head = {"file": self.file, "name": self.name, "shape": list(self.shape)}
         if self.rates:
             return head | {
-                "tiers": self.rank, "rates": self.rates, "stream": self.stream, "energy": self.energy,
-                "kept": self.kept, "residuals": self.residuals, "captured_share": share,
+                "tiers": self.rank,
+                "rates": self.rates,
+                "stream": self.stream,
+                "energy": self.energy,
+                "kept": self.kept,
+                "residuals": self.residuals,
+                "captured_share": share,
                 "stored_bytes": self.stored_bytes,
-            }  # fmt: skip
+            }
         return head | {
-            "rank": self.rank, "sigma": self.sigma, "energy": self.energy, "residuals": self.residuals,
-            "captured_share": share, "stored_bytes": self.stored_bytes,
-        }  # fmt: skip
+            "rank": self.rank,
+            "sigma": self.sigma,
+            "energy": self.energy,
+            "residuals": self.residuals,
+            "captured_share": share,
+            "stored_bytes": self.stored_bytes,
+        }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> TensorSketch:
@@ -108,14 +117,24 @@ class TensorSketch:
         common = (doc["file"], doc["name"], (int(m), int(n)))
         if "rates" in doc:
             return cls(
-                *common, int(doc["tiers"]), [], float(doc["energy"]), [float(r) for r in doc["residuals"]],
-                int(doc["stored_bytes"]), [float(p) for p in doc["rates"]], [float(k) for k in doc["kept"]],
+                *common,
+                int(doc["tiers"]),
+                [],
+                float(doc["energy"]),
+                [float(r) for r in doc["residuals"]],
+                int(doc["stored_bytes"]),
+                [float(p) for p in doc["rates"]],
+                [float(k) for k in doc["kept"]],
                 int(doc["stream"]),
-            )  # fmt: skip
+            )
         return cls(
-            *common, int(doc["rank"]), [float(s) for s in doc["sigma"]], float(doc["energy"]),
-            [float(r) for r in doc["residuals"]], int(doc["stored_bytes"]),
-        )  # fmt: skip
+            *common,
+            int(doc["rank"]),
+            [float(s) for s in doc["sigma"]],
+            float(doc["energy"]),
+            [float(r) for r in doc["residuals"]],
+            int(doc["stored_bytes"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -162,15 +181,31 @@ class SketchRecord:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> SketchRecord:
         """The record; one of a kind this version does not know keeps no tensors (none is offered)."""
-        known = {"schema", "commit", "parent", "kind", "share", "seed", "params", "expert_bytes", "stored_bytes",
-                 "exact_tensors"} | ({"tensors"} if doc["kind"] in KINDS else set())  # fmt: skip
+        known = {
+            "schema",
+            "commit",
+            "parent",
+            "kind",
+            "share",
+            "seed",
+            "params",
+            "expert_bytes",
+            "stored_bytes",
+            "exact_tensors",
+        } | ({"tensors"} if doc["kind"] in KINDS else set())
         return cls(
-            doc["commit"], doc["parent"], doc["kind"], float(doc["share"]), int(doc["seed"]), dict(doc["params"]),
+            doc["commit"],
+            doc["parent"],
+            doc["kind"],
+            float(doc["share"]),
+            int(doc["seed"]),
+            dict(doc["params"]),
             [TensorSketch.from_json(t) for t in doc["tensors"]] if doc["kind"] in KINDS else [],
             int(doc.get("exact_tensors", 0)),
-            int(doc.get("expert_bytes", 0)), doc.get("schema", SKETCH_SCHEMA),
+            int(doc.get("expert_bytes", 0)),
+            doc.get("schema", SKETCH_SCHEMA),
             {k: v for k, v in doc.items() if k not in known},
-        )  # fmt: skip
+        )
 
 
 def factor_name(tensor: str, block: int, factor: str) -> str:
