@@ -90,7 +90,11 @@ class DirectoryBackend(Backend):
             for path in _files(top):
                 if ".tmp-" in path.name:
                     continue
-                out[path.relative_to(self.root).as_posix()] = path.read_text(errors="replace").strip()
+                try:
+                    value = path.read_text(errors="replace").strip()
+                except FileNotFoundError:  # deleted by a concurrent swap since the listing: no longer a ref
+                    continue
+                out[path.relative_to(self.root).as_posix()] = value
         return out
 
     def refs(self) -> dict[str, str]:

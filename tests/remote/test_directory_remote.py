@@ -297,3 +297,25 @@ def test_the_next_push_removes_what_killed_pushes_left_after_an_hour(pushed):
     assert _temporaries(remote) == [str(young)]
     with Repository.clone(str(remote), tmp_path / "clone") as clone:
         assert clone.fsck() == []
+
+
+def test_a_ref_deleted_while_refs_are_listed_is_left_out(tmp_path, monkeypatch):
+    """A concurrent delete between listing refs/ and reading a ref is no error (CI saw
+    FileNotFoundError from ``mgit serve`` in a delete-versus-move race)."""
+    import mgit.remote.local as local
+
+    backend = DirectoryBackend(tmp_path / "remote", create=True)
+    for name in ("main", "dev"):
+        path = backend.root / "refs" / "heads" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("0" * 40 + "\n")
+    listed = local._files
+
+    def listing_then_deleted(top: Path):
+        for path in listed(top):
+            if path.name == "dev":
+                path.unlink()  # what a concurrent swap_ref(..., None) does after os.walk saw it
+            yield path
+
+    monkeypatch.setattr(local, "_files", listing_then_deleted)
+    assert backend.raw_refs() == {"refs/heads/main": "0" * 40}
