@@ -1,5 +1,8 @@
 """The README's "Using it" commands run as written (issue 12: "README and guide examples still
-run"), one after another on a tiny synthetic model in a temporary directory, each exiting 0."""
+run"), one after another on a tiny synthetic model in a temporary directory, each exiting 0.
+They run in-process through the CLI's own entry point (``helpers.cli.invoke``): the same parsing
+and error mapping as a subprocess at a fraction of the cost; tests/cli/test_walkthrough.py runs
+the real ``python -m mgit`` process."""
 
 from __future__ import annotations
 
@@ -8,8 +11,8 @@ import shlex
 from pathlib import Path
 
 import torch
+from helpers.cli import invoke
 from helpers.models import LlamaSpec, commit_model, frozen_finetune, llama_state_dict, touch_later, write_model
-from helpers.run import run_mgit
 
 from mgit import Repository
 
@@ -73,7 +76,7 @@ def test_readme_commands_run_as_written(tmp_path: Path) -> None:
         if command == merges[0]:
             _experts(root, ["math", "code", "a", "b", "c", "d"])
         args = shlex.split(command.replace(REMOTE_DIR, str(tmp_path / "remote" / "llama.mgit")))[1:]
-        proc = run_mgit(*args, cwd=root)
+        proc = invoke(*args, cwd=root)
         assert proc.returncode == 0, f"README example `{command}` failed ({proc.returncode}):\n{proc.stderr}"
         ran.append(command)
         if command == "mgit checkout -b sft":
