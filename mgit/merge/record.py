@@ -4,11 +4,11 @@ the commit, so `mgit show`, `mgit lineage` and any clone can tell how a model wa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mgit.merge.carry import base_reads
-from mgit.merge.plan import MergePlan
+from mgit.merge.plan import MergePlan, TensorPlan
 from mgit.model.dtypes import lookup
 from mgit.model.manifest import TensorManifest
 from mgit.version import __version__
@@ -32,15 +32,162 @@ class ExpertRef:
 
 
 @dataclass(frozen=True)
+class ReadSizes:
+    """A plan record's ``bytes``: reads estimated by the plan and, once executed, measured.
+
+    None marks a key the record does not hold (a plan not yet executed, a store that fetched
+    nothing, an older mgit); :meth:`to_json` writes the others in their recorded order and
+    keys a later mgit adds are kept in ``extra``."""
+
+    base_estimated: int = 0
+    experts_estimated: int = 0
+    expert_chunks_estimated: int = 0
+    output_logical: int | None = None
+    expert_passes: int | None = None
+    base_measured: int | None = None
+    experts_measured: int | None = None
+    expert_chunks_measured: int | None = None
+    output_chunks_computed: int | None = None
+    output_chunks_carried: int | None = None
+    output_bytes_computed: int | None = None
+    base_fetched: int | None = None
+    experts_fetched: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def base_read(self) -> int:
+        """Base bytes read: measured once executed, else the plan's estimate."""
+        return self.base_estimated if self.base_measured is None else self.base_measured
+
+    def to_json(self) -> dict[str, Any]:
+        order = (
+            "base_estimated",
+            "output_logical",
+            "experts_estimated",
+            "expert_chunks_estimated",
+            "expert_passes",
+            "base_measured",
+            "experts_measured",
+            "expert_chunks_measured",
+            "output_chunks_computed",
+            "output_chunks_carried",
+            "output_bytes_computed",
+            "base_fetched",
+            "experts_fetched",
+        )
+        return {k: getattr(self, k) for k in order if getattr(self, k) is not None} | self.extra
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ReadSizes:
+        return cls(**{k: v for k, v in doc.items() if k in _FIELDS[cls]}, extra=_extra(cls, doc))
+
+
+@dataclass(frozen=True)
+class TensorBudgetEntry:
+    """A budgeted plan's per-tensor ``budget``: its candidate and chosen expert chunks, the share of
+    Σ‖wΔ‖² captured, the error bound (None for a method without one) and, where sketches were
+    offered, each expert's sketch rank (0: none) and sketch bytes."""
+
+    candidates: int
+    chosen: int
+    captured_share: float
+    error_bound: float | None
+    sketch_ranks: list[int] | None = None
+    sketch_bytes: list[int] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "candidates": self.candidates,
+            "chosen": self.chosen,
+            "captured_share": self.captured_share,
+            "error_bound": self.error_bound,
+        }
+        if self.sketch_ranks is not None:
+            doc |= {"sketch_ranks": self.sketch_ranks, "sketch_bytes": self.sketch_bytes}
+        return doc | self.extra
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> TensorBudgetEntry:
+        known = {k: v for k, v in doc.items() if k in _FIELDS[cls]}
+        return cls(**{"error_bound": None} | known, extra=_extra(cls, doc))
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One output tensor of a plan record (``tensors``): where it lives, what each expert is read
+    for, and once executed the decision (``merged``/``copied``; None for a tensor of a file carried
+    whole). ``executed`` says whether the record holds a decision at all (a plan, or ``--dry-run``,
+    does not); optional parts are None where the record leaves them out."""
+
+    name: str
+    file: str
+    chunks: int
+    expert_chunks_read: list[int]
+    expert_bytes_estimated: list[int]
+    missing_in: list[int] | None = None
+    expert_chunks_chosen: list[list[int]] | None = None
+    budget: TensorBudgetEntry | None = None
+    parameters: dict[str, Any] | None = None
+    decision: str | None = None
+    executed: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def unchanged(self) -> bool:
+        """Identical to the base in every expert: no expert chunk read, and none differing either
+        (a budget's ``candidates`` counts chunks it skipped or read as a sketch)."""
+        return not any(self.expert_chunks_read) and not (self.budget is not None and self.budget.candidates)
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "file": self.file,
+            "chunks": self.chunks,
+            "expert_chunks_read": self.expert_chunks_read,
+            "expert_bytes_estimated": self.expert_bytes_estimated,
+        }
+        optional = (
+            ("missing_in", self.missing_in),
+            ("expert_chunks_chosen", self.expert_chunks_chosen),
+            ("budget", self.budget.to_json() if self.budget is not None else None),
+            ("parameters", self.parameters),
+        )
+        doc |= {k: v for k, v in optional if v is not None}
+        if self.executed:
+            doc["decision"] = self.decision
+        return doc | self.extra
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> TensorEntry:
+        known = {k: v for k, v in doc.items() if k in _FIELDS[cls]}
+        if "budget" in known:
+            known["budget"] = TensorBudgetEntry.from_json(known["budget"])
+        return cls(**known, executed="decision" in doc, extra=_extra(cls, doc))
+
+
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls)) - {"extra", "executed"}
+
+
+_FIELDS: dict[type, frozenset[str]] = {cls: _field_names(cls) for cls in (ReadSizes, TensorBudgetEntry, TensorEntry)}
+
+
+def _extra(cls: type, doc: dict[str, Any]) -> dict[str, Any]:
+    """The keys of ``doc`` a later mgit wrote that ``cls`` does not know: kept, written back last."""
+    return {k: v for k, v in doc.items() if k not in _FIELDS[cls]}
+
+
+@dataclass(frozen=True)
 class PlanRecord:
     """A merge commit's plan record (schema ``mgit.plan/1``).
 
-    ``bytes`` holds the estimated reads (and, once executed, the measured and fetched ones) under
-    the keys docs/merging.md lists; ``tensors`` one entry per output tensor as documented there;
-    ``budget`` the budget report's JSON. :meth:`to_json` writes the keys in their recorded order
-    (``reference``, ``budget`` and ``config`` only when set); :meth:`from_json` reads any
-    ``mgit.plan/1`` record (keys an older mgit did not write read as None, keys a later one adds
-    are kept in ``extra`` and written back after the others)."""
+    ``bytes`` holds the estimated reads (and, once executed, the measured and fetched ones);
+    ``tensors`` one entry per output tensor, both with the keys docs/merging.md lists;
+    ``budget`` the budget report's JSON (``BudgetReport.to_json``). :meth:`to_json` writes the keys
+    in their recorded order (``reference``, ``budget`` and ``config`` only when set);
+    :meth:`from_json` reads any ``mgit.plan/1`` record (keys an older mgit did not write read as
+    None, keys a later one adds are kept in ``extra`` and written back after the others)."""
 
     mgit_version: str
     method: str
@@ -51,8 +198,8 @@ class PlanRecord:
     model: str
     base: str | None  # None: a method without a base (the first parent is history, not an input)
     experts: list[ExpertRef]
-    bytes: dict[str, Any]
-    tensors: list[dict[str, Any]]
+    bytes: ReadSizes
+    tensors: list[TensorEntry]
     reference: str | None = None
     budget: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
@@ -71,8 +218,8 @@ class PlanRecord:
             "model": self.model,
             "base": self.base,
             "experts": [e.to_json() for e in self.experts],
-            "bytes": self.bytes,
-            "tensors": self.tensors,
+            "bytes": self.bytes.to_json(),
+            "tensors": [t.to_json() for t in self.tensors],
         }
         for key, value in (("reference", self.reference), ("budget", self.budget), ("config", self.config)):
             if value is not None:
@@ -92,8 +239,8 @@ class PlanRecord:
             model=doc.get("model", ""),
             base=doc.get("base"),
             experts=[ExpertRef(e["name"], e["commit"]) for e in doc.get("experts", [])],
-            bytes=doc.get("bytes", {}),
-            tensors=doc.get("tensors", []),
+            bytes=ReadSizes.from_json(doc.get("bytes", {})),
+            tensors=[TensorEntry.from_json(t) for t in doc.get("tensors", [])],
             reference=doc.get("reference"),
             budget=doc.get("budget"),
             config=doc.get("config"),
@@ -104,54 +251,26 @@ class PlanRecord:
 
 def build_record(plan: MergePlan, setup: MergeSetup, run: Execution | None, version: str) -> PlanRecord:
     """The record of ``plan`` made from ``setup`` (and, once executed, of what ``run`` read)."""
-    tensors = []
-    for tp in plan.tensors:
-        entry: dict[str, Any] = {
-            "name": tp.name,
-            "file": tp.file,
-            "chunks": len(tp.base.chunks),
-            "expert_chunks_read": [len(r) for r in tp.reads],
-            "expert_bytes_estimated": tp.read_bytes,
-        }
-        if tp.missing:
-            entry["missing_in"] = tp.missing
-        if plan.budget is not None and plan.budget.limit is not None:
-            entry["expert_chunks_chosen"] = [list(r) for r in tp.reads]
-            share = plan.budget.tensors.get(tp.name)
-            if share is not None:
-                entry["budget"] = {
-                    "candidates": share.candidates,
-                    "chosen": share.chosen,
-                    "captured_share": share.captured / share.energy if share.energy > 0 else 1.0,
-                    "error_bound": share.bound if plan.budget.error_bound is not None else None,
-                }
-                if share.sketch_ranks:  # per expert: the rank of the sketch read instead of chunks (0: none)
-                    entry["budget"]["sketch_ranks"] = [share.sketch_ranks.get(k, 0) for k in range(len(tp.reads))]
-                    entry["budget"]["sketch_bytes"] = [u.cost if u is not None else 0 for u in tp.sketches]
-        if setup.params_for is not None:
-            resolved = setup.resolved_params(tp.name)
-            entry["parameters"] = {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(resolved.items())}
-        if run is not None:
-            entry["decision"] = run.decisions.get(tp.name)
-        tensors.append(entry)
-    sizes: dict[str, Any] = {
-        "base_estimated": sum(base_reads(tp, setup) for tp in plan.tensors),
-        "output_logical": sum(_output_bytes(tp.base, setup) for tp in plan.tensors),
-        "experts_estimated": plan.expert_bytes,
-        "expert_chunks_estimated": plan.expert_chunks,
-        "expert_passes": plan.expert_passes,
-    }
+    tensors = [_tensor_entry(tp, plan, setup, run) for tp in plan.tensors]
+    sizes = ReadSizes(
+        base_estimated=sum(base_reads(tp, setup) for tp in plan.tensors),
+        output_logical=sum(_output_bytes(tp.base, setup) for tp in plan.tensors),
+        experts_estimated=plan.expert_bytes,
+        expert_chunks_estimated=plan.expert_chunks,
+        expert_passes=plan.expert_passes,
+    )
     if run is not None:
-        sizes |= {
-            "base_measured": run.base_bytes_read,
-            "experts_measured": run.expert_bytes_read,
-            "expert_chunks_measured": run.expert_chunks_read,
-            "output_chunks_computed": run.chunks_computed,
-            "output_chunks_carried": run.chunks_carried,
-            "output_bytes_computed": run.bytes_computed,
-        }
+        sizes = replace(
+            sizes,
+            base_measured=run.base_bytes_read,
+            experts_measured=run.expert_bytes_read,
+            expert_chunks_measured=run.expert_chunks_read,
+            output_chunks_computed=run.chunks_computed,
+            output_chunks_carried=run.chunks_carried,
+            output_bytes_computed=run.bytes_computed,
+        )
         if run.expert_bytes_fetched is not None:
-            sizes |= {"base_fetched": run.base_bytes_fetched, "experts_fetched": run.expert_bytes_fetched}
+            sizes = replace(sizes, base_fetched=run.base_bytes_fetched, experts_fetched=run.expert_bytes_fetched)
     return PlanRecord(
         mgit_version=version,
         method=setup.method.name,
@@ -167,6 +286,41 @@ def build_record(plan: MergePlan, setup: MergeSetup, run: Execution | None, vers
         reference=setup.reference,
         budget=plan.budget.to_json() if plan.budget is not None else None,
         config=setup.config,
+    )
+
+
+def _tensor_entry(tp: TensorPlan, plan: MergePlan, setup: MergeSetup, run: Execution | None) -> TensorEntry:
+    """The record of one output tensor: its reads, its budget share, its parameters, its decision."""
+    chosen, budget = None, None
+    if plan.budget is not None and plan.budget.limit is not None:
+        chosen = [list(r) for r in tp.reads]
+        share = plan.budget.tensors.get(tp.name)
+        if share is not None:
+            sketched = bool(share.sketch_ranks)  # per expert: the rank of the sketch read instead of chunks (0: none)
+            budget = TensorBudgetEntry(
+                candidates=share.candidates,
+                chosen=share.chosen,
+                captured_share=share.captured / share.energy if share.energy > 0 else 1.0,
+                error_bound=share.bound if plan.budget.error_bound is not None else None,
+                sketch_ranks=[share.sketch_ranks.get(k, 0) for k in range(len(tp.reads))] if sketched else None,
+                sketch_bytes=[u.cost if u is not None else 0 for u in tp.sketches] if sketched else None,
+            )
+    parameters = None
+    if setup.params_for is not None:
+        resolved = setup.resolved_params(tp.name)
+        parameters = {k: list(v) if isinstance(v, tuple) else v for k, v in sorted(resolved.items())}
+    return TensorEntry(
+        name=tp.name,
+        file=tp.file,
+        chunks=len(tp.base.chunks),
+        expert_chunks_read=[len(r) for r in tp.reads],
+        expert_bytes_estimated=tp.read_bytes,
+        missing_in=tp.missing or None,
+        expert_chunks_chosen=chosen,
+        budget=budget,
+        parameters=parameters,
+        decision=run.decisions.get(tp.name) if run is not None else None,
+        executed=run is not None,
     )
 
 

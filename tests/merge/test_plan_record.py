@@ -14,6 +14,7 @@ from mgit.merge.record import PLAN_SCHEMA, PlanRecord
     [
         ("task_arithmetic", {"weight": 0.5}, {"budget": "50%"}),
         ("ties", {"weight": 0.5, "density": 0.5}, {}),
+        ("ties", {"weight": 0.5, "density": 0.5}, {"budget": "30%"}),  # a budget without an error bound
         ("linear", {"weight": 0.5}, {}),  # no base: a reference, base null
     ],
 )
@@ -37,3 +38,21 @@ def test_recorded_plans_round_trip_byte_for_byte(experts, method, params, extra)
 def test_keys_a_later_mgit_adds_are_kept():
     doc = {"schema": PLAN_SCHEMA, "method": "linear", "tensors": [], "future": {"x": 1}}
     assert PlanRecord.from_json(doc).to_json()["future"] == {"x": 1}
+
+
+def test_keys_a_later_mgit_adds_inside_bytes_and_tensors_are_kept():
+    tensor = {"name": "w", "file": "m.safetensors", "chunks": 1, "expert_chunks_read": [1]}
+    tensor |= {"expert_bytes_estimated": [9], "budget": {"candidates": 1, "chosen": 1, "captured_share": 1.0}}
+    doc = {
+        "schema": PLAN_SCHEMA,
+        "method": "linear",
+        "bytes": {"base_estimated": 1, "experts_estimated": 2, "expert_chunks_estimated": 3, "later": 4},
+        "tensors": [tensor | {"later": [1]}],
+    }
+    record = PlanRecord.from_json(doc)
+    assert record.bytes.base_read == 1 and record.bytes.output_logical is None
+    assert record.tensors[0].decision is None and not record.tensors[0].executed and not record.tensors[0].unchanged
+    again = record.to_json()
+    assert again["bytes"]["later"] == 4 and "output_logical" not in again["bytes"]
+    assert again["tensors"][0]["later"] == [1] and "decision" not in again["tensors"][0]
+    assert again["tensors"][0]["budget"]["error_bound"] is None  # an older record lacked it: read as None

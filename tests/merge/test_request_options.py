@@ -83,4 +83,4 @@ def test_a_plan_unpacks_and_records_itself_as_its_merge_records_it(experts) -> N
     sha = experts.merge(["math", "code"], "task_arithmetic", weight=0.5, budget="50%", branch="m", checkout=False)
     merged = PlanRecord.from_json(experts.merge_record(sha))
     assert merged.parameters == record.parameters and merged.seed == record.seed == 0
-    assert [t["expert_chunks_chosen"] for t in merged.tensors] == [t["expert_chunks_chosen"] for t in record.tensors]
+    assert [t.expert_chunks_chosen for t in merged.tensors] == [t.expert_chunks_chosen for t in record.tensors]

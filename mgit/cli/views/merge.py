@@ -38,11 +38,11 @@ def plan_text(plan: PlanRecord | dict) -> Printout:
         p.out(f"  base    {plan.base[:12]}")
     for e in plan.experts:
         p.out(f"  expert  {e.commit[:12]}  {e.name}")
-    measured = f", measured {decimal(b['experts_measured'])}" if "experts_measured" in b else ""
+    measured = f", measured {decimal(b.experts_measured)}" if b.experts_measured is not None else ""
     p.out(
-        f"  expert reads: {b['expert_chunks_estimated']} chunk(s), estimated {decimal(b['experts_estimated'])}"
-        f"{measured}; base reads {decimal(b.get('base_measured', b['base_estimated']))}"
-        + (f"; output {decimal(b['output_logical'])}" if "output_logical" in b else "")  # older records lack it
+        f"  expert reads: {b.expert_chunks_estimated} chunk(s), estimated {decimal(b.experts_estimated)}"
+        f"{measured}; base reads {decimal(b.base_read)}"
+        + (f"; output {decimal(b.output_logical)}" if b.output_logical is not None else "")  # older records lack it
     )
     decisions = _decisions(plan)
     if plan.budget is not None:
@@ -56,18 +56,15 @@ def plan_text(plan: PlanRecord | dict) -> Printout:
 
 
 def _unchanged(record: PlanRecord) -> int:
-    """Tensors identical to the base in every expert: no expert chunk read, and none differing
-    either (a budget's per-tensor ``candidates``: chunks it skipped or read as a sketch count)."""
-    return sum(
-        1 for t in record.tensors if not any(t["expert_chunks_read"]) and not t.get("budget", {}).get("candidates")
-    )
+    """Tensors identical to the base in every expert (``TensorEntry.unchanged``)."""
+    return sum(1 for t in record.tensors if t.unchanged)
 
 
 def _decisions(record: PlanRecord) -> dict[str, int]:
     """How many tensors got each decision (merged, copied, ...; "planned" before a merge)."""
     decisions: dict[str, int] = {}
     for t in record.tensors:
-        decisions[t.get("decision") or "planned"] = decisions.get(t.get("decision") or "planned", 0) + 1
+        decisions[t.decision or "planned"] = decisions.get(t.decision or "planned", 0) + 1
     return decisions
 
 
@@ -183,7 +180,7 @@ def merge_json(sha: str, branch: str | None, record: PlanRecord, checked_out: bo
             "seed": record.seed,
             "base": record.base,
             "experts": [dict(sorted(e.to_json().items())) for e in record.experts],  # as stored: keys sorted
-            "bytes": record.bytes,
+            "bytes": dict(sorted(record.bytes.to_json().items())),  # as stored: keys sorted
             "plan": {
                 "tensors": len(record.tensors),
                 "decisions": _decisions(record),
@@ -201,13 +198,13 @@ def merge_text(sha: str, branch: str | None, record: PlanRecord, checked_out: bo
     p.out(
         f"merged {len(record.experts)} expert(s) with {record.method} → {sha[:12]} "
         f"on {branch or 'HEAD'}{'' if checked_out else ' (not checked out)'}; "
-        f"read {decimal(b['experts_measured'])} of expert chunks ({b['expert_chunks_measured']}), "
-        f"{decimal(b['base_measured'])} of base chunks"
+        f"read {decimal(b.experts_measured or 0)} of expert chunks ({b.expert_chunks_measured}), "
+        f"{decimal(b.base_read)} of base chunks"
     )
-    if "output_chunks_computed" in b:  # recorded since mgit computes only what the plan changes
+    if b.output_chunks_computed is not None:  # recorded since mgit computes only what the plan changes
         p.out(
-            f"  output: {b['output_chunks_computed']} chunk(s) computed, {b['output_chunks_carried']} carried "
-            f"from the base ({decimal(b['output_bytes_computed'])} computed)"
+            f"  output: {b.output_chunks_computed} chunk(s) computed, {b.output_chunks_carried} carried "
+            f"from the base ({decimal(b.output_bytes_computed or 0)} computed)"
         )
     if record.budget is not None:
         p.out("  " + budget_line(record.budget))
