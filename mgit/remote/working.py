@@ -176,6 +176,8 @@ class WorkingRepositoryBackend(Backend):
         sealed but unreferenced, as any interrupted push: gc removes them)."""
         with self._guard:
             if self._locked:
-                self.store.seal()
-                self._held.close()
-                self._locked = False
+                try:
+                    self.store.seal()
+                finally:  # a failed seal (a full disk) must not keep that repository locked
+                    self._held.close()
+                    self._locked = False

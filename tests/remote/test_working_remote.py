@@ -64,3 +64,23 @@ def test_a_push_reads_the_checked_out_branch_while_another_push_deletes_a_ref(re
     monkeypatch.setattr(refs, "allkeys", lambda: {*listed(), b"refs/heads/deleted-meanwhile"})
     assert backend.head() == "main"
     backend.check_push("refs/heads/other")  # not the checked-out branch: allowed
+
+
+def test_a_failed_seal_still_releases_the_repositorys_lock(repo: Repository, monkeypatch) -> None:
+    """``close`` publishes what was received, then unlocks: a seal that fails (a full disk) must
+    not leave the repository locked for every later command."""
+    from mgit.remote.working import WorkingRepositoryBackend
+
+    commit_model(repo, llama_state_dict(TINY, seed=1), "v1")
+    backend = WorkingRepositoryBackend(repo.root)
+    backend._writing()
+
+    def full_disk() -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(backend.store, "seal", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        backend.close()
+    again = WorkingRepositoryBackend(repo.root)
+    again._writing()  # took the lock: the first backend gave it back
+    again.close()
