@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 from helpers.cli import invoke
-from test_opaque import NAME, chunks_at, commit_file, commit_manifest, gguf_like
+from helpers.opaque_files import NAME, chunks_at, commit_file, commit_manifest, gguf_like
 
 from mgit import Repository
 from mgit.errors import CorruptObjectError

@@ -14,41 +14,17 @@ import numpy as np
 import pytest
 from helpers.cli import invoke
 from helpers.models import touch_later, tree_hashes
+from helpers.opaque_files import NAME, chunks_at, commit_file, commit_manifest, gguf_like
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mgit import Repository
-from mgit.graph.names import CHUNKED_ENTRY
-from mgit.graph.objects import MODE_FILE, MODE_TREE
 from mgit.model import opaque
 from mgit.model.chunking import CDC_MAX, CDC_MIN, cdc_chunks
-from mgit.model.filetree import load_chunked
 from mgit.model.manifest import ChunkRef, FileManifest
 from mgit.store import codec
 
-NAME = "model.gguf"
 ROW = 4096  # bytes of one quantized row
-
-
-def gguf_like(size: int, seed: int = 0) -> bytes:
-    """A GGUF-shaped file: magic, a header of key/value text, then quantized blocks (random
-    bytes compress no better than real 4-bit blocks do)."""
-    header = b"GGUF\x03\x00\x00\x00" + b"general.architecture=llama;" * 40
-    blocks = np.random.default_rng(seed).integers(0, 256, size - len(header), dtype=np.uint8)
-    return header + blocks.tobytes()
-
-
-def commit_file(repo: Repository, data: bytes, message: str, name: str = NAME):
-    path = repo.root / name
-    path.write_bytes(data)
-    touch_later(path)
-    result = repo.add([name])
-    repo.commit(message)
-    return result
-
-
-def chunks_at(repo: Repository, rev: str, name: str = NAME) -> FileManifest:
-    return load_chunked(repo.graph, repo.snapshot(rev)[name].oid)
 
 
 @pytest.fixture
@@ -147,14 +123,6 @@ def test_the_cut_points_are_pinned(tmp_path):
         cuts = [(at, len(raw)) for at, raw in cdc_chunks(f.fileno(), len(data))]
     assert [at for at, _ in cuts] == [0, 972082, 2094529, 3328012, 4872815, 5855221, 6728340]
     assert b"".join(data[at : at + n] for at, n in cuts) == data
-
-
-def commit_manifest(repo: Repository, manifest: FileManifest, name: str, message: str) -> None:
-    """Commit, on top of HEAD, a tree holding one chunked file with this manifest (§6.3)."""
-    tree = repo.graph.put_tree([(CHUNKED_ENTRY, MODE_FILE, repo.graph.put_blob(manifest.to_bytes()))])
-    root = repo.graph.put_tree([(name, MODE_TREE, tree)])
-    who, head = repo.identity(), repo.refs.head()
-    repo.refs.advance_head(head, repo.graph.put_commit(root, [head] if head else [], message, who, who), message)
 
 
 def old_fixed_file(repo: Repository, data: bytes, name: str) -> None:
