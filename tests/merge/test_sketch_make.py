@@ -38,6 +38,12 @@ def test_a_low_rank_sketch_stores_its_rank_blocks_as_bf16_and_measures_them():
 def test_a_zero_delta_has_no_sketch_of_either_kind():
     zero = np.zeros((64, 300), np.float32)
     assert make.make("lowrank", "f", "w", zero, 8, 0, seed=0, commit="c") is None  # the exact route
+    wide = np.zeros((256, 300), np.float32)  # rank 8 + oversampling is under a quarter: the randomized route
+    assert make.make("lowrank", "f", "w", wide, 8, 0, seed=0, commit="c") is None
+    rank_two = np.zeros((256, 300), np.float32)
+    rank_two[:2, :2] = np.eye(2)  # two directions: the randomized route keeps two, not eight
+    a_t, b_t, sigma = lowrank.factorize(rank_two, 8, seed=0)
+    assert len(sigma) == 2 and a_t.shape == (2, 256) and b_t.shape == (2, 300)
     rates = make.size_for("dare", (64, 300), 10**6)
     assert rates and make.make("dare", "f", "w", zero, rates, 10**6, seed=0, commit="c") is None
 

@@ -54,8 +54,9 @@ def rank_for(shape: tuple[int, int], budget_bytes: int) -> int:
 
 
 def factorize(delta: Array, rank: int, seed: int) -> tuple[Array, Array, list[float]]:
-    """(Aᵀ, Bᵀ, σ) of a rank-``rank`` approximation of ``delta`` (float32, 2-D), float32,
-    deterministic for a seed (a generator of its own: concurrent sketches share no state)."""
+    """(Aᵀ, Bᵀ, σ) of an approximation of ``delta`` (float32, 2-D) of rank at most ``rank`` (less
+    where σ vanishes), float32, deterministic for a seed (a generator of its own: concurrent
+    sketches share no state)."""
     m, n = delta.shape
     q = min(rank + OVERSAMPLE, m, n)
     if q >= EXACT_FROM * min(m, n):
@@ -67,8 +68,15 @@ def factorize(delta: Array, rank: int, seed: int) -> tuple[Array, Array, list[fl
             basis = np.linalg.qr(delta @ np.linalg.qr(delta.T @ basis)[0])[0]
         u_small, sigma, vh = np.linalg.svd(basis.T @ delta, full_matrices=False)
         u = basis @ u_small
-    a_t = np.ascontiguousarray((u[:, :rank] * sigma[:rank]).T, dtype=np.float32)
-    return a_t, np.ascontiguousarray(vh[:rank], dtype=np.float32), [float(s) for s in sigma[:rank]]
+    r = int(np.count_nonzero(_significant(sigma[:rank])))  # σ sorted: the significant ones lead
+    a_t = np.ascontiguousarray((u[:, :r] * sigma[:r]).T, dtype=np.float32)
+    return a_t, np.ascontiguousarray(vh[:r], dtype=np.float32), [float(s) for s in sigma[:r]]
+
+
+def _significant(sigma: Array) -> Array:
+    """Which singular values (largest first) carry a direction: above 1e-7 of σ₁, so an all-zero
+    delta has none and no sketch is stored for it."""
+    return sigma > (sigma[0] if len(sigma) else 0.0) * 1e-7
 
 
 def _from_gram(delta: Array, rank: int) -> tuple[Array, Array, list[float]]:
@@ -83,7 +91,7 @@ def _from_gram(delta: Array, rank: int) -> tuple[Array, Array, list[float]]:
     w, q = np.linalg.eigh((small @ small.T).astype(np.float64))
     top = np.argsort(w)[::-1][:rank]
     sigma = np.sqrt(np.clip(w[top], 0.0, None))
-    keep = sigma > (sigma[0] if len(sigma) else 0.0) * 1e-7
+    keep = _significant(sigma)
     sigma, left = sigma[keep], q[:, top[keep]]
     right = (left.T.astype(np.float32) @ small) / sigma[:, None].astype(np.float32)  # the other side's, as rows
     # Δ = U·diag(σ)·Vᵀ: on a wide delta ``left`` is U, on a tall one it is V
