@@ -13,6 +13,7 @@ import json
 import shutil
 import struct
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness.models import BLOCK_ELEMENTS, SEED, ModelPlan, in_child
@@ -43,20 +44,27 @@ def in_layers(name: str, layers: list[int]) -> bool:
     return any(name.startswith(f"model.layers.{i}.") for i in layers)
 
 
-def write_dense(base: Path, dest: Path) -> None:
-    """B = bf16(A + N(0, (NOISE·scale)²)) for every tensor, streamed piece by piece; same files."""
-    import torch
-
-    gen = torch.Generator().manual_seed(NOISE_SEED)
+def tensor_files(base: Path, dest: Path) -> Iterator[tuple[Path, int, list[tuple[str, dict]]]]:
+    """Make ``dest`` and copy every other file of ``base`` into it; yield each safetensors file of
+    ``base``: (its path, the offset of its tensor data, its (name, entry) pairs in data order)."""
     dest.mkdir(parents=True)
     for src in sorted(base.iterdir()):
         if src.suffix != ".safetensors":
             shutil.copyfile(src, dest / src.name)
             continue
         start, header = read_header(src)
+        yield src, start, sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])
+
+
+def write_dense(base: Path, dest: Path) -> None:
+    """B = bf16(A + N(0, (NOISE·scale)²)) for every tensor, streamed piece by piece; same files."""
+    import torch
+
+    gen = torch.Generator().manual_seed(NOISE_SEED)
+    for src, start, entries in tensor_files(base, dest):
         with open(src, "rb") as fin, open(dest / src.name, "wb") as fout:
             fout.write(fin.read(start))  # same header: same names, shapes, offsets
-            for name, entry in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+            for name, entry in entries:
                 scale = NOISE * (1.0 if name.endswith("norm.weight") else 0.02)
                 begin, end = entry["data_offsets"]
                 fin.seek(start + begin)
@@ -69,15 +77,10 @@ def write_dense(base: Path, dest: Path) -> None:
 
 def write_partial(base: Path, dense: Path, dest: Path, layers: list[int]) -> None:
     """B' = B's bytes for the tensors of ``layers``, A's bytes for every other tensor and file."""
-    dest.mkdir(parents=True)
-    for src in sorted(base.iterdir()):
-        if src.suffix != ".safetensors":
-            shutil.copyfile(src, dest / src.name)
-            continue
-        start, header = read_header(src)
+    for src, start, entries in tensor_files(base, dest):
         with open(src, "rb") as fa, open(dense / src.name, "rb") as fb, open(dest / src.name, "wb") as fout:
             fout.write(fa.read(start))
-            for name, entry in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+            for name, entry in entries:
                 begin, end = entry["data_offsets"]
                 f = fb if in_layers(name, layers) else fa
                 f.seek(start + begin)
