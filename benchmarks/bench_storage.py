@@ -32,20 +32,21 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import cli
-from harness.cells import mb, ratio
+from harness.cells import mb
 from harness.context import RunContext, skipped_baselines
 from harness.models import GB, SEED, SHARDS, ModelPlan, ensure_model
-from harness.report import plural, publish, steps_table, table
+from harness.report import plural, publish, steps_table
 from harness.runner import Result, Runner, time_cp
-from harness.stores import Cost, DvcStore, GitLfsStore, MgitStore, encodings_cell, run_baseline, store_all
+from harness.stores import DvcStore, GitLfsStore, MgitStore, encodings_cell, run_baseline, store_all
 from harness.targets import Target, at_most, target, targets_table
 from harness.tools import BASELINES_VENV, Tools, ensure_zipnn, find_tools, tool_env, version_of
 from harness.variants import CHAIN, Version, ensure_versions
-from harness.zipnn import Zipped, zipnn_all
+from harness.version_costs import VersionCosts, partial_table, references, stored_table, times_table
+from harness.zipnn import zipnn_all
 
 SECTION_TITLE = "## Storage: versions, deltas, baselines (bench_storage.py)"
 PARTIAL_TOLERANCE = 1.25  # "≈ the compressed size of what changed": within 25% (or below)
@@ -57,93 +58,17 @@ SWITCH_STEP = f"switch main → {SWITCH_TO} (the working tree holding the base)"
 
 
 @dataclass
-class Outcome:
-    versions: list[Version]
-    costs: dict[str, dict[str, Cost]]  # tool → version → cost
-    zipped: dict[str, Zipped] | None
-    zipnn_ok: bool | None
-    totals: dict[str, int]  # tool → its store's size after every version
-    throughput: list[Result]
-    identical: dict[str, bool]
-    fsck: str
+class Outcome(VersionCosts):
+    """The run: what every version cost every tool, and mgit's timed steps and checks."""
+
+    throughput: list[Result] = field(default_factory=list)
+    identical: dict[str, bool] = field(default_factory=dict)  # version → mgit restored it byte for byte
+    fsck: str = ""
+    zipnn_ok: bool | None = None
     switched_how: str = ""  # how mgit's switch wrote the files (its --json)
 
 
 # -- reporting ----------------------------------------------------------------------------
-
-
-def stored_table(o: Outcome) -> str:
-    tools = [t for t in ("mgit", "git + git-lfs", "dvc") if t in o.costs]
-    head = ["version", "raw (MB)", "changed (MB)", "mgit (MB)", "mgit / raw", "mgit new chunks (MB)"]
-    for t in tools[1:]:
-        head += [f"{t} (MB)", f"{t} / raw"]
-    if o.zipped:
-        head += ["zipnn (MB)", "zipnn / raw", "zipnn, changed files (MB)"]
-    rows = []
-    for v in o.versions:
-        m = o.costs["mgit"][v.name]
-        cells = [v.name, mb(v.raw), mb(v.changed if v.parent else v.raw), mb(m.grown), ratio(m.grown, v.raw)]
-        cells.append(mb(m.new_chunks))
-        for t in tools[1:]:
-            cells += [mb(o.costs[t][v.name].grown), ratio(o.costs[t][v.name].grown, v.raw)]
-        if o.zipped:
-            z = o.zipped[v.name]
-            cells += [mb(z.all_files), ratio(z.all_files, v.raw), mb(z.changed_files)]
-        rows.append(cells)
-    raw = sum(v.raw for v in o.versions)
-    cells = [f"**all {len(o.versions)}**", mb(raw), "", mb(o.totals["mgit"]), ratio(o.totals["mgit"], raw), ""]
-    for t in tools[1:]:
-        cells += [mb(o.totals[t]), ratio(o.totals[t], raw)]
-    if o.zipped:
-        z_all = sum(z.all_files for z in o.zipped.values())
-        cells += [mb(z_all), ratio(z_all, raw), mb(sum(z.changed_files for z in o.zipped.values()))]
-    rows.append(cells)
-    return table(head, "l" + "r" * (len(head) - 1), rows)
-
-
-@dataclass
-class Reference:
-    version: Version
-    cost: Cost
-    ref_a: float  # changed raw bytes × mgit's base stored/raw
-    ref_b: float  # modified bytes × mgit's dense (stored/modified) + new bytes × base stored/raw
-
-
-def references(o: Outcome) -> list[Reference]:
-    by = {v.name: v for v in o.versions}
-    base_ratio = o.costs["mgit"]["base"].grown / by["base"].raw
-    delta_ratio = o.costs["mgit"]["dense"].grown / max(1, by["dense"].changed)
-    out = []
-    for v in o.versions[1:]:
-        new, modified = v.changes.get("new_bytes", 0), v.changes.get("modified_bytes", 0)
-        out.append(
-            Reference(v, o.costs["mgit"][v.name], v.changed * base_ratio, modified * delta_ratio + new * base_ratio)
-        )
-    return out
-
-
-def partial_table(o: Outcome) -> str:
-    header = ["version", "changed tensors", "elements changed", "changed raw (MB)", "A: changed × base ratio (MB)"]
-    header += ["B: delta-aware (MB)", "mgit (MB)", "mgit / A", "mgit / B", "mgit new chunks by encoding"]
-    rows = []
-    for r in references(o):
-        c = r.version.changes
-        share = c.get("changed_elements", 0) / c["elements"] if c.get("elements") else 0.0
-        rows.append(
-            [
-                r.version.name,
-                f"{c.get('changed_tensors', 0)} / {c.get('tensors', 0)}",
-                f"{share:.1%}",
-                mb(r.version.changed),
-                mb(round(r.ref_a)),
-                mb(round(r.ref_b)),
-                mb(r.cost.grown),
-                ratio(r.cost.grown, r.ref_a, 2),
-                ratio(r.cost.grown, r.ref_b, 2),
-                encodings_cell(r.cost.encodings),
-            ]
-        )
-    return table(header, "lrrrrrrrrl", rows)
 
 
 def targets(o: Outcome) -> list[Target]:
@@ -159,18 +84,6 @@ def targets(o: Outcome) -> list[Target]:
             metric, within = f"{r.version.name}: mgit / (changed × base ratio)", f"≈ 1 (≤ {PARTIAL_TOLERANCE})"
             out.append(target(metric, r.cost.grown / r.ref_a, within, at_most(PARTIAL_TOLERANCE), "{:.3f}"))
     return out
-
-
-def times_table(o: Outcome) -> str:
-    tools = list(o.costs)
-    head = ["version", *(f"{t} (s)" for t in tools)] + (["zipnn compress (s)"] if o.zipped else [])
-    rows = []
-    for v in o.versions:
-        cells = [v.name, *(f"{o.costs[t][v.name].seconds:.2f}" for t in tools)]
-        if o.zipped:
-            cells.append(f"{o.zipped[v.name].seconds:.2f}")
-        rows.append(cells)
-    return table(head, "l" + "r" * (len(head) - 1), rows)
 
 
 def notes(o: Outcome) -> list[str]:
@@ -338,7 +251,8 @@ def mgit_part(
     throughput.append(switch)
     print("verifying every version and running fsck", flush=True)
     identical, fsck = mgit.verify(versions), mgit.fsck()
-    return Outcome(versions, costs, None, None, totals, throughput, identical, fsck, mgit.switched_how(switch))
+    how = mgit.switched_how(switch)
+    return Outcome(versions, costs, totals, None, throughput, identical, fsck, None, how)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,6 +17,7 @@ dozen hand-built Markdown tables and imports of each other. Here each concern li
 - ``contenders``: mgit, git + git-lfs and DVC storing a model and checking it out again, as command recipes;
 - ``stores``: version stores: each tool keeping a base and its versions, and what each version cost;
 - ``zipnn``: the ZipNN peer (every file compressed on its own) and its sizes per version;
+- ``version_costs``: what every version cost every store, and its tables (bytes, against what changed, time);
 - ``transfers``: push and clone per tool and remote (mgit to a directory or `mgit serve`, DVC);
 - ``light``: the light commands (``--help``, ``status``, ``log``, ``branch``) timed warm, and their floor;
 - ``diff_inputs``: the diff benchmark's derived versions (a dense fine-tune, and a quarter of it over the base);
