@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import math
 import shutil
 import sys
 from collections.abc import Sequence
@@ -45,11 +44,9 @@ from harness.models import GB, MB, SEED, SHARDS, ModelPlan, ensure_model
 from harness.report import publish, table
 from harness.runner import Proc, Runner, best_of
 from harness.tools import commit_branches, mgit_command, mgit_label, python_prefix, tool_env, version_of
-from harness.torch_diff import load_and_compare, rel_diff
+from harness.torch_diff import QUANTITIES, TOLERANCE, Check, check, load_and_compare
 
 SECTION_TITLE = "## Diff (bench_diff.py)"
-TOLERANCE = 1e-6  # largest relative difference from the baseline accepted per tensor
-QUANTITIES = ("delta_norm", "cosine", "norm_a", "max_abs_delta")  # compared per tensor, in the table's order
 CASES = (("dense", "B (dense: every tensor)"), ("partial", "B' (a quarter of the layers)"))
 
 
@@ -105,31 +102,6 @@ def measure(
     results.append(Result(case, "safetensors load_file + torch (float64)", best, times))
     outputs["baseline"] = json.loads(best.output)
     return results, outputs
-
-
-@dataclass
-class Check:
-    case: str
-    tensors: int
-    changed: int  # tensors mgit reports changed
-    expected: int  # tensors the version changed
-    same_set: bool
-    changed_chunks: int
-    worst: dict[str, float]  # quantity → largest relative difference over the tensors
-
-    @property
-    def ok(self) -> bool:
-        return self.same_set and self.worst["delta_norm"] <= TOLERANCE and self.worst["cosine"] <= TOLERANCE
-
-
-def check(case: str, outputs: dict[str, dict], expected: set[str], changed_chunks: int) -> Check:
-    """Compare mgit's numbers with the baseline's, tensor by tensor."""
-    mine, ref = outputs["mgit"], outputs["baseline"]
-    changed = {n for n, t in mine.items() if t["status"] != "unchanged"}
-    worst = {}
-    for q in QUANTITIES:
-        worst[q] = max(rel_diff(mine[n][q], ref[n][q]) if n in mine else math.inf for n in ref)
-    return Check(case, len(ref), len(changed), len(expected), changed == expected, changed_chunks, worst)
 
 
 # -- reporting ----------------------------------------------------------------------------

@@ -21,7 +21,8 @@ dozen hand-built Markdown tables and imports of each other. Here each concern li
 - ``transfers``: push and clone per tool and remote (mgit to a directory or `mgit serve`, DVC);
 - ``light``: the light commands (``--help``, ``status``, ``log``, ``branch``) timed warm, and their floor;
 - ``diff_inputs``: the diff benchmark's derived versions (a dense fine-tune, and a quarter of it over the base);
-- ``torch_diff``: the usual way to compare two versions (safetensors + torch float64), the diff's yardstick.
+- ``torch_diff``: the usual way to compare two versions (safetensors + torch float64), the diff's yardstick,
+  and the check of mgit's numbers against it.
 
 Scripts run as ``python benchmarks/bench_X.py``, so ``benchmarks/`` is on ``sys.path`` and they
 import ``harness.*``; no script imports another script. Nothing here imports torch at module level:
