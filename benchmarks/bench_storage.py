@@ -252,7 +252,7 @@ def mgit_part(
     print("verifying every version and running fsck", flush=True)
     identical, fsck = mgit.verify(versions), mgit.fsck()
     how = mgit.switched_how(switch)
-    return Outcome(versions, costs, totals, None, throughput, identical, fsck, None, how)
+    return Outcome(versions, costs, totals, throughput=throughput, identical=identical, fsck=fsck, switched_how=how)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
