@@ -50,7 +50,7 @@ SECTION_TITLE = "## Core: add, commit, checkout (bench_core.py)"
 LIGHT_TITLE = "## Light commands: --help, status, log, branch (bench_core.py --parts light)"
 PARTS = ("store", "light")
 LIGHT_COMMANDS = (("--help",), ("status",), ("log",), ("branch",))
-LIGHT_TARGET = 0.15  # seconds, warm, each light command: what a prompt may take before it feels slow
+LIGHT_TARGET = 0.15  # seconds, warm (median): the target of each light command
 
 
 # -- reporting ----------------------------------------------------------------------------
