@@ -31,130 +31,43 @@ processes used meanwhile is reported beside it. GB = 10^9 bytes, MB = 10^6 bytes
 from __future__ import annotations
 
 import shutil
-import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from harness import cli
+from harness.contenders import contenders, find, store_and_checkout
+from harness.context import RunContext, skipped_baselines
+from harness.light import FLOOR_IMPORTS, LightTiming, light_repositories, time_light, timing
 from harness.machine import IDLE_BELOW
-from harness.models import GB, MB, SEED, SHARDS, ModelPlan, ensure_model, model_bytes, split_shards
-from harness.report import header_lines, publish, steps_table, table
-from harness.runner import MODEL_DIR, Proc, Result, Runner, best_of, disk_usage, fresh_copy, sha256_files, time_cp
+from harness.models import GB, SEED, SHARDS, ModelPlan, ensure_model, model_bytes, split_shards
+from harness.report import publish, steps_table, table
+from harness.runner import Result, Runner, time_cp
+from harness.targets import Target, at_least, at_most, target, targets_table
 from harness.tools import Tools, find_tools, tool_env
 
 SECTION_TITLE = "## Core: add, commit, checkout (bench_core.py)"
 LIGHT_TITLE = "## Light commands: --help, status, log, branch (bench_core.py --parts light)"
 PARTS = ("store", "light")
 LIGHT_COMMANDS = (("--help",), ("status",), ("log",), ("branch",))
-LIGHT_TARGET = 0.15  # seconds, warm, each light command (issue 39)
-# What any mgit command loads before its own code runs: the interpreter, click, dulwich and rich.
-FLOOR_IMPORTS = "import click, dulwich.repo, rich.console"
-
-
-# -- the measurements ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Contender:
-    """One tool: how to set up a repository, store the model in it, and materialise it again."""
-
-    name: str
-    setup: list[list[str]]  # untimed, in a fresh directory holding the model
-    store: list[list[str]]  # timed together: storing the model
-    store_label: str
-    store_dir: str  # what holds the stored model, measured like `du -s`
-    checkout: list[str]  # timed: bring back the deleted model directory
-    checkout_label: str
-
-
-def contenders(tools: Tools) -> list[Contender]:
-    mgit = [*tools.mgit, "-q"]
-    out = [
-        Contender(
-            "mgit",
-            [[*mgit, "init"]],
-            [[*mgit, "add", MODEL_DIR], [*mgit, "commit", "-m", "base"]],
-            "add + commit",
-            ".mgit",
-            [*mgit, "checkout", "--force", "main"],
-            "checkout --force main",
-        )
-    ]
-    if tools.git_lfs:
-        out.append(
-            Contender(
-                "git + git-lfs",
-                [["git", "init", "-q"], ["git", "lfs", "install", "--local"]],
-                [["git", "lfs", "track", "*.safetensors"], ["git", "add", "."], ["git", "commit", "-q", "-m", "base"]],
-                "lfs track + add + commit",
-                ".git",
-                ["git", "checkout", "--", MODEL_DIR],
-                "checkout -- model",
-            )
-        )
-    if tools.dvc:
-        dvc = tools.dvc
-        out.append(
-            Contender(
-                "dvc",
-                [[dvc, "init", "--no-scm", "-q"]],
-                [[dvc, "add", "-q", MODEL_DIR]],
-                "add",
-                ".dvc/cache",
-                [dvc, "checkout", "-q"],
-                "checkout",
-            )
-        )
-    return out
-
-
-def bench(c: Contender, model: Path, run_dir: Path, runner: Runner, sums: dict[str, str], reps: int) -> list[Result]:
-    """Store the model ``reps`` times (a fresh directory each), then check it out ``reps`` times."""
-
-    def prepare_store() -> None:
-        fresh_copy(model, run_dir)
-        for cmd in c.setup:
-            runner.run(cmd, run_dir)
-
-    best, times = best_of(reps, prepare_store, lambda: runner.steps(c.store, run_dir))
-    stored = Result(c.name, c.store_label, best, times, store_bytes=disk_usage(run_dir / c.store_dir))
-    identical = True
-
-    def checkout() -> Proc:
-        nonlocal identical
-        proc = runner.run(c.checkout, run_dir, timed=True)
-        identical &= sha256_files(run_dir / MODEL_DIR) == sums
-        return proc
-
-    best, times = best_of(reps, lambda: shutil.rmtree(run_dir / MODEL_DIR), checkout)
-    return [stored, Result(c.name, c.checkout_label, best, times, identical=identical)]
+LIGHT_TARGET = 0.15  # seconds, warm (median): the target of each light command
 
 
 # -- reporting ----------------------------------------------------------------------------
 
 
-def find(results: list[Result], tool: str, stored: bool) -> Result | None:
-    return next((r for r in results if r.tool == tool and (r.store_bytes is not None) == stored), None)
-
-
-def targets_table(results: list[Result], raw: int) -> str:
-    rows = []
-
-    def row(metric: str, value: float | None, target: str, ok: bool | None) -> None:
-        shown = "n/a (baseline skipped)" if value is None else f"{value:.2f}"
-        rows.append([metric, shown, target, "n/a" if ok is None else ("yes" if ok else "**no**")])
-
+def targets(results: list[Result], raw: int) -> list[Target]:
     m_add, lfs_add = find(results, "mgit", True), find(results, "git + git-lfs", True)
     speedup = lfs_add.best.seconds / m_add.best.seconds if m_add and lfs_add else None
-    row("mgit add + commit speed vs git-lfs (× faster)", speedup, "≥ 1.5", None if speedup is None else speedup >= 1.5)
     ratio = m_add.store_bytes / raw if m_add and m_add.store_bytes else None
-    row("mgit store / raw size", ratio, "≤ 0.75", None if ratio is None else ratio <= 0.75)
     m_co, cp = find(results, "mgit", False), find(results, "cp -r", False)
     slow = m_co.best.seconds / cp.best.seconds if m_co and cp else None
-    row("mgit checkout time / cp -r time", slow, "≤ 2", None if slow is None else slow <= 2)
-    return table(["metric", "value", "target", "met"], "lrrl", rows)
+    skipped = "n/a (baseline skipped)"
+    return [
+        target("mgit add + commit speed vs git-lfs (× faster)", speedup, "≥ 1.5", at_least(1.5), missing=skipped),
+        target("mgit store / raw size", ratio, "≤ 0.75", at_most(0.75), missing=skipped),
+        target("mgit checkout time / cp -r time", slow, "≤ 2", at_most(2), missing=skipped),
+    ]
 
 
 def spread_note(results: list[Result]) -> str:
@@ -169,23 +82,13 @@ def spread_note(results: list[Result]) -> str:
     )
 
 
-def report(
-    results: list[Result],
-    raw: int,
-    plan: ModelPlan,
-    tools: Tools,
-    workdir: Path,
-    reps: int,
-    command: str,
-    rss_floor: int,
-) -> str:
+def report(results: list[Result], raw: int, plan: ModelPlan, tools: Tools, run: RunContext) -> str:
     """This benchmark's docs section (also printed to stdout)."""
-    skipped = [name for name, ok in (("git-lfs", tools.git_lfs), ("dvc", tools.dvc)) if not ok]
     mgit_co = find(results, "mgit", False)
     identical = bool(mgit_co and mgit_co.identical)
     s = plan.shape
     lines = [
-        *header_lines(SECTION_TITLE, command, workdir, tools.versions),
+        *run.header(SECTION_TITLE),
         f"Input: a generated llama-like bf16 model of {raw / GB:.3f} GB (all files of the model directory; "
         f"{plan.layers} layers, hidden {s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, "
         f"{len(plan.tensors)} tensors, weights N(0, 0.02) from seed {SEED}, norms ones), in "
@@ -194,85 +97,36 @@ def report(
         "",
         steps_table(results, raw),
         "",
-        targets_table(results, raw),
+        targets_table(targets(results, raw)),
         "",
         f"mgit checkout reproduced every file byte for byte (sha256, every run): **{'yes' if identical else 'NO'}**.",
         "",
         "How it was measured: every step is a separate process timed by wall clock, after an untimed `sync` and "
         f"a wait (up to the `--idle-wait` limit) until under {IDLE_BELOW:.0%} of the CPUs are busy. The page cache "
         "cannot be dropped, so every tool reads files written moments before (warm). Each tool stores the model "
-        f"{reps} times, each time in a fresh directory, and checks it out {reps} times into its working tree after "
-        "the model directory was deleted (mgit: `mgit checkout --force main`; git: `git checkout -- model`; "
-        "DVC: `dvc checkout`); the table shows the fastest run, `all runs` every one, and the last column "
+        f"{run.reps} times, each time in a fresh directory, and checks it out {run.reps} times into its working "
+        "tree after the model directory was deleted (mgit: `mgit checkout --force main`; git: `git checkout -- "
+        "model`; DVC: `dvc checkout`); the table shows the fastest run, `all runs` every one, and the last column "
         "splits the fastest run into its commands (e.g. add + commit). Store size is disk usage "
         "like `du -s` of `.mgit/`, `.git/` (its `lfs/objects` hold the file contents) and `.dvc/cache`. MB/s is "
         "the model's size over the wall time. Peak RSS is the largest resident set of the timed process(es) as "
-        f"the kernel reports it; it includes about {rss_floor / MB:.0f} MB inherited from the launching process "
-        "at fork (what `true` reports), and the pages of memory-mapped files it touched (mgit maps its pack "
-        "files), which are page cache rather than memory the process allocated. Other load is the share of all "
-        "CPUs that other processes and kernel threads (writeback included) used during the fastest run. "
-        "Byte-identical: sha256 of every file after "
+        f"the kernel reports it; {run.inherited_rss()} (what `true` reports), and the pages of memory-mapped "
+        "files it touched (mgit maps its pack files), which are page cache rather than memory the process "
+        "allocated. Other load is the share of all CPUs that other processes and kernel threads (writeback "
+        "included) used during the fastest run. Byte-identical: sha256 of every file after "
         "every run equals the generated model's. Targets are reported, not asserted.",
+        "",
+        spread_note(results),
+        *skipped_baselines((("git-lfs", tools.git_lfs), ("dvc", tools.dvc))),
     ]
-    lines += ["", spread_note(results)]
-    if skipped:
-        lines += ["", f"Skipped baselines: {', '.join(skipped)} (not installed; see the script's output)."]
     return "\n".join(lines) + "\n"
 
 
-# -- light commands -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LightTiming:
-    """One command of one tool, run ``len(times)`` times in a row (warm)."""
-
-    tool: str
-    args: tuple[str, ...]
-    times: list[float]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.times)
-
-
-def light_repositories(model: Path, runs: Path, runner: Runner, tools: Tools) -> dict[str, tuple[list[str], Path]]:
-    """tool → (its command, a repository holding the model committed once). An untimed status
-    in each first: it vouches for the files' stats (as any status after an edit does), so every
-    timed status finds a clean tree without reading a file."""
-    mgit, git = [*tools.mgit, "--no-pager"], ["git", "--no-pager"]
-    m = fresh_copy(model, runs / "light-mgit")
-    for cmd in ([*mgit, "-q", "init"], [*mgit, "-q", "add", MODEL_DIR], [*mgit, "commit", "-m", "base"]):
-        runner.run(cmd, m)
-    g = fresh_copy(model, runs / "light-git")
-    lfs = [["git", "lfs", "install", "--local"], ["git", "lfs", "track", "*.safetensors"]] if tools.git_lfs else []
-    for cmd in (["git", "init", "-q"], *lfs, ["git", "add", "."], ["git", "commit", "-q", "-m", "base"]):
-        runner.run(cmd, g)
-    runner.run([*mgit, "status"], m)
-    runner.run([*git, "status"], g)
-    return {"mgit": (mgit, m), "git + git-lfs" if tools.git_lfs else "git": (git, g)}
-
-
-def time_light(repos: dict[str, tuple[list[str], Path]], runner: Runner, runs: int) -> list[LightTiming]:
-    """Every light command of every tool, ``runs`` times each, one process per run; then the
-    floor: a Python process importing only the libraries every mgit command loads."""
-    out = []
-    for args in LIGHT_COMMANDS:
-        for tool, (cmd, where) in repos.items():
-            times = [runner.run([*cmd, *args], where, timed=True).seconds for _ in range(runs)]
-            out.append(LightTiming(tool, args, times))
-    floor = [sys.executable, "-P", "-c", FLOOR_IMPORTS]
-    out.append(LightTiming("floor", (), [runner.run(floor, repos["mgit"][1], timed=True).seconds for _ in range(runs)]))
-    return out
-
-
-def light_report(timings: list[LightTiming], tools: Tools, workdir: Path, command: str, runs: int) -> str:
+def light_report(timings: list[LightTiming], run: RunContext, runs: int) -> str:
     """The light commands' docs section."""
     rows = []
     for args in LIGHT_COMMANDS:
-        mine = next(t for t in timings if t.args == args and t.tool == "mgit")
-        peer = next(t for t in timings if t.args == args and t.tool not in ("mgit", "floor"))
-        met = "yes" if mine.median <= LIGHT_TARGET else "**no**"
+        mine, peer = timing(timings, args, mgit=True), timing(timings, args, mgit=False)
         rows.append(
             [
                 " ".join(args),
@@ -281,22 +135,15 @@ def light_report(timings: list[LightTiming], tools: Tools, workdir: Path, comman
                 f"{peer.median * 1000:.1f}",
                 f"{min(peer.times) * 1000:.1f}",
                 f"{mine.median / peer.median:.0f}×",
-                met,
+                "yes" if mine.median <= LIGHT_TARGET else "**no**",
             ]
         )
-    peer_name = next(t.tool for t in timings if t.tool not in ("mgit", "floor"))
+    peer_name = timing(timings, LIGHT_COMMANDS[0], mgit=False).tool
     floor = next(t for t in timings if t.tool == "floor")
-    header = [
-        "command",
-        "mgit median (ms)",
-        "mgit best (ms)",
-        f"{peer_name} median (ms)",
-        f"{peer_name} best (ms)",
-        "mgit / peer",
-        f"mgit ≤ {LIGHT_TARGET * 1000:.0f} ms",
-    ]
+    header = ["command", "mgit median (ms)", "mgit best (ms)", f"{peer_name} median (ms)", f"{peer_name} best (ms)"]
+    header += ["mgit / peer", f"mgit ≤ {LIGHT_TARGET * 1000:.0f} ms"]
     lines = [
-        *header_lines(LIGHT_TITLE, command, workdir, tools.versions),
+        *run.header(LIGHT_TITLE),
         "Each tool's repository holds the generated model (as in the core benchmark above) committed once, "
         "with a clean working tree its own status has seen. Each command runs "
         f"{runs} times in a row as a separate process (warm: its files and modules in the page cache), "
@@ -339,35 +186,41 @@ def parts_list(text: str) -> tuple[str, ...]:
     return parts
 
 
+def store_part(model: Path, sums: dict[str, str], tools: Tools, runner: Runner, runs: Path, reps: int) -> list[Result]:
+    """Every tool stores the model and checks it out again; `cp -r` copies it (the yardstick)."""
+    results: list[Result] = []
+    for c in contenders(tools):
+        print(f"{c.name} ...", flush=True)
+        results += store_and_checkout(c, model, runs / c.name.replace(" ", ""), runner, sums, reps)
+    print("cp -r ...", flush=True)
+    results.append(time_cp(model, runs / "cp", runner, sums, reps))
+    results.sort(key=lambda r: r.store_bytes is None)  # storing first, then materialising (stable)
+    return results
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    command = cli.command_line(argv, __file__)
     workdir = args.workdir.resolve()
     size_gb = 0.1 if args.quick else args.size_gb
     cli.check_free_disk(workdir, int(size_gb * GB * 9))  # the model, and per tool a copy and its store
     workdir.mkdir(parents=True, exist_ok=True)
     tools = find_tools(workdir, args.mgit_rev, not args.no_dvc and "store" in args.parts, workdir / ".venv-baselines")
     model, plan, sums = ensure_model(workdir, size_gb)
-    raw = model_bytes(model, sums)
     runner = Runner(tool_env(workdir), args.idle_wait, args.other_wait)
+    run = RunContext(cli.command_line(argv, __file__), workdir, tools.versions, args.reps)
     runs = workdir / "runs"
     identical = True
     if "store" in args.parts:
-        results: list[Result] = []
-        for c in contenders(tools):
-            print(f"{c.name} ...", flush=True)
-            results += bench(c, model, runs / c.name.replace(" ", ""), runner, sums, args.reps)
-        print("cp -r ...", flush=True)
-        results.append(time_cp(model, runs / "cp", runner, sums, args.reps))
-        results.sort(key=lambda r: r.store_bytes is None)  # storing first, then materialising (stable)
-        section = report(results, raw, plan, tools, workdir, args.reps, command, runner.rss_floor(workdir))
-        publish(section, SECTION_TITLE, args.write_docs)
+        results = store_part(model, sums, tools, runner, runs, args.reps)
+        run.rss_floor = runner.rss_floor(workdir)
+        publish(report(results, model_bytes(model, sums), plan, tools, run), SECTION_TITLE, args.write_docs)
         mgit_co = find(results, "mgit", False)
         identical = bool(mgit_co and mgit_co.identical)
     if "light" in args.parts:
         print("light commands ...", flush=True)
-        timings = time_light(light_repositories(model, runs, runner, tools), runner, args.light_runs)
-        publish(light_report(timings, tools, workdir, command, args.light_runs), LIGHT_TITLE, args.write_docs)
+        repos = light_repositories(model, runs, runner, tools)
+        timings = time_light(repos, runner, LIGHT_COMMANDS, args.light_runs)
+        publish(light_report(timings, run, args.light_runs), LIGHT_TITLE, args.write_docs)
     if not args.keep:
         shutil.rmtree(runs, ignore_errors=True)
     return 0 if identical else 1

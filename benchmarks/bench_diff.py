@@ -27,165 +27,27 @@ cannot be dropped, so everything reads warm files. GB = 10^9 bytes, MB = 10^6 by
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
-import math
 import shutil
-import struct
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness import cli
+from harness.cells import runs_cell, yes_no
+from harness.context import RunContext
+from harness.diff_inputs import NOISE, changed_bytes, changed_layers, ensure_versions
 from harness.machine import IDLE_BELOW
-from harness.models import BLOCK_ELEMENTS, GB, MB, SEED, SHARDS, ModelPlan, ensure_model, in_child
-from harness.report import header_lines, publish, table
-from harness.runner import Proc, Runner, best_of, sha256_files
+from harness.models import GB, MB, SEED, SHARDS, ModelPlan, ensure_model
+from harness.report import publish, table
+from harness.runner import Proc, Runner, best_of
 from harness.tools import commit_branches, mgit_command, mgit_label, python_prefix, tool_env, version_of
+from harness.torch_diff import QUANTITIES, TOLERANCE, Check, check, load_and_compare
 
 SECTION_TITLE = "## Diff (bench_diff.py)"
-VARIANT_VERSION = 1  # bump when the derived versions change, so cached copies are rebuilt
-NOISE_SEED = SEED + 1
-NOISE = 0.05  # noise std relative to the tensor's scale (0.02 for weights, 1 for norms)
-TOLERANCE = 1e-6  # largest relative difference from the baseline accepted per tensor
 CASES = (("dense", "B (dense: every tensor)"), ("partial", "B' (a quarter of the layers)"))
-
-
-# -- the two fine-tuned versions ----------------------------------------------------------
-
-
-def read_header(path: Path) -> tuple[int, dict[str, dict]]:
-    """(offset of the tensor data, the header's tensor entries) of a safetensors file."""
-    with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-    header.pop("__metadata__", None)
-    return 8 + size, header
-
-
-def changed_layers(layers: int) -> list[int]:
-    """The last quarter of the layers (at least one): what B' takes from B."""
-    n = max(1, round(layers / 4))
-    return list(range(layers - n, layers))
-
-
-def in_layers(name: str, layers: list[int]) -> bool:
-    return any(name.startswith(f"model.layers.{i}.") for i in layers)
-
-
-def write_dense(base: Path, dest: Path) -> None:
-    """B = bf16(A + N(0, (NOISE·scale)²)) for every tensor, streamed piece by piece; same files."""
-    import torch
-
-    gen = torch.Generator().manual_seed(NOISE_SEED)
-    dest.mkdir(parents=True)
-    for src in sorted(base.iterdir()):
-        if src.suffix != ".safetensors":
-            shutil.copyfile(src, dest / src.name)
-            continue
-        start, header = read_header(src)
-        with open(src, "rb") as fin, open(dest / src.name, "wb") as fout:
-            fout.write(fin.read(start))  # same header: same names, shapes, offsets
-            for name, entry in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
-                scale = NOISE * (1.0 if name.endswith("norm.weight") else 0.02)
-                begin, end = entry["data_offsets"]
-                fin.seek(start + begin)
-                for pos in range(begin, end, 2 * BLOCK_ELEMENTS):
-                    raw = bytearray(fin.read(min(2 * BLOCK_ELEMENTS, end - pos)))
-                    a = torch.frombuffer(raw, dtype=torch.bfloat16).float()
-                    b = (a + torch.randn(a.numel(), generator=gen) * scale).to(torch.bfloat16)
-                    fout.write(b.view(torch.int16).numpy().tobytes())
-
-
-def write_partial(base: Path, dense: Path, dest: Path, layers: list[int]) -> None:
-    """B' = B's bytes for the tensors of ``layers``, A's bytes for every other tensor and file."""
-    dest.mkdir(parents=True)
-    for src in sorted(base.iterdir()):
-        if src.suffix != ".safetensors":
-            shutil.copyfile(src, dest / src.name)
-            continue
-        start, header = read_header(src)
-        with open(src, "rb") as fa, open(dense / src.name, "rb") as fb, open(dest / src.name, "wb") as fout:
-            fout.write(fa.read(start))
-            for name, entry in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
-                begin, end = entry["data_offsets"]
-                f = fb if in_layers(name, layers) else fa
-                f.seek(start + begin)
-                fout.write(f.read(end - begin))
-
-
-def derive(base: Path, home: Path, layers: list[int]) -> None:
-    write_dense(base, home / "dense")
-    write_partial(base, home / "dense", home / "partial", layers)
-
-
-def ensure_versions(workdir: Path, base: Path, plan: ModelPlan, base_sums: dict[str, str]) -> dict[str, Path]:
-    """B and B' derived from A (reused when already there, for the same A): name → directory."""
-    home = workdir / f"versions-{plan.nbytes}"
-    layers = changed_layers(plan.layers)
-    want = {
-        "version": VARIANT_VERSION,
-        "seed": NOISE_SEED,
-        "noise": NOISE,
-        "layers": layers,
-        "base": hashlib.sha256(json.dumps(base_sums, sort_keys=True).encode()).hexdigest(),
-    }
-    meta_path = home / "meta.json"
-    dirs = {name: home / name for name, _ in CASES}
-    if meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        if {k: meta.get(k) for k in want} == want and all(sha256_files(d) == meta[n] for n, d in dirs.items()):
-            print(f"reusing the derived versions in {home}")
-            return dirs
-    shutil.rmtree(home, ignore_errors=True)
-    print(f"deriving B (dense) and B' (layers {layers[0]}-{layers[-1]} of {plan.layers} from B)")
-    t0 = time.perf_counter()
-    in_child(derive, base, home, layers, what="deriving the fine-tuned versions")
-    meta_path.write_text(json.dumps({**want, **{n: sha256_files(d) for n, d in dirs.items()}}, indent=2) + "\n")
-    print(f"  derived in {time.perf_counter() - t0:.1f} s")
-    return dirs
-
-
-def changed_bytes(model: Path, layers: list[int] | None) -> tuple[set[str], int]:
-    """(names of the tensors a version changed, their bytes in both versions); None: all layers."""
-    names, total = set(), 0
-    for path in sorted(model.glob("*.safetensors")):
-        for name, entry in read_header(path)[1].items():
-            if layers is None or in_layers(name, layers):
-                names.add(name)
-                total += 2 * (entry["data_offsets"][1] - entry["data_offsets"][0])
-    return names, total
-
-
-# -- the baseline -------------------------------------------------------------------------
-
-
-def baseline(dir_a: Path, dir_b: Path) -> dict[str, dict[str, float]]:
-    """The usual way: load each shard of both versions with load_file; per tensor, in float64,
-    ‖B−A‖, ‖A‖, ‖B‖, cos(A, B) and max|B−A|."""
-    import torch
-    from safetensors.torch import load_file
-
-    out = {}
-    for path_a in sorted(dir_a.glob("*.safetensors")):
-        sd_a, sd_b = load_file(path_a), load_file(dir_b / path_a.name)
-        for name, tensor_a in sd_a.items():
-            a = tensor_a.to(torch.float64).flatten()
-            b = sd_b[name].to(torch.float64).flatten()
-            d = b - a
-            norm_a, norm_b = a.norm().item(), b.norm().item()
-            out[name] = {
-                "delta_norm": d.norm().item(),
-                "norm_a": norm_a,
-                "norm_b": norm_b,
-                "cosine": torch.dot(a, b).item() / (norm_a * norm_b),
-                "max_abs_delta": d.abs().max().item(),
-            }
-        del sd_a, sd_b
-    return out
 
 
 # Run with the mgit under test: which chunks `repo.diff` asks the store for, and what it decodes.
@@ -242,76 +104,45 @@ def measure(
     return results, outputs
 
 
-def rel_diff(x: float | None, y: float | None) -> float:
-    """|x − y| / max(|x|, |y|); 0 when both are 0, inf when one is missing."""
-    if x is None or y is None:
-        return math.inf
-    top = max(abs(x), abs(y))
-    return abs(x - y) / top if top > 0 else 0.0
-
-
-@dataclass
-class Check:
-    case: str
-    tensors: int
-    changed: int  # tensors mgit reports changed
-    expected: int  # tensors the version changed
-    same_set: bool
-    changed_chunks: int
-    worst: dict[str, float]  # quantity → largest relative difference over the tensors
-
-    @property
-    def ok(self) -> bool:
-        return self.same_set and self.worst["delta_norm"] <= TOLERANCE and self.worst["cosine"] <= TOLERANCE
-
-
-def check(case: str, outputs: dict[str, dict], expected: set[str], changed_chunks: int) -> Check:
-    """Compare mgit's numbers with the baseline's, tensor by tensor."""
-    mine, ref = outputs["mgit"], outputs["baseline"]
-    changed = {n for n, t in mine.items() if t["status"] != "unchanged"}
-    worst = {}
-    for q in ("delta_norm", "cosine", "norm_a", "max_abs_delta"):
-        worst[q] = max(rel_diff(mine[n][q], ref[n][q]) if n in mine else math.inf for n in ref)
-    return Check(case, len(ref), len(changed), len(expected), changed == expected, changed_chunks, worst)
-
-
 # -- reporting ----------------------------------------------------------------------------
 
 
 def results_table(results: list[Result], data: dict[str, int], raw: int) -> str:
     labels = dict(CASES)
-    header = ["version B", "method", "wall time (s)", "changed tensors, A + B (MB)", "MB/s", "vs baseline",
-              "peak RSS (MB)", "tensor data decoded (MB)", "other load", "all runs (s)"]  # fmt: skip
+    header = ["version B", "method", "wall time (s)", "changed tensors, A + B (MB)", "MB/s", "vs baseline"]
+    header += ["peak RSS (MB)", "tensor data decoded (MB)", "other load", "all runs (s)"]
     rows = []
     for r in results:
         p = r.best
         base = next(x for x in results if x.case == r.case and x.reads is None)
         decoded = r.reads["raw_bytes"] if r.reads else 2 * raw
-        rows.append([
-            labels[r.case],
-            f"`{r.method}`" if r.method.startswith("mgit") else r.method,
-            f"{p.seconds:.2f}",
-            f"{data[r.case] / MB:.0f}",
-            f"{data[r.case] / MB / p.seconds:.0f}",
-            f"{base.best.seconds / p.seconds:.1f}×" if r is not base else "1.0×",
-            f"{p.max_rss / MB:.0f}",
-            f"{decoded / MB:.0f}",
-            f"{p.load_share:.0%}",
-            " / ".join(f"{t:.2f}" for t in r.times),
-        ])  # fmt: skip
+        rows.append(
+            [
+                labels[r.case],
+                f"`{r.method}`" if r.method.startswith("mgit") else r.method,
+                f"{p.seconds:.2f}",
+                f"{data[r.case] / MB:.0f}",
+                f"{data[r.case] / MB / p.seconds:.0f}",
+                f"{base.best.seconds / p.seconds:.1f}×" if r is not base else "1.0×",
+                f"{p.max_rss / MB:.0f}",
+                f"{decoded / MB:.0f}",
+                f"{p.load_share:.0%}",
+                runs_cell(r.times),
+            ]
+        )
     return table(header, "llrrrrrrrl", rows)
 
 
 def checks_table(checks: list[Check]) -> str:
     labels = dict(CASES)
-    header = ["version B", "tensors", "changed per mgit / expected", "changed chunks", "max rel. diff ‖Δ‖",
-              "max rel. diff cos", "max rel. diff ‖A‖", "max rel. diff max\\|Δ\\|", "within 1e-6"]  # fmt: skip
+    header = ["version B", "tensors", "changed per mgit / expected", "changed chunks", "max rel. diff ‖Δ‖"]
+    header += ["max rel. diff cos", "max rel. diff ‖A‖", "max rel. diff max\\|Δ\\|", "within 1e-6"]
     rows = []
     for c in checks:
         w = c.worst
-        rows.append([labels[c.case], c.tensors, f"{c.changed} / {c.expected}{'' if c.same_set else ' (**differ**)'}",
-                     c.changed_chunks, f"{w['delta_norm']:.1e}", f"{w['cosine']:.1e}", f"{w['norm_a']:.1e}",
-                     f"{w['max_abs_delta']:.1e}", "yes" if c.ok else "**NO**"])  # fmt: skip
+        changed = f"{c.changed} / {c.expected}{'' if c.same_set else ' (**differ**)'}"
+        worst = [f"{w[q]:.1e}" for q in QUANTITIES]
+        rows.append([labels[c.case], c.tensors, changed, c.changed_chunks, *worst, yes_no(c.ok)])
     return table(header, "lrrrrrrrl", rows)
 
 
@@ -335,23 +166,14 @@ def reads_note(results: list[Result]) -> str:
 
 
 def report(
-    results: list[Result],
-    checks: list[Check],
-    data: dict[str, int],
-    raw: int,
-    plan: ModelPlan,
-    versions: dict[str, str],
-    workdir: Path,
-    reps: int,
-    command: str,
-    rss_floor: int,
+    results: list[Result], checks: list[Check], data: dict[str, int], raw: int, plan: ModelPlan, run: RunContext
 ) -> str:
     """This benchmark's docs section (also printed to stdout)."""
     s = plan.shape
     layers = changed_layers(plan.layers)
     all_ok = all(c.ok for c in checks)
     lines = [
-        *header_lines(SECTION_TITLE, command, workdir, versions),
+        *run.header(SECTION_TITLE),
         f"Input: version A is bench_core's generated llama-like bf16 model, {raw / GB:.3f} GB of tensors "
         f"({plan.layers} layers, hidden {s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, "
         f"{len(plan.tensors)} tensors in {SHARDS} safetensors shards, weights N(0, 0.02) from seed {SEED}). "
@@ -373,7 +195,7 @@ def report(
         "How it was measured: every command is a separate process timed by wall clock (Python start-up and "
         "imports included), after an untimed `sync`, a wait until no other benchmark of this repository runs, "
         f"and a wait (up to the `--idle-wait` limit) until under {IDLE_BELOW:.0%} of the CPUs are busy; each "
-        f"runs {reps} times, the table shows the fastest, `all runs` "
+        f"runs {run.reps} times, the table shows the fastest, `all runs` "
         "every one. The page cache cannot be dropped, so mgit's packs and the baseline's safetensors files are "
         "read warm. `--json` output (one record per tensor) goes to a temporary file instead of `/dev/null` so that "
         "its numbers can be checked. The baseline is this script's `--baseline A_DIR B_DIR`: for each shard, "
@@ -383,8 +205,8 @@ def report(
         "is that over the wall time for every row (also for `--stat`, which reads no tensor data), so rows are "
         "comparable. Tensor data decoded: raw bytes of the chunks mgit decoded (delta bases included), or, for "
         "the baseline, both versions' files. Peak RSS is the largest resident set of the process as the "
-        f"kernel reports it; it includes about {rss_floor / MB:.0f} MB inherited from the launching process "
-        "at fork (what `true` reports), and the pages of memory-mapped files touched (mgit maps its pack "
+        f"kernel reports it; {run.inherited_rss()} "
+        "(what `true` reports), and the pages of memory-mapped files touched (mgit maps its pack "
         "files; safetensors maps the file it loads). Other load is the share of all CPUs that other processes "
         "used during the fastest run. Relative difference: |x − y| / max(|x|, |y|) (0 when both are 0), "
         "largest over all tensors.",
@@ -406,8 +228,8 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
         other_wait=1800,
         keep="keep the mgit repository afterwards",
     )
-    p.add_argument("--bench-wait", type=float, dest="other_wait", default=cli.argparse.SUPPRESS,
-                   help="the same as --other-wait (its old name)")  # fmt: skip
+    old_name = "the same as --other-wait (its old name)"
+    p.add_argument("--bench-wait", type=float, dest="other_wait", default=cli.argparse.SUPPRESS, help=old_name)
     p.add_argument(
         "--baseline", nargs=2, type=Path, metavar=("A_DIR", "B_DIR"), help="(internal) run the baseline, print JSON"
     )
@@ -417,9 +239,8 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.baseline:
-        print(json.dumps(baseline(*args.baseline)))
+        print(json.dumps(load_and_compare(*args.baseline)))
         return 0
-    command = cli.command_line(argv, __file__)
     workdir = args.workdir.resolve()
     size_gb = 0.1 if args.quick else args.size_gb
     cli.check_free_disk(workdir, int(size_gb * GB * 6))  # A, B, B' and their commits
@@ -447,10 +268,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         numeric = next(r for r in case_results if r.method == "mgit diff --json")
         assert numeric.reads is not None
         checks.append(check(case, outputs, expected[case][0], numeric.reads["changed_chunks"]))
-    rss_floor = runner.rss_floor(workdir)
+    run = RunContext(cli.command_line(argv, __file__), workdir, versions, args.reps, runner.rss_floor(workdir))
     data = {case: expected[case][1] for case, _ in CASES}
-    section = report(results, checks, data, raw, plan, versions, workdir, args.reps, command, rss_floor)
-    publish(section, SECTION_TITLE, args.write_docs)
+    publish(report(results, checks, data, raw, plan, run), SECTION_TITLE, args.write_docs)
     if not args.keep:
         shutil.rmtree(repo, ignore_errors=True)
     return 0 if all(c.ok for c in checks) else 1

@@ -29,461 +29,61 @@ size of what changed) are reported, never asserted. GB = 10^9 bytes, MB = 10^6 b
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import cli
-from harness.models import GB, MB, SEED, SHARDS, ModelPlan, ensure_model
-from harness.report import header_lines, plural, publish, steps_table, table
-from harness.runner import (
-    MODEL_DIR,
-    Proc,
-    Result,
-    Runner,
-    best_of,
-    disk_usage,
-    fresh_dir,
-    place_model,
-    sha256_files,
-    time_cp,
-)
-from harness.tools import BASELINES_VENV, Tools, ensure_zipnn, find_tools, json_output, tool_env, version_of
-from harness.variants import CHAIN, SPECS, Spec, Version, ensure_versions
+from harness.cells import mb
+from harness.context import RunContext, skipped_baselines
+from harness.models import GB, SEED, SHARDS, ModelPlan, ensure_model
+from harness.report import plural, publish, steps_table
+from harness.runner import Result, Runner, time_cp
+from harness.stores import DvcStore, GitLfsStore, MgitStore, encodings_cell, run_baseline, store_all
+from harness.targets import Target, at_most, target, targets_table
+from harness.tools import BASELINES_VENV, Tools, ensure_zipnn, find_tools, tool_env, version_of
+from harness.variants import CHAIN, Version, ensure_versions
+from harness.version_costs import VersionCosts, partial_table, references, stored_table, times_table
+from harness.zipnn import zipnn_all
 
 SECTION_TITLE = "## Storage: versions, deltas, baselines (bench_storage.py)"
 PARTIAL_TOLERANCE = 1.25  # "≈ the compressed size of what changed": within 25% (or below)
-
-
-# -- the tools ----------------------------------------------------------------------------
-
-
-@dataclass
-class Cost:
-    """What storing one version cost one tool."""
-
-    grown: int  # bytes the tool's store grew by (disk usage)
-    proc: Proc  # the timed store step(s)
-    new_chunks: int | None = None  # mgit: stored bytes of chunks the parent commit lacks (du)
-    encodings: dict[str, int] = field(default_factory=dict)  # mgit: new chunks by encoding
-
-    @property
-    def seconds(self) -> float:
-        return self.proc.seconds
-
-
-class VersionStore:
-    """One tool's repository: a base commit, then each version as a commit on its branch."""
-
-    name = ""
-    store_dir = ""
-
-    def __init__(self, root: Path, runner: Runner):
-        self.root, self.runner = root, runner
-        self.branch = ""
-
-    def size(self) -> int:
-        return disk_usage(self.root / self.store_dir)
-
-    def init(self) -> None:
-        """Untimed: a fresh repository holding nothing yet."""
-        raise NotImplementedError
-
-    def switch(self, spec: Spec) -> None:
-        """Untimed: go to the spec's branch, creating it from the base when it is new."""
-
-    def store_cmds(self, v: Version) -> list[list[str]]:
-        raise NotImplementedError
-
-    def after(self, v: Version, cost: Cost) -> None:
-        """Untimed: tag the version, collect tool-specific numbers."""
-
-    def add(self, v: Version, spec: Spec | None) -> Cost:
-        before = self.size()
-        if spec is not None:
-            self.switch(spec)
-        place_model(v.model, self.root)
-        proc = self.runner.steps(self.store_cmds(v), self.root)
-        cost = Cost(0, proc)
-        self.after(v, cost)
-        cost.grown = self.size() - before
-        return cost
-
-
-class MgitStore(VersionStore):
-    name, store_dir = "mgit", ".mgit"
-
-    def __init__(self, root: Path, runner: Runner, mgit: list[str]):
-        super().__init__(root, runner)
-        self.mgit = [*mgit, "-q"]
-
-    def init(self) -> None:
-        self.runner.run([*self.mgit, "init", "."], fresh_dir(self.root))
-        self.branch = "main"
-
-    def mgit_run(self, *args: str) -> str:
-        return self.runner.run([*self.mgit, *args], self.root).output
-
-    def switch(self, spec: Spec) -> None:
-        if spec.branch != self.branch:
-            self.mgit_run("checkout", "-b", spec.branch, "main")
-            self.branch = spec.branch
-
-    def store_cmds(self, v: Version) -> list[list[str]]:
-        return [[*self.mgit, "add", MODEL_DIR], [*self.mgit, "commit", "-m", v.name]]
-
-    def du(self, rev: str) -> dict:
-        return json_output(self.mgit_run("du", rev, "--json"))
-
-    def after(self, v: Version, cost: Cost) -> None:
-        if v.name != "base":
-            self.mgit_run("tag", v.name)
-        du = self.du("HEAD")
-        cost.new_chunks = du["commits"][0]["new_stored_bytes"]
-        cost.encodings = du["store"]["chunks_by_encoding"]  # the store's counts; made relative in add()
-
-    def add(self, v: Version, spec: Spec | None) -> Cost:
-        before = self.du("HEAD")["store"]["chunks_by_encoding"] if spec is not None else {}
-        cost = super().add(v, spec)
-        cost.encodings = {k: n - before.get(k, 0) for k, n in cost.encodings.items() if n - before.get(k, 0)}
-        return cost
-
-
-class GitLfsStore(VersionStore):
-    name, store_dir = "git + git-lfs", ".git/lfs/objects"
-
-    def init(self) -> None:
-        fresh_dir(self.root)
-        for cmd in (
-            ["git", "init", "-q"],
-            ["git", "lfs", "install", "--local"],
-            ["git", "lfs", "track", "*.safetensors"],
-        ):
-            self.runner.run(cmd, self.root)
-        self.branch = "main"
-
-    def switch(self, spec: Spec) -> None:
-        if spec.branch != self.branch:
-            self.runner.run(["git", "checkout", "-q", "-b", spec.branch, "main"], self.root)
-            self.branch = spec.branch
-
-    def store_cmds(self, v: Version) -> list[list[str]]:
-        return [["git", "add", "-A", "."], ["git", "commit", "-q", "-m", v.name]]
-
-    def after(self, v: Version, cost: Cost) -> None:
-        if v.name != "base":
-            self.runner.run(["git", "tag", v.name], self.root)
-
-
-class DvcStore(VersionStore):
-    """DVC has no branches without git: every version is `dvc add`ed into the same cache."""
-
-    name, store_dir = "dvc", ".dvc/cache"
-
-    def __init__(self, root: Path, runner: Runner, dvc: str):
-        super().__init__(root, runner)
-        self.dvc = dvc
-
-    def init(self) -> None:
-        self.runner.run([self.dvc, "init", "--no-scm", "-q"], fresh_dir(self.root))
-
-    def store_cmds(self, v: Version) -> list[list[str]]:
-        return [[self.dvc, "add", "-q", MODEL_DIR]]
-
-
-def store_all(store: VersionStore, versions: list[Version], base_cost: Cost | None = None) -> dict[str, Cost]:
-    """Store the base (unless already done: ``base_cost``), then every spec's version in order."""
-    costs = {}
-    if base_cost is None:
-        store.init()
-        base_cost = store.add(versions[0], None)
-    costs["base"] = base_cost
-    specs = {s.name: s for s in SPECS}
-    for v in versions[1:]:
-        print(f"  {store.name}: {v.name}", flush=True)
-        costs[v.name] = store.add(v, specs[v.name])
-    return costs
-
-
-# -- mgit: ingest, restore, verify --------------------------------------------------------
-
-
-def mgit_ingest(store: MgitStore, base: Version, reps: int) -> tuple[Result, Cost]:
-    """Store the base ``reps`` times, each in a fresh repository (the last one is kept)."""
-    costs: list[Cost] = []
-
-    def measure() -> Proc:
-        costs.append(store.add(base, None))
-        return costs[-1].proc
-
-    best, times = best_of(reps, store.init, measure)
-    return Result("mgit", "add + commit (base)", best, times, store_bytes=store.size()), costs[-1]
-
-
 # Restored into an empty working tree: the base, a one-link delta (dense), the chain's deepest
 # possible delta (its 4th consecutive delta) and the chain's last checkpoint.
 RESTORES = ("base", "dense", f"chain-{CHAIN - 1}", f"chain-{CHAIN}")
-
-
-def mgit_restore(store: MgitStore, rev: str, label: str, sums: dict[str, str], reps: int) -> Result:
-    """Check ``rev`` out into a working tree whose model directory was deleted, ``reps`` times."""
-    store.mgit_run("checkout", "--force", rev)
-    identical = True
-
-    def checkout() -> Proc:
-        nonlocal identical
-        proc = store.runner.run([*store.mgit, "checkout", "--force", rev], store.root, timed=True)
-        identical &= sha256_files(store.root / MODEL_DIR) == sums
-        return proc
-
-    best, times = best_of(reps, lambda: shutil.rmtree(store.root / MODEL_DIR), checkout)
-    return Result("mgit", f"checkout {rev} ({label})", best, times, identical=identical)
-
-
 SWITCH_TO = "lora"  # a branch switch between fine-tunes of one model, from a clean checkout of the base
 SWITCH_STEP = f"switch main → {SWITCH_TO} (the working tree holding the base)"
 
 
-def mgit_switch(store: MgitStore, sums: dict[str, str], reps: int) -> tuple[Result, str]:
-    """`mgit checkout lora` from a clean checkout of main, ``reps`` times (back to main untimed):
-    the common case of trying one fine-tune after another, where only some tensors differ.
-    Also: how the files were written (its --json: patched in place, or written anew)."""
-    identical, how = True, ""
-
-    def measure() -> Proc:
-        nonlocal identical, how
-        proc = store.runner.run([*store.mgit, "checkout", SWITCH_TO, "--json"], store.root, timed=True)
-        identical &= sha256_files(store.root / MODEL_DIR) == sums
-        doc = json.loads(proc.output)
-        how = f"{len(doc['patched'])} of the {len(doc['written'])} files written were patched in place"
-        return proc
-
-    best, times = best_of(reps, lambda: store.mgit_run("checkout", "--force", "main"), measure)
-    return Result("mgit", SWITCH_STEP, best, times, identical=identical), how
-
-
-def lfs_switch(store: GitLfsStore, sums: dict[str, str], reps: int) -> Result:
-    """The same switch with git + git-lfs (`git checkout lora`: its smudge filter writes the files)."""
-    identical = True
-
-    def measure() -> Proc:
-        nonlocal identical
-        proc = store.runner.run(["git", "checkout", "-q", SWITCH_TO], store.root, timed=True)
-        identical &= sha256_files(store.root / MODEL_DIR) == sums
-        return proc
-
-    best, times = best_of(reps, lambda: store.runner.run(["git", "checkout", "-q", "-f", "main"], store.root), measure)
-    return Result("git + git-lfs", SWITCH_STEP, best, times, identical=identical)
-
-
-def mgit_verify(store: MgitStore, versions: list[Version]) -> dict[str, bool]:
-    """Every version checked out into an empty model directory: byte-identical (sha256)?"""
-    out = {}
-    for v in versions:
-        shutil.rmtree(store.root / MODEL_DIR, ignore_errors=True)
-        store.mgit_run("checkout", "--force", "main" if v.name == "base" else v.name)
-        out[v.name] = sha256_files(store.root / MODEL_DIR) == v.sums
-    return out
-
-
-def mgit_fsck(store: MgitStore) -> str:
-    try:
-        return store.mgit_run("fsck").strip().splitlines()[-1]
-    except RuntimeError as exc:
-        return f"FAILED: {str(exc).strip().splitlines()[-1]}"
-
-
-# -- zipnn --------------------------------------------------------------------------------
-
-
-def zipnn_worker(out: Path, files: Sequence[str]) -> None:
-    """Runs in the baselines' environment: zipnn-compress each file whole, as its file script does."""
-    from zipnn import ZipNN
-
-    sizes = {}
-    for path in files:
-        data = Path(path).read_bytes()
-        t0 = time.perf_counter()
-        # compress() rewrites its input buffer in place (sign-bit reordering): give it a copy
-        packed = ZipNN(is_streaming=True, bytearray_dtype="bfloat16").compress(bytearray(data))
-        seconds = time.perf_counter() - t0
-        restored = ZipNN(is_streaming=True, bytearray_dtype="bfloat16").decompress(bytes(packed))
-        sizes[path] = {"bytes": len(packed), "seconds": seconds, "roundtrip": bytes(restored) == data}
-    out.write_text(json.dumps(sizes))
-
-
 @dataclass
-class Zipped:
-    all_files: int  # every file: safetensors compressed, the rest as they are
-    changed_files: int  # the same, only files that differ from the parent version's
-    seconds: float  # compressing the version's safetensors files
+class Outcome(VersionCosts):
+    """The run: what every version cost every tool, and mgit's timed steps and checks."""
 
-
-def zipnn_all(python: str, versions: list[Version], runner: Runner, workdir: Path) -> tuple[dict[str, Zipped], bool]:
-    """zipnn sizes per version (each distinct file compressed once); and whether every round trip held."""
-    first: dict[str, str] = {}  # sha256 → a path holding it
-    for v in versions:
-        for name, digest in v.sums.items():
-            if name.endswith(".safetensors"):
-                first.setdefault(digest, str(v.model / name))
-    out = workdir / "zipnn-sizes.json"
-    runner.run([python, str(Path(__file__).resolve()), "--zipnn-worker", str(out), *first.values()], workdir)
-    by_path = json.loads(out.read_text())
-    by_sha = {digest: by_path[path] for digest, path in first.items()}
-    result = {}
-    parents = {v.name: v for v in versions}
-    for v in versions:
-        parent = parents.get(v.parent)
-        zipped = Zipped(0, 0, 0.0)
-        for name, digest in v.sums.items():
-            size = by_sha[digest]["bytes"] if digest in by_sha else (v.model / name).stat().st_size
-            zipped.all_files += size
-            if parent is None or parent.sums.get(name) != digest:
-                zipped.changed_files += size
-            zipped.seconds += by_sha[digest]["seconds"] if digest in by_sha else 0.0
-        result[v.name] = zipped
-    return result, all(e["roundtrip"] for e in by_path.values())
+    throughput: list[Result] = field(default_factory=list)
+    identical: dict[str, bool] = field(default_factory=dict)  # version → mgit restored it byte for byte
+    fsck: str = ""
+    zipnn_ok: bool | None = None
+    switched_how: str = ""  # how mgit's switch wrote the files (its --json)
 
 
 # -- reporting ----------------------------------------------------------------------------
 
 
-def mb(n: int | None) -> str:
-    return "n/a" if n is None else f"{n / MB:,.1f}"
-
-
-def ratio(n: int | None, d: int) -> str:
-    return "n/a" if n is None or not d else f"{n / d:.3f}"
-
-
-def encodings_cell(enc: dict[str, int]) -> str:
-    return ", ".join(f"{n} {k}" for k, n in sorted(enc.items())) or "none"
-
-
-@dataclass
-class Outcome:
-    versions: list[Version]
-    costs: dict[str, dict[str, Cost]]  # tool → version → cost
-    zipped: dict[str, Zipped] | None
-    zipnn_ok: bool | None
-    totals: dict[str, int]  # tool → its store's size after every version
-    throughput: list[Result]
-    identical: dict[str, bool]
-    fsck: str
-    switched_how: str = ""  # how mgit's switch wrote the files (its --json)
-
-
-def stored_table(o: Outcome) -> str:
-    tools = [t for t in ("mgit", "git + git-lfs", "dvc") if t in o.costs]
-    head = ["version", "raw (MB)", "changed (MB)", "mgit (MB)", "mgit / raw", "mgit new chunks (MB)"]
-    for t in tools[1:]:
-        head += [f"{t} (MB)", f"{t} / raw"]
-    if o.zipped:
-        head += ["zipnn (MB)", "zipnn / raw", "zipnn, changed files (MB)"]
-    rows = []
-    for v in o.versions:
-        m = o.costs["mgit"][v.name]
-        cells = [v.name, mb(v.raw), mb(v.changed if v.parent else v.raw), mb(m.grown), ratio(m.grown, v.raw)]
-        cells.append(mb(m.new_chunks))
-        for t in tools[1:]:
-            cells += [mb(o.costs[t][v.name].grown), ratio(o.costs[t][v.name].grown, v.raw)]
-        if o.zipped:
-            z = o.zipped[v.name]
-            cells += [mb(z.all_files), ratio(z.all_files, v.raw), mb(z.changed_files)]
-        rows.append(cells)
-    raw = sum(v.raw for v in o.versions)
-    cells = [f"**all {len(o.versions)}**", mb(raw), "", mb(o.totals["mgit"]), ratio(o.totals["mgit"], raw), ""]
-    for t in tools[1:]:
-        cells += [mb(o.totals[t]), ratio(o.totals[t], raw)]
-    if o.zipped:
-        z_all = sum(z.all_files for z in o.zipped.values())
-        cells += [mb(z_all), ratio(z_all, raw), mb(sum(z.changed_files for z in o.zipped.values()))]
-    rows.append(cells)
-    return table(head, "l" + "r" * (len(head) - 1), rows)
-
-
-@dataclass
-class Reference:
-    version: Version
-    cost: Cost
-    ref_a: float  # changed raw bytes × mgit's base stored/raw
-    ref_b: float  # modified bytes × mgit's dense (stored/modified) + new bytes × base stored/raw
-
-
-def references(o: Outcome) -> list[Reference]:
-    by = {v.name: v for v in o.versions}
-    base_ratio = o.costs["mgit"]["base"].grown / by["base"].raw
-    dense = by["dense"]
-    delta_ratio = o.costs["mgit"]["dense"].grown / max(1, dense.changed)
-    out = []
-    for v in o.versions[1:]:
-        new, modified = v.changes.get("new_bytes", 0), v.changes.get("modified_bytes", 0)
-        out.append(
-            Reference(v, o.costs["mgit"][v.name], v.changed * base_ratio, modified * delta_ratio + new * base_ratio)
-        )
-    return out
-
-
-def partial_table(o: Outcome) -> str:
-    header = ["version", "changed tensors", "elements changed", "changed raw (MB)", "A: changed × base ratio (MB)",
-              "B: delta-aware (MB)", "mgit (MB)", "mgit / A", "mgit / B", "mgit new chunks by encoding"]  # fmt: skip
-    rows = []
-    for r in references(o):
-        c = r.version.changes
-        share = c.get("changed_elements", 0) / c["elements"] if c.get("elements") else 0.0
-        rows.append([
-            r.version.name,
-            f"{c.get('changed_tensors', 0)} / {c.get('tensors', 0)}",
-            f"{share:.1%}",
-            mb(r.version.changed),
-            mb(round(r.ref_a)),
-            mb(round(r.ref_b)),
-            mb(r.cost.grown),
-            f"{r.cost.grown / r.ref_a:.2f}" if r.ref_a else "n/a",
-            f"{r.cost.grown / r.ref_b:.2f}" if r.ref_b else "n/a",
-            encodings_cell(r.cost.encodings),
-        ])  # fmt: skip
-    return table(header, "lrrrrrrrrl", rows)
-
-
-def targets_table(o: Outcome) -> str:
-    rows = []
+def targets(o: Outcome) -> list[Target]:
     by = {v.name: v for v in o.versions}
     m = o.costs["mgit"]
-
-    def row(metric: str, value: float, target: str, ok: bool) -> None:
-        rows.append([metric, f"{value:.3f}", target, "yes" if ok else "**no**"])
-
-    base = m["base"].grown / by["base"].raw
-    row("base: mgit store / raw", base, "≤ 0.70", base <= 0.70)
-    dense = m["dense"].grown / by["dense"].raw
-    row("dense fine-tune: mgit new bytes / raw", dense, "≤ 0.50", dense <= 0.50)
+    base, dense = m["base"].grown / by["base"].raw, m["dense"].grown / by["dense"].raw
+    out = [
+        target("base: mgit store / raw", base, "≤ 0.70", at_most(0.70), "{:.3f}"),
+        target("dense fine-tune: mgit new bytes / raw", dense, "≤ 0.50", at_most(0.50), "{:.3f}"),
+    ]
     for r in references(o):
         if r.version.name in ("frozen-half", "lora", "vocab", "layer") and r.ref_a:
-            value = r.cost.grown / r.ref_a
-            row(
-                f"{r.version.name}: mgit / (changed × base ratio)",
-                value,
-                f"≈ 1 (≤ {PARTIAL_TOLERANCE})",
-                value <= PARTIAL_TOLERANCE,
-            )
-    return table(["metric", "value", "target", "met"], "lrrl", rows)
-
-
-def times_table(o: Outcome) -> str:
-    tools = list(o.costs)
-    head = ["version", *(f"{t} (s)" for t in tools)] + (["zipnn compress (s)"] if o.zipped else [])
-    rows = []
-    for v in o.versions:
-        cells = [v.name, *(f"{o.costs[t][v.name].seconds:.2f}" for t in tools)]
-        if o.zipped:
-            cells.append(f"{o.zipped[v.name].seconds:.2f}")
-        rows.append(cells)
-    return table(head, "l" + "r" * (len(head) - 1), rows)
+            metric, within = f"{r.version.name}: mgit / (changed × base ratio)", f"≈ 1 (≤ {PARTIAL_TOLERANCE})"
+            out.append(target(metric, r.cost.grown / r.ref_a, within, at_most(PARTIAL_TOLERANCE), "{:.3f}"))
+    return out
 
 
 def notes(o: Outcome) -> list[str]:
@@ -530,14 +130,13 @@ def notes(o: Outcome) -> list[str]:
     return out
 
 
-def report(o: Outcome, tools: Tools, plan: ModelPlan, workdir: Path, reps: int, command: str) -> str:
+def report(o: Outcome, tools: Tools, plan: ModelPlan, run: RunContext) -> str:
     """This benchmark's docs section (also printed to stdout)."""
     base = o.versions[0]
     s = plan.shape
     all_ok = all(o.identical.values())
-    skipped = [n for n, ok in (("git-lfs", tools.git_lfs), ("dvc", tools.dvc), ("zipnn", o.zipped)) if not ok]
     lines = [
-        *header_lines(SECTION_TITLE, command, workdir, tools.versions),
+        *run.header(SECTION_TITLE),
         f"Input: a generated llama-like bf16 base model of {base.raw / GB:.3f} GB ({plural(plan.layers, 'layer')}, "
         "hidden "
         f"{s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, weights N(0, 0.02) from seed {SEED}, norms "
@@ -578,7 +177,7 @@ def report(o: Outcome, tools: Tools, plan: ModelPlan, workdir: Path, reps: int, 
         "(`diff`: the elements' difference to the parent chunk, zigzagged; `delta`: XOR against the parent chunk; "
         "`zstd`: byte-grouped zstd alone, e.g. a keyframe; `raw`).",
         "",
-        targets_table(o),
+        targets_table(targets(o)),
         "",
         *notes(o),
         "",
@@ -599,16 +198,15 @@ def report(o: Outcome, tools: Tools, plan: ModelPlan, workdir: Path, reps: int, 
         "How it was measured: every timed step is a separate process timed by wall clock, after an untimed `sync`, "
         "a wait until no other benchmark script runs and a wait until the CPUs are idle (the harness's runner). The "
         "page cache cannot be dropped, so every tool reads files written moments before (warm). Ingest: "
-        f"{plural(reps, 'run')}, each in a fresh repository holding a plain copy of the base; the last one goes on "
+        f"{plural(run.reps, 'run')}, each in a fresh repository holding a plain copy of the base; the last one goes on "
         "to store the variants. Restore: the model directory is deleted and `mgit checkout --force REV` run (HEAD "
-        f"already at REV), {plural(reps, 'time')}, sha256 checked after each; `cp -r` copies the base's model "
+        f"already at REV), {plural(run.reps, 'time')}, sha256 checked after each; `cp -r` copies the base's model "
         f"directory. Switch: from a clean checkout of `main` (made untimed before each run), `mgit checkout "
         f"{SWITCH_TO}` / `git checkout {SWITCH_TO}` (git-lfs's smudge filter writes the files), "
-        f"{plural(reps, 'time')}, sha256 checked after each. Peak RSS "
+        f"{plural(run.reps, 'time')}, sha256 checked after each. Peak RSS "
         "includes mgit's memory-mapped pack files (page cache). Targets are reported, not asserted.",
+        *skipped_baselines((("git-lfs", tools.git_lfs), ("dvc", tools.dvc), ("zipnn", o.zipped))),
     ]
-    if skipped:
-        lines += ["", f"Skipped baselines: {', '.join(skipped)} (not installed; see the script's output)."]
     return "\n".join(lines) + "\n"
 
 
@@ -629,30 +227,36 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
     p.add_argument("--baselines-venv", type=Path, default=BASELINES_VENV, help="virtual environment for dvc and zipnn")
     p.add_argument("--no-dvc", action="store_true", help="skip the DVC baseline")
     p.add_argument("--no-zipnn", action="store_true", help="skip the zipnn baseline")
-    p.add_argument("--zipnn-worker", nargs="+", metavar="PATH", help=cli.argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
-def run_baseline(
-    store: VersionStore, versions: list[Version], keep: bool, then: Callable[[], None] | None = None
-) -> tuple[dict[str, Cost], int]:
-    """Store every version with a baseline tool (and run ``then`` on its repository before it goes)."""
-    print(f"{store.name} ...", flush=True)
-    costs = store_all(store, versions)
-    total = store.size()
-    if then is not None:
-        then()
-    if not keep:
-        shutil.rmtree(store.root, ignore_errors=True)
-    return costs, total
+def mgit_part(
+    mgit: MgitStore, cp_dir: Path, model: Path, sums: dict[str, str], versions: list[Version], reps: int
+) -> Outcome:
+    """mgit stores the base (timed against `cp -r`) and every version, restores some into an empty
+    working tree, switches branches; then every version is checked out and verified, and fsck runs."""
+    print("mgit ...", flush=True)
+    ingest, base_cost = mgit.ingest(versions[0], reps)
+    costs = {"mgit": store_all(mgit, versions, base_cost)}
+    totals = {"mgit": mgit.size()}
+    print("cp -r ...", flush=True)
+    throughput = [ingest, time_cp(model, cp_dir, mgit.runner, sums, reps)]
+    by = {v.name: v for v in versions}
+    for name in RESTORES:
+        print(f"  mgit checkout {name}", flush=True)
+        label = f"{name}; its new chunks: {encodings_cell(costs['mgit'][name].encodings)}"
+        throughput.append(mgit.restore("main" if name == "base" else name, label, by[name].sums, reps))
+    print(f"  mgit {SWITCH_STEP}", flush=True)
+    switch = mgit.timed_switch(SWITCH_TO, SWITCH_STEP, by[SWITCH_TO].sums, reps)
+    throughput.append(switch)
+    print("verifying every version and running fsck", flush=True)
+    identical, fsck = mgit.verify(versions), mgit.fsck()
+    how = mgit.switched_how(switch)
+    return Outcome(versions, costs, totals, throughput=throughput, identical=identical, fsck=fsck, switched_how=how)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.zipnn_worker:
-        zipnn_worker(Path(args.zipnn_worker[0]), args.zipnn_worker[1:])
-        return 0
-    command = cli.command_line(argv, __file__)
     workdir = args.workdir.resolve()
     size_gb = 0.07 if args.quick else args.size_gb
     cli.check_free_disk(workdir, int(size_gb * GB * 25))  # base, 10 versions, the largest store, copies
@@ -666,47 +270,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     versions = ensure_versions(workdir, model, sums)
     runner = Runner(tool_env(workdir), args.idle_wait, args.other_wait)
     runs = workdir / "runs"
-
-    print("mgit ...", flush=True)
     mgit = MgitStore(runs / "mgit", runner, tools.mgit)
-    ingest, base_cost = mgit_ingest(mgit, versions[0], args.reps)
-    costs = {"mgit": store_all(mgit, versions, base_cost)}
-    totals = {"mgit": mgit.size()}
-    print("cp -r ...", flush=True)
-    throughput = [ingest, time_cp(model, runs / "cp", runner, sums, args.reps)]
-    by = {v.name: v for v in versions}
-    for name in RESTORES:
-        print(f"  mgit checkout {name}", flush=True)
-        label = f"{name}; its new chunks: {encodings_cell(costs['mgit'][name].encodings)}"
-        rev = "main" if name == "base" else name
-        throughput.append(mgit_restore(mgit, rev, label, by[name].sums, args.reps))
-    print(f"  mgit {SWITCH_STEP}", flush=True)
-    switch, switched_how = mgit_switch(mgit, by[SWITCH_TO].sums, args.reps)
-    throughput.append(switch)
-    print("verifying every version and running fsck", flush=True)
-    identical = mgit_verify(mgit, versions)
-    fsck = mgit_fsck(mgit)
+    o = mgit_part(mgit, runs / "cp", model, sums, versions, args.reps)
     if not args.keep:  # free the disk before the baselines fill it
         shutil.rmtree(mgit.root, ignore_errors=True)
         shutil.rmtree(runs / "cp", ignore_errors=True)
-
     if tools.git_lfs:
         lfs = GitLfsStore(runs / "git-lfs", runner)
-        switched = lambda: throughput.append(lfs_switch(lfs, by[SWITCH_TO].sums, args.reps))  # noqa: E731
-        costs["git + git-lfs"], totals["git + git-lfs"] = run_baseline(lfs, versions, args.keep, switched)
+        sums_to = next(v.sums for v in versions if v.name == SWITCH_TO)
+        switched = lambda: o.throughput.append(lfs.timed_switch(SWITCH_TO, SWITCH_STEP, sums_to, args.reps))  # noqa: E731
+        o.costs["git + git-lfs"], o.totals["git + git-lfs"] = run_baseline(lfs, versions, args.keep, switched)
     if tools.dvc:
-        costs["dvc"], totals["dvc"] = run_baseline(DvcStore(runs / "dvc", runner, tools.dvc), versions, args.keep)
-    zipped, zipnn_ok = None, None
+        o.costs["dvc"], o.totals["dvc"] = run_baseline(DvcStore(runs / "dvc", runner, tools.dvc), versions, args.keep)
     if zipnn:
         print("zipnn ...", flush=True)
-        zipped, zipnn_ok = zipnn_all(zipnn, versions, runner, workdir)
-
+        o.zipped, o.zipnn_ok = zipnn_all(zipnn, versions, runner, workdir)
     if not args.keep:
         shutil.rmtree(runs, ignore_errors=True)
-    outcome = Outcome(versions, costs, zipped, zipnn_ok, totals, throughput, identical, fsck, switched_how)
-    section = report(outcome, tools, plan, workdir, args.reps, command)
-    publish(section, SECTION_TITLE, args.write_docs)
-    ok = all(identical.values()) and all(r.identical is not False for r in throughput)
+    run = RunContext(cli.command_line(argv, __file__), workdir, tools.versions, args.reps)
+    publish(report(o, tools, plan, run), SECTION_TITLE, args.write_docs)
+    ok = all(o.identical.values()) and all(r.identical is not False for r in o.throughput)
     return 0 if ok else 1
 
 

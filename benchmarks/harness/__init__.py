@@ -11,6 +11,18 @@ dozen hand-built Markdown tables and imports of each other. Here each concern li
 - ``report``: Markdown tables, a section's header lines, replacing a section of benchmarks/results/;
 - ``cli``: the options every script shares, and the free-disk check.
 - ``merges``: the merge benchmarks' shared setup (mergekit, a base and its experts in one repository).
+- ``targets``: a run's claims (Target records) and the targets table every report prints;
+- ``cells``: table cells (MB, ratios, run times, yes/NO) written alike in every table;
+- ``context``: the run a section describes (command, workdir, versions, reps, inherited RSS);
+- ``contenders``: mgit, git + git-lfs and DVC storing a model and checking it out again, as command recipes;
+- ``stores``: version stores: each tool keeping a base and its versions, and what each version cost;
+- ``zipnn``: the ZipNN peer (every file compressed on its own) and its sizes per version;
+- ``version_costs``: what every version cost every store, and its tables (bytes, against what changed, time);
+- ``transfers``: push and clone per tool and remote (mgit to a directory or `mgit serve`, DVC);
+- ``light``: the light commands (``--help``, ``status``, ``log``, ``branch``) timed warm, and their floor;
+- ``diff_inputs``: the diff benchmark's derived versions (a dense fine-tune, and a quarter of it over the base);
+- ``torch_diff``: the usual way to compare two versions (safetensors + torch float64), the diff's yardstick,
+  and the check of mgit's numbers against it.
 
 Scripts run as ``python benchmarks/bench_X.py``, so ``benchmarks/`` is on ``sys.path`` and they
 import ``harness.*``; no script imports another script. Nothing here imports torch at module level:

@@ -210,7 +210,7 @@ def add_io(ios: Iterable[dict[str, int]]) -> dict[str, int]:
     return {k: sum(io.get(k, 0) for io in ios) for k in ios[0]}
 
 
-def best_of(reps: int, prepare: Callable[[], None], measure: Callable[[], Proc]) -> tuple[Proc, list[float]]:
+def best_of(reps: int, prepare: Callable[[], object], measure: Callable[[], Proc]) -> tuple[Proc, list[float]]:
     """Run prepare() then measure(), ``reps`` times: (the fastest run, every run's seconds)."""
     procs = []
     for _ in range(reps):
@@ -296,16 +296,38 @@ def fresh_copy(model: Path, run_dir: Path) -> Path:
     return run_dir
 
 
+def checked_best_of(
+    tool: str,
+    step: str,
+    reps: int,
+    prepare: Callable[[], object],
+    measure: Callable[[], Proc],
+    tree: Path,
+    sums: dict[str, str],
+) -> Result:
+    """best_of for a step that writes a model: after every run, ``tree`` must hold exactly the files
+    of ``sums`` (sha256); the Result says whether every run did (a fast wrong checkout is no result)."""
+    identical = True
+
+    def checked() -> Proc:
+        nonlocal identical
+        proc = measure()
+        identical &= sha256_files(tree) == sums
+        return proc
+
+    best, times = best_of(reps, prepare, checked)
+    return Result(tool, step, best, times, identical=identical)
+
+
 def time_cp(model: Path, run_dir: Path, runner: Runner, sums: dict[str, str], reps: int) -> Result:
     """``cp -r`` of the model directory into a new directory beside it: the yardstick of materialising."""
     src = fresh_copy(model, run_dir)
-    identical = True
-
-    def copy() -> Proc:
-        nonlocal identical
-        proc = runner.run(["cp", "-r", MODEL_DIR, "copy"], src, timed=True)
-        identical &= sha256_files(src / "copy") == sums
-        return proc
-
-    best, times = best_of(reps, lambda: shutil.rmtree(src / "copy", ignore_errors=True), copy)
-    return Result("cp -r", "copy the model directory", best, times, identical=identical)
+    return checked_best_of(
+        "cp -r",
+        "copy the model directory",
+        reps,
+        lambda: shutil.rmtree(src / "copy", ignore_errors=True),
+        lambda: runner.run(["cp", "-r", MODEL_DIR, "copy"], src, timed=True),
+        src / "copy",
+        sums,
+    )

@@ -4,10 +4,13 @@ command line. Fast and without timing: no benchmark runs here."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
+import json
 import os
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,15 @@ BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH_DIR))
 
 from harness import cli, machine, models, report  # noqa: E402
-from harness.runner import Proc, Result, RssSampler, Runner, best_of, copy_repository  # noqa: E402
+from harness.runner import (  # noqa: E402
+    Proc,
+    Result,
+    RssSampler,
+    Runner,
+    best_of,
+    checked_best_of,
+    copy_repository,
+)
 
 SCRIPTS = [
     "bench_core",
@@ -202,6 +213,48 @@ def test_best_of_prepares_each_run_and_keeps_the_fastest() -> None:
     prepared = []
     best, times = best_of(3, lambda: prepared.append(1), lambda: Proc(next(seconds), 0, 0.0, ""))
     assert (best.seconds, times, len(prepared)) == (1.0, [3.0, 1.0, 2.0], 3)
+
+
+def test_checked_best_of_reports_a_run_that_left_other_bytes(tmp_path: Path) -> None:
+    """One checkout of three writing the wrong bytes makes the step not byte-identical, though its
+    fastest run was right: a fast wrong checkout is no result."""
+    tree = tmp_path / "model"
+    tree.mkdir()
+    written = iter([b"ok", b"bad", b"ok"])
+    seconds = iter([2.0, 3.0, 1.0])
+
+    def measure() -> Proc:
+        (tree / "w.bin").write_bytes(next(written))
+        return Proc(next(seconds), 0, 0.0, "")
+
+    sums = {"w.bin": hashlib.sha256(b"ok").hexdigest()}
+    result = checked_best_of("mgit", "checkout", 3, lambda: None, measure, tree, sums)
+    assert (result.best.seconds, result.times, result.identical) == (1.0, [2.0, 3.0, 1.0], False)
+    written, seconds = iter([b"ok"] * 2), iter([1.0, 1.0])
+    assert checked_best_of("mgit", "checkout", 2, lambda: None, measure, tree, sums).identical is True
+
+
+def test_the_zipnn_worker_runs_in_another_python_by_its_own_import(tmp_path: Path) -> None:
+    """The worker is started as ``python -c WORKER BENCH_DIR OUT FILE...`` in the baselines' environment
+    (no script of its own); with a stand-in zipnn (zlib) it records each file's size and round trip."""
+    from harness import zipnn
+
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "zipnn.py").write_text(
+        "import zlib\n"
+        "class ZipNN:\n"
+        "    def __init__(self, **options): pass\n"
+        "    def compress(self, data): return zlib.compress(bytes(data))\n"
+        "    def decompress(self, data): return zlib.decompress(data)\n"
+    )
+    shard = tmp_path / "model-1.safetensors"
+    shard.write_bytes(bytes(range(256)) * 100)
+    out = tmp_path / "sizes.json"
+    cmd = [sys.executable, "-c", zipnn.WORKER, str(zipnn.BENCH_DIR), str(out), str(shard)]
+    subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(fake)}, cwd=tmp_path, check=True)
+    got = json.loads(out.read_text())[str(shard)]
+    assert got["roundtrip"] is True and got["bytes"] == len(zlib.compress(shard.read_bytes()))
 
 
 # -- cli ------------------------------------------------------------------------------------

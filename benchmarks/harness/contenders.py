@@ -1,0 +1,102 @@
+"""The tools that store a model and bring it back: mgit, git + git-lfs and DVC as command recipes,
+each measured the same way, and finding one tool's step among the results.
+
+Why: "store it, delete it, check it out again" is the same experiment for every tool, so a tool is
+data (its commands) and the measuring is written once; a skipped peer (git-lfs or DVC missing) is
+simply not in the list.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.runner import MODEL_DIR, Result, Runner, best_of, checked_best_of, disk_usage, fresh_copy
+from harness.tools import Tools
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One tool: how to set up a repository, store the model in it, and materialise it again."""
+
+    name: str
+    setup: list[list[str]]  # untimed, in a fresh directory holding the model
+    store: list[list[str]]  # timed together: storing the model
+    store_label: str
+    store_dir: str  # what holds the stored model, measured like `du -s`
+    checkout: list[str]  # timed: bring back the deleted model directory
+    checkout_label: str
+
+
+def contenders(tools: Tools) -> list[Contender]:
+    """mgit, and the peers that are installed: git + git-lfs, DVC."""
+    mgit = [*tools.mgit, "-q"]
+    out = [
+        Contender(
+            "mgit",
+            [[*mgit, "init"]],
+            [[*mgit, "add", MODEL_DIR], [*mgit, "commit", "-m", "base"]],
+            "add + commit",
+            ".mgit",
+            [*mgit, "checkout", "--force", "main"],
+            "checkout --force main",
+        )
+    ]
+    if tools.git_lfs:
+        out.append(
+            Contender(
+                "git + git-lfs",
+                [["git", "init", "-q"], ["git", "lfs", "install", "--local"]],
+                [["git", "lfs", "track", "*.safetensors"], ["git", "add", "."], ["git", "commit", "-q", "-m", "base"]],
+                "lfs track + add + commit",
+                ".git",
+                ["git", "checkout", "--", MODEL_DIR],
+                "checkout -- model",
+            )
+        )
+    if tools.dvc:
+        dvc = tools.dvc
+        out.append(
+            Contender(
+                "dvc",
+                [[dvc, "init", "--no-scm", "-q"]],
+                [[dvc, "add", "-q", MODEL_DIR]],
+                "add",
+                ".dvc/cache",
+                [dvc, "checkout", "-q"],
+                "checkout",
+            )
+        )
+    return out
+
+
+def store_and_checkout(
+    c: Contender, model: Path, run_dir: Path, runner: Runner, sums: dict[str, str], reps: int
+) -> list[Result]:
+    """Store the model ``reps`` times (a fresh directory each), then check it out ``reps`` times,
+    every checkout checked byte for byte: [the store step, the checkout step]."""
+
+    def prepare_store() -> None:
+        fresh_copy(model, run_dir)
+        for cmd in c.setup:
+            runner.run(cmd, run_dir)
+
+    best, times = best_of(reps, prepare_store, lambda: runner.steps(c.store, run_dir))
+    stored = Result(c.name, c.store_label, best, times, store_bytes=disk_usage(run_dir / c.store_dir))
+    checkout = checked_best_of(
+        c.name,
+        c.checkout_label,
+        reps,
+        lambda: shutil.rmtree(run_dir / MODEL_DIR),
+        lambda: runner.run(c.checkout, run_dir, timed=True),
+        run_dir / MODEL_DIR,
+        sums,
+    )
+    return [stored, checkout]
+
+
+def find(results: Sequence[Result], tool: str, stored: bool) -> Result | None:
+    """``tool``'s store step (``stored``) or its materialising step, if it ran."""
+    return next((r for r in results if r.tool == tool and (r.store_bytes is not None) == stored), None)
