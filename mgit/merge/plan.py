@@ -10,15 +10,18 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mgit.errors import BadInputError, CorruptObjectError
 from mgit.graph.objects import Graph
 from mgit.graph.snapshot import Snapshot
-from mgit.merge.budget.report import BudgetReport
 from mgit.merge.sketch.use import SketchUse
 from mgit.model.filetree import load_safetensors
 from mgit.model.manifest import TensorManifest
 from mgit.store.chunkstore import ChunkStore
+
+if TYPE_CHECKING:  # only a type here: the budget package imports the plan, not the reverse
+    from mgit.merge.budget.report import BudgetReport
 
 
 @dataclass
