@@ -3,8 +3,8 @@
 Connections come from urllib3's pool: kept alive between requests, at most TRANSFER_THREADS of
 them (the threads of one push or fetch share the backend; a further thread waits for a free
 connection rather than opening one more), and one the server closed is replaced before it is
-used. urllib3's Retry asks again (see :func:`retry_policy`): once a request whose answer never
-came, and BUSY_RETRIES times, with growing waits, a busy server (503: all its connections
+used. urllib3's Retry asks again (see :func:`retry_policy`): once when an answer never came,
+and BUSY_RETRIES times, with growing waits, when the server was busy (503: all its connections
 taken), before one line names the server's reason. Replies are read with a bound
 (MAX_REPLY_BYTES), never whole.
 """
@@ -199,10 +199,10 @@ class HttpBackend(Backend):
         return checked_refs(self.url, self._json(data, dict))
 
     def swap_ref(self, name: str, old: str | None, new: str | None) -> bool:
-        """As :meth:`Backend.swap_ref`. A swap sent again after its connection dropped (see
-        :func:`retries`) may find the ref moved by its own first copy: a 409 then counts as done
-        when the ref is now ``new`` (the state asked for, whoever set it), instead of telling
-        the user that someone else pushed first."""
+        """As :meth:`Backend.swap_ref`. A swap sent again when its answer never came (see
+        :func:`retry_policy`) may find the ref moved by its own first copy: a 409 then counts as
+        done when the ref is now ``new`` (the state asked for, whoever set it), instead of
+        telling the user that someone else pushed first."""
         body = json.dumps({"ref": check_key(name), "old": old, "new": new}).encode()
         status, data, resent = self._exchange("POST", ".swap", body)
         if status == 409:
