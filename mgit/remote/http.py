@@ -1,15 +1,24 @@
-"""A remote served by `mgit serve` (see server.py for the protocol), over http.client with one
-keep-alive connection per thread."""
+"""A remote served by `mgit serve` (see server.py for the protocol), over urllib3.
+
+Connections come from urllib3's pool: kept alive between requests, at most TRANSFER_THREADS of
+them (the threads of one push or fetch share the backend; a further thread waits for a free
+connection rather than opening one more), and one the server closed is replaced before it is
+used. urllib3's Retry asks again (see :func:`retry_policy`): once when an answer never came,
+and BUSY_RETRIES times, with growing waits, when the server was busy (503: all its connections
+taken), before one line names the server's reason. Replies are read with a bound
+(MAX_REPLY_BYTES), never whole.
+"""
 
 from __future__ import annotations
 
-import http.client
 import json
-import threading
-import time
 from collections.abc import Iterable
 from typing import TypeVar
 from urllib.parse import urlsplit
+
+import urllib3
+from urllib3.exceptions import HTTPError, MaxRetryError, ProtocolError
+from urllib3.util import Retry, Timeout
 
 from mgit.errors import AuthError, BadInputError, RemoteError
 from mgit.remote.backend import (
@@ -21,11 +30,47 @@ from mgit.remote.backend import (
     checked_sizes,
 )
 from mgit.remote.server import NO_REPOSITORY
+from mgit.remote.transfer import TRANSFER_THREADS
 
-TIMEOUT_S = 60
-BUSY_RETRIES = (0.2, 0.5, 1.0, 2.0)  # waits before asking a busy server (503) again
+TIMEOUT_S = 60  # to connect, and for each read of a reply
+BUSY_RETRIES = 4  # times a busy server (503) is asked again ...
+BUSY_BACKOFF_S = 0.25  # ... after urllib3's waits: 0, then 2, 4, 8 ... times this (0, 0.5, 1, 2 s)
 MAX_REPLY_BYTES = MAX_OBJECT_BYTES + 2**20  # objects, or the JSON of a long ref list
 _Reply = TypeVar("_Reply")  # the JSON type a reply must have (list, dict)
+
+
+def retry_policy() -> Retry:
+    """What is asked again. A request whose answer never came (its kept-alive connection closed
+    by the server as it went out, a server that died or stayed silent for TIMEOUT_S) is sent
+    once more, whatever it is: GET and the POSTs .has / .sizes only read, a PUT stores content
+    under its own id, and a .swap repeated after its first copy was applied answers 409, which
+    :meth:`HttpBackend.swap_ref` resolves. A connection that cannot be opened is not retried
+    (nothing was sent; asking again would only double the wait), nor are redirects followed. A
+    503 is retried for every method: the server refuses it before reading the request. The
+    server's Retry-After is not obeyed (a hostile server could name hours): the waits are ours."""
+    return Retry(
+        total=None,
+        connect=0,
+        read=1,
+        other=0,
+        status=BUSY_RETRIES,
+        status_forcelist=(503,),
+        allowed_methods=("GET", "PUT", "POST"),
+        backoff_factor=BUSY_BACKOFF_S,
+        respect_retry_after_header=False,
+        raise_on_status=False,  # the last 503 comes back: its body names the server's reason
+    )
+
+
+def _why(exc: HTTPError) -> str:
+    """The socket's words (``[Errno 111] Connection refused``, ``timed out``) under urllib3's
+    wrappers, which name pools and connection objects; on one line."""
+    reason: BaseException = exc.reason if isinstance(exc, MaxRetryError) and exc.reason else exc
+    if isinstance(reason, ProtocolError) and len(reason.args) > 1 and isinstance(reason.args[1], BaseException):
+        reason = reason.args[1]
+    while isinstance(reason, HTTPError) and reason.__cause__ is not None:
+        reason = reason.__cause__
+    return " ".join(str(reason).split()) or type(reason).__name__
 
 
 class HttpBackend(Backend):
@@ -34,56 +79,58 @@ class HttpBackend(Backend):
         if parts.scheme not in ("http", "https") or not parts.hostname or not parts.path.strip("/"):
             raise BadInputError(f"not a remote URL: {url!r} (expected http://host:port/repository)")
         self.url = url.rstrip("/")
-        self._secure = parts.scheme == "https"
-        self._host, self._port = parts.hostname, parts.port
+        self._scheme, self._host, self._port = parts.scheme, parts.hostname, parts.port
         self._base = "/" + parts.path.strip("/")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._local = threading.local()
+        self._pools = urllib3.PoolManager(
+            num_pools=1,
+            maxsize=TRANSFER_THREADS,
+            block=True,  # a thread beyond maxsize waits for a connection: never one opened and thrown away
+            timeout=Timeout(connect=TIMEOUT_S, read=TIMEOUT_S),
+            retries=retry_policy(),
+        )
 
-    def _connection(self) -> http.client.HTTPConnection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            kind = http.client.HTTPSConnection if self._secure else http.client.HTTPConnection
-            conn = self._local.conn = kind(self._host, self._port, timeout=TIMEOUT_S)
-        return conn
+    def close(self) -> None:
+        """Close the idle connections (a later request opens new ones)."""
+        self._pools.clear()
 
     def _request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        """(status, body); a busy server (503: all its connections taken) is asked again a few
-        times before giving up with one line."""
-        for wait in (*BUSY_RETRIES, None):
-            status, data = self._request_once(method, path, body)
-            if status != 503:
-                return status, data
-            if wait is not None:
-                time.sleep(wait)
-        raise RemoteError(f"{self.url} is busy: {self._message(data)}")
+        """(status, body); see :meth:`_exchange`."""
+        status, data, _ = self._exchange(method, path, body)
+        return status, data
 
-    def _request_once(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        headers = dict(self._headers)
-        if body is not None:
-            headers["Content-Length"] = str(len(body))
-        for attempt in (1, 2):  # a kept-alive connection the server closed is retried once
-            conn = self._connection()
+    def _exchange(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes, bool]:
+        """(status, body, resent: whether the request went out again after its connection
+        dropped, so that an earlier copy may have been applied). An unreachable server, a
+        server still busy after the retries, a refused token: one line."""
+        pool = self._pools.connection_from_host(self._host, self._port, self._scheme)
+        try:
+            response = pool.urlopen(
+                method,
+                f"{self._base}/{path}",
+                body=body,
+                headers=self._headers,
+                redirect=False,
+                preload_content=False,
+                decode_content=False,
+            )
             try:
-                conn.request(method, f"{self._base}/{path}", body=body, headers=headers)
-                response = conn.getresponse()
                 data = response.read(MAX_REPLY_BYTES + 1)
                 if len(data) > MAX_REPLY_BYTES:  # no object is that large: a hostile or broken server
-                    conn.close()
-                    self._local.conn = None
+                    response.close()  # the rest stays unread: this connection serves nothing more
                     raise RemoteError(f"{self.url} sent more than {MAX_REPLY_BYTES} bytes for {path}; refusing it")
-            except (ConnectionError, http.client.HTTPException, OSError) as exc:
-                conn.close()
-                self._local.conn = None
-                if attempt == 2 or isinstance(exc, TimeoutError):
-                    raise RemoteError(f"cannot reach {self.url}: {exc}; is `mgit serve` running?") from None
-                continue
-            if response.status == 401:
-                raise AuthError(f"{self.url} wants a valid token: set MGIT_TOKEN or `mgit remote add --token-file`")
-            if response.status == 403:
-                raise AuthError(f"{self.url} refused the write: the token is read-only")
-            return response.status, data
-        raise AssertionError("unreachable")
+            finally:
+                response.release_conn()
+        except HTTPError as exc:
+            raise RemoteError(f"cannot reach {self.url}: {_why(exc)}; is `mgit serve` running?") from None
+        if response.status == 503:
+            raise RemoteError(f"{self.url} is busy: {self._message(data)}")
+        if response.status == 401:
+            raise AuthError(f"{self.url} wants a valid token: set MGIT_TOKEN or `mgit remote add --token-file`")
+        if response.status == 403:
+            raise AuthError(f"{self.url} refused the write: the token is read-only")
+        history = response.retries.history if response.retries else ()
+        return response.status, data, any(attempt.error is not None for attempt in history)
 
     def _json(self, data: bytes, kind: type[_Reply]) -> _Reply:
         try:
@@ -152,10 +199,14 @@ class HttpBackend(Backend):
         return checked_refs(self.url, self._json(data, dict))
 
     def swap_ref(self, name: str, old: str | None, new: str | None) -> bool:
+        """As :meth:`Backend.swap_ref`. A swap sent again when its answer never came (see
+        :func:`retry_policy`) may find the ref moved by its own first copy: a 409 then counts as
+        done when the ref is now ``new`` (the state asked for, whoever set it), instead of
+        telling the user that someone else pushed first."""
         body = json.dumps({"ref": check_key(name), "old": old, "new": new}).encode()
-        status, data = self._request("POST", ".swap", body)
+        status, data, resent = self._exchange("POST", ".swap", body)
         if status == 409:
-            return False
+            return resent and self.refs().get(name) == new
         if status != 200:
             raise RemoteError(f"{self.url}: updating {name} failed: {self._message(data)}")
         return True

@@ -1,6 +1,7 @@
 """Helpers for tests of remotes: a backend ``put`` that dies part-way through a push, an upload
-whose connection dies part-way through its body, and the remotes the backend contract suite
-(tests/contract/) runs against, each with what a test needs around the Backend itself."""
+whose connection dies part-way through its body, a count of a server's connections, and the
+remotes the backend contract suite (tests/contract/) runs against, each with what a test
+needs around the Backend itself."""
 
 from __future__ import annotations
 
@@ -34,6 +35,20 @@ def cut_after(put: Put, chunks: int, error: Exception) -> Any:
 
     dying.sent = sent  # type: ignore[attr-defined]
     return dying
+
+
+def connections_accepted(server: Any, monkeypatch: Any) -> list[object]:
+    """A list that grows by one for each connection ``server`` (a socketserver) accepts from now
+    on, a refused one (503) included."""
+    accepted: list[object] = []
+    serve = server.process_request
+
+    def counting(request: Any, client_address: Any) -> None:
+        accepted.append(client_address)
+        serve(request, client_address)
+
+    monkeypatch.setattr(server, "process_request", counting)
+    return accepted
 
 
 def truncated_upload(host: str, port: int, path: str, data: bytes) -> bytes:

@@ -6,15 +6,21 @@ import http.client
 import json
 import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from helpers.models import frozen_finetune, llama_state_dict, touch_later, tree_hashes, write_model
+from helpers.models import commit_model, frozen_finetune, llama_state_dict, touch_later, tree_hashes, write_model
+from helpers.remotes import connections_accepted
 from helpers.run import run_mgit
 
 from mgit import Repository
 from mgit.errors import AuthError, RemoteError
+from mgit.remote import http as http_backend
 from mgit.remote.backend import pack_chunk
+from mgit.remote.http import HttpBackend
+from mgit.remote.local import DirectoryBackend
 from mgit.remote.server import MgitServer
+from mgit.remote.transfer import TRANSFER_THREADS
 from mgit.store.record import Record
 
 TOKENS = {"read-token": "ro", "write-token": "rw"}
@@ -117,9 +123,12 @@ def test_unreachable_server_is_one_clear_line(work):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    repo.remote_add("gone", f"http://127.0.0.1:{port}/x")
-    with pytest.raises(RemoteError, match="cannot reach"):
+    url = f"http://127.0.0.1:{port}/x"
+    repo.remote_add("gone", url)
+    with pytest.raises(RemoteError) as refused:
         repo.push("gone")
+    # the socket's words, not urllib3's wrappers (pools, connection objects, "Max retries")
+    assert str(refused.value) == f"cannot reach {url}: [Errno 111] Connection refused; is `mgit serve` running?"
 
 
 def test_cli_serve_push_clone(tmp_path, work):
@@ -190,3 +199,69 @@ def test_malformed_keys_are_bad_requests_not_server_failures(server, work, monke
     swap = json.dumps({"ref": "objects/zz", "old": None, "new": None}).encode()
     status, body = _raw(server, "POST", "/llama/.swap", swap)
     assert status == 400 and "error" in json.loads(body), body
+
+
+# -- the client's connections (urllib3's pool and Retry) ---------------------------------------
+
+
+@pytest.fixture
+def pushed(server, work, monkeypatch):
+    """``server`` holding the pushed ``work`` at /llama: (repository, its HttpBackend)."""
+    repo, _ = work
+    monkeypatch.setenv("MGIT_TOKEN", "write-token")
+    repo.remote_add("origin", f"{server.url}/llama")
+    repo.push()
+    return repo, HttpBackend(f"{server.url}/llama", "write-token")
+
+
+def test_the_threads_of_a_transfer_share_a_bounded_pool(server, pushed, monkeypatch, caplog):
+    """Many threads on one backend (a push's or a fetch's) share at most TRANSFER_THREADS
+    kept-alive connections: a thread beyond them waits for one, none is opened and thrown away."""
+    repo, backend = pushed
+    accepted = connections_accepted(server, monkeypatch)
+    with ThreadPoolExecutor(4 * TRANSFER_THREADS) as pool:
+        answers = list(pool.map(lambda _: backend.refs(), range(16 * TRANSFER_THREADS)))
+    assert all(refs == {"refs/heads/main": repo.resolve("HEAD")} for refs in answers)
+    assert 0 < len(accepted) <= TRANSFER_THREADS
+    assert "pool is full" not in caplog.text
+
+
+def test_a_swap_sent_again_after_its_answer_was_lost_is_not_reported_lost(server, pushed, monkeypatch):
+    """The server moves the ref, then the connection drops before its answer: the swap is sent
+    again and finds the ref moved (409), by this push itself, which therefore succeeded."""
+    repo, backend = pushed
+    child = commit_model(repo, frozen_finetune(llama_state_dict(), {0}, seed=5), "child")
+    swap, dropped = DirectoryBackend.swap_ref, []
+
+    def applied_then_dropped(self, name, old, new):
+        moved = swap(self, name, old, new)
+        if not dropped:
+            dropped.append(name)
+            raise ConnectionResetError("the answer is lost")  # mgit serve closes without answering
+        return moved
+
+    monkeypatch.setattr(DirectoryBackend, "swap_ref", applied_then_dropped)
+    assert repo.push().refs == {"refs/heads/main": (repo.resolve("HEAD~1"), child)}
+    assert dropped and backend.refs() == {"refs/heads/main": child}
+    assert not backend.swap_ref("refs/heads/main", repo.resolve("HEAD~1"), child)  # not resent: a lost swap
+
+
+def test_a_refused_reply_gives_its_connection_back(server, pushed, monkeypatch):
+    """A reply over MAX_REPLY_BYTES is cut off unread: its connection is closed, and its place
+    in the pool given back (else, past TRANSFER_THREADS refusals, every request would wait)."""
+    _, backend = pushed
+    monkeypatch.setattr(http_backend, "MAX_REPLY_BYTES", 60)  # {"refs/heads/main": "<40 hex>"} is 62
+    accepted = connections_accepted(server, monkeypatch)
+    heads = []
+
+    def refuse_then_read() -> None:
+        for _ in range(TRANSFER_THREADS + 1):
+            with pytest.raises(RemoteError, match="more than 60 bytes for .refs; refusing it"):
+                backend.refs()
+        heads.append(backend.head())
+
+    reader = threading.Thread(target=refuse_then_read, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert heads == ["main"], "a refused reply kept its connection out of the pool"
+    assert len(accepted) == TRANSFER_THREADS + 2  # each refusal's connection closed, none reused

@@ -22,6 +22,7 @@ import pytest
 import zstandard
 from helpers.cli import invoke
 from helpers.models import commit_model, frozen_finetune, llama_state_dict, tree_hashes
+from helpers.remotes import connections_accepted
 from helpers.run import run_mgit
 
 from mgit import Repository
@@ -249,12 +250,21 @@ def test_connections_beyond_the_bound_get_503_and_clients_retry(tmp_path):
 
 
 def test_a_server_that_stays_busy_is_one_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(http_backend, "BUSY_RETRIES", (0.05,))
+    """Asked 1 + BUSY_RETRIES times, whatever the method (urllib3 retries no POST by default;
+    a 503 is answered before the request is read), then one line with the server's reason."""
+    monkeypatch.setattr(http_backend, "BUSY_RETRIES", 2)
+    monkeypatch.setattr(http_backend, "BUSY_BACKOFF_S", 0.01)
     srv = start(tmp_path, max_connections=1)
     held = _hold(srv, 1)
+    asked = connections_accepted(srv, monkeypatch)
     try:
+        backend = HttpBackend(f"{srv.url}/llama")
         with pytest.raises(RemoteError, match="is busy: the server is busy"):
-            HttpBackend(f"{srv.url}/llama").refs()
+            backend.refs()
+        assert len(asked) == 3
+        with pytest.raises(RemoteError, match="is busy: the server is busy"):
+            backend.has(["HEAD"])  # a POST
+        assert len(asked) == 6
     finally:
         held[0].close()
         stop(srv)
