@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from helpers.damage import flip_last_byte
 
 from mgit.errors import DamagedChunkError
 from mgit.model.dtypes import lookup
@@ -20,12 +21,7 @@ def test_a_damaged_carried_chunk_names_its_tensor_and_file(tmp_path):
     first, second = bytes(range(256)) * 8, bytes(reversed(range(256))) * 8
     ids = [store.put(raw, 2).cid for raw in (first, second)]
     store.seal()
-    loc = store.location(ids[1])
-    with open(loc.pack, "r+b") as f:
-        f.seek(loc.offset + loc.length - 1)
-        last = f.read(1)
-        f.seek(loc.offset + loc.length - 1)
-        f.write(bytes([last[0] ^ 0xFF]))
+    flip_last_byte(store, ids[1])
     bf16 = lookup("BF16")
     header = build_header([("a", bf16, (1024,)), ("b", bf16, (1024,))], None)
     (tmp_path / "work").mkdir()

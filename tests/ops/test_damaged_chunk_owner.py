@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 import torch
+from helpers.damage import flip_last_byte
 from helpers.models import commit_model, llama_state_dict, touch_later, write_model
 
 from mgit.errors import CorruptObjectError
@@ -20,16 +21,6 @@ BIG = "model/big.bin"  # a large non-tensor file: stored as content-defined chun
 T = "model.layers.0.self_attn.q_proj.weight"  # one element changed: a delta of the base's chunk
 U = "model.layers.0.mlp.up_proj.weight"  # changed throughout, large enough to be sketched
 CORRUPT = "is corrupt (fails verification); run `mgit fsck`"
-
-
-def _flip_last_byte(repo: Repository, cid: str) -> None:
-    loc = repo.store.location(cid)
-    assert loc is not None
-    with open(loc.pack, "r+b") as f:
-        f.seek(loc.offset + loc.length - 1)
-        last = f.read(1)
-        f.seek(loc.offset + loc.length - 1)
-        f.write(bytes([last[0] ^ 0xFF]))
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +55,7 @@ def damaged(pristine, tmp_path) -> tuple[Repository, str, dict]:
     shutil.copytree(pristine[0], root, symlinks=True)
     repo = Repository(root)
     cid = load_safetensors(repo.graph, repo.snapshot("main")[FILE].oid).manifests[T].chunks[0].id
-    _flip_last_byte(repo, cid)
+    flip_last_byte(repo.store, cid)
     yield repo, cid, pristine[1]
     repo.close()
 
@@ -106,7 +97,7 @@ def test_diff_names_the_tensor_and_its_file(damaged):
 def test_sketch_names_the_tensor(damaged):
     repo, _, _ = damaged
     cid = load_safetensors(repo.graph, repo.snapshot("main")[FILE].oid).manifests[U].chunks[0].id
-    _flip_last_byte(repo, cid)
+    flip_last_byte(repo.store, cid)
     got = _message(lambda: repo.sketch("e1", against="main", model="model"))
     assert got == f"chunk {cid[:12]} of tensor '{U}' {CORRUPT}"
 
@@ -125,7 +116,7 @@ def test_add_names_the_tensor_whose_parent_chunk_it_reads(damaged):
 def test_a_large_file_is_named_by_checkout_and_add(damaged):
     repo, _, _ = damaged
     chunks = load_chunked(repo.graph, repo.snapshot("main")[BIG].oid).chunks
-    _flip_last_byte(repo, chunks[0].id)
+    flip_last_byte(repo.store, chunks[0].id)
     got = _message(lambda: repo.checkout("e1", paths=[BIG], force=True))
     assert got.startswith(f"chunk {chunks[0].id[:12]} of {BIG} {CORRUPT}"), got
     data = bytearray((repo.root / BIG).read_bytes())
