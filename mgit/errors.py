@@ -6,6 +6,8 @@ coarser one, so code catching the coarser one keeps working.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -64,10 +66,12 @@ class CorruptObjectError(MgitError):
 
 class DamagedChunkError(CorruptObjectError):
     """A chunk the store cannot read as its id says: ``why`` is what is wrong. The store does not
-    know what the chunk belongs to; the caller that does names it (:meth:`name_owner`)."""
+    know what the chunk belongs to; the caller that does names it (:meth:`name_owner`, or
+    :func:`chunks_of` around its reads). ``at``: the offset of the file being written where the
+    chunk goes, set by the writer, so that the code knowing that file's layout names the tensor."""
 
-    def __init__(self, cid: str, why: str, owner: str = ""):
-        self.cid, self.why, self.owner = cid, why, owner
+    def __init__(self, cid: str, why: str, owner: str = "", at: int | None = None):
+        self.cid, self.why, self.owner, self.at = cid, why, owner, at
         super().__init__(self._message())
 
     def _message(self) -> str:
@@ -80,7 +84,19 @@ class DamagedChunkError(CorruptObjectError):
             self.args = (self._message(),)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.cid, self.why, self.owner))
+        return (type(self), (self.cid, self.why, self.owner, self.at))
+
+
+@contextmanager
+def chunks_of(owner: str) -> Iterator[None]:
+    """Inside, a damaged chunk's error names ``owner`` (a tensor, a file) as what the chunk is of,
+    unless code nearer the read named it already: the code that knows what it reads says so once,
+    around its reads, and the one line the user sees names both the chunk and its owner."""
+    try:
+        yield
+    except DamagedChunkError as exc:
+        exc.name_owner(owner)
+        raise
 
 
 class RefUpdateError(MgitError):

@@ -21,6 +21,7 @@ from pathlib import Path
 import blake3
 
 from mgit.diff.model import FileDiff, TensorDiff, TensorSide
+from mgit.errors import chunks_of
 from mgit.graph.objects import MODE_EXEC, MODE_FILE, Graph, blob_id
 from mgit.graph.snapshot import Snapshot
 from mgit.model.chunking import chunk_ranges, chunk_size_for
@@ -78,10 +79,13 @@ def snapshot_side(graph: Graph, store: ChunkStore, snap: Snapshot, label: str, m
         if entry.kind == "safetensors":
             stored = load_safetensors(graph, entry.oid, path)
             for name, m in stored.manifests.items():
-                ids, what = m.chunk_ids, f"tensor {name!r} in {path}"
+                ids, owner = m.chunk_ids, f"tensor {name!r} in {path}"
 
-                def read(i: int, known: Known | None = None, ids: tuple[str, ...] = ids, what: str = what) -> RawBytes:
-                    return store.get(ids[i], what, known=known)
+                def read(
+                    i: int, known: Known | None = None, ids: tuple[str, ...] = ids, owner: str = owner
+                ) -> RawBytes:
+                    with chunks_of(owner):
+                        return store.get(ids[i], known=known)
 
                 def delta_base(i: int, ids: tuple[str, ...] = ids) -> str | None:
                     loc = store.location(ids[i])

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mgit.errors import CorruptObjectError, MgitError
+from mgit.errors import CorruptObjectError, MgitError, chunks_of
 from mgit.graph.integrity import loose_damage, loose_kind, read_object
 from mgit.graph.objects import Graph
 from mgit.graph.snapshot import read_snapshot
@@ -157,7 +157,8 @@ def bad_chunks(store: ChunkStore, pool: ThreadPoolExecutor, owners: dict[str, st
 
     def verify(cid: str) -> tuple[str, str] | None:
         try:
-            store.get(cid, owners.get(cid, ""))
+            with chunks_of(owners.get(cid, "")):
+                store.get(cid)
         except CorruptObjectError as exc:
             return cid, _reason(exc)
         return None

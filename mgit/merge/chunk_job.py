@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+from mgit.errors import chunks_of
 from mgit.merge.carry import base_chunks_read, carried_chunks, streams_deltas
 from mgit.merge.chunk_buffers import ChunkBuffers
 from mgit.merge.execution import Execution
@@ -92,7 +93,7 @@ class ChunkMerge:
         if self.staged is not None:
             for i in sorted(carried):
                 c = tp.base.chunks[i]
-                self.staged.carry(tp.name, self.starts[i], c.id, c.size, self.inputs.what)
+                self.staged.carry(tp.name, self.starts[i], c.id, c.size)
         out = _dtype(setup.result_dtype(tp.base.dtype))
         if len(carried) == len(tp.base.chunks):  # nothing to merge: the base's manifest as it is
             return TensorJob(tp.name, out, tp.base.shape, tp.base.nbytes, _unread, carried=self.carried_ref), self.held
@@ -107,9 +108,10 @@ class ChunkMerge:
         """The merged chunk at ``offset``, in this thread's output buffer (staged, counted)."""
         i = self.index[offset]
         base_costs, expert_costs = ReadCounters(), ReadCounters()
-        base_raw = self._base_chunk(i, base_costs)
         present = self._present(i)
-        raws = [self._expert_chunk(k, i, offset, size, base_raw, slot, expert_costs) for slot, k in present]
+        with chunks_of(self.inputs.owner):
+            base_raw = self._base_chunk(i, base_costs)
+            raws = [self._expert_chunk(k, i, offset, size, base_raw, slot, expert_costs) for slot, k in present]
         which = None if len(present) == len(self.tp.experts) else [k for _, k in present]
         out = self.buffers.get(1, size)
         if not self._merge_with_kernel(base_raw, raws, which, out):
@@ -158,7 +160,7 @@ class ChunkMerge:
         if self._holds_base(i):
             return self._held_base(i)
         out = self.buffers.get(0, self.starts[i + 1] - self.starts[i])
-        return self.store.get(self.tp.base.chunks[i].id, self.inputs.what, counters=counters, out=out)
+        return self.store.get(self.tp.base.chunks[i].id, counters=counters, out=out)
 
     def _known(self, i: int, base_raw: RawBytes, cid: str) -> RawBytes | None:
         """A delta base the merge holds: chunk ``i`` of the base (``base_raw``), or another base
@@ -181,7 +183,7 @@ class ChunkMerge:
             return out
         cid = self.tp.experts[k].chunks[i].id
         known = partial(self._known, i, base_raw)
-        return self.store.get(cid, self.inputs.what, known=known, counters=counters, out=self.buffers.get(slot, size))
+        return self.store.get(cid, known=known, counters=counters, out=self.buffers.get(slot, size))
 
     def _merge_with_kernel(
         self, base_raw: RawBytes, raws: list[RawBytes], which: list[int] | None, out: memoryview

@@ -21,7 +21,7 @@ from mgit.merge.kernels import Kernels, merge_one
 from mgit.merge.plan import TensorPlan
 from mgit.merge.record import PlannedMerge
 from mgit.merge.request import MergeSetup
-from mgit.merge.tensor_inputs import TensorInputs, chunk_starts, tensor_what
+from mgit.merge.tensor_inputs import TensorInputs, chunk_starts
 from mgit.model.chunking import chunk_ranges, chunk_size_for
 from mgit.model.dtypes import DType, lookup
 from mgit.model.filetree import load_safetensors
@@ -115,7 +115,7 @@ def _copy(tp: TensorPlan, run: Execution, staged: StagedFile | None) -> None:
         return
     offset = 0
     for c in tp.base.chunks:
-        staged.carry(tp.name, offset, c.id, c.size, tensor_what(tp))
+        staged.carry(tp.name, offset, c.id, c.size)
         offset += c.size
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from mgit.errors import CorruptObjectError
+from mgit.errors import CorruptObjectError, chunks_of
 from mgit.merge.carry import delta_chunks
 from mgit.merge.execution import Execution
 from mgit.merge.plan import TensorPlan
@@ -34,8 +34,8 @@ def chunk_starts(m: TensorManifest) -> list[int]:
     return m.offsets()
 
 
-def tensor_what(tp: TensorPlan) -> str:
-    """How errors name a tensor of the plan."""
+def tensor_owner(tp: TensorPlan) -> str:
+    """How errors name a tensor of the plan (what a damaged chunk read for it is of)."""
     return f"tensor {tp.name!r} in {tp.file}"
 
 
@@ -45,7 +45,6 @@ def read_into(
     m: TensorManifest,
     indexes: list[int],
     buf: bytearray,
-    what: str,
     counters: ReadCounters,
     base: tuple[TensorManifest, bytearray, set[int]] | None = None,
 ) -> None:
@@ -68,18 +67,19 @@ def read_into(
     whole = memoryview(buf)
 
     def read(i: int) -> None:  # decoded in place: no fresh buffer, no copy
-        store.get(m.chunks[i].id, what, known=known, counters=counters, out=whole[starts[i] : starts[i + 1]])
+        store.get(m.chunks[i].id, known=known, counters=counters, out=whole[starts[i] : starts[i + 1]])
 
     for _ in ordered_map(pool, read, indexes) if pool is not None else map(read, indexes):
         pass
 
 
 class TensorInputs:
-    """One tensor's inputs as the store holds them: the base whole (when read), experts on demand."""
+    """One tensor's inputs as the store holds them: the base whole (when read), experts on demand.
+    Its reads name the tensor in a damaged chunk's error (``owner``)."""
 
     def __init__(self, tp: TensorPlan, store: ChunkStore, pool: ThreadPoolExecutor, run: Execution):
         self.tp, self.store, self.pool, self.run = tp, store, pool, run
-        self.what = tensor_what(tp)
+        self.owner = tensor_owner(tp)
         self.base: bytearray | None = None
         self.held: set[int] = set()  # indexes of the base chunks read into ``base``
         self._deltas: dict[int, Delta] = {}
@@ -98,7 +98,7 @@ class TensorInputs:
         once (whichever pool thread asks first) and counted as expert reads."""
         use = self.tp.sketch(k)
         assert use is not None
-        with self._deltas_lock:
+        with self._deltas_lock, chunks_of(self.owner):
             if k not in self._deltas:
                 costs = ReadCounters()
                 arrays = []
@@ -106,14 +106,14 @@ class TensorInputs:
                     parts = []
                     for m in level:
                         buf = bytearray(m.nbytes)
-                        read_into(self.store, None, m, list(range(len(m.chunks))), buf, self.what, costs)
+                        read_into(self.store, None, m, list(range(len(m.chunks))), buf, costs)
                         parts.append(_floats(buf, m.dtype).reshape(m.shape))
                     arrays.append(parts)
                 self.run.count(ReadCounters(), costs, 0)
                 try:
                     self._deltas[k] = use.reconstruction(arrays)
                 except ValueError as e:
-                    raise CorruptObjectError(f"the sketch of {self.what}: {e}; run `mgit fsck`") from None
+                    raise CorruptObjectError(f"the sketch of {self.owner}: {e}; run `mgit fsck`") from None
             return self._deltas[k]
 
     def sketched_bytes(self, k: int, base: bytes | memoryview, start: int, out: memoryview) -> None:
@@ -139,7 +139,8 @@ class TensorInputs:
         indexes = [i for i in range(len(tp.base.chunks)) if only is None or i in only]
         self.held = set(indexes)
         costs = ReadCounters()
-        read_into(self.store, self.pool, tp.base, indexes, self.base, self.what, costs)
+        with chunks_of(self.owner):
+            read_into(self.store, self.pool, tp.base, indexes, self.base, costs)
         self.run.count(costs, ReadCounters(), 0)
         return tensor_from_bytes(self.base, tp.base.dtype, tp.base.shape)
 
@@ -160,22 +161,21 @@ class TensorInputs:
         def one(i: int) -> None:
             size = starts[i + 1] - starts[i]
             base_id = tp.base.chunks[i].id
-            base_raw = self.store.get(base_id, self.what, counters=base_costs, out=scratch(0, size))
+            base_raw = self.store.get(base_id, counters=base_costs, out=scratch(0, size))
             expert_raw = base_raw
             if i in differs:
                 known = lambda cid: base_raw if cid == base_id else None  # noqa: E731
                 expert_id = tp.experts[k].chunks[i].id
-                expert_raw = self.store.get(
-                    expert_id, self.what, known=known, counters=expert_costs, out=scratch(1, size)
-                )
+                expert_raw = self.store.get(expert_id, known=known, counters=expert_costs, out=scratch(1, size))
             base_t = tensor_from_bytes(cast(bytearray, base_raw), dtype, (-1,)).to(work)
             expert_t = tensor_from_bytes(cast(bytearray, expert_raw), dtype, (-1,)).to(work)
             at = starts[i] // itemsize
             torch.sub(expert_t, base_t, out=flat[at : at + base_t.numel()])
 
         chunks = delta_chunks(tp, k, only)
-        for _ in ordered_map(self.pool, one, chunks) if use_pool else map(one, chunks):
-            pass
+        with chunks_of(self.owner):
+            for _ in ordered_map(self.pool, one, chunks) if use_pool else map(one, chunks):
+                pass
         self.run.count(base_costs, expert_costs, len(differs))
         return flat.reshape(tp.base.shape)
 
@@ -196,7 +196,8 @@ class TensorInputs:
         assert self.base is not None
         buf, costs = bytearray(self.base), ReadCounters()
         pool = self.pool if use_pool else None
-        read_into(self.store, pool, tp.experts[k], tp.reads[k], buf, self.what, costs, (tp.base, self.base, self.held))
+        with chunks_of(self.owner):
+            read_into(self.store, pool, tp.experts[k], tp.reads[k], buf, costs, (tp.base, self.base, self.held))
         self.run.count(ReadCounters(), costs, len(tp.reads[k]))
         return tensor_from_bytes(buf, tp.base.dtype, tp.base.shape)
 

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgit.errors import BadInputError, MgitError
+from mgit.errors import BadInputError, MgitError, chunks_of
 from mgit.graph.names import CHUNKED_ENTRY
 from mgit.graph.objects import MODE_EXEC, MODE_FILE, Graph
 from mgit.graph.snapshot import Entry
@@ -27,7 +27,7 @@ from mgit.model.stats import chunk_stats, stats_against
 from mgit.parallel import WORKERS, ordered_map
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore
-from mgit.store.record import chunk_id
+from mgit.store.record import RawBytes, chunk_id
 
 LARGE_FILE_BYTES = DEFAULT_CHUNK_BYTES  # non-tensor files above this are chunked, not blobs
 # Chunks in flight: only the ones running (one per worker) hold their bytes; the queued ones
@@ -94,14 +94,14 @@ Carried = Callable[[int], ChunkRef | None]
 
 @dataclass(frozen=True)
 class _Piece:
-    """One tensor's (or large file's) chunks to store: where they are read and how they delta."""
+    """One tensor's chunks to store: where they are read and how they delta."""
 
+    name: str
     read: ReadAt
     nbytes: int
     chunk_size: int
     dtype: DType | None
     parent: TensorManifest | None = None
-    what: str = ""
     parent_bytes: ParentBytes | None = None
     carried: Carried | None = None
 
@@ -168,7 +168,12 @@ class Ingestor:
             l2, max_abs = chunk_stats(raw, dtype) if dtype is not None else (None, None)
             return ChunkRef(cid, end - start, l2, max_abs), self.store.put(raw, group, cid).written, None
         held = piece.parent_bytes(i, base.id) if piece.parent_bytes is not None else None
-        base_raw = held if held is not None else self.store.get(base.id, piece.what)
+        base_raw: RawBytes
+        if held is None:
+            with chunks_of(f"tensor {piece.name!r}"):
+                base_raw = self.store.get(base.id)
+        else:
+            base_raw = held
         pair = base_raw if base.size == end - start else None  # ‖Δ‖ pairs equal-sized chunks only
         l2, max_abs, delta = stats_against(raw, pair, dtype) if dtype is not None else (None, None, None)
         stat = [cid, base.id, delta] if pair is not None else None  # a grown last chunk still deltas
@@ -235,7 +240,7 @@ class Ingestor:
         # when rows were appended (vocabulary extension), so chunk i is a good delta base.
         if parent is not None and (parent.dtype, parent.shape[1:], parent.chunk_size) != (dtype.name, shape[1:], size):
             parent = None
-        return _Piece(read, nbytes, size, dtype, parent, f"tensor {name!r}", parent_bytes, carried)
+        return _Piece(name, read, nbytes, size, dtype, parent, parent_bytes, carried)
 
     def tensor(
         self,
@@ -294,9 +299,9 @@ class Ingestor:
         """A large non-tensor file, cut where its content says, its changed chunks stored as
         deltas against the chunks of its version in the base revision (``parent_files``)."""
         refs = []
-        with open(path, "rb") as f:
+        with open(path, "rb") as f, chunks_of(rel):
             size = os.fstat(f.fileno()).st_size
-            for ref, written in store_file(self.store, self.pool, f.fileno(), size, self.parent_files(rel), rel):
+            for ref, written in store_file(self.store, self.pool, f.fileno(), size, self.parent_files(rel)):
                 refs.append(ref)
                 self._count(ref, written)
         manifest = FileManifest(size, tuple(refs))

@@ -15,15 +15,16 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
-from mgit.errors import CorruptObjectError
+from mgit.errors import DamagedChunkError
 from mgit.graph.objects import MODE_EXEC, Graph
 from mgit.graph.snapshot import Entry
 from mgit.model.filetree import load_chunked, load_safetensors
 from mgit.model.manifest import chunk_offsets
 from mgit.model.placing import SPACE_ERRORS, Patch, Replacement, copy_range, patchable, pwrite_all, temporary
-from mgit.model.safetensors_file import parse_header
+from mgit.model.safetensors_file import SafetensorsLayout, parse_header
 from mgit.parallel import WORKERS, ordered_map
 from mgit.progress import Bar
 from mgit.store import codec
@@ -37,8 +38,8 @@ WINDOW = 8 * WORKERS
 
 # chunk id → (offset, size) in a local file known to be clean
 LocalChunks = dict[str, tuple[int, int]]
-# a chunk where a file holds it: (file offset, chunk id, size, what it is of: for messages)
-Placed = tuple[int, str, int, str]
+# a chunk where a file holds it: (file offset, chunk id, size)
+Placed = tuple[int, str, int]
 
 
 def entry_size(graph: Graph, entry: Entry) -> int:
@@ -54,15 +55,42 @@ def laid_out(graph: Graph, entry: Entry, rel: str) -> tuple[bytes, list[Placed]]
     its chunks in file order where the file holds it (a chunk repeated in the file, such as
     the ones of equal norms, at each of its places)."""
     if entry.kind == "chunked":
-        lead, parts = b"", [(c.id, c.size, rel) for c in load_chunked(graph, entry.oid).chunks]
+        lead, parts = b"", [(c.id, c.size) for c in load_chunked(graph, entry.oid).chunks]
     else:
         stored = load_safetensors(graph, entry.oid, rel)
         lead, parts = stored.layout.header, []
         for t in stored.layout.tensors:
-            what = f"tensor {t.name!r} in {rel}"
-            parts += [(c.id, c.size, what) for c in stored.manifests[t.name].chunks]
-    offsets = chunk_offsets((size for _, size, _ in parts), len(lead))
-    return lead, [(at, cid, size, what) for at, (cid, size, what) in zip(offsets, parts, strict=False)]
+            parts += [(c.id, c.size) for c in stored.manifests[t.name].chunks]
+    offsets = chunk_offsets((size for _, size in parts), len(lead))
+    return lead, [(at, cid, size) for at, (cid, size) in zip(offsets, parts, strict=False)]
+
+
+def owner_at(layout: SafetensorsLayout | None, rel: str, at: int) -> str:
+    """What the byte at offset ``at`` of the file at ``rel`` is of, as errors name it: the tensor
+    there (``layout``: the file's header), else the file itself."""
+    if layout is not None:
+        for t in layout.tensors:
+            if layout.data_start + t.begin <= at < layout.data_start + t.end:
+                return f"tensor {t.name!r} in {rel}"
+    return rel
+
+
+@contextmanager
+def naming_owners(rel: str, layout: Callable[[], SafetensorsLayout | None]) -> Iterator[None]:
+    """Inside, a damaged chunk written into the file at ``rel`` is named as of the tensor at its
+    offset (``layout()``: the file's header, asked only then; None: a chunked file, named itself).
+    The writers know only offsets and chunk ids; this is the one place the file's layout names them."""
+    try:
+        yield
+    except DamagedChunkError as exc:
+        if exc.at is not None:
+            exc.name_owner(owner_at(layout(), rel, exc.at))
+        raise
+
+
+def committed_layout(graph: Graph, entry: Entry, rel: str) -> Callable[[], SafetensorsLayout | None]:
+    """The header of a committed file, for :func:`naming_owners` (None for a chunked file)."""
+    return lambda: load_safetensors(graph, entry.oid, rel).layout if entry.kind == "safetensors" else None
 
 
 def end_of(lead: bytes, placed: list[Placed]) -> int:
@@ -74,7 +102,7 @@ def local_chunks(graph: Graph, entry: Entry) -> LocalChunks:
     """Where each chunk of a committed file lies inside that file (its first place)."""
     out: LocalChunks = {}
     if entry.kind in ("safetensors", "chunked"):
-        for at, cid, size, _ in laid_out(graph, entry, "")[1]:
+        for at, cid, size in laid_out(graph, entry, "")[1]:
             out.setdefault(cid, (at, size))
     return out
 
@@ -86,7 +114,7 @@ def store_reads(graph: Graph, entry: Entry, rel: str, local: LocalChunks | None 
     if entry.kind == "blob":
         return []
     local = local or {}
-    return [cid for _, cid, _, _ in laid_out(graph, entry, rel)[1] if cid not in local]
+    return [cid for _, cid, _ in laid_out(graph, entry, rel)[1] if cid not in local]
 
 
 def write_chunks_at(
@@ -106,8 +134,8 @@ def write_chunks_at(
     with ChunkSource(store, reuse, missing_ok) as source:
 
         def one(i: int) -> int:
-            at, cid, size, what = items[i]
-            return source.put(fd, at, cid, size, what, dest)
+            at, cid, size = items[i]
+            return source.put(fd, at, cid, size, dest)
 
         ahead = _ReadAhead(store, source.fd, source.local)
 
@@ -145,12 +173,12 @@ class ChunkSource:
                     raise
                 self.local = {}
 
-    def put(self, fd: int, at: int, cid: str, size: int, what: str, dest: Path) -> int:
+    def put(self, fd: int, at: int, cid: str, size: int, dest: Path) -> int:
         """Write chunk ``cid`` at offset ``at`` of the file open as ``fd`` (read and write);
         returns its size. From the local file: copied in the kernel, then read back and
         hashed; a copy that does not check out, or that fails for any reason but a full disk
         (the local file unreadable, a file system refusing the copy), is written again from the
-        store."""
+        store. A damaged chunk's error says where it goes (``at``: see :func:`naming_owners`)."""
         if self.fd is not None and cid in self.local:
             try:
                 copied = copy_range(self.fd, fd, self.local[cid][0], at, size, dest, self.path)
@@ -162,11 +190,13 @@ class ChunkSource:
                 landed = codec.thread_buffer("landed", size).data[:size]
                 if os.preadv(fd, [landed], at) == size and chunk_id(landed) == cid:
                     return size
-        data = self.store.get(cid, what)
+        try:
+            data = self.store.get(cid)
+        except DamagedChunkError as exc:
+            exc.at = at
+            raise
         if len(data) != size:  # the next chunk's offset comes from ``size``: a lie would overlap them
-            raise CorruptObjectError(
-                f"chunk {cid[:12]} of {what} holds {len(data)} bytes; its manifest says {size}; run `mgit fsck`"
-            )
+            raise DamagedChunkError(cid, f"holds {len(data)} bytes; its manifest says {size}; run `mgit fsck`", at=at)
         pwrite_all(fd, data, at, dest)
         return len(data)
 
@@ -227,19 +257,20 @@ class StagedFile:
     def __init__(
         self,
         dest: Path,
+        rel: str,
         staging: Path,
         header: bytes,
         data_size: int,
         source: ChunkSource | None = None,
         in_place: bool = False,
     ):
-        self.dest = dest
+        self.dest, self.rel = dest, rel  # rel: its path in the repository, as errors name it
         self.source = source  # where carried chunks' bytes come from: the working file at ``dest``, as checked out
         self.header = header
         self.in_place = in_place
         self.carried: list[Placed] = []  # the chunks still to write
         self.merged: list[tuple[int, int]] = []  # (file offset, size) of the bytes written here
-        layout = parse_header(header, len(header) + data_size, str(dest))
+        self.layout = layout = parse_header(header, len(header) + data_size, str(dest))
         self.file_size = layout.file_size
         self.offsets = {t.name: layout.data_start + t.begin for t in layout.tensors}
         staging.mkdir(parents=True, exist_ok=True)
@@ -258,16 +289,16 @@ class StagedFile:
         self._pwrite(data, at)
         self.merged.append((at, len(data)))  # list.append is atomic: safe from the pool's threads
 
-    def carry(self, tensor: str, offset: int, cid: str, size: int, what: str) -> None:
+    def carry(self, tensor: str, offset: int, cid: str, size: int) -> None:
         """A chunk of ``tensor`` at ``offset`` that is already stored (a merge carried the base's):
         its bytes are written when the file is installed (a file that is not, because the merge
         left it as the working tree holds it, costs nothing more)."""
-        self.carried.append((self.offsets[tensor] + offset, cid, size, what))
+        self.carried.append((self.offsets[tensor] + offset, cid, size))
 
     @property
     def to_fill(self) -> int:
         """Bytes still to write into the staged file to complete it."""
-        return sum(size for _, _, size, _ in self.carried)
+        return sum(size for _, _, size in self.carried)
 
     def _fill(self, fd: int, todo: list[Placed], pool: ThreadPoolExecutor | None) -> None:
         """Put the chunks ``todo`` into the staged file open as ``fd`` (copied from the working
@@ -276,7 +307,8 @@ class StagedFile:
             return
         if self.source is None:
             raise AssertionError("a staged file with carried chunks needs a chunk source")
-        write_chunks_at(self.source.store, pool, fd, todo, self.source.reuse, Bar(), self.tmp, missing_ok=True)
+        with naming_owners(self.rel, lambda: self.layout):
+            write_chunks_at(self.source.store, pool, fd, todo, self.source.reuse, Bar(), self.tmp, missing_ok=True)
 
     def prepare(self, pool: ThreadPoolExecutor | None, clean: Callable[[], bool]) -> Replacement | Patch:
         """Complete the merged file out of sight (the working file is not touched): a
@@ -302,7 +334,7 @@ class StagedFile:
         if plan is None:
             os.close(fd)
             return Replacement(self.tmp, self.dest)
-        ranges = self.merged + [(at, size) for at, _, size, _ in todo]
+        ranges = self.merged + [(at, size) for at, _, size in todo]
         return Patch(self.dest, self.tmp, fd, ranges, seen, lambda into: self._fill(into, rest, pool))
 
     def _patch_plan(self, clean: Callable[[], bool]) -> tuple[list[Placed], os.stat_result] | None:
@@ -362,7 +394,8 @@ def prepare_entry(
                 pwrite_all(fd, lead, 0, dest)
                 bar.advance(len(lead))
                 os.ftruncate(fd, end_of(lead, placed))
-                write_chunks_at(store, pool, fd, placed, reuse, bar, dest)
+                with naming_owners(rel, committed_layout(graph, entry, rel)):
+                    write_chunks_at(store, pool, fd, placed, reuse, bar, dest)
         finally:
             os.close(fd)
         os.chmod(tmp, 0o755 if entry.mode == MODE_EXEC else 0o644)

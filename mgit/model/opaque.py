@@ -102,11 +102,11 @@ def _choose_bases(cuts: Iterable[_Cut], parent: _Parent) -> Iterator[_Cut]:
 
 
 def store_file(
-    store: ChunkStore, pool: ThreadPoolExecutor, fd: int, size: int, parent: FileManifest | None, what: str
+    store: ChunkStore, pool: ThreadPoolExecutor, fd: int, size: int, parent: FileManifest | None
 ) -> Iterator[tuple[ChunkRef, int]]:
     """Store the first ``size`` bytes of the open file ``fd`` as content-defined chunks, each a
     patch delta against a chunk of ``parent`` (the file's previous version) where that is smaller;
-    yields (chunk, stored bytes newly written) in file order. ``what`` names the file in errors."""
+    yields (chunk, stored bytes newly written) in file order."""
     cuts = (_Cut(i, start, raw) for i, (start, raw) in enumerate(cdc_chunks(fd, size)))
 
     def hashed(cut: _Cut) -> _Cut:
@@ -117,7 +117,7 @@ def store_file(
         ref = ChunkRef(cut.cid, len(cut.raw))
         if cut.base is None or store.has(cut.cid, refresh=False) or not store.has(cut.base):
             return ref, store.put(cut.raw, 1, cut.cid).written
-        base = (cut.base, store.get(cut.base, what))
+        base = (cut.base, store.get(cut.base))
         return ref, store.put(cut.raw, 1, cut.cid, base=base, opaque=True).written
 
     ready: Iterable[_Cut] = ordered_map(pool, hashed, cuts, window=WINDOW)

@@ -16,7 +16,15 @@ from pathlib import Path
 
 from mgit.graph.objects import MODE_EXEC, Graph
 from mgit.graph.snapshot import Entry
-from mgit.model.materialize import ChunkSource, LocalChunks, end_of, laid_out, write_chunks_at
+from mgit.model.materialize import (
+    ChunkSource,
+    LocalChunks,
+    committed_layout,
+    end_of,
+    laid_out,
+    naming_owners,
+    write_chunks_at,
+)
 from mgit.model.placing import Patch, patch_file, patchable, pwrite_all
 from mgit.progress import Bar
 from mgit.store.chunkstore import ChunkStore
@@ -47,9 +55,9 @@ def prepare_patch(
     if entry.kind not in CHUNKED_KINDS or was.kind not in CHUNKED_KINDS:
         return None
     lead, placed = laid_out(graph, entry, rel)
-    there = {at: (cid, size) for at, cid, size, _ in laid_out(graph, was, rel)[1]}
+    there = {at: (cid, size) for at, cid, size in laid_out(graph, was, rel)[1]}
     items = [c for c in placed if there.get(c[0]) != (c[1], c[2])]
-    file_size, changed = end_of(lead, placed), sum(size for _, _, size, _ in items)
+    file_size, changed = end_of(lead, placed), sum(size for _, _, size in items)
     if changed > PATCH_SHARE * file_size:
         return None
     with ChunkSource(store, old) as source:
@@ -61,19 +69,22 @@ def prepare_patch(
         return None
     if bool(seen.st_mode & stat.S_IXUSR) != (entry.mode == MODE_EXEC) or not clean():
         return None
-    moved = {at for at, _, _, _ in items}
+    moved = {at for at, _, _ in items}
     rest = [c for c in placed if c[0] not in moved]
+    layout = committed_layout(graph, entry, rel)
 
     def complete(fd: int) -> None:
         """The rest of the new file, for a working file that changed since it was found clean."""
         pwrite_all(fd, lead, 0, dest)
-        write_chunks_at(store, pool, fd, rest, old, Bar(), dest, missing_ok=True)
+        with naming_owners(rel, layout):
+            write_chunks_at(store, pool, fd, rest, old, Bar(), dest, missing_ok=True)
         os.fchmod(fd, 0o755 if entry.mode == MODE_EXEC else 0o644)
 
     tmp, fd = patch_file(dest, file_size)
-    patch = Patch(dest, tmp, fd, [(at, size) for at, _, size, _ in items], seen, complete)
+    patch = Patch(dest, tmp, fd, [(at, size) for at, _, size in items], seen, complete)
     try:
-        write_chunks_at(store, pool, fd, items, old, bar, dest)
+        with naming_owners(rel, layout):
+            write_chunks_at(store, pool, fd, items, old, bar, dest)
     except BaseException:
         patch.discard()
         raise

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mgit.context import Context
-from mgit.errors import BadInputError, DirtyWorktreeError, LockedError, MgitError
+from mgit.errors import BadInputError, DirtyWorktreeError, LockedError, MgitError, chunks_of
 from mgit.graph import records
 from mgit.graph.objects import CommitInfo
 from mgit.graph.revisions import diff_pair
@@ -337,15 +337,11 @@ def state_dict(
     out = {}
     for name in wanted:
         path, manifest = where[name]
-        what = f"tensor {name!r} in {path}"
         buf = bytearray(manifest.nbytes)
         offset = 0
-
-        def read(chunk: Any, w: str = what) -> bytes | bytearray | memoryview:
-            return ctx.store.get(chunk.id, w)
-
-        for data in ordered_map(ctx.pool, read, manifest.chunks):
-            buf[offset : offset + len(data)] = data
-            offset += len(data)
+        with chunks_of(f"tensor {name!r} in {path}"):
+            for data in ordered_map(ctx.pool, lambda chunk: ctx.store.get(chunk.id), manifest.chunks):
+                buf[offset : offset + len(data)] = data
+                offset += len(data)
         out[name] = tensor_from_bytes(buf, manifest.dtype, manifest.shape)
     return out

@@ -196,7 +196,7 @@ def merge_with(ctx: Context, request: MergeRequest) -> str:
 
         def stage_file(file: str, header: bytes, size: int) -> StagedFile:
             local = ChunkSource(ctx.store, local_file(ctx, index, file))  # unchanged chunks: copied from it
-            return StagedFile(ctx.root / file, staging, header, size, local, in_place)
+            return StagedFile(ctx.root / file, file, staging, header, size, local, in_place)
 
         fetched = {"base": Transfer(), "experts": Transfer()}
         if ctx.is_partial:

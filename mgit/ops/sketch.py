@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mgit.context import Context
-from mgit.errors import BadInputError
+from mgit.errors import BadInputError, chunks_of
 from mgit.graph import records
 from mgit.graph.ids import object_id, ref_name
 from mgit.graph.snapshot import Entry, Snapshot, read_snapshot, write_snapshot
@@ -304,14 +304,14 @@ def _delta(ctx: Context, name: str, m: TensorManifest, p: TensorManifest) -> np.
     from mgit.merge.tensor_inputs import read_into
     from mgit.store.chunkstore import ReadCounters
 
-    what = f"tensor {name!r}"
     counters = ReadCounters()
     parent_bytes = bytearray(p.nbytes)
-    read_into(ctx.store, None, p, list(range(len(p.chunks))), parent_bytes, what, counters)  # on a sketch worker
-    mine = bytearray(parent_bytes)  # the expert: the parent's bytes, its differing chunks read over them
-    same_cut = [c.size for c in m.chunks] == [c.size for c in p.chunks]
-    differing = [i for i, c in enumerate(m.chunks) if not same_cut or c.id != p.chunks[i].id]
-    read_into(ctx.store, None, m, differing, mine, what, counters, (p, parent_bytes, set(range(len(p.chunks)))))
+    with chunks_of(f"tensor {name!r}"):
+        read_into(ctx.store, None, p, list(range(len(p.chunks))), parent_bytes, counters)  # on a sketch worker
+        mine = bytearray(parent_bytes)  # the expert: the parent's bytes, its differing chunks read over them
+        same_cut = [c.size for c in m.chunks] == [c.size for c in p.chunks]
+        differing = [i for i, c in enumerate(m.chunks) if not same_cut or c.id != p.chunks[i].id]
+        read_into(ctx.store, None, m, differing, mine, counters, (p, parent_bytes, set(range(len(p.chunks)))))
     dtype = lookup(m.dtype)
     assert dtype is not None  # sketchable dtypes only
     delta: np.ndarray = (to_float32(mine, dtype) - to_float32(parent_bytes, dtype)).reshape(m.shape)

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgit.errors import CorruptObjectError, DamagedChunkError
+from mgit.errors import CorruptObjectError, DamagedChunkError, chunks_of
 from mgit.store import codec, record
 from mgit.store.index_set import IndexSet
 from mgit.store.limits import MAX_CHUNK_BYTES
@@ -221,7 +221,8 @@ class ChunkStore:
         if rec.is_delta:
             if rec.base is None or (base_loc is None and not self.loose.has(rec.base)):
                 raise CorruptObjectError(f"chunk {cid[:12]}{where} arrived before the chunk it is a delta of")
-            base = self.get(rec.base, what)
+            with chunks_of(what):
+                base = self.get(rec.base)
         try:
             raw = record.decode_verified(rec, base)
         except codec.ChunkTooLargeError as exc:
@@ -343,13 +344,13 @@ class ChunkStore:
     def get(
         self,
         cid: str,
-        what: str = "",
-        _depth: int = 0,
+        *,
         known: Callable[[str], RawBytes | None] | None = None,
         counters: ReadCounters | None = None,
         out: bytearray | memoryview | None = None,
     ) -> RawBytes:
-        """Read, decode and verify a chunk; ``what`` names the tensor or file for errors.
+        """Read, decode and verify a chunk. A damaged one raises DamagedChunkError naming it; the
+        caller that knows what the chunk is of names that (mgit.errors.chunks_of).
 
         ``known`` may supply the raw bytes of a delta base the caller already holds (a
         merge holds the base model's chunk that an expert's chunk is a delta against), so
@@ -360,11 +361,7 @@ class ChunkStore:
         bytes; after an error its contents are undefined), so that a caller reading many
         chunks reuses its buffers: a fresh one costs a page fault per 4 KiB on first touch.
         """
-        try:
-            return self._get(cid, _depth, known, counters, out, True)
-        except DamagedChunkError as exc:
-            exc.name_owner(what)
-            raise
+        return self._get(cid, 0, known, counters, out, True)
 
     def _get(  # noqa: C901 (the hot read path: cache, delta chain, retry in one place)
         self,

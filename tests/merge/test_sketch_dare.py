@@ -113,7 +113,7 @@ def test_a_dare_sketch_is_stored_within_its_share_with_positions_of_its_own(dare
     ts = records[0].tensors[0]
     delta = (mine[ts.name].float() - base[ts.name].float()).numpy().reshape(-1)
     u = dare.uniforms(ts.stream, 0, delta.size)
-    values = [np.frombuffer(b"".join(bytes(repo.store.get(c.id, "t")) for c in level[0].chunks), "<u2")
+    values = [np.frombuffer(b"".join(bytes(repo.store.get(c.id)) for c in level[0].chunks), "<u2")
               for level in offers[ts.name].blocks]  # fmt: skip
     assert np.array_equal(np.frombuffer(_bf16(delta[u < ts.rates[0]]).tobytes(), "<u2")[1::2], values[0])
     empty = repo.sketch("e1", against="e1", kind="dare", force=True)

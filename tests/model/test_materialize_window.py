@@ -16,10 +16,10 @@ from mgit.store.chunkstore import ChunkStore
 
 
 def placed_from(start: int, parts: list[tuple[str, int]]) -> list[Placed]:
-    """The chunks laid end to end from ``start``: (offset, id, size, what)."""
+    """The chunks laid end to end from ``start``: (offset, id, size)."""
     items, at = [], start
     for cid, size in parts:
-        items.append((at, cid, size, "f"))
+        items.append((at, cid, size))
         at += size
     return items
 
@@ -30,7 +30,7 @@ class SlowFirstStore:
     def __init__(self, chunks: dict[str, bytes]):
         self.chunks, self.others, self.go = chunks, [], threading.Event()
 
-    def get(self, cid: str, what: str = "") -> bytes:
+    def get(self, cid: str) -> bytes:
         if cid == "c0":
             assert self.go.wait(timeout=20), "no worker ran past the slow chunk"
         else:
@@ -81,11 +81,10 @@ def test_every_record_is_read_ahead_before_it_is_decoded(tmp_path, monkeypatch):
             events.append(("advise", offset))
         advise(fd, offset, size, how)
 
-    def getting(self, cid, what="", *args, **kwargs):
-        if not args:  # the chunk itself, not its base read from within get
-            with lock:
-                events.append(("get", self.location(cid).offset))
-        return get(self, cid, what, *args, **kwargs)
+    def getting(self, cid, **kwargs):
+        with lock:
+            events.append(("get", self.location(cid).offset))
+        return get(self, cid, **kwargs)
 
     monkeypatch.setattr(os, "posix_fadvise", advised)
     monkeypatch.setattr(ChunkStore, "get", getting)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mgit.errors import CorruptObjectError, DamagedChunkError
+from mgit.errors import CorruptObjectError, DamagedChunkError, chunks_of
 from mgit.store import codec
 from mgit.store.chunkstore import MAX_DELTA_DEPTH, ChunkStore
 from mgit.store.record import chunk_id
@@ -60,15 +60,19 @@ def test_corrupt_chunk_is_detected_with_the_tensor_named(tmp_path):
     loc = store.location(cid)
     fresh = ChunkStore(tmp_path)
     flip_byte(loc.pack, loc.offset + loc.length - 1)
-    with pytest.raises(CorruptObjectError, match="tensor 'w' in m.safetensors"):
-        fresh.get(cid, "tensor 'w' in m.safetensors")
+    with (
+        pytest.raises(CorruptObjectError, match="tensor 'w' in m.safetensors"),
+        chunks_of("tensor 'w' in m.safetensors"),
+    ):
+        fresh.get(cid)
     with pytest.raises(CorruptObjectError, match="missing"):
         fresh.get("0" * 64)
 
 
 def test_a_damaged_delta_base_is_named_with_what_its_reader_reads(tmp_path):
     """The store names the damaged chunk; ``get``'s caller, who knows what it reads, is named
-    once in the same one line (the error keeps both apart for code that handles it)."""
+    once in the same one line (the error keeps both apart for code that handles it); the
+    nearest naming wins."""
     store = ChunkStore(tmp_path)
     base = bytes(range(256)) * 100
     changed = bytearray(base)
@@ -78,8 +82,12 @@ def test_a_damaged_delta_base_is_named_with_what_its_reader_reads(tmp_path):
     store.seal()
     loc = store.location(base_id)
     flip_byte(loc.pack, loc.offset + loc.length - 1)
-    with pytest.raises(DamagedChunkError) as caught:
-        ChunkStore(tmp_path).get(cid, "tensor 'w' in m.safetensors")
+    with (
+        pytest.raises(DamagedChunkError) as caught,
+        chunks_of("m.safetensors"),
+        chunks_of("tensor 'w' in m.safetensors"),
+    ):
+        ChunkStore(tmp_path).get(cid)
     exc = caught.value
     want = f"chunk {base_id[:12]} of tensor 'w' in m.safetensors is corrupt (fails verification); run `mgit fsck`"
     assert str(exc) == want

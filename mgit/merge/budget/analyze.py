@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 
 from dulwich.objects import ObjectID
 
+from mgit.errors import chunks_of
 from mgit.graph.objects import Graph
 from mgit.merge.io import Price
-from mgit.merge.plan import MergePlan
+from mgit.merge.plan import MergePlan, TensorPlan
+from mgit.merge.tensor_inputs import tensor_owner
 from mgit.model.dtypes import lookup
 from mgit.model.stats import delta_l2
 from mgit.parallel import ordered_map
@@ -131,7 +133,7 @@ def history_bounds(expert: str, base: str, steps: Steps) -> tuple[float, float] 
 @dataclass
 class _Want:
     dtype: str
-    what: str
+    tensor: TensorPlan  # the (last) tensor the pair is of
     bounds: tuple[float, float] | None  # from the norms
     from_history: bool = False
 
@@ -150,9 +152,7 @@ def _wanted(plan: MergePlan) -> dict[Pair, _Want]:
             for i in reads:
                 if i < len(tp.base.chunks) and tp.base.chunks[i].size == tp.experts[k].chunks[i].size:
                     e, b = tp.experts[k].chunks[i], tp.base.chunks[i]
-                    out[(e.id, b.id)] = _Want(
-                        tp.base.dtype, f"tensor {tp.name!r} in {tp.file}", norm_bounds(e.l2, b.l2)
-                    )
+                    out[(e.id, b.id)] = _Want(tp.base.dtype, tp, norm_bounds(e.l2, b.l2))
     return out
 
 
@@ -202,8 +202,9 @@ def pair_norms(
 
     def measure(pair: Pair) -> float | None:
         want = left[pair]
-        b = store.get(pair[1], want.what, counters=counters)
-        a = store.get(pair[0], want.what, known=lambda cid: b if cid == pair[1] else None, counters=counters)
+        with chunks_of(tensor_owner(want.tensor)):
+            b = store.get(pair[1], counters=counters)
+            a = store.get(pair[0], known=lambda cid: b if cid == pair[1] else None, counters=counters)
         return delta_l2(a, b, lookup(want.dtype))
 
     computed = dict(zip(todo, ordered_map(pool, measure, todo), strict=True))

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from mgit.errors import chunks_of
 from mgit.graph.objects import Graph
 from mgit.graph.snapshot import Entry
 from mgit.model.filetree import load_chunked
@@ -49,7 +50,8 @@ def read_contents(graph: Graph, files: LargeFiles, entries: tuple[Entry | None, 
         elif e.kind == "blob":
             out.append(graph.blob(e.oid))
         else:
-            out.append(b"".join(bytes(files.store.get(c.id, path)) for c in manifests[e.oid].chunks))
+            with chunks_of(path):
+                out.append(b"".join(bytes(files.store.get(c.id)) for c in manifests[e.oid].chunks))
     return out
 
 
