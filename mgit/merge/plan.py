@@ -39,6 +39,11 @@ class TensorPlan:
     # per expert (empty: none): a budget's choice of the expert's stored sketch instead of its chunks
     sketches: list[SketchUse | None] = field(default_factory=list)
 
+    @property
+    def owner(self) -> str:
+        """How errors name this tensor (what a damaged chunk read for it is of)."""
+        return f"tensor {self.name!r} in {self.file}"
+
     def sketch(self, k: int) -> SketchUse | None:
         """Expert k's sketch, when a budget chose to read it instead of exact chunks."""
         return self.sketches[k] if self.sketches else None

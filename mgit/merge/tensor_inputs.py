@@ -34,11 +34,6 @@ def chunk_starts(m: TensorManifest) -> list[int]:
     return m.offsets()
 
 
-def tensor_owner(tp: TensorPlan) -> str:
-    """How errors name a tensor of the plan (what a damaged chunk read for it is of)."""
-    return f"tensor {tp.name!r} in {tp.file}"
-
-
 def read_into(
     store: ChunkStore,
     pool: ThreadPoolExecutor | None,
@@ -79,7 +74,7 @@ class TensorInputs:
 
     def __init__(self, tp: TensorPlan, store: ChunkStore, pool: ThreadPoolExecutor, run: Execution):
         self.tp, self.store, self.pool, self.run = tp, store, pool, run
-        self.owner = tensor_owner(tp)
+        self.owner = tp.owner
         self.base: bytearray | None = None
         self.held: set[int] = set()  # indexes of the base chunks read into ``base``
         self._deltas: dict[int, Delta] = {}

@@ -20,7 +20,6 @@ from mgit.errors import chunks_of
 from mgit.graph.objects import Graph
 from mgit.merge.io import Price
 from mgit.merge.plan import MergePlan, TensorPlan
-from mgit.merge.tensor_inputs import tensor_owner
 from mgit.model.dtypes import lookup
 from mgit.model.stats import delta_l2
 from mgit.parallel import ordered_map
@@ -202,7 +201,7 @@ def pair_norms(
 
     def measure(pair: Pair) -> float | None:
         want = left[pair]
-        with chunks_of(tensor_owner(want.tensor)):
+        with chunks_of(want.tensor.owner):
             b = store.get(pair[1], counters=counters)
             a = store.get(pair[0], known=lambda cid: b if cid == pair[1] else None, counters=counters)
         return delta_l2(a, b, lookup(want.dtype))
