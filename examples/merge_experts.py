@@ -57,9 +57,14 @@ def main() -> None:
     # The same experts under a budget: at most 25% of the expert bytes a full merge reads,
     # spent on the chunks that move the result most ((|weight| x ||delta||)^2 per byte).
     budgeted = repo.merge(
-        ["math", "code", "chat"], "task_arithmetic", base="main~1", branch="budgeted", weight=[0.5, 0.3, 0.2],
-        budget="25%", message="merge v1 within 25% of the expert reads",
-    )  # fmt: skip
+        ["math", "code", "chat"],
+        "task_arithmetic",
+        base="main~1",
+        branch="budgeted",
+        weight=[0.5, 0.3, 0.2],
+        budget="25%",
+        message="merge v1 within 25% of the expert reads",
+    )
     b = repo.merge_record(budgeted)["budget"]
     print(
         f"budgeted merge {budgeted[:12]}: {b['chunks_chosen']} of {b['chunks_candidate']} expert chunks, "

@@ -61,7 +61,11 @@ def test_bash_completion_in_a_shell(two):
         script = run_mgit("completion", shell, cwd=repo.root, check=True).stdout
         assert marker in script and "_MGIT_COMPLETE" in script
     source = subprocess.run(
-        [sys.executable, "-m", "mgit"], cwd=repo.root, env={**os.environ, "_MGIT_COMPLETE": "bash_source"},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "mgit"],
+        cwd=repo.root,
+        env={**os.environ, "_MGIT_COMPLETE": "bash_source"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert source.stdout.strip() == run_mgit("completion", "bash", cwd=repo.root, check=True).stdout.strip()

@@ -274,9 +274,13 @@ def run_on_tty(cwd: Path, *args: str, env: dict) -> tuple[int, str]:
 
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mgit", *args], cwd=cwd, stdout=slave, stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL, env={**os.environ, **env},
-    )  # fmt: skip
+        [sys.executable, "-m", "mgit", *args],
+        cwd=cwd,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **env},
+    )
     os.close(slave)
     seen = b""
     while True:

@@ -258,8 +258,25 @@ def merged(repo: Repository) -> Repository:
         repo.checkout(create_branch=name)
         commit_model(repo, frozen_finetune(base, [set(), {0}, {1}][k], seed=k + 1), f"{name} tuned")
     repo.checkout("main")
-    invoke("merge", "math", "code", "chat", "--method", "task_arithmetic", "--weights", "0.5,0.3,0.2", "-b", "merged",
-           "--no-checkout", "-m", "merge three", "--seed", "1", cwd=repo.root, check=True)  # fmt: skip
+    invoke(
+        "merge",
+        "math",
+        "code",
+        "chat",
+        "--method",
+        "task_arithmetic",
+        "--weights",
+        "0.5,0.3,0.2",
+        "-b",
+        "merged",
+        "--no-checkout",
+        "-m",
+        "merge three",
+        "--seed",
+        "1",
+        cwd=repo.root,
+        check=True,
+    )
     return repo
 
 

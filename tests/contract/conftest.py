@@ -141,8 +141,12 @@ def _http(srv: MgitServer) -> Remote:
 def _s3(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Remote:
     import boto3
 
-    for k, v in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                 "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
+    for k, v in {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(k, v)
     bucket = f"mgit-{uuid.uuid4().hex[:12]}"
     client = boto3.client("s3")

@@ -216,9 +216,18 @@ def test_budget_is_recorded_and_shown(uneven):
     sha, record = _merge(repo, "b", budget="25%")
     b = record["budget"]
     assert set(b) >= {
-        "given", "limit_bytes", "select", "expert_bytes_full", "expert_bytes_planned", "chunks_candidate",
-        "chunks_chosen", "captured_share", "error_bound", "rounding_allowance", "analyze",
-    }  # fmt: skip
+        "given",
+        "limit_bytes",
+        "select",
+        "expert_bytes_full",
+        "expert_bytes_planned",
+        "chunks_candidate",
+        "chunks_chosen",
+        "captured_share",
+        "error_bound",
+        "rounding_allowance",
+        "analyze",
+    }
     assert b["given"] == "25%" and 0 < b["captured_share"] < 1
     chosen = [t for t in record["tensors"] if "expert_chunks_chosen" in t]
     assert sum(len(c) for t in chosen for c in t["expert_chunks_chosen"]) == b["chunks_chosen"]

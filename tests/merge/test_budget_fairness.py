@@ -55,15 +55,31 @@ def uneven(repo, small_chunks):
 
 def test_a_per_expert_merge_records_its_fairness_and_each_experts_share(uneven):
     repo = uneven
-    sha = repo.merge(list(NAMES), "task_arithmetic", branch="fair", checkout=False, budget="20%",
-                     budget_fairness="per-expert", weight=WEIGHTS)  # fmt: skip
+    sha = repo.merge(
+        list(NAMES),
+        "task_arithmetic",
+        branch="fair",
+        checkout=False,
+        budget="20%",
+        budget_fairness="per-expert",
+        weight=WEIGHTS,
+    )
     b = repo.merge_record(sha)["budget"]
     assert b["fairness"] == "per-expert"
     assert len(b["captured_share_per_expert"]) == len(NAMES)
     assert all(0 < s <= 1 for s in b["captured_share_per_expert"])
     assert repo.merge_record(sha)["bytes"]["experts_measured"] <= b["limit_bytes"]
-    glob = repo.merge_record(repo.merge(list(NAMES), "task_arithmetic", branch="glob", checkout=False,
-                                        budget="20%", budget_fairness="global", weight=WEIGHTS))["budget"]  # fmt: skip
+    glob = repo.merge_record(
+        repo.merge(
+            list(NAMES),
+            "task_arithmetic",
+            branch="glob",
+            checkout=False,
+            budget="20%",
+            budget_fairness="global",
+            weight=WEIGHTS,
+        )
+    )["budget"]
     assert glob["fairness"] == "global"
     assert min(b["captured_share_per_expert"]) >= min(glob["captured_share_per_expert"])
 

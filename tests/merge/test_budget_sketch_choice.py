@@ -81,8 +81,18 @@ def _offer(draw, t: int, energy: float):
     if dare:
         rates = [0.5 ** (levels - j) for j in range(levels)]
         residuals = [math.sqrt(energy * (1 - f) / max(p, 1e-9)) for f, p in zip(kept, rates, strict=True)]
-        sketch = TensorSketch("m.safetensors", f"t{t}", (64, 64), rank, [], energy, residuals, sum(costs), rates,
-                              [energy * f for f in kept])  # fmt: skip
+        sketch = TensorSketch(
+            "m.safetensors",
+            f"t{t}",
+            (64, 64),
+            rank,
+            [],
+            energy,
+            residuals,
+            sum(costs),
+            rates,
+            [energy * f for f in kept],
+        )
     else:
         residuals = [math.sqrt(energy * (1 - f)) for f in kept]
         sketch = TensorSketch("m.safetensors", f"t{t}", (64, 64), rank, [1.0] * rank, energy, residuals, sum(costs))
@@ -93,9 +103,17 @@ def _plan(inputs, sketches: bool):
     plan, analysis, weights, offers, limit, fairness = inputs
     params = METHOD.resolve({"weight": weights}, len(weights))
     restricted, report = restrict(
-        plan, METHOD, lambda tp: params, analysis, given=None, limit=limit, select="importance", seed=0,
-        fairness=fairness, offers=offers if sketches else None,
-    )  # fmt: skip
+        plan,
+        METHOD,
+        lambda tp: params,
+        analysis,
+        given=None,
+        limit=limit,
+        select="importance",
+        seed=0,
+        fairness=fairness,
+        offers=offers if sketches else None,
+    )
     return restricted, report
 
 
@@ -207,8 +225,15 @@ def test_sketches_of_noise_never_make_a_plan_worse(three_uneven):
     full = repo.merge(list(THREE_EXPERTS), "task_arithmetic", branch="full", checkout=False, weight=THREE_WEIGHTS)
     budgets, errors = {}, {}
     for use in (True, False):
-        sha = repo.merge(list(THREE_EXPERTS), "task_arithmetic", branch=f"b{use}", checkout=False, budget="10%",
-                         budget_sketches=use, weight=THREE_WEIGHTS)  # fmt: skip
+        sha = repo.merge(
+            list(THREE_EXPERTS),
+            "task_arithmetic",
+            branch=f"b{use}",
+            checkout=False,
+            budget="10%",
+            budget_sketches=use,
+            weight=THREE_WEIGHTS,
+        )
         budgets[use], errors[use] = repo.merge_record(sha)["budget"], _error(repo, f"b{use}", full)
     assert budgets[True]["sketches"]["offered"] > 0
     assert budgets[True]["captured_share"] >= budgets[False]["captured_share"] - 1e-12
@@ -246,6 +271,21 @@ def test_unchanged_tensors_are_only_those_identical_in_every_expert(repo):
     assert sum(not any(t["expert_chunks_read"]) for t in record["tensors"]) > len(frozen)  # what was miscounted
     shown = invoke("show", sha, cwd=repo.root, check=True).stdout
     assert re.search(rf"; {len(frozen)} with every expert identical to the base", shown), shown
-    done = invoke("merge", "--method", "task_arithmetic", "--weights", "0.5,0.5", "e1", "e2", "--budget", "5%",
-                  "-b", "c", "--no-checkout", "--json", cwd=repo.root, check=True)  # fmt: skip
+    done = invoke(
+        "merge",
+        "--method",
+        "task_arithmetic",
+        "--weights",
+        "0.5,0.5",
+        "e1",
+        "e2",
+        "--budget",
+        "5%",
+        "-b",
+        "c",
+        "--no-checkout",
+        "--json",
+        cwd=repo.root,
+        check=True,
+    )
     assert f'"untouched": {len(frozen)}' in done.stdout

@@ -71,9 +71,12 @@ def test_gradients_and_filters_equal_mergekit(setup, tmp_path):
                 for m in CONFIG["models"][1:]
             ]
         want = merge_tensors(
-            [base[name], tuned["math"][name], tuned["code"][name]], "ties", parameters=params, base_index=0,
+            [base[name], tuned["math"][name], tuned["code"][name]],
+            "ties",
+            parameters=params,
+            base_index=0,
             dtype=torch.bfloat16,
-        )  # fmt: skip
+        )
         assert torch.equal(got[name], want), name
     record = repo.merge_record(commit)
     assert record["config"]["merge_method"] == "ties"
@@ -100,9 +103,14 @@ def test_paths_are_imported_as_root_commits(setup, tmp_path):
     outside = tmp_path / "chat-model"
     chat = frozen_finetune(base, {3}, seed=50)
     write_model(outside, chat)
-    config = {"merge_method": "task_arithmetic", "base_model": "main",
-              "models": [{"model": "math", "parameters": {"weight": 0.5}},
-                         {"model": str(outside), "parameters": {"weight": 0.5}}]}  # fmt: skip
+    config = {
+        "merge_method": "task_arithmetic",
+        "base_model": "main",
+        "models": [
+            {"model": "math", "parameters": {"weight": 0.5}},
+            {"model": str(outside), "parameters": {"weight": 0.5}},
+        ],
+    }
     path = tmp_path / "m.yml"
     path.write_text(yaml.safe_dump(config))
     commit = repo.merge([], None, config=path)
@@ -118,11 +126,15 @@ def test_bad_configs(setup, tmp_path):
     cases = {
         "slices": ({"merge_method": "linear", "slices": [{"sources": []}]}, "not supported"),
         "nomethod": ({"models": [{"model": "math"}]}, "merge_method is required"),
-        "unknownrev": ({"merge_method": "linear", "models": [{"model": "ghost", "parameters": {"weight": 1}}]},
-                       "unknown revision"),
-        "unknownparam": ({"merge_method": "linear", "models": [{"model": "math", "parameters": {"weigth": 1}}]},
-                         "unknown parameter"),
-    }  # fmt: skip
+        "unknownrev": (
+            {"merge_method": "linear", "models": [{"model": "ghost", "parameters": {"weight": 1}}]},
+            "unknown revision",
+        ),
+        "unknownparam": (
+            {"merge_method": "linear", "models": [{"model": "math", "parameters": {"weigth": 1}}]},
+            "unknown parameter",
+        ),
+    }
     for key, (doc, message) in cases.items():
         path = tmp_path / f"{key}.yml"
         path.write_text(yaml.safe_dump(doc))

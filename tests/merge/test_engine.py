@@ -230,12 +230,40 @@ def test_killed_merge_leaves_refs_and_tree_unchanged(experts):
 
 def test_cli_merge_dry_run_and_show(experts):
     repo, base, tuned = experts
-    dry = run_mgit("merge", "math", "code", "--method", "ties", "--density", "0.5", "--weights", "0.5,0.5",
-                   "--dry-run", "--json", cwd=repo.root, check=True)  # fmt: skip
+    dry = run_mgit(
+        "merge",
+        "math",
+        "code",
+        "--method",
+        "ties",
+        "--density",
+        "0.5",
+        "--weights",
+        "0.5,0.5",
+        "--dry-run",
+        "--json",
+        cwd=repo.root,
+        check=True,
+    )
     plan = json.loads(dry.stdout)
     assert plan["schema"] == "mgit.plan/1" and plan["method"] == "ties" and "experts_measured" not in plan["bytes"]
-    done = run_mgit("merge", "math", "code", "--method", "ties", "--density", "0.5", "--weights", "0.5,0.5",
-                    "-m", "merge v1", "--seed", "3", cwd=repo.root, check=True)  # fmt: skip
+    done = run_mgit(
+        "merge",
+        "math",
+        "code",
+        "--method",
+        "ties",
+        "--density",
+        "0.5",
+        "--weights",
+        "0.5,0.5",
+        "-m",
+        "merge v1",
+        "--seed",
+        "3",
+        cwd=repo.root,
+        check=True,
+    )
     assert "merged 2 expert(s) with ties" in done.stdout
     shown = run_mgit("show", cwd=repo.root, check=True).stdout
     assert "merge: ties" in shown and "seed 3" in shown and "math" in shown
@@ -292,9 +320,11 @@ def test_real_minilm_with_synthetic_experts_equals_mergekit(repo):
     ):
         commit = repo.merge(["a", "b"], method, base="main", branch=f"m-{method}", **params)
         want = merge_state_dicts(
-            {"base": base, "a": tuned["a"], "b": tuned["b"]}, method, base="base",
+            {"base": base, "a": tuned["a"], "b": tuned["b"]},
+            method,
+            base="base",
             parameters={k: {"a": v[0], "b": v[1]} if isinstance(v, list) else v for k, v in params.items()},
-        )  # fmt: skip
+        )
         got = repo.state_dict(commit)
         for k in want:
             scale = want[k].abs().max().item() or 1.0

@@ -373,9 +373,20 @@ def test_an_estimated_plan_keeps_its_error_bound_and_says_so(new_base, monkeypat
     shown = run_mgit("show", sha, cwd=repo.root, check=True).stdout
     assert "estimated from chunk norms" in shown and "analysis capped at" in shown
     explained = run_mgit(
-        "merge", "--method", "task_arithmetic", "--weights", "0.4,0.3,0.2,0.1", "--base", "base2", *NAMES,
-        "--budget", "10%", "--explain", cwd=repo.root, check=True,
-    ).stdout  # fmt: skip
+        "merge",
+        "--method",
+        "task_arithmetic",
+        "--weights",
+        "0.4,0.3,0.2,0.1",
+        "--base",
+        "base2",
+        *NAMES,
+        "--budget",
+        "10%",
+        "--explain",
+        cwd=repo.root,
+        check=True,
+    ).stdout
     assert "estimated from chunk norms" in explained
     # at a budget covering the full merge, everything is read whatever was estimated: exact
     repo.checkout("base2")

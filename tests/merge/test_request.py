@@ -44,9 +44,15 @@ def test_a_budget_leaves_the_full_plan_as_it_was(experts):
     }
     limit = plan.expert_bytes // 2
     cheaper, report = restrict(
-        plan, setup.method, lambda tp: setup.params, Analysis(norms), given="50%", limit=limit, select="importance",
+        plan,
+        setup.method,
+        lambda tp: setup.params,
+        Analysis(norms),
+        given="50%",
+        limit=limit,
+        select="importance",
         seed=0,
-    )  # fmt: skip
+    )
     assert plan == before and plan.budget is None
     assert cheaper is not plan and cheaper.budget is report
     assert cheaper.expert_bytes <= limit < plan.expert_bytes

@@ -54,15 +54,32 @@ def test_the_cli_and_the_python_api_build_the_same_request(repo, monkeypatch) ->
     assert (shown.exit_code, shown.stderr.strip()) == (2, "error: request captured")
     with pytest.raises(BadInputError, match="request captured"):
         repo.merge(
-            ["math", "code"], "ties", budget="10%", budget_fairness="global", budget_sketches=False, seed=7,
-            dtype="F32", branch="side", checkout=False, weight=[0.3, 0.7], density=0.5, **{"lambda": 2.0},
-        )  # fmt: skip
+            ["math", "code"],
+            "ties",
+            budget="10%",
+            budget_fairness="global",
+            budget_sketches=False,
+            seed=7,
+            dtype="F32",
+            branch="side",
+            checkout=False,
+            weight=[0.3, 0.7],
+            density=0.5,
+            **{"lambda": 2.0},
+        )
     assert len(asked) == 2 and asked[0] == asked[1]
     assert asked[0] == MergeRequest(
-        experts=("math", "code"), method="ties", params={"weight": [0.3, 0.7], "density": 0.5, "lambda": 2.0},
-        budget="10%", budget_fairness="global", budget_sketches=False, seed=7, dtype="F32", branch="side",
+        experts=("math", "code"),
+        method="ties",
+        params={"weight": [0.3, 0.7], "density": 0.5, "lambda": 2.0},
+        budget="10%",
+        budget_fairness="global",
+        budget_sketches=False,
+        seed=7,
+        dtype="F32",
+        branch="side",
         checkout=False,
-    )  # fmt: skip
+    )
 
 
 def test_a_request_is_keyword_only_and_frozen() -> None:

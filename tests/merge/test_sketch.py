@@ -174,8 +174,15 @@ def test_a_budgeted_merge_reads_sketches_and_keeps_more_within_the_budget(expert
     repo.merge(["e1", "e2"], "task_arithmetic", branch="full", checkout=False, weight=WEIGHTS)
     errors, records = {}, {}
     for use in (True, False):
-        sha = repo.merge(["e1", "e2"], "task_arithmetic", branch=f"b{use}", checkout=False, budget="10%",
-                         budget_sketches=use, weight=WEIGHTS)  # fmt: skip
+        sha = repo.merge(
+            ["e1", "e2"],
+            "task_arithmetic",
+            branch=f"b{use}",
+            checkout=False,
+            budget="10%",
+            budget_sketches=use,
+            weight=WEIGHTS,
+        )
         records[use] = repo.merge_record(sha)
         errors[use] = _energy_error(repo, f"b{use}", "full")
         b = records[use]["budget"]
@@ -194,8 +201,15 @@ def test_a_budgeted_merge_reads_sketches_and_keeps_more_within_the_budget(expert
 
 def test_per_expert_fairness_with_sketches_holds_the_budget(experts):
     repo, _ = experts
-    sha = repo.merge(["e1", "e2"], "task_arithmetic", branch="fair", checkout=False, budget="5%",
-                     budget_fairness="per-expert", weight=WEIGHTS)  # fmt: skip
+    sha = repo.merge(
+        ["e1", "e2"],
+        "task_arithmetic",
+        branch="fair",
+        checkout=False,
+        budget="5%",
+        budget_fairness="per-expert",
+        weight=WEIGHTS,
+    )
     b = repo.merge_record(sha)["budget"]
     assert repo.merge_record(sha)["bytes"]["experts_measured"] <= b["limit_bytes"]
     assert min(b["captured_share_per_expert"]) > 0
@@ -223,11 +237,40 @@ def test_the_cli_sketches_and_merges_with_sketches(experts):
     assert '"schema": "mgit.sketch-result/1"' in doc.stdout and '"created": false' in doc.stdout
     bad = invoke("sketch", "e2", "--share", "30%", cwd=repo.root)
     assert bad.returncode != 0 and "--force" in bad.stderr and "Traceback" not in bad.stderr
-    merged = invoke("merge", "--method", "task_arithmetic", "--weights", "0.5,0.5", "e1", "e2", "--budget", "10%",
-                    "-b", "m", "--no-checkout", cwd=repo.root, check=True)  # fmt: skip
+    merged = invoke(
+        "merge",
+        "--method",
+        "task_arithmetic",
+        "--weights",
+        "0.5,0.5",
+        "e1",
+        "e2",
+        "--budget",
+        "10%",
+        "-b",
+        "m",
+        "--no-checkout",
+        cwd=repo.root,
+        check=True,
+    )
     assert "read as sketches" in merged.stdout
-    plain = invoke("merge", "--method", "task_arithmetic", "--weights", "0.5,0.5", "e1", "e2", "--budget", "10%",
-                   "-b", "n", "--no-checkout", "--no-sketches", cwd=repo.root, check=True)  # fmt: skip
+    plain = invoke(
+        "merge",
+        "--method",
+        "task_arithmetic",
+        "--weights",
+        "0.5,0.5",
+        "e1",
+        "e2",
+        "--budget",
+        "10%",
+        "-b",
+        "n",
+        "--no-checkout",
+        "--no-sketches",
+        cwd=repo.root,
+        check=True,
+    )
     assert "sketches" not in plain.stdout
 
 
@@ -265,8 +308,9 @@ def test_push_fetch_and_clones_carry_sketches_and_a_partial_clone_fetches_only_t
     assert full.fsck() == []
     partial = Repository.clone(str(remote), tmp_path / "partial", partial=True)
     assert partial.sketch_record("origin/e1") is not None  # the record travels with the graph
-    sha = partial.merge(["origin/e1", "origin/e2"], "task_arithmetic", branch="m", checkout=False, budget="10%",
-                        weight=WEIGHTS)  # fmt: skip
+    sha = partial.merge(
+        ["origin/e1", "origin/e2"], "task_arithmetic", branch="m", checkout=False, budget="10%", weight=WEIGHTS
+    )
     record = partial.merge_record(sha)
     assert record["budget"]["sketches"]["used"] > 0
     assert record["bytes"]["experts_fetched"] <= record["budget"]["limit_bytes"]
@@ -289,13 +333,15 @@ def test_a_budgeted_merge_can_sketch_the_experts_that_lack_one_first(repo):
     with pytest.raises(BadInputError, match="dry-run"):
         repo.merge_plan(["e1", "e2"], "task_arithmetic", weight=WEIGHTS, budget="10%", sketch_missing="10%")
     assert repo.sketch_record("e1") is None  # refused before anything was written
-    sha = repo.merge(["e1", "e2"], "task_arithmetic", branch="m", checkout=False, weight=WEIGHTS, budget="10%",
-                     sketch_missing="10%")  # fmt: skip
+    sha = repo.merge(
+        ["e1", "e2"], "task_arithmetic", branch="m", checkout=False, weight=WEIGHTS, budget="10%", sketch_missing="10%"
+    )
     b = repo.merge_record(sha)["budget"]
     assert b["sketches"]["computed"] == 2 and b["sketches"]["used"] > 0
     assert repo.sketch_record("e1").parent == repo.resolve("main")
-    again = repo.merge(["e1", "e2"], "task_arithmetic", branch="n", checkout=False, weight=WEIGHTS, budget="10%",
-                       sketch_missing="10%")  # fmt: skip
+    again = repo.merge(
+        ["e1", "e2"], "task_arithmetic", branch="n", checkout=False, weight=WEIGHTS, budget="10%", sketch_missing="10%"
+    )
     assert repo.merge_record(again)["budget"]["sketches"]["computed"] == 0  # once
 
 

@@ -113,8 +113,10 @@ def test_a_dare_sketch_is_stored_within_its_share_with_positions_of_its_own(dare
     ts = records[0].tensors[0]
     delta = (mine[ts.name].float() - base[ts.name].float()).numpy().reshape(-1)
     u = dare.uniforms(ts.stream, 0, delta.size)
-    values = [np.frombuffer(b"".join(bytes(repo.store.get(c.id)) for c in level[0].chunks), "<u2")
-              for level in offers[ts.name].blocks]  # fmt: skip
+    values = [
+        np.frombuffer(b"".join(bytes(repo.store.get(c.id)) for c in level[0].chunks), "<u2")
+        for level in offers[ts.name].blocks
+    ]
     assert np.array_equal(np.frombuffer(_bf16(delta[u < ts.rates[0]]).tobytes(), "<u2")[1::2], values[0])
     empty = repo.sketch("e1", against="e1", kind="dare", force=True)
     assert empty.created and empty.record.tensors == []
@@ -152,8 +154,20 @@ def test_the_cli_makes_a_dare_sketch_and_shows_its_keep_rates(dared):
     repo, _ = dared
     doc = invoke("sketch", "e2", "--kind", "dare", "--share", "20%", "--force", "--json", cwd=repo.root, check=True)
     assert '"kind": "dare"' in doc.stdout and '"created": true' in doc.stdout
-    shown = invoke("merge", "--method", "task_arithmetic", "--weights", "0.5,0.5", "e1", "e2", "--budget", "10%",
-                   "--dry-run", cwd=repo.root, check=True)  # fmt: skip
+    shown = invoke(
+        "merge",
+        "--method",
+        "task_arithmetic",
+        "--weights",
+        "0.5,0.5",
+        "e1",
+        "e2",
+        "--budget",
+        "10%",
+        "--dry-run",
+        cwd=repo.root,
+        check=True,
+    )
     assert "sketch p=" in shown.stdout
 
 
@@ -183,8 +197,9 @@ def test_a_partial_clone_fetches_only_the_dare_tiers_it_reads(dared, tmp_path):
     push_experts(repo, remote)
     partial = Repository.clone(str(remote), tmp_path / "partial", partial=True)
     assert partial.sketch_record("origin/e1") == repo.sketch_record("e1")
-    sha = partial.merge(["origin/e1", "origin/e2"], "task_arithmetic", branch="m", checkout=False, budget="5%",
-                        weight=WEIGHTS)  # fmt: skip
+    sha = partial.merge(
+        ["origin/e1", "origin/e2"], "task_arithmetic", branch="m", checkout=False, budget="5%", weight=WEIGHTS
+    )
     record = partial.merge_record(sha)
     assert record["budget"]["sketches"]["used"] > 0
     assert record["bytes"]["experts_fetched"] <= record["budget"]["limit_bytes"]

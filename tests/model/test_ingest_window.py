@@ -22,8 +22,10 @@ from mgit.store.chunkstore import ChunkStore
 
 def _model(path: Path, seed: int, tensors: int = 6, rows: int = 64, cols: int = 96) -> Path:
     g = torch.Generator().manual_seed(seed)
-    sd = {f"layer.{i}.weight": (torch.randn(rows * (1 + i % 3), cols, generator=g) * 0.02).to(torch.bfloat16)
-          for i in range(tensors)}  # fmt: skip
+    sd = {
+        f"layer.{i}.weight": (torch.randn(rows * (1 + i % 3), cols, generator=g) * 0.02).to(torch.bfloat16)
+        for i in range(tensors)
+    }
     sd["norm"] = torch.ones(cols, dtype=torch.bfloat16)
     sd["empty"] = torch.zeros(0, cols, dtype=torch.bfloat16)
     save_file(sd, str(path))

@@ -311,8 +311,13 @@ def test_add_over_a_file_size_limit_leaves_no_pack(repo: Repository) -> None:
     env = {**os.environ}
     proc = subprocess.run(
         [sys.executable, "-m", "mgit", "add", "model"],
-        cwd=repo.root, capture_output=True, text=True, env=env, timeout=300, preexec_fn=_limit_file_size(256 * 1024),
-    )  # fmt: skip
+        cwd=repo.root,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        preexec_fn=_limit_file_size(256 * 1024),
+    )
     assert proc.returncode == 1, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: file too large: ") and ".pack" in lines[0], lines

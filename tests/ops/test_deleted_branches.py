@@ -93,8 +93,11 @@ def test_deleted_names_leave_no_directory_in_the_way(repo):
     repo.delete_branch("a")
     repo.create_branch("a/b")
     repo.delete_branch("a/b")
-    kept = sorted(p.relative_to(repo.git_dir / "logs").as_posix() for p in (repo.git_dir / "logs").rglob("*")
-                  if p.is_file() and "deleted" in p.parts)  # fmt: skip
+    kept = sorted(
+        p.relative_to(repo.git_dir / "logs").as_posix()
+        for p in (repo.git_dir / "logs").rglob("*")
+        if p.is_file() and "deleted" in p.parts
+    )
     assert len(kept) == 3 and repo.resolve("a@{1}") == head and repo.resolve("a/b@{1}") == head
     assert not (repo.git_dir / "logs" / "refs" / "heads" / "a").exists()
     assert tree_hashes(repo.root)  # the working tree is untouched

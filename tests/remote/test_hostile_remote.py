@@ -45,14 +45,14 @@ def serve(replies: dict[str, tuple[int, bytes]]):
         (
             {".refs": (200, json.dumps({"refs/heads/main": "a" * 40}).encode()), "a" * 40: (200, b"garbage")},
             "not a valid git object",
-        ),  # fmt: skip
+        ),
         (
             {
                 ".refs": (200, json.dumps({"refs/heads/main": BLOB}).encode()),
                 BLOB: (200, zlib.compress(b"blob 0\x00")),
             },
             "names a blob",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_odd_replies_are_one_clear_error_and_leave_nothing(tmp_path, replies, message):

@@ -92,8 +92,14 @@ def test_tokens_are_required_and_read_only_tokens_cannot_push(server, work, tmp_
 
 def test_the_server_stays_inside_its_root(server, tmp_path):
     (tmp_path / "secret").write_text("do not serve")
-    for path in ("/../secret", "/a/../../secret", "/../objects/" + "0" * 40, "/.hidden/objects/" + "0" * 40,
-                 "/x/objects/../../../secret", "/x/chunks/zz"):  # fmt: skip
+    for path in (
+        "/../secret",
+        "/a/../../secret",
+        "/../objects/" + "0" * 40,
+        "/.hidden/objects/" + "0" * 40,
+        "/x/objects/../../../secret",
+        "/x/chunks/zz",
+    ):
         status, body = _raw(server, "GET", path)
         assert status in (400, 404) and b"do not serve" not in body
     status, _ = _raw(server, "PUT", "/../evil/objects/" + "1" * 40, b"x")
@@ -143,10 +149,20 @@ def test_cli_serve_push_clone(tmp_path, work):
     import time
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mgit", "serve", str(tmp_path / "root"), "--port", str(port),
-         "--token-file", str(tmp_path / "tokens")],
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mgit",
+            "serve",
+            str(tmp_path / "root"),
+            "--port",
+            str(port),
+            "--token-file",
+            str(tmp_path / "tokens"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 30
         while time.time() < deadline:

@@ -106,8 +106,10 @@ def test_sizes_are_record_sizes_and_zero_for_chunks_here(remote, local):
     promisor = promisor_of(local, backend)
     local.get(ids["b"])
     assert promisor.sizes(ids.values()) == {
-        ids["a"]: record_size(backend, ids["a"]), ids["d"]: record_size(backend, ids["d"]), ids["b"]: 0
-    }  # fmt: skip
+        ids["a"]: record_size(backend, ids["a"]),
+        ids["d"]: record_size(backend, ids["d"]),
+        ids["b"]: 0,
+    }
 
 
 def test_a_capped_fetch_stops_at_its_limit(remote, local):

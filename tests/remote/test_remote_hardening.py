@@ -147,8 +147,10 @@ def test_a_path_through_a_file_or_a_non_remote_is_400(served, tmp_path):
     (tmp_path / "served" / "notes").mkdir()
     (tmp_path / "served" / "notes" / "todo.txt").write_text("x")
     blob = zlib.compress(b"blob 0\x00")
-    for path in ("/llama/mgit-remote/objects/e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",
-                 "/notes/objects/e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"):  # fmt: skip
+    for path in (
+        "/llama/mgit-remote/objects/e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",
+        "/notes/objects/e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",
+    ):
         status, reply = request(srv, "PUT", path, blob)
         assert status == 400, reply
         assert str(tmp_path) not in one_line_error(reply)  # the server's own paths stay private
@@ -545,10 +547,23 @@ def test_the_serve_command_takes_a_timeout_and_a_connection_bound(tmp_path):
     import sys
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mgit", "serve", str(tmp_path), "--port", "0", "--timeout", "0.5",
-         "--max-connections", "1"],
-        stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mgit",
+            "serve",
+            str(tmp_path),
+            "--port",
+            "0",
+            "--timeout",
+            "0.5",
+            "--max-connections",
+            "1",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
     try:
         line = proc.stderr.readline()
         url = re.search(r"at (http://\S+)", line).group(1)

@@ -19,8 +19,12 @@ from mgit.remote.s3 import S3Backend
 
 @pytest.fixture
 def bucket(s3_endpoint, monkeypatch):
-    env = {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-           "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+    env = {
+        "AWS_ENDPOINT_URL": s3_endpoint,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     name = f"mgit-{uuid.uuid4().hex[:12]}"

@@ -34,8 +34,12 @@ def test_pack_framing_round_trips_keyframe_and_delta():
     back = record.parse(memoryview(framed), 4)
     assert isinstance(back.payload, memoryview)  # zero-copy from a mapping
     assert (back.cid, back.encoding, back.depth, back.base, bytes(back.payload)) == (
-        delta.cid, codec.DIFF_DELTA, 1, key.cid, delta.payload
-    )  # fmt: skip
+        delta.cid,
+        codec.DIFF_DELTA,
+        1,
+        key.cid,
+        delta.payload,
+    )
     head = record.read_header(framed, 4)
     assert head.end == len(framed) and record.payload_length(head.encoding, head.end - 4) == len(delta.payload)
     assert bytes(record.decode_verified(back, raw)) == bytes(near)
@@ -48,8 +52,12 @@ def test_wire_framing_round_trips_without_depth():
     assert len(wire) == record.wire_size(len(rec.payload))
     back = record.from_wire(rec.cid, wire)
     assert (back.encoding, back.group, back.raw_size, back.base, back.payload) == (
-        rec.encoding, rec.group, rec.raw_size, None, rec.payload
-    )  # fmt: skip
+        rec.encoding,
+        rec.group,
+        rec.raw_size,
+        None,
+        rec.payload,
+    )
     assert bytes(record.decode_verified(back)) == raw
 
 

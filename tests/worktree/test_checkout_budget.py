@@ -41,9 +41,12 @@ def needed(repo: Repository, rev: str, **kwargs) -> int:
 
 def snapshot_state(repo: Repository) -> tuple:
     return (
-        tree_hashes(repo.root), repo.refs.head(), repo.refs.current_branch(),
-        (repo.git_dir / "mgit-index.json").read_bytes(), repo.store.ids(),
-    )  # fmt: skip
+        tree_hashes(repo.root),
+        repo.refs.head(),
+        repo.refs.current_branch(),
+        (repo.git_dir / "mgit-index.json").read_bytes(),
+        repo.store.ids(),
+    )
 
 
 def test_over_budget_is_refused_naming_estimate_and_budget(work):
@@ -129,8 +132,12 @@ def test_a_fetch_that_outgrows_its_budget_keeps_nothing(remote, tmp_path):
     those bases only as sft's arrive. The cap stops the fetch within the budget."""
     repo, url = remote
     include = {"include": ["model.layers.1.*"]}
-    layer1 = [c.id for n, m in load_safetensors(repo.graph, repo.snapshot("sft")[SHARD1].oid).manifests.items()
-              if n.startswith("model.layers.1.") for c in m.chunks]  # fmt: skip
+    layer1 = [
+        c.id
+        for n, m in load_safetensors(repo.graph, repo.snapshot("sft")[SHARD1].oid).manifests.items()
+        if n.startswith("model.layers.1.")
+        for c in m.chunks
+    ]
     assert any(repo.store.location(c).base for c in layer1)  # the case this test is about
     partial = Repository.clone(str(url), tmp_path / "partial", partial=True, branch="other")
     estimate = needed(partial, "sft", **include)

@@ -27,9 +27,10 @@ EXCLUDE = ["*mlp*"]
 
 def selected(names, include=INCLUDE, exclude=EXCLUDE) -> set[str]:
     return {
-        n for n in names
+        n
+        for n in names
         if (not include or any(fnmatchcase(n, p) for p in include)) and not any(fnmatchcase(n, p) for p in exclude)
-    }  # fmt: skip
+    }
 
 
 def raw_tensors(path) -> dict[str, bytes]:
@@ -249,8 +250,9 @@ def test_merging_into_a_sparse_working_tree(work):
     assert set(load_file(repo.root / SHARD1)) == selected(base) and not (repo.root / SHARD2).exists()
     assert repo.status().clean
     got = repo.state_dict(merged)
-    assert set(got) == set(base) and torch.equal(got["model.layers.0.mlp.up_proj.weight"], tuned[
-        "model.layers.0.mlp.up_proj.weight"])  # fmt: skip
+    assert set(got) == set(base) and torch.equal(
+        got["model.layers.0.mlp.up_proj.weight"], tuned["model.layers.0.mlp.up_proj.weight"]
+    )
 
 
 def test_cli_sparse_checkout_status_and_full(work):
