@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import cli, merges
+from harness import cli, merges, sameness
 from harness.machine import IDLE_BELOW, can_drop_caches, lock_workdir
-from harness.merges import Sameness, Setup
+from harness.merges import Setup
 from harness.models import (
     GB,
     MB,
@@ -76,6 +76,7 @@ from harness.runner import (
     sha256_files,
     time_cp,
 )
+from harness.sameness import Sameness
 from harness.tools import Tools, find_tools, json_output, mergekit_cmd, tool_env
 from harness.variants import DENSE_NOISE, EXPERT_SEED, SCALE_DECADES, Version, ensure_variant
 
@@ -452,7 +453,7 @@ def bench_merges(s: Setup, k: int, budgets: Sequence[int], no_checkout: bool, me
         else:
             m = run_mgit(s, run)
             if run.budget is None and run.checkout and run.method in outs:
-                m.same = merges.same_as(s.runner, s.mgit, s.repo, run.branch, outs[run.method])
+                m.same = sameness.same_as(s.runner, s.mgit, s.repo, run.branch, outs[run.method])
         p = m.proc
         print(f"  {p.seconds:.1f} s, {fmt_rss(p)} MB, disk read {fmt_gb(p.disk_read)} GB, written "
               f"{fmt_gb(p.disk_written)} GB" + (f"; {same_cell(m.same)}" if m.same else ""), flush=True)  # fmt: skip

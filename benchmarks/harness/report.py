@@ -118,8 +118,18 @@ def relative(text: str) -> str:
     return text.replace(f"{REPO_ROOT}/", "")
 
 
-def fmt_gb(n: int | None) -> str:
-    return "" if n is None else f"{n / GB:.3f}"
+def fmt_gb(n: int | None, missing: str = "") -> str:
+    return missing if n is None else f"{n / GB:.3f}"
+
+
+def fmt_times(times: Sequence[float], digits: int = 1) -> str:
+    """Every run's seconds: "12.3 / 11.9"."""
+    return " / ".join(f"{t:.{digits}f}" for t in times)
+
+
+def ratio(a: float | None, b: float | None, digits: int = 2) -> str:
+    """a / b as a table cell; "" when either is missing or zero."""
+    return "" if not a or not b else f"{a / b:.{digits}f}"
 
 
 def fmt_rss(p: Proc) -> str:

@@ -17,7 +17,7 @@ import pytest
 BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH_DIR))
 
-from harness import cli, machine, merges, models, plot, report, runner  # noqa: E402
+from harness import cli, machine, models, plot, report, runner, sameness  # noqa: E402
 from harness.runner import Proc, Runner  # noqa: E402
 
 bench_scale = importlib.import_module("bench_scale")
@@ -408,13 +408,13 @@ def test_same_main_tells_bit_identical_from_nearly_equal(tmp_path: Path, monkeyp
     with Repository.init(tmp_path / "repo") as repo:
         rev = repo.commit_state_dict(tensors, model="model", message="m")
 
-    def check(theirs: dict[str, torch.Tensor]) -> merges.Sameness:
+    def check(theirs: dict[str, torch.Tensor]) -> sameness.Sameness:
         out = tmp_path / "out"
         out.mkdir(exist_ok=True)
         save_file(theirs, str(out / "model.safetensors"))
         monkeypatch.setattr(sys, "argv", ["-c", str(tmp_path / "repo"), rev, str(out)])
-        merges.same_main()
-        return merges.Sameness(**json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+        sameness.same_main()
+        return sameness.Sameness(**json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
 
     same = check(tensors)
     assert same.bit_identical and (same.tensors, same.identical, same.max_abs) == (2, 2, 0.0)
