@@ -37,14 +37,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import cli
 from harness.machine import lock_workdir
 from harness.models import MB
-from harness.plot import DASHED, DOTTED, PALETTE, HLine, Series, line_chart, write_svg
+from harness.plot import DASHED, DOTTED, PALETTE, SOLID, HLine, Series, line_chart, save
 from harness.report import RESULTS_DIR, header_lines, publish, relative, table, took
 from harness.tasks import TASKS, Task
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 SECTION_TITLE = "## Merge quality on real fine-tunes (bench_quality.py)"
 SVG = RESULTS_DIR / "bench_quality.svg"
@@ -340,7 +343,7 @@ def target_lines(scored: list[Scored], full: dict[str, Scored]) -> list[str]:
     return ["Targets (issue 15; reported, not asserted):", "", table(header, align, rows)] if rows else []
 
 
-def plot(scored: list[Scored], base: Scored, budgets: Sequence[int]) -> str:
+def plot(scored: list[Scored], base: Scored, budgets: Sequence[int]) -> Figure:
     series, refs = [], [HLine("base (no merge)", 100 * base.average, PALETTE[7])]
     for k, method in enumerate(METHODS):
         full = find(scored, method, None)
@@ -353,7 +356,7 @@ def plot(scored: list[Scored], base: Scored, budgets: Sequence[int]) -> str:
                 continue
             pts = [(float(b), 100 * s.average) for b, s in found if s is not None] + [(100.0, 100 * full.average)]
             colour = PALETTE[j if j < 5 else j + 3]  # 5–7 are the reference lines'
-            series.append(Series(f"{method}, {select}", pts, colour, (DASHED, DOTTED)[k] if k < 2 else ""))
+            series.append(Series(f"{method}, {select}", pts, colour, (DASHED, DOTTED)[k] if k < 2 else SOLID))
     ticks = [(float(b), f"{b}%") for b in (5, 10, 25, 50, 100)]
     return line_chart(series, refs, title="Average test accuracy against the budget", x_ticks=ticks, log_x=True,
                       x_label="budget (share of the expert bytes, log scale)", y_label="accuracy (%)")  # fmt: skip
@@ -417,11 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
            "took": took(time.perf_counter() - started, 0), "steps": steps, "train": train, "test": test,
            "base_mb": base_mb, "timings": timings, "dare_timings": dare_timings}  # fmt: skip
     publish(relative(report(scored, names, ctx)), SECTION_TITLE, args.write_docs)
-    svg = plot(scored, base, budgets)
-    if args.write_docs:
-        write_svg(SVG, svg)
-    else:
-        write_svg(workdir / SVG.name, svg)
+    save(plot(scored, base, budgets), SVG if args.write_docs else workdir / SVG.name)
     print(json.dumps({"schema": "mgit.bench_quality/1", "results": [
         {"label": s.label, "accuracy": s.accuracy, "average": s.average, "expert_bytes": s.expert_bytes}
         for s in scored]}))  # fmt: skip

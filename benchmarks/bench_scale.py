@@ -45,7 +45,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import cli, merges, sameness
 from harness.machine import IDLE_BELOW, can_drop_caches, lock_workdir
@@ -62,7 +62,7 @@ from harness.models import (
     plan_layers,
     safetensors_bytes,
 )
-from harness.plot import DASHED, PALETTE, HLine, Series, line_chart, write_svg
+from harness.plot import DASHED, PALETTE, SOLID, HLine, Series, line_chart, save
 from harness.report import REPO_ROOT, RESULTS_DIR, fmt_rss, header_lines, relative, table, took, update_results
 from harness.runner import (
     MODEL_DIR,
@@ -79,6 +79,9 @@ from harness.runner import (
 from harness.sameness import Sameness
 from harness.tools import Tools, find_tools, json_output, mergekit_cmd, tool_env
 from harness.variants import DENSE_NOISE, EXPERT_SEED, SCALE_DECADES, Version, ensure_variant
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # One docs section per part, so that a run of one part (--parts store) replaces its own tables and keeps
 # the other part's, measured in an earlier run. A merge run of some of the methods has a section (and a
@@ -664,14 +667,14 @@ def store_targets(stored: Sequence[Result]) -> list[Row]:
     return rows
 
 
-def plot(merged: Sequence[Merged], ks: Sequence[int], budgets: Sequence[int], title: str) -> str:
+def plot(merged: Sequence[Merged], ks: Sequence[int], budgets: Sequence[int], title: str) -> Figure:
     """Wall time against the budget (exact at the right), per K: mgit checked out (solid) and with
     --no-checkout (dashed), mergekit a dotted horizontal line."""
     exact_x = 100.0
     series, hlines = [], []
     for i, k in enumerate(ks):
         color = PALETTE[i % len(PALETTE)]
-        for checkout, dash, marker in ((True, "", "circle"), (False, DASHED, "square")):
+        for checkout, dash, marker in ((True, SOLID, "o"), (False, DASHED, "s")):
             pts = [(float(m.run.budget or exact_x), m.proc.seconds) for m in merged
                    if m.run.k == k and m.run.method == BUDGET_METHOD and m.run.tool == "mgit"
                    and m.run.checkout == checkout]  # fmt: skip
@@ -886,7 +889,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 (one pass over
     if plotted:
         kind = " (--quick)" if args.quick else ""
         plot_title = f"{BUDGET_METHOD}, {plan.nbytes / GB:.2f} GB bf16 base{kind}: wall time against the read budget"
-        write_svg(image, plot(merged, ks, budgets, plot_title))
+        save(plot(merged, ks, budgets, plot_title), image)
     if stored:
         sections.append((STORE_TITLE, store_section(stored, ctx, store), None))
     for _, text, _ in sections:
