@@ -18,6 +18,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from harness import cli, machine, models, plot, report, runner, sameness  # noqa: E402
 from harness.runner import Proc, Runner  # noqa: E402
+from harness.targets import met_cell  # noqa: E402
 
 bench_scale = importlib.import_module("bench_scale")
 GB = models.GB
@@ -249,14 +250,14 @@ def test_the_targets_leave_out_a_method_not_run_and_check_budgeted_reads_against
     runs = [_merged(mr(4, "task_arithmetic", "mergekit"), 60.0), _merged(mr(4, "task_arithmetic", "mgit"), 20.0),
             _merged(mr(4, "task_arithmetic", "mgit", 10), 3.0, record),
             _merged(mr(4, "task_arithmetic", "mgit", 10, False), 2.0, record)]  # fmt: skip
-    rows = {r[0]: r[1:] for r in bench_scale.merge_targets(runs, (4,))}
+    rows = {t.metric: [t.shown, t.target, met_cell(t.met)] for t in bench_scale.merge_targets(runs, (4,))}
     assert not any("ties" in metric for metric in rows)  # not run: no row saying "n/a"
     assert rows["K = 4, task_arithmetic exact: × faster than mergekit"] == ["3.00", "≥ 2", "yes"]
     assert rows["K = 4, --budget 10%: expert bytes read / the budget"] == ["0.990", "≤ 1", "yes"]
     base = rows["K = 4, --budget 10%: base bytes read / base chunks the plan computes from"]
     assert base == ["1.250", "≤ 1", "**no**"]  # read more of the base than the plan needs
     ties = [_merged(mr(4, "ties", "mergekit"), 90.0), _merged(mr(4, "ties", "mgit"), 30.0)]
-    rows = {r[0]: r[1:] for r in bench_scale.merge_targets(ties, (4,))}
+    rows = {t.metric: [t.shown, t.target, met_cell(t.met)] for t in bench_scale.merge_targets(ties, (4,))}
     assert rows["K = 4, ties exact: × faster than mergekit"] == ["3.00", "≥ 2.5", "yes"]
     assert not any("task_arithmetic" in metric or "budget" in metric for metric in rows)
 
@@ -319,18 +320,18 @@ def test_every_mgit_merge_runs_with_and_without_checkout_when_it_can() -> None:
 
 def test_the_mgit_merge_command() -> None:
     run = bench_scale.MergeRun(4, "ties", "mgit", None, False)
-    cmd = bench_scale.mgit_merge_cmd(["mgit"], run)
+    cmd = run.mgit_cmd(["mgit"])
     assert cmd[:4] == ["mgit", "-q", "merge", "--method=ties"]
     assert "--weights=0.25" in cmd and "--density=0.5" in cmd and "--no-checkout" in cmd
     assert cmd[cmd.index("-b") + 1] == run.branch and cmd[-4:] == [f"expert-{i}" for i in range(1, 5)]
-    budgeted = bench_scale.mgit_merge_cmd(["mgit"], bench_scale.MergeRun(4, "task_arithmetic", "mgit", 5))
+    budgeted = bench_scale.MergeRun(4, "task_arithmetic", "mgit", 5).mgit_cmd(["mgit"])
     assert "--budget=5%" in budgeted and "--no-checkout" not in budgeted
 
 
 def test_the_mergekit_config_matches_the_mgit_merge(tmp_path: Path) -> None:
     import json
 
-    doc = json.loads(bench_scale.mergekit_config(bench_scale.MergeRun(2, "ties", "mergekit"), tmp_path, [tmp_path] * 3))
+    doc = json.loads(bench_scale.MergeRun(2, "ties", "mergekit").mergekit_config(tmp_path, [tmp_path] * 3))
     assert doc["merge_method"] == "ties" and doc["dtype"] == "bfloat16" and len(doc["models"]) == 2
     assert doc["models"][0]["parameters"] == {"weight": 0.5, "density": 0.5}
 
