@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import cli, merges, sameness
+from harness import cli, merges, sameness, scale_disk
 from harness.machine import IDLE_BELOW, can_drop_caches, lock_workdir
 from harness.merges import Merged, Setup, find
 from harness.models import (
@@ -56,7 +56,6 @@ from harness.models import (
     SHARDS,
     ModelPlan,
     ensure_model,
-    model_home,
     plan_layers,
     safetensors_bytes,
 )
@@ -105,17 +104,7 @@ BUDGETS = (25, 10, 5)  # percent of the expert bytes the exact merge reads
 METHODS: dict[str, dict[str, float]] = {"task_arithmetic": {}, "ties": {"density": 0.5}}
 BUDGET_METHOD = "task_arithmetic"  # the budgeted merges' method (ties: exact only)
 PARTS = ("store", "merge")
-
-# What the disk must hold, as shares of the model's raw size (measured at 0.25-0.6 GB by bench_merge,
-# bench_budget and a --quick run: the base stores at 0.68 of it, an expert committed on it at 0.16, a
-# merge's result, stored as deltas against the base's chunks and carrying the base's where it keeps
-# them, at about 0.2).
-BASE_STORE_SHARE = 0.7
-EXPERT_STORE_SHARE = 0.2
-OUTPUT_STORE_SHARE = 0.4
 NC_REPO = "repo-nc"  # the copy of the repository the --no-checkout merges run in
-DISK_MARGIN = 1.1  # and 10% for what these shares miss (pack files being rewritten, logs, the index)
-INPUT_PARTS = ("base model", "dense fine-tune", "experts")  # the generated inputs, kept between runs
 
 
 # -- arguments ------------------------------------------------------------------------------
@@ -162,73 +151,20 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
     return args
 
 
-# -- the disk it needs ----------------------------------------------------------------------
-
-
 def merge_outputs(ks: Sequence[int], budgets: Sequence[int], methods: Sequence[str] = tuple(METHODS)) -> int:
     """Distinct merge results the run stores: per K, each method exact and each budget (a merge
     with and without --no-checkout writes the same chunks)."""
     return len(ks) * (len(methods) + (len(budgets) if BUDGET_METHOD in methods else 0))
 
 
-def disk_need(
-    raw: int,
-    ks: Sequence[int],
-    budgets: Sequence[int],
-    parts: Sequence[str],
-    mergekit: bool,
-    methods: Sequence[str] = tuple(METHODS),
-) -> dict[str, int]:
-    """Bytes the run holds at its peak, by what, for a model of ``raw`` bytes, experts up to max(ks)
-    and the parts run: the generated inputs (kept, cached), then the larger of the storage part
-    (one tool at a time, each run directory deleted after it) and the merge part (which follows it)."""
-    need = {INPUT_PARTS[0]: raw}
-    if "store" in parts:
-        need[INPUT_PARTS[1]] = raw
-    if "merge" in parts:
-        need[INPUT_PARTS[2]] = max(ks) * raw
-    # storage: the copy in a tool's run directory and its store of both versions (git-lfs, DVC: whole files)
-    storage = 3 * raw if "store" in parts else 0
-    merging = 0
-    if "merge" in parts:
-        # two repositories (for the merges checked out and those with --no-checkout) sharing one store of the
-        # base and the experts (the copy hard-links the packs), each with its working tree; each merge's result
-        # stored in one of them
-        inputs = BASE_STORE_SHARE + max(ks) * EXPERT_STORE_SHARE
-        shares = inputs + 2 + merge_outputs(ks, budgets, methods) * OUTPUT_STORE_SHARE
-        merging = round(raw * shares) + (raw if mergekit else 0)  # and mergekit's output
-    if merging >= storage and merging:
-        need["merges (mgit repository, working tree" + (", mergekit's output)" if mergekit else ")")] = merging
-    elif storage:
-        need["storage runs (one tool at a time)"] = storage
-    return need
+@dataclass
+class Part:
+    """What one part of a run needs for its docs section: its versions, wall time and what it skipped."""
 
-
-def disk_total(need: dict[str, int], cached: int) -> int:
-    """What must be free: the parts, plus a margin, less the inputs already on the disk (cached; those
-    beyond what this run uses, e.g. 16 experts cached for a run of 8, free nothing)."""
-    inputs = sum(n for part, n in need.items() if part in INPUT_PARTS)
-    return max(0, round(sum(need.values()) * DISK_MARGIN) - min(cached, inputs))
-
-
-def cached_inputs(workdir: Path, plan: ModelPlan, parts: Sequence[str]) -> int:
-    """Bytes of the generated inputs already cached in ``workdir`` (a rerun does not write them again)."""
-    home = model_home(workdir, plan, sized=False)
-    dirs = [home]
-    if "merge" in parts:
-        dirs.append(workdir / f"experts-{plan.nbytes}")
-    if "store" in parts and (home / MODEL_DIR).is_dir():
-        files = sum(f.stat().st_size for f in (home / MODEL_DIR).rglob("*") if f.is_file())
-        dirs.append(workdir / f"variants-{files}" / "dense")  # as variants.variants_root names it
-    return sum(disk_usage(d) for d in dirs if d.is_dir())
-
-
-def describe_need(need: dict[str, int], cached: int, free: int) -> str:
-    parts = ", ".join(f"{name} {n / GB:.1f}" for name, n in need.items())
-    return (
-        f"disk: this run needs about {disk_total(need, cached) / GB:.1f} GB ({parts} GB, + {DISK_MARGIN - 1:.0%}; "
-        f"{cached / GB:.1f} GB of inputs already cached); {free / GB:.1f} GB free"
-    )
+    versions: dict[str, str] = field(default_factory=dict)
+    wall: float = 0.0
+    waited: float = 0.0
+    skipped: list[str] = field(default_factory=list)
 
 
 # -- storage: add + commit and checkout -----------------------------------------------------
@@ -297,7 +233,10 @@ def bench_store(c: Contender, base: Version, dense: Version, run_dir: Path, runn
     return out
 
 
-def run_store_part(args: Any, workdir: Path, plan: ModelPlan, cold: bool) -> tuple[list[Result], Tools, int, Runner]:
+def run_store_part(args: Any, workdir: Path, plan: ModelPlan, cold: bool, part: Part) -> tuple[list[Result], int]:
+    """Every tool stores the base, then the dense fine-tune, then checks it out; `cp -r` beside them:
+    (the steps, the base's raw size). ``part`` gets the versions, times and what was skipped."""
+    started = time.perf_counter()
     tools = find_tools(workdir, args.mgit_rev, not args.no_dvc)
     base_dir, _, sums = ensure_model(workdir, None, plan=plan)
     base = Version("base", "", "the generated base model", base_dir, sums)
@@ -312,7 +251,13 @@ def run_store_part(args: Any, workdir: Path, plan: ModelPlan, cold: bool) -> tup
     print("storage: cp -r ...", flush=True)
     results.append(time_cp(dense.model, runs / "cp", runner, dense.sums, args.reps))
     shutil.rmtree(runs, ignore_errors=True)
-    return results, tools, base.raw, runner
+    part.versions, part.waited = tools.versions, runner.waited
+    part.wall = time.perf_counter() - started - part.waited
+    missing = (("git-lfs", tools.git_lfs), ("dvc", tools.dvc))
+    part.skipped += [f"{n} (not installed)" for n, ok in missing if not ok and not (n == "dvc" and args.no_dvc)]
+    if args.no_dvc:
+        part.skipped.append("dvc (--no-dvc)")
+    return results, base.raw
 
 
 # -- merges ---------------------------------------------------------------------------------
@@ -409,6 +354,45 @@ def bench_merges(
     for out in outs.values():
         shutil.rmtree(out, ignore_errors=True)
     return found
+
+
+def run_merge_part(
+    args: Any, workdir: Path, plan: ModelPlan, cold: bool, part: Part
+) -> tuple[list[Merged[MergeRun]], list[str]]:
+    """The base and the experts in one repository, then every merge at every K, mergekit beside mgit:
+    (the merges, the example commands). ``part`` gets the versions, times and what was skipped."""
+    started = time.perf_counter()
+    ks, budgets = args.ks, args.budgets
+    no_checkout = False
+
+    def check_mgit(mgit: list[str], where: str) -> None:
+        nonlocal no_checkout
+        no_checkout = merges.merge_takes(mgit, "--no-checkout")
+        if not no_checkout:
+            why = f"the mgit under test ({where}) has no `merge --no-checkout`"
+            print(f"skipping the --no-checkout merges: {why}", flush=True)
+            part.skipped.append(f"the `--no-checkout` merges ({why})")
+
+    s = merges.prepare(args, workdir, None, max(ks), check_mgit, plan=plan, with_mergekit=not args.no_mergekit,
+                       cold=cold)  # fmt: skip
+    part.versions = s.versions
+    if no_checkout:
+        print("copying the repository for the --no-checkout merges (untimed; its packs hard-linked) ...", flush=True)
+        copy_repository(s.repo, s.scratch / NC_REPO)
+    if args.no_mergekit:
+        part.skipped.append("mergekit (--no-mergekit)")
+    merged = [m for k in ks for m in bench_merges(s, k, budgets, no_checkout, args.methods)]
+    part.waited = s.runner.waited
+    kmax = max(ks)
+    shown = BUDGET_METHOD if BUDGET_METHOD in args.methods else args.methods[0]  # the example's method
+    budget = 10 if 10 in budgets and shown == BUDGET_METHOD else None
+    run = MergeRun(kmax, shown, "mgit", budget, not no_checkout)
+    mergekit = (f"mergekit-{shown}-{kmax}.yml", f"mergekit-{shown}-{kmax}")
+    example = merges.example_cmds(s, mergekit, run.mgit_cmd([*s.mgit, "-C", str(repo_of(s, run))]))
+    if not args.keep:
+        shutil.rmtree(s.scratch, ignore_errors=True)
+    part.wall = time.perf_counter() - started - part.waited
+    return merged, example
 
 
 # -- reporting ------------------------------------------------------------------------------
@@ -596,16 +580,6 @@ def plot(merged: Sequence[Merged[MergeRun]], ks: Sequence[int], budgets: Sequenc
 
 
 @dataclass
-class Part:
-    """What one part of a run needs for its docs section: its versions, wall time and what it skipped."""
-
-    versions: dict[str, str] = field(default_factory=dict)
-    wall: float = 0.0
-    waited: float = 0.0
-    skipped: list[str] = field(default_factory=list)
-
-
-@dataclass
 class Context:
     command: str
     quick: bool
@@ -712,80 +686,58 @@ def merge_section(merged: Sequence[Merged[MergeRun]], c: Context, part: Part) ->
 # -- main -----------------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 (one pass over the scenario's parts and options, each an if)
+def cache_note(cold: bool, warm: bool) -> str:
+    """What the report says of the page cache."""
+    if cold:
+        return (
+            "dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before every timed step (before the first command "
+            "of a step of several, e.g. add + commit): every tool reads its inputs from the disk."
+        )
+    if warm:
+        return "left warm (`--warm`): files written or read minutes before may be read from memory."
+    return "**could not be dropped** (not root): files written or read minutes before may be read from memory."
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     command = cli.command_line(argv, __file__)
     workdir = args.workdir.resolve()
     plan = plan_layers(NAMED_SHAPES[args.shape], args.layers)
     ks, budgets, parts = args.ks, args.budgets, args.parts
     cold = not args.warm and can_drop_caches()
-    if cold:
-        cache_note = (
-            "dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before every timed step (before the first command "
-            "of a step of several, e.g. add + commit): every tool reads its inputs from the disk."
-        )
-    elif args.warm:
-        cache_note = "left warm (`--warm`): files written or read minutes before may be read from memory."
-    else:
-        cache_note = (
-            "**could not be dropped** (not root): files written or read minutes before may be read from memory."  # noqa: E501
-        )
-    need = disk_need(plan.nbytes, ks, budgets, parts, not args.no_mergekit, args.methods)
-    cached = cached_inputs(workdir, plan, parts)
-    print(describe_need(need, cached, cli.free_disk(workdir)), flush=True)
-    cli.check_free_disk(workdir, disk_total(need, cached), "pass --quick, fewer --ks or --layers")
+    outputs = merge_outputs(ks, budgets, args.methods)
+    need = scale_disk.disk_need(plan.nbytes, ks, parts, not args.no_mergekit, outputs)
+    cached = scale_disk.cached_inputs(workdir, plan, parts)
+    print(scale_disk.describe_need(need, cached, cli.free_disk(workdir)), flush=True)
+    cli.check_free_disk(workdir, scale_disk.disk_total(need, cached), "pass --quick, fewer --ks or --layers")
     lock_workdir(workdir, "bench_scale.py")
     store, merge = Part(), Part()
     stored: list[Result] = []
     raw = plan.nbytes
     if "store" in parts:
-        started = time.perf_counter()
-        stored, tools, raw, store_runner = run_store_part(args, workdir, plan, cold)
-        store.versions, store.waited = tools.versions, store_runner.waited
-        store.wall = time.perf_counter() - started - store.waited
-        store.skipped += [f"{n} (not installed)" for n, ok in (("git-lfs", tools.git_lfs), ("dvc", tools.dvc))
-                          if not ok and not (n == "dvc" and args.no_dvc)]  # fmt: skip
-        if args.no_dvc:
-            store.skipped.append("dvc (--no-dvc)")
+        stored, raw = run_store_part(args, workdir, plan, cold, store)
     merged: list[Merged[MergeRun]] = []
     example: list[str] = []
-    no_checkout = False
     if "merge" in parts:
-        started = time.perf_counter()
-
-        def check_mgit(mgit: list[str], where: str) -> None:
-            nonlocal no_checkout
-            no_checkout = merges.merge_takes(mgit, "--no-checkout")
-            if not no_checkout:
-                why = f"the mgit under test ({where}) has no `merge --no-checkout`"
-                print(f"skipping the --no-checkout merges: {why}", flush=True)
-                merge.skipped.append(f"the `--no-checkout` merges ({why})")
-
-        s = merges.prepare(args, workdir, None, max(ks), check_mgit, plan=plan, with_mergekit=not args.no_mergekit,
-                           cold=cold)  # fmt: skip
-        merge.versions = s.versions
-        if no_checkout:
-            print("copying the repository for the --no-checkout merges (untimed; its packs hard-linked) ...",
-                  flush=True)  # fmt: skip
-            copy_repository(s.repo, s.scratch / NC_REPO)
-        if args.no_mergekit:
-            merge.skipped.append("mergekit (--no-mergekit)")
-        for k in ks:
-            merged += bench_merges(s, k, budgets, no_checkout, args.methods)
-        merge.waited = s.runner.waited
-        kmax = max(ks)
-        shown = BUDGET_METHOD if BUDGET_METHOD in args.methods else args.methods[0]  # the example's method
-        budget = 10 if 10 in budgets and shown == BUDGET_METHOD else None
-        run = MergeRun(kmax, shown, "mgit", budget, not no_checkout)
-        mergekit = (f"mergekit-{shown}-{kmax}.yml", f"mergekit-{shown}-{kmax}")
-        example = merges.example_cmds(s, mergekit, run.mgit_cmd([*s.mgit, "-C", str(repo_of(s, run))]))
-        if not args.keep:
-            shutil.rmtree(s.scratch, ignore_errors=True)
-        merge.wall = time.perf_counter() - started - merge.waited
+        merged, example = run_merge_part(args, workdir, plan, cold, merge)
     docs_svg = docs_image(args.methods)
     image = workdir / docs_svg.name
-    ctx = Context(command, args.quick, plan, raw, ks, budgets, workdir, args.reps, cold, cache_note, example,
-                  os.path.relpath(docs_svg, docs_svg.parent), tuple(args.methods))  # fmt: skip
+    note, image_name = cache_note(cold, args.warm), os.path.relpath(docs_svg, docs_svg.parent)
+    ctx = Context(
+        command,
+        args.quick,
+        plan,
+        raw,
+        ks,
+        budgets,
+        workdir,
+        args.reps,
+        cold,
+        note,
+        example,
+        image_name,
+        tuple(args.methods),
+    )
     sections = []  # (title, text, after): one per part run; a part not run keeps its section in the docs
     plotted = bool(merged) and BUDGET_METHOD in args.methods  # the plot shows the budgeted method only
     if merged:

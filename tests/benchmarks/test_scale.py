@@ -16,7 +16,7 @@ import pytest
 BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH_DIR))
 
-from harness import cli, machine, models, plot, report, runner, sameness  # noqa: E402
+from harness import cli, machine, models, plot, report, runner, sameness, scale_disk  # noqa: E402
 from harness.runner import Proc, Runner  # noqa: E402
 from harness.targets import met_cell  # noqa: E402
 
@@ -140,35 +140,47 @@ def test_a_shaped_model_is_cached_apart_from_one_of_the_same_size(tmp_path: Path
 
 def test_disk_need_follows_the_size_and_k() -> None:
     raw = plan(22).nbytes
-    full = bench_scale.disk_need(raw, (8, 16), (25, 10, 5), ("store", "merge"), True)
+    disk = scale_disk
+
+    def need(
+        ks: tuple[int, ...],
+        budgets: tuple[int, ...],
+        parts: tuple[str, ...],
+        mergekit: bool,
+        methods: tuple[str, ...] = ("task_arithmetic", "ties"),
+    ) -> dict[str, int]:
+        return disk.disk_need(raw, ks, parts, mergekit, bench_scale.merge_outputs(ks, budgets, methods))
+
+    full = need((8, 16), (25, 10, 5), ("store", "merge"), True)
     assert full["experts"] == 16 * raw
-    assert 60 * GB < bench_scale.disk_total(full, 0) < 90 * GB
-    fewer = bench_scale.disk_need(raw, (8,), (25, 10, 5), ("store", "merge"), True)
-    assert bench_scale.disk_total(fewer, 0) < bench_scale.disk_total(full, 0)
-    quick = bench_scale.disk_need(plan(3).nbytes, bench_scale.QUICK_KS, (25, 10, 5), ("store", "merge"), True)
-    assert bench_scale.disk_total(quick, 0) < 10 * GB  # a few GB
-    store_only = bench_scale.disk_need(raw, (8, 16), (), ("store",), False)
+    assert 60 * GB < disk.disk_total(full, 0) < 90 * GB
+    fewer = need((8,), (25, 10, 5), ("store", "merge"), True)
+    assert disk.disk_total(fewer, 0) < disk.disk_total(full, 0)
+    quick_outputs = bench_scale.merge_outputs(bench_scale.QUICK_KS, (25, 10, 5))
+    quick = disk.disk_need(plan(3).nbytes, bench_scale.QUICK_KS, ("store", "merge"), True, quick_outputs)
+    assert disk.disk_total(quick, 0) < 10 * GB  # a few GB
+    store_only = need((8, 16), (), ("store",), False)
     assert "experts" not in store_only and sum(store_only.values()) == 5 * raw  # base, dense, one tool's run
-    assert bench_scale.disk_total(full, 10 * GB) == bench_scale.disk_total(full, 0) - 10 * GB  # cached inputs
+    assert disk.disk_total(full, 10 * GB) == disk.disk_total(full, 0) - 10 * GB  # cached inputs
     inputs = full["base model"] + full["dense fine-tune"] + full["experts"]
-    more = bench_scale.disk_total(full, inputs + 20 * GB)  # more experts cached than this run uses
-    assert more == bench_scale.disk_total(full, inputs) > 15 * GB  # what the run writes besides its inputs
+    more = disk.disk_total(full, inputs + 20 * GB)  # more experts cached than this run uses
+    assert more == disk.disk_total(full, inputs) > 15 * GB  # what the run writes besides its inputs
     assert bench_scale.merge_outputs((8, 16), (25, 10, 5)) == 2 * (2 + 3)
     assert bench_scale.merge_outputs((8,), (25, 10, 5), ("ties",)) == 1
-    ta_only = bench_scale.disk_need(raw, (8, 16), (25, 10, 5), ("merge",), True, ("task_arithmetic",))
-    assert bench_scale.disk_total(ta_only, 0) < bench_scale.disk_total(full, 0)
+    ta_only = need((8, 16), (25, 10, 5), ("merge",), True, ("task_arithmetic",))
+    assert disk.disk_total(ta_only, 0) < disk.disk_total(full, 0)
 
 
 def test_cached_inputs_count_what_is_on_disk(tmp_path: Path) -> None:
     p = plan(1, "tiny")
-    assert bench_scale.cached_inputs(tmp_path, p, ("store", "merge")) == 0
+    assert scale_disk.cached_inputs(tmp_path, p, ("store", "merge")) == 0
     model = models.model_home(tmp_path, p, sized=False) / "model"
     model.mkdir(parents=True)
     (model / "a.safetensors").write_bytes(b"x" * 100_000)
     (tmp_path / f"experts-{p.nbytes}").mkdir()
     (tmp_path / f"experts-{p.nbytes}" / "e").write_bytes(b"y" * 200_000)
-    assert bench_scale.cached_inputs(tmp_path, p, ("store",)) >= 100_000
-    assert bench_scale.cached_inputs(tmp_path, p, ("merge",)) >= 300_000
+    assert scale_disk.cached_inputs(tmp_path, p, ("store",)) >= 100_000
+    assert scale_disk.cached_inputs(tmp_path, p, ("merge",)) >= 300_000
 
 
 def test_a_run_short_of_disk_stops_before_writing_in_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
