@@ -10,7 +10,11 @@ dozen hand-built Markdown tables and imports of each other. Here each concern li
 - ``tools``: the mgit under test and the peer tools, each peer in its own virtual environment;
 - ``report``: Markdown tables, a section's header lines, replacing a section of benchmarks/results/;
 - ``cli``: the options every script shares, and the free-disk check.
-- ``merges``: the merge benchmarks' shared setup (mergekit, a base and its experts in one repository).
+- ``sameness``: whether a merge's result is another's (bit for bit, largest difference, relative error);
+- ``plot``: line charts drawn with matplotlib, the same file for the same numbers;
+- ``minilm``: bench_quality's real experts (all-MiniLM-L6-v2 fine-tuned per task) and their scoring;
+- ``scale_disk``: the disk a bench_scale run holds at its peak;
+- ``merges``: the merge benchmarks' shared setup and runs (mergekit and mgit on the same experts).
 
 Scripts run as ``python benchmarks/bench_X.py``, so ``benchmarks/`` is on ``sys.path`` and they
 import ``harness.*``; no script imports another script. Nothing here imports torch at module level:
