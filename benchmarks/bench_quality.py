@@ -263,7 +263,7 @@ def plot(scored: list[Scored], base: Scored, budgets: Sequence[int]) -> Figure:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = cli.parser(__doc__ or "")
-    quick = "2 tasks, short fine-tunes, task_arithmetic at budgets 25% and 10%: a smoke test"
+    quick = "2 tasks, short fine-tunes, task_arithmetic at budgets 25%% and 10%%: a smoke test"
     cli.add_common(p, workdir="bench-work/quality", quick=quick, idle_wait=False, mgit_rev=False)
     p.add_argument("--steps", type=int, help=f"fine-tuning steps per expert (default {STEPS}; {QUICK_STEPS} --quick)")
     args = p.parse_args(argv)

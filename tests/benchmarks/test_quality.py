@@ -58,3 +58,11 @@ def test_a_quick_run_end_to_end(tmp_path: Path, capsys) -> None:
     full_read = by_label["task_arithmetic, full merge"]["expert_bytes"]
     assert 0 < budgeted["expert_bytes"] <= 0.1 * full_read * 1.0001  # the budget is never exceeded
     assert (tmp_path / "quality" / "bench_quality.svg").is_file()
+
+
+def test_help_answers(capsys) -> None:
+    """--help prints the options (a '%' in a help text once made argparse raise instead)."""
+    with pytest.raises(SystemExit) as exc:
+        bench_quality.main(["--help"])
+    assert exc.value.code == 0
+    assert "--steps" in capsys.readouterr().out
