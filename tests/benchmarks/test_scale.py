@@ -353,29 +353,27 @@ def test_the_mergekit_config_matches_the_mgit_merge(tmp_path: Path) -> None:
 
 @pytest.mark.bench_smoke
 def test_a_tiny_run_end_to_end(tmp_path: Path, monkeypatch, capsys) -> None:
-    """A 4 MB model, K = 2, task_arithmetic exact and at one budget, no mergekit or DVC (not installed
-    from the network here), warm cache: every table is printed, the chart written, the checkouts
-    byte-identical, each merge with and without --no-checkout. Of one method only, its section goes
-    after the full run's, which stays, and its plot beside the full run's."""
+    """The merge part of a 4 MB model, K = 2, task_arithmetic exact and at one budget, no mergekit (not
+    installed from the network here), warm cache: its tables are printed, the chart written, each merge
+    with and without --no-checkout. Of one method only, its section goes after the full run's, which
+    stays, and its plot beside the full run's. (The storage part runs in the next test.)"""
     workdir, docs = tmp_path / "scale", tmp_path / "benchmarks.md"
     docs.write_text(f"# Benchmarks\n\n{bench_scale.MERGE_TITLE}\n\nall methods\n\n## Other (other.py)\n\nother\n")
     monkeypatch.setattr(bench_scale, "update_results", functools.partial(report.update_results, path=docs))
     named = bench_scale.docs_image
     monkeypatch.setattr(bench_scale, "docs_image", lambda methods: tmp_path / named(methods).name)
     argv = ["--workdir", str(workdir), "--shape", "tiny", "--layers", "2", "--ks", "2", "--budgets", "10",
-            "--methods", "task_arithmetic", "--no-mergekit", "--no-dvc", "--warm", "--idle-wait", "0",
+            "--methods", "task_arithmetic", "--parts", "merge", "--no-mergekit", "--warm", "--idle-wait", "0",
             "--other-wait", "0", "--write-docs"]  # fmt: skip
     assert bench_scale.main(argv) == 0
     out = capsys.readouterr().out
     title = bench_scale.merge_title(("task_arithmetic",))
-    assert title in out and bench_scale.STORE_TITLE in out
+    assert title in out and bench_scale.STORE_TITLE not in out
     text = docs.read_text()
     assert "all methods" in text and text.index(bench_scale.MERGE_TITLE) < text.index(title) < text.index("## Other")
     assert "| K = 2, --budget 10%: expert bytes read / the budget |" in text
     assert "(bench_scale-task_arithmetic.svg)" in text and (tmp_path / "bench_scale-task_arithmetic.svg").exists()
     assert not (tmp_path / "bench_scale.svg").exists()
-    assert "| mgit | add + commit: base |" in out and "| mgit | add + commit: dense fine-tune |" in out
-    assert "| cp -r | copy the model directory |" in out
     assert "| 2 | task_arithmetic | mgit merge --budget 10% |" in out
     assert "| 2 | task_arithmetic | mgit merge --budget 10% --no-checkout |" in out
     assert "**NO**" not in out
@@ -385,8 +383,9 @@ def test_a_tiny_run_end_to_end(tmp_path: Path, monkeypatch, capsys) -> None:
 
 @pytest.mark.bench_smoke
 def test_a_run_of_one_part_writes_only_that_parts_section(tmp_path: Path, monkeypatch, capsys) -> None:
-    """--parts store --write-docs replaces the storage section and leaves the merges' (and the plot),
-    measured in an earlier run, as they are."""
+    """The storage part of a 2 MB model, no DVC (not installed from the network here): every tool's
+    steps and `cp -r` are printed, the checkouts byte-identical. --parts store --write-docs replaces the
+    storage section and leaves the merges' (and the plot), measured in an earlier run, as they are."""
     docs = tmp_path / "benchmarks.md"
     titles = bench_scale.MERGE_TITLE, bench_scale.STORE_TITLE
     docs.write_text(f"# Benchmarks\n\n{titles[0]}\n\nearlier merges\n\n{titles[1]}\n\nstale storage\n")
@@ -399,7 +398,11 @@ def test_a_run_of_one_part_writes_only_that_parts_section(tmp_path: Path, monkey
     assert "| mgit | add + commit: base |" in text.split(bench_scale.STORE_TITLE)[1]
     assert text.index(bench_scale.MERGE_TITLE) < text.index(bench_scale.STORE_TITLE)
     assert not (tmp_path / "scale" / "bench_scale.svg").exists()  # nor copied over benchmarks/results/bench_scale.svg
-    assert bench_scale.MERGE_TITLE not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert bench_scale.MERGE_TITLE not in out and bench_scale.STORE_TITLE in out
+    assert "| mgit | add + commit: base |" in out and "| mgit | add + commit: dense fine-tune |" in out
+    assert "| cp -r | copy the model directory |" in out
+    assert "**NO**" not in out  # every checkout byte-identical
 
 
 # -- the bit-for-bit check against another tool's output ------------------------------------
