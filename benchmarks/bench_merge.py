@@ -337,8 +337,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     rss_floor = s.runner.rss_floor(workdir)
     wall = time.perf_counter() - started - s.runner.waited
-    ctx = Context(command, s.versions, s.plan, model_bytes(s.base, s.sums), max(ks), workdir, args.reps, last,
-                  example, rss_floor, wall, s.runner.waited)  # fmt: skip
+    raw = model_bytes(s.base, s.sums)
+    ctx = Context(
+        command, s.versions, s.plan, raw, max(ks), workdir, args.reps, last, example, rss_floor, wall, s.runner.waited
+    )
     publish(report(outcomes, ctx), SECTION_TITLE, args.write_docs)
     if not args.keep:
         shutil.rmtree(s.scratch, ignore_errors=True)

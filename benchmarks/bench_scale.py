@@ -373,8 +373,8 @@ def run_merge_part(
             print(f"skipping the --no-checkout merges: {why}", flush=True)
             part.skipped.append(f"the `--no-checkout` merges ({why})")
 
-    s = merges.prepare(args, workdir, None, max(ks), check_mgit, plan=plan, with_mergekit=not args.no_mergekit,
-                       cold=cold)  # fmt: skip
+    with_mergekit = not args.no_mergekit
+    s = merges.prepare(args, workdir, None, max(ks), check_mgit, plan=plan, with_mergekit=with_mergekit, cold=cold)
     part.versions = s.versions
     if no_checkout:
         print("copying the repository for the --no-checkout merges (untimed; its packs hard-linked) ...", flush=True)
@@ -495,8 +495,8 @@ def read_targets(merged: Sequence[Merged[MergeRun]], kmax: int) -> list[Target]:
         sizes, limit = m.record.get("bytes", {}), (m.record.get("budget") or {}).get("limit_bytes")
         read, needed = sizes.get("experts_measured"), sizes.get("base_estimated")
         v = read / limit if read is not None and limit else None
-        found.append(target(f"K = {kmax}, --budget {budget}%: expert bytes read / the budget", v, "≤ 1", at_most(1),
-                            "{:.3f}"))  # fmt: skip
+        metric = f"K = {kmax}, --budget {budget}%: expert bytes read / the budget"
+        found.append(target(metric, v, "≤ 1", at_most(1), "{:.3f}"))
         read = sizes.get("base_measured")
         v = read / needed if read is not None and needed else None
         metric = f"K = {kmax}, --budget {budget}%: base bytes read / base chunks the plan computes from"

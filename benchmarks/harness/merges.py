@@ -123,7 +123,7 @@ def mgit_merge_cmd(
     method: str,
     k: int,
     branch: str,
-    params: Mapping[str, float] = {},
+    params: Mapping[str, float],
     *,
     budget: int | None = None,
     select: str | None = None,
