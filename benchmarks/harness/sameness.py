@@ -116,7 +116,11 @@ def relative_errors(
     merge at ``exact``, its relative error set)."""
     code = "from harness.sameness import errors_main; errors_main()"
     proc = runner.run(script_child(mgit, code, str(repo), "main", exact, str(out or ""), *revs), repo)
-    doc = last_json(proc.output)
+    return read_errors(last_json(proc.output))
+
+
+def read_errors(doc: dict) -> tuple[float, dict[str, Sameness]]:
+    """errors_main's JSON as (‖M_full − base‖, each result's Sameness with its relative error)."""
     denom = math.sqrt(doc.pop("denominator"))
     found = {}
     for key, fields in doc.items():

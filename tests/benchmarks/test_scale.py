@@ -1,5 +1,5 @@
 """bench_scale.py and what it added to the harness: the /proc I/O counters of a run, the cold page cache,
-the disk it needs, the SVG chart, its arguments and runs; and one end-to-end run at a tiny size
+the disk it needs, the chart, its arguments and runs; and one end-to-end run at a tiny size
 (marked ``bench_smoke``). Counts bytes and calls, never times."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH_DIR))
 
-from harness import cli, machine, models, plot, report, runner, sameness, scale_disk  # noqa: E402
+from harness import cli, machine, models, plot, report, runner, scale_disk  # noqa: E402
 from harness.runner import Proc, Runner  # noqa: E402
 from harness.targets import met_cell  # noqa: E402
 
@@ -403,39 +403,6 @@ def test_a_run_of_one_part_writes_only_that_parts_section(tmp_path: Path, monkey
     assert "| mgit | add + commit: base |" in out and "| mgit | add + commit: dense fine-tune |" in out
     assert "| cp -r | copy the model directory |" in out
     assert "**NO**" not in out  # every checkout byte-identical
-
-
-# -- the bit-for-bit check against another tool's output ------------------------------------
-
-
-def test_same_main_tells_bit_identical_from_nearly_equal(tmp_path: Path, monkeypatch, capsys) -> None:
-    import json
-
-    import torch
-    from safetensors.torch import save_file
-
-    from mgit import Repository
-
-    tensors = {"a": torch.randn(64, 32).to(torch.bfloat16), "b": torch.ones(16, dtype=torch.bfloat16)}
-    with Repository.init(tmp_path / "repo") as repo:
-        rev = repo.commit_state_dict(tensors, model="model", message="m")
-
-    def check(theirs: dict[str, torch.Tensor]) -> sameness.Sameness:
-        out = tmp_path / "out"
-        out.mkdir(exist_ok=True)
-        save_file(theirs, str(out / "model.safetensors"))
-        monkeypatch.setattr(sys, "argv", ["-c", str(tmp_path / "repo"), rev, str(out)])
-        sameness.same_main()
-        return sameness.Sameness(**json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
-
-    same = check(tensors)
-    assert same.bit_identical and (same.tensors, same.identical, same.max_abs) == (2, 2, 0.0)
-    nudged = {**tensors, "a": tensors["a"].clone()}
-    nudged["a"][0, 0] = nudged["a"][0, 0] + 1
-    off = check(nudged)
-    assert not off.bit_identical and off.identical == 1 and off.max_abs >= 0.5
-    missing = check({"a": tensors["a"]})
-    assert not missing.bit_identical and missing.problems == ["b"]
 
 
 def test_the_storage_table_compares_each_tool_with_git_lfs_at_the_same_step() -> None:
