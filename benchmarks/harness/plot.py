@@ -69,8 +69,7 @@ class Panel:
     legend: Sequence[Series | HLine] | None = None
     legend_outside: bool = False
     legend_cols: int = 1
-    title_size: float | None = None
-    legend_size: float | None = None
+    title_size: float = 10
 
 
 def line_chart(
@@ -125,11 +124,11 @@ def draw(ax: Any, p: Panel) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel(p.x_label)
     ax.set_ylabel(p.y_label)
-    ax.set_title(p.title, fontsize=p.title_size or 10)
+    ax.set_title(p.title, fontsize=p.title_size)
     ax.grid(True, which="both", alpha=0.3)
     handles = None if p.legend is None else [legend_entry(e) for e in p.legend]
     where = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0} if p.legend_outside else {}
-    ax.legend(handles=handles, fontsize=p.legend_size or 8, ncols=p.legend_cols, **where)
+    ax.legend(handles=handles, fontsize=8, ncols=p.legend_cols, **where)
 
 
 def legend_entry(e: Series | HLine) -> Any:
