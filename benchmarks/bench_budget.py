@@ -36,26 +36,23 @@ GB = 10^9 bytes, MB = 10^6 bytes.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import shlex
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness import cli, merges
-from harness.machine import IDLE_BELOW, lock_workdir
-from harness.merges import Setup
+from harness.machine import lock_workdir
+from harness.merges import Merged, Setup, find
 from harness.models import GB, MB, SEED, SHARDS, ModelPlan, model_bytes, safetensors_bytes, split_shards
-from harness.report import REPO_ROOT, RESULTS_DIR, fmt_rss, header_lines, publish, relative, table, took
-from harness.runner import Proc, Runner, best_of
-from harness.tools import json_output, mergekit_cmd, script_child
+from harness.plot import DOTTED, NO_LINE, PALETTE, HLine, Panel, Series, figure, save
+from harness.report import REPO_ROOT, RESULTS_DIR, fmt_rss, fmt_times, header_lines, publish, table, took
+from harness.sameness import Sameness, relative_errors
+from harness.targets import Target, at_least, at_most, target, targets_table
 from harness.variants import EXPERT_SEED, SCALE_DECADES, frozen_byte_share
 
 SECTION_TITLE = "## Merge under a read budget (bench_budget.py)"
@@ -92,10 +89,6 @@ class Run:
     select: str | None = None  # "importance" or "uniform", with a budget
 
     @property
-    def weight(self) -> float:
-        return 1 / self.k
-
-    @property
     def branch(self) -> str:
         kind = "exact" if self.budget is None else f"{self.select}-{self.budget}"
         return f"k{self.k}-{kind}"
@@ -110,6 +103,11 @@ class Run:
     def budget_cell(self) -> str:
         return "—" if self.budget is None else f"{self.budget}%"
 
+    def mgit_cmd(self, mgit: list[str]) -> list[str]:
+        params = {"lambda": LAMBDA}
+        budget = {"budget": self.budget, "select": self.select, "seed": SELECT_SEED}
+        return merges.mgit_merge_cmd(mgit, METHOD, self.k, self.branch, params, **budget)
+
 
 def runs_for(k: int, budgets: Sequence[int]) -> list[Run]:
     """mergekit, mgit exact, then per budget (largest first) the importance plan and the uniform pick."""
@@ -121,171 +119,39 @@ def runs_for(k: int, budgets: Sequence[int]) -> list[Run]:
     return runs
 
 
-def mergekit_config(k: int, base: Path, experts: Sequence[Path]) -> str:
-    """mergekit's YAML (JSON is YAML): base, experts 1..k with weight 1/k, lambda 1, bf16."""
-    doc = {
-        "merge_method": METHOD,
-        "base_model": str(base),
-        "models": [{"model": str(e), "parameters": {"weight": 1 / k}} for e in experts[:k]],
-        "parameters": {"lambda": LAMBDA},
-        "dtype": "bfloat16",
-    }
-    return json.dumps(doc, indent=2) + "\n"
-
-
-def mgit_merge_cmd(mgit: list[str], run: Run) -> list[str]:
-    budget = [] if run.budget is None else [f"--budget={run.budget}%", f"--budget-select={run.select}"]
-    experts = [f"expert-{i}" for i in range(1, run.k + 1)]
-    return [*mgit, "-q", "merge", f"--method={METHOD}", f"--weights={run.weight!r}", f"--lambda={LAMBDA!r}",
-            "--dtype=BF16", *budget, f"--seed={SELECT_SEED}", "--base=main", "-b", run.branch,
-            "-m", f"bench {run.branch}", *experts]  # fmt: skip
-
-
-def has_budget(mgit: list[str]) -> bool:
-    """Whether the mgit under test's `merge` takes --budget and --budget-select."""
-    res = subprocess.run([*mgit, "merge", "--help"], capture_output=True, text=True)
-    return "--budget-select" in res.stdout
-
-
-# -- the errors ---------------------------------------------------------------------------
-
-
-def errors_main() -> None:
-    """In a child (``python -c``): every result against the exact merge; prints JSON.
-
-    argv: repository, base revision, exact revision, mergekit's output directory ('' for none),
-    then the revisions to compare. Sums of squares are float64, over all tensors.
-    """
-    import torch
-    from safetensors import safe_open
-
-    from mgit import Repository
-
-    repo_dir, base_rev, exact_rev, out_dir, *revs = sys.argv[1:]
-
-    def against(full: dict[str, torch.Tensor], ours: dict[str, torch.Tensor]) -> dict[str, Any]:
-        sq, identical, problems = 0.0, 0, sorted(set(ours) - set(full))
-        for name, f in full.items():
-            m = ours.get(name)
-            if m is None or m.dtype != f.dtype or m.shape != f.shape:
-                problems.append(name)
-                continue
-            identical += bool(torch.equal(m.reshape(-1).view(torch.uint8), f.reshape(-1).view(torch.uint8)))
-            sq += float((m.double() - f.double()).square().sum())
-        return {"sq": sq, "identical": identical, "tensors": len(full), "problems": problems}
-
-    out: dict[str, Any] = {}
-    with Repository(repo_dir) as repo:
-        base = repo.state_dict(base_rev)
-        full = repo.state_dict(exact_rev)
-        out["denominator"] = sum(float((t.double() - base[n].double()).square().sum()) for n, t in full.items())
-        del base
-        for rev in revs:
-            out[rev] = against(full, repo.state_dict(rev))
-    if out_dir:
-        theirs = {}
-        for path in sorted(Path(out_dir).glob("*.safetensors")):
-            with safe_open(str(path), framework="pt") as f:
-                theirs.update({name: f.get_tensor(name) for name in f.keys()})
-        out["mergekit"] = against(full, theirs)
-    print(json.dumps(out))
-
-
-@dataclass
-class Compared:
-    rel_error: float  # ‖M − M_full‖ / ‖M_full − base‖ over all tensors
-    identical: int  # tensors bit-equal to the exact merge's
-    tensors: int
-    problems: list[str]  # tensors missing on one side or of another dtype/shape
-
-    @property
-    def bit_equal(self) -> bool:
-        return not self.problems and self.identical == self.tensors
-
-
-def compare(
-    runner: Runner, mgit: list[str], repo: Path, exact: str, revs: Sequence[str], out: Path | None
-) -> tuple[float, dict[str, Compared]]:
-    """(‖M_full − base‖, per revision and "mergekit": the comparison with the exact merge)."""
-    code = "from bench_budget import errors_main; errors_main()"
-    proc = runner.run(script_child(mgit, code, str(repo), "main", exact, str(out or ""), *revs), repo)
-    doc = json.loads(proc.output.strip().splitlines()[-1])
-    denom = math.sqrt(doc.pop("denominator"))
-    found = {}
-    for key, c in doc.items():
-        rel = math.sqrt(c["sq"]) / denom if denom else math.nan
-        found[key] = Compared(rel, c["identical"], c["tensors"], c["problems"])
-    return denom, found
-
-
-# -- measuring ----------------------------------------------------------------------------
-
-
-@dataclass
-class Measured:
-    run: Run
-    proc: Proc
-    times: list[float]
-    expert_bytes: int  # expert bytes read (mergekit: the experts' files; mgit: experts_measured)
-    total_bytes: int  # and the base's
-    record: dict[str, Any] = field(default_factory=dict)  # mgit's merge record (`plan` of `mgit show --json`)
-    same: Compared | None = None  # against the exact merge
-
-    @property
-    def rel_error(self) -> float | None:
-        return None if self.same is None else self.same.rel_error
-
-
-def run_mergekit(s: Setup, run: Run) -> tuple[Measured, Path]:
-    config = s.scratch / f"mergekit-{run.k}.yml"
-    config.write_text(mergekit_config(run.k, s.base, s.experts))
-    out = s.scratch / f"mergekit-{run.k}"
-    cmd = mergekit_cmd(s.mergekit, config, out)
-    best, times = best_of(
-        s.reps, lambda: shutil.rmtree(out, ignore_errors=True), lambda: s.runner.run(cmd, s.scratch, timed=True)
-    )
-    experts = safetensors_bytes(s.experts[: run.k])
-    return Measured(run, best, times, experts, experts + safetensors_bytes([s.base])), out
-
-
-def run_mgit(s: Setup, run: Run) -> Measured:
-    made = False
-
-    def prepare() -> None:
-        nonlocal made
-        s.runner.run([*s.mgit, "-q", "checkout", "main"], s.repo)  # every merge starts from the base's tree
-        if made:  # the previous repetition's branch
-            s.runner.run([*s.mgit, "-q", "branch", "-D", run.branch], s.repo)
-        made = True
-
-    best, times = best_of(s.reps, prepare, lambda: s.runner.run(mgit_merge_cmd(s.mgit, run), s.repo, timed=True))
-    record = json_output(s.runner.run([*s.mgit, "show", "--json", run.branch], s.repo).output)["plan"]
+def measure(s: Setup, run: Run) -> tuple[Merged[Run], Path | None]:
+    """One run, timed: what it read (mergekit: the files it loads; mgit: its merge record) and, for
+    mergekit, its output directory."""
+    if run.tool == "mergekit":
+        config = merges.mergekit_config(METHOD, s.base, s.experts[: run.k], {"weight": 1 / run.k}, {"lambda": LAMBDA})
+        best, times, out = merges.run_mergekit(s, f"mergekit-{run.k}", config)
+        experts = safetensors_bytes(s.experts[: run.k])
+        return Merged(run, best, times, experts + safetensors_bytes([s.base]), expert_read=experts), out
+    best, times, record = merges.run_mgit(s, run.mgit_cmd(s.mgit), run.branch)
     b = record["bytes"]
-    return Measured(run, best, times, b["experts_measured"], b["base_measured"] + b["experts_measured"], record)
+    read = b["base_measured"] + b["experts_measured"]
+    return Merged(run, best, times, read, record, expert_read=b["experts_measured"]), None
 
 
-def bench_k(s: Setup, k: int, budgets: Sequence[int]) -> tuple[list[Measured], float]:
+def bench_k(s: Setup, k: int, budgets: Sequence[int]) -> tuple[list[Merged[Run]], float]:
     """Every run for experts 1..k, compared with the exact merge; and ‖M_full − base‖."""
-    found: list[Measured] = []
+    found: list[Merged[Run]] = []
     out = None
     for run in runs_for(k, budgets):
         print(f"K = {k}, {run.label}" + (f" at {run.budget}%" if run.budget else "") + " ...", flush=True)
-        if run.tool == "mergekit":
-            m, out = run_mergekit(s, run)
-        else:
-            m = run_mgit(s, run)
-        print(f"  {m.proc.seconds:.1f} s, {fmt_rss(m.proc)} MB, read {m.total_bytes / GB:.3f} GB", flush=True)
+        m, made = measure(s, run)
+        out = made or out
+        print(f"  {m.proc.seconds:.1f} s, {fmt_rss(m.proc)} MB, read {m.read / GB:.3f} GB", flush=True)
         found.append(m)
     print(f"K = {k}: comparing every result with the exact merge ...", flush=True)
-    exact = Run(k, "mgit").branch
     revs = [m.run.branch for m in found if m.run.tool == "mgit" and m.run.budget is not None]
-    denom, same = compare(s.runner, s.mgit, s.repo, exact, revs, out)
+    denom, same = relative_errors(s.runner, s.mgit, s.repo, Run(k, "mgit").branch, revs, out)
     tensors = same["mergekit"].tensors
     for m in found:
         if m.run.tool == "mergekit":
             m.same = same["mergekit"]
         elif m.run.budget is None:
-            m.same = Compared(0.0, tensors, tensors, [])  # the reference itself
+            m.same = Sameness(tensors, tensors, rel_error=0.0)  # the reference itself
         else:
             m.same = same[m.run.branch]
         if m.run.budget is not None and m.run.budget < 100:
@@ -304,38 +170,32 @@ def fmt_err(e: float | None) -> str:
     return "0" if e == 0 else f"{e:.3g}"
 
 
-def equal_cell(m: Measured) -> str:
+def equal_cell(m: Merged[Run]) -> str:
     c = m.same
     if c is None:
         return "?"
     if m.run.tool == "mgit" and m.run.budget is None:
         return "(reference)"
-    if c.bit_equal:
+    if c.bit_identical:
         return "yes"
     missing = f", {len(c.problems)} missing/mismatched" if c.problems else ""
     return f"no ({c.identical}/{c.tensors} tensors equal{missing})"
 
 
-def find(
-    results: Sequence[Measured], k: int, tool: str, budget: int | None = None, select: str | None = None
-) -> Measured | None:
-    return next((m for m in results if m.run == Run(k, tool, budget, select)), None)
-
-
-def results_table(results: list[Measured]) -> str:
+def results_table(results: list[Merged[Run]]) -> str:
     header = ["K", "run", "budget", "expert bytes read (GB)", "total bytes read (GB)", "wall time (s)",
               "speedup over mergekit (×)", "peak RSS (MB)", "relative error", "bit-equal to exact",
               "other load"]  # fmt: skip
     rows = []
     for m in results:
-        mk = find(results, m.run.k, "mergekit")
+        mk = find(results, Run(m.run.k, "mergekit"))
         rows.append([
             str(m.run.k),
             m.run.label,
             m.run.budget_cell,
-            f"{m.expert_bytes / GB:.3f}",
-            f"{m.total_bytes / GB:.3f}",
-            " / ".join(f"{t:.1f}" for t in m.times),
+            f"{m.expert_read / GB:.3f}",
+            f"{m.read / GB:.3f}",
+            fmt_times(m.times),
             f"{mk.proc.seconds / m.proc.seconds:.2f}" if mk and m.run.tool == "mgit" else "",
             fmt_rss(m.proc),
             fmt_err(m.rel_error),
@@ -345,7 +205,7 @@ def results_table(results: list[Measured]) -> str:
     return table(header, "rlrrrrrrrlr", rows)
 
 
-def plans_table(results: list[Measured], denominators: dict[int, float]) -> str:
+def plans_table(results: list[Merged[Run]], denominators: dict[int, float]) -> str:
     """What each budgeted plan promised (its record's `budget`) beside what the run read and missed."""
     header = ["K", "select", "budget", "limit (GB)", "planned (GB)", "read (GB)", "within limit",
               "chunks read / candidates", "captured share", "most possible", "√(1 − captured)", "relative error",
@@ -372,8 +232,8 @@ def plans_table(results: list[Measured], denominators: dict[int, float]) -> str:
             m.run.budget_cell,
             f"{b['limit_bytes'] / GB:.3f}",
             f"{b['expert_bytes_planned'] / GB:.3f}",
-            f"{m.expert_bytes / GB:.3f}",
-            "yes" if m.expert_bytes <= b["limit_bytes"] else "**no**",
+            f"{m.expert_read / GB:.3f}",
+            "yes" if m.expert_read <= b["limit_bytes"] else "**no**",
             f"{b['chunks_chosen']} / {b['chunks_candidate']}",
             f"{b['captured_share']:.3f}",
             f"{b['captured_share_max']:.3f}" if "captured_share_max" in b else "n/a",
@@ -388,112 +248,107 @@ def plans_table(results: list[Measured], denominators: dict[int, float]) -> str:
     return table(header, "rlrrrrlrrrrrrlrlr", rows)
 
 
-def error_ratio(results: list[Measured], k: int, budget: int) -> float | None:
-    imp, uni = find(results, k, "mgit", budget, "importance"), find(results, k, "mgit", budget, "uniform")
+def error_ratio(results: list[Merged[Run]], k: int, budget: int) -> float | None:
+    imp, uni = find(results, Run(k, "mgit", budget, "importance")), find(results, Run(k, "mgit", budget, "uniform"))
     if not imp or not uni or imp.rel_error is None or not uni.rel_error:
         return None
     return imp.rel_error / uni.rel_error
 
 
-def best_ratio(results: list[Measured], k: int, budget: int) -> float | None:
+def best_ratio(results: list[Merged[Run]], k: int, budget: int) -> float | None:
     """√(1 − the most any plan can capture at this budget) over the uniform pick's error: what no
     choice of chunks can beat (the error tracks √(1 − captured share), see the plans table)."""
-    imp, uni = find(results, k, "mgit", budget, "importance"), find(results, k, "mgit", budget, "uniform")
+    imp, uni = find(results, Run(k, "mgit", budget, "importance")), find(results, Run(k, "mgit", budget, "uniform"))
     if not imp or not uni or not uni.rel_error or "captured_share_max" not in imp.record.get("budget", {}):
         return None
     return math.sqrt(max(0.0, 1 - imp.record["budget"]["captured_share_max"])) / uni.rel_error
 
 
-def targets_table(results: list[Measured], ks: Sequence[int], budgets: Sequence[int]) -> str:
-    rows = []
-
-    def row(metric: str, shown: str, target: str, ok: bool | None) -> None:
-        rows.append([metric, shown, target, "n/a" if ok is None else "yes" if ok else "**no**"])
-
+def targets(results: list[Merged[Run]], ks: Sequence[int], budgets: Sequence[int]) -> list[Target]:
+    found = []
     k = TARGET_K if TARGET_K in ks else max(ks)
     note = "" if k == TARGET_K else f" (K = {TARGET_K} not run)"
-    mk, cheap = find(results, k, "mergekit"), find(results, k, "mgit", TARGET_BUDGET, "importance")
+    mk, cheap = find(results, Run(k, "mergekit")), find(results, Run(k, "mgit", TARGET_BUDGET, "importance"))
     if mk and cheap:
+        metric = f"K = {k}{note}, budget {TARGET_BUDGET}%: mgit faster than mergekit, end to end (×)"
         speedup = mk.proc.seconds / cheap.proc.seconds
-        row(f"K = {k}{note}, budget {TARGET_BUDGET}%: mgit faster than mergekit, end to end (×)",
-            f"{speedup:.2f}", f"≥ {TARGET_SPEEDUP:g}", speedup >= TARGET_SPEEDUP)  # fmt: skip
+        found.append(target(metric, speedup, f"≥ {TARGET_SPEEDUP:g}", at_least(TARGET_SPEEDUP)))
     for b in (b for b in budgets if b < 100):
         ratios = {kk: r for kk in ks if (r := error_ratio(results, kk, b)) is not None}
         if ratios:
             worst = max(ratios, key=lambda kk: ratios[kk])
-            row(f"budget {b}%: importance error / uniform error (worst K: {worst})", f"{ratios[worst]:.3f}",
-                f"≤ {TARGET_ERROR_RATIO:g}", ratios[worst] <= TARGET_ERROR_RATIO)  # fmt: skip
+            metric = f"budget {b}%: importance error / uniform error (worst K: {worst})"
+            bound = f"≤ {TARGET_ERROR_RATIO:g}"
+            found.append(target(metric, ratios[worst], bound, at_most(TARGET_ERROR_RATIO), "{:.3f}"))
             best = best_ratio(results, worst, b)
             if best is not None:
                 metric = (
                     f"(for information) budget {b}%, K = {worst}: the lowest ratio any choice of chunks "
                     "within the budget can reach, √(1 − captured_share_max) / uniform error"
                 )
-                row(metric, f"{best:.3f}", "", None)
+                found.append(Target(metric, f"{best:.3f}", "", None))
     if 100 in budgets:
-        full = {kk: find(results, kk, "mgit", 100, "importance") for kk in ks}
-        bad = [kk for kk, m in full.items() if not (m and m.same and m.same.bit_equal)]
-        shown = "yes, every K" if not bad else "no at K = " + ", ".join(map(str, bad))
-        row("budget 100%: bit-equal to the exact merge", shown, "yes", not bad)
-    mks = {kk: find(results, kk, "mergekit") for kk in ks}
-    bad = [kk for kk, m in mks.items() if not (m and m.same and m.same.bit_equal)]
-    shown = "yes, every K" if not bad else "no at K = " + ", ".join(map(str, bad))
-    row("(for information) mgit exact bit-equal to mergekit", shown, "(yes)", not bad)
-    return table(["metric", "value", "target", "met"], "lrrl", rows)
+        full = {kk: find(results, Run(kk, "mgit", 100, "importance")) for kk in ks}
+        found.append(every_k("budget 100%: bit-equal to the exact merge", full, "yes"))
+    mks = {kk: find(results, Run(kk, "mergekit")) for kk in ks}
+    found.append(every_k("(for information) mgit exact bit-equal to mergekit", mks, "(yes)"))
+    return found
 
 
-def plot(results: list[Measured], ks: Sequence[int], budgets: Sequence[int], path: Path) -> None:
+def every_k(metric: str, runs: dict[int, Merged[Run] | None], want: str) -> Target:
+    """Whether the run at every K equals the exact merge bit for bit."""
+    bad = [k for k, m in runs.items() if not (m and m.same and m.same.bit_identical)]
+    return Target(metric, "yes, every K" if not bad else "no at K = " + ", ".join(map(str, bad)), want, not bad)
+
+
+def plot(results: list[Merged[Run]], ks: Sequence[int], budgets: Sequence[int], path: Path) -> None:
     """Relative error (importance vs uniform) and wall time (mergekit a line) against the budget, per K."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-    from matplotlib.ticker import FixedLocator, NullLocator
-
-    fig, (ax_err, ax_time) = plt.subplots(1, 2, figsize=(11.5, 4.4))
     styles = {"importance": ("-", "o"), "uniform": ("--", "x")}
+    errors, times, hlines = [], [], []
     for i, k in enumerate(ks):
-        color = f"C{i}"
+        color = PALETTE[i]
         for select, (ls, marker) in styles.items():
             runs = sorted(
                 (m for m in results if m.run.k == k and m.run.select == select), key=lambda m: m.run.budget or 0
             )
             errs = [(m.run.budget, m.rel_error) for m in runs if (m.run.budget or 100) < 100 and m.rel_error]
-            if errs:
-                ax_err.plot(*zip(*errs, strict=True), ls=ls, marker=marker, color=color)
-            times = [(m.run.budget, m.proc.seconds) for m in runs]
-            if times:
-                ax_time.plot(*zip(*times, strict=True), ls=ls, marker=marker, color=color)
-        if mk := find(results, k, "mergekit"):
-            ax_time.axhline(mk.proc.seconds, ls=":", color=color)
-        if exact := find(results, k, "mgit"):
-            ax_time.plot([100], [exact.proc.seconds], ls="none", marker="*", markersize=10, color=color)
+            errors.append(Series("", errs, color, ls, marker))
+            times.append(Series("", [(m.run.budget, m.proc.seconds) for m in runs], color, ls, marker))
+        if mk := find(results, Run(k, "mergekit")):
+            hlines.append(HLine("", mk.proc.seconds, color))
+        if exact := find(results, Run(k, "mgit")):
+            times.append(Series("", [(100, exact.proc.seconds)], color, NO_LINE, "*", 10))
     shown = sorted(budgets)
-    for ax, title in ((ax_err, "relative error ‖M − M_full‖ / ‖M_full − base‖"), (ax_time, "wall time (s)")):
-        ax.set_xscale("log")
-        ax.xaxis.set_major_locator(FixedLocator(shown if ax is ax_time else [b for b in shown if b < 100]))
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xticklabels([f"{b}%" for b in (shown if ax is ax_time else [b for b in shown if b < 100])])
-        ax.set_xlabel("budget (share of the expert bytes the exact merge reads)")
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-    ax_err.set_yscale("log")
-    ax_time.set_ylim(bottom=0)
-    k_handles = [Line2D([], [], color=f"C{i}", label=f"K = {k}") for i, k in enumerate(ks)]
-    err_handles = [Line2D([], [], color="grey", ls=ls, marker=mk, label=s) for s, (ls, mk) in styles.items()]
-    time_handles = [
-        *err_handles,
-        Line2D([], [], color="grey", ls="none", marker="*", markersize=10, label="mgit exact"),
-        Line2D([], [], color="grey", ls=":", label="mergekit (full read)"),
+    by_k = [Series(f"K = {k}", [], PALETTE[i], marker="") for i, k in enumerate(ks)]
+    by_select = [Series(s, [], "grey", ls, mk) for s, (ls, mk) in styles.items()]
+    tools = [Series("mgit exact", [], "grey", NO_LINE, "*", 10), HLine("mergekit (full read)", 0, "grey", DOTTED)]
+    x_label = "budget (share of the expert bytes the exact merge reads)"
+    err_ticks = [(b, f"{b}%") for b in shown if b < 100]
+    error_title = "relative error ‖M − M_full‖ / ‖M_full − base‖"
+    panels = [
+        Panel(
+            [e for e in errors if e.points],
+            err_ticks,
+            (),
+            error_title,
+            x_label,
+            log_x=True,
+            log_y=True,
+            legend=by_k + by_select,
+        ),
+        Panel(
+            [t for t in times if t.points],
+            [(b, f"{b}%") for b in shown],
+            hlines,
+            "wall time (s)",
+            x_label,
+            log_x=True,
+            legend=by_k + by_select + tools,
+            legend_cols=2,
+        ),
     ]
-    ax_err.legend(handles=k_handles + err_handles, fontsize=8)
-    ax_time.legend(handles=k_handles + time_handles, fontsize=8, ncols=2)
-    fig.suptitle(f"{METHOD} of K experts under a read budget (100%: bit-equal to the exact merge)", fontsize=11)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=110)
-    plt.close(fig)
+    title = f"{METHOD} of K experts under a read budget (100%: bit-equal to the exact merge)"
+    save(figure(panels, title=title, size=(11.5, 4.4)), path)
 
 
 @dataclass
@@ -514,16 +369,13 @@ class Context:
     image: str  # the PNG, relative to benchmarks/results/
 
 
-def report(results: list[Measured], c: Context) -> str:
+def report(results: list[Merged[Run]], c: Context) -> str:
     """This benchmark's docs section (also printed to stdout)."""
-    s = c.plan.shape
     count = max(c.ks)
     shares = [frozen_byte_share(c.plan, k) for k in range(1, count + 1)]
     lines = [
         *header_lines(SECTION_TITLE, c.command, c.workdir, c.versions, took(c.wall, c.waited)),
-        f"Input: a generated llama-like bf16 base model of {c.raw / GB:.3f} GB ({c.plan.layers} layers, hidden "
-        f"{s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, {len(c.plan.tensors)} tensors, weights "
-        f"N(0, 0.02) from seed {SEED}, norms ones; {len(split_shards(c.plan.tensors, SHARDS))} safetensors shards, "
+        f"Input: {merges.base_words(c.plan, c.raw)}{len(split_shards(c.plan.tensors, SHARDS))} safetensors shards, "
         f"index and a `LlamaForCausalLM` config.json) and {count} experts made from it like fine-tunes (as in "
         "bench_merge.py): each leaves a random third of the tensors byte for byte as the base's "
         f"({min(shares):.0%}–{max(shares):.0%} of the bytes) and adds Gaussian noise to every other tensor, at a "
@@ -536,7 +388,7 @@ def report(results: list[Measured], c: Context) -> str:
         "",
         results_table(results),
         "",
-        targets_table(results, c.ks, c.budgets),
+        targets_table(targets(results, c.ks, c.budgets)),
         "",
         READING_THE_TARGETS,
         "",
@@ -572,9 +424,7 @@ def report(results: list[Measured], c: Context) -> str:
         *c.example_cmds,
         "```",
         "",
-        "How it was measured: every merge is a separate process timed by wall clock, after untimed waits until "
-        "no other benchmark of this repository runs and under "
-        f"{IDLE_BELOW:.0%} of the CPUs are busy, and an untimed `sync`. mergekit reads the base and K experts in "
+        merges.waits_words("merge") + ". mergekit reads the base and K experts in "
         "full (their safetensors files' size is its bytes read) and writes its output directory; `mgit merge` "
         "reads the base's chunks once and, per expert, the differing chunks its plan chose (its merge record's "
         "measured stored bytes), writes the merged tensors into its store, commits (parents base + K experts, "
@@ -599,10 +449,6 @@ def report(results: list[Measured], c: Context) -> str:
 # -- main ---------------------------------------------------------------------------------
 
 
-def int_list(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.replace("%", "").split(",") if x.strip())
-
-
 def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
     p = cli.parser(__doc__)
     cli.add_common(
@@ -616,9 +462,9 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
         write_docs="replace this benchmark's section in benchmarks/results/bench_budget.md and write "
         f"{DOCS_IMAGE.relative_to(REPO_ROOT)}",
     )
-    p.add_argument("--ks", type=int_list, help="expert counts, e.g. 2,4,8,16")
+    p.add_argument("--ks", type=cli.int_list, help="expert counts, e.g. 2,4,8,16")
     p.add_argument(
-        "--budgets", type=int_list, default=BUDGETS, help="budgets in percent, e.g. 100,50,25,10 ('' for none)"
+        "--budgets", type=cli.int_list, default=BUDGETS, help="budgets in percent, e.g. 100,50,25,10 ('' for none)"
     )
     cli.add_mergekit_venv(p)
     return p.parse_args(argv)
@@ -638,30 +484,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("budgets are percentages in (0, 100]")
 
     def check_mgit(mgit: list[str], where: str) -> None:
-        if budgets and not has_budget(mgit):
+        if budgets and not merges.merge_takes(mgit, "--budget-select"):
             raise SystemExit(f"the mgit under test ({where}) has no `merge --budget-select`; pass --budgets '' "
                              "to run only the exact merges, or another --mgit-rev")  # fmt: skip
 
     s = merges.prepare(args, workdir, size_gb, max(ks), check_mgit)
-    results: list[Measured] = []
+    results: list[Merged[Run]] = []
     denominators: dict[int, float] = {}
     for k in ks:
         found, denominators[k] = bench_k(s, k, budgets)
         results += found
     kmax = max(ks)
-    example_run = Run(kmax, "mgit", 10, "importance") if 10 in budgets else Run(kmax, "mgit")
-    example = [
-        relative(
-            shlex.join(mergekit_cmd(s.mergekit, s.scratch / f"mergekit-{kmax}.yml", s.scratch / f"mergekit-{kmax}"))
-        ),
-        relative(shlex.join(mgit_merge_cmd([*s.mgit, "-C", str(s.repo)], example_run))),
-    ]
-    rss_floor = s.runner.rss_floor(workdir)
-    raw = model_bytes(s.base, s.sums)
+    shown = Run(kmax, "mgit", 10, "importance") if 10 in budgets else Run(kmax, "mgit")
+    mergekit = (f"mergekit-{kmax}.yml", f"mergekit-{kmax}")
+    example = merges.example_cmds(s, mergekit, shown.mgit_cmd([*s.mgit, "-C", str(s.repo)]))
     wall = time.perf_counter() - started - s.runner.waited
     image = workdir / DOCS_IMAGE.name
-    ctx = Context(command, s.versions, s.plan, raw, ks, budgets, workdir, args.reps, example, rss_floor, wall,
-                  s.runner.waited, denominators, os.path.relpath(DOCS_IMAGE, DOCS_IMAGE.parent.parent))  # fmt: skip
+    raw, rss_floor, shown_image = model_bytes(s.base, s.sums), s.runner.rss_floor(workdir), DOCS_IMAGE.parent.parent
+    ctx = Context(
+        command,
+        s.versions,
+        s.plan,
+        raw,
+        ks,
+        budgets,
+        workdir,
+        args.reps,
+        example,
+        rss_floor,
+        wall,
+        s.runner.waited,
+        denominators,
+        os.path.relpath(DOCS_IMAGE, shown_image),
+    )
     section = report(results, ctx)
     plot(results, ks, budgets, image)
     publish(section, SECTION_TITLE, args.write_docs)

@@ -30,7 +30,6 @@ GB = 10^9 bytes, MB = 10^6 bytes.
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 import sys
 import time
@@ -40,12 +39,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import cli, merges
-from harness.machine import IDLE_BELOW, lock_workdir
-from harness.merges import Setup
-from harness.models import GB, MB, SEED, SHARDS, ModelPlan, model_bytes, safetensors_bytes, split_shards
-from harness.report import fmt_rss, header_lines, publish, relative, table, took
-from harness.runner import Proc, Runner, best_of
-from harness.tools import json_output, mergekit_cmd, script_child
+from harness.machine import lock_workdir
+from harness.merges import Merged, Setup
+from harness.models import GB, MB, SHARDS, ModelPlan, model_bytes, safetensors_bytes, split_shards
+from harness.report import fmt_rss, fmt_times, header_lines, publish, table, took
+from harness.sameness import Sameness, compare_tensors, last_json, safetensors_dir, same_cell
+from harness.targets import Target, at_least, at_most, target, targets_table
+from harness.tools import script_child
 from harness.variants import EXPERT_SEED, SCALE_DECADES, frozen_byte_share
 
 if TYPE_CHECKING:
@@ -57,54 +57,40 @@ KS, QUICK_KS = (2, 4, 8), (2, 4)
 DEFAULT_SIZE_GB, QUICK_SIZE_GB = 0.65, 0.1
 
 
-# -- the merges ---------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Case:
     method: str
     k: int
 
     @property
-    def weight(self) -> float:
-        return 1 / self.k
-
-    @property
-    def params(self) -> dict[str, float]:
-        return {"weight": self.weight, **METHODS[self.method]}
-
-    @property
     def label(self) -> str:
         return f"{self.method}-{self.k}"
 
+    @property
+    def branch(self) -> str:
+        return f"merge-{self.label}-1"
 
-def mergekit_config(case: Case, base: Path, experts: Sequence[Path]) -> str:
-    """mergekit's YAML (JSON is YAML) for the case: base, K experts with their parameters, bf16."""
-    doc = {
-        "merge_method": case.method,
-        "base_model": str(base),
-        "models": [{"model": str(e), "parameters": case.params} for e in experts[: case.k]],
-        "dtype": "bfloat16",
-    }
-    return json.dumps(doc, indent=2) + "\n"
+    def mgit_cmd(self, mgit: list[str]) -> list[str]:
+        return merges.mgit_merge_cmd(mgit, self.method, self.k, self.branch, METHODS[self.method])
+
+    def mergekit_config(self, s: Setup) -> str:
+        params = {"weight": 1 / self.k, **METHODS[self.method]}
+        return merges.mergekit_config(self.method, s.base, s.experts[: self.k], params)
 
 
-def mgit_merge_cmd(mgit: list[str], case: Case, branch: str) -> list[str]:
-    flags = [f"--weights={case.weight!r}", *(f"--{k}={v!r}" for k, v in METHODS[case.method].items())]
-    experts = [f"expert-{i}" for i in range(1, case.k + 1)]
-    return [*mgit, "-q", "merge", f"--method={case.method}", *flags, "--dtype=BF16", "--base=main", "-b", branch,
-            "-m", f"bench {branch}", *experts]  # fmt: skip
+# -- the merges, and what mgit read -----------------------------------------------------------
 
 
 def compare_main() -> None:
-    """In a child (``python -c``): mgit's merged tensors at REV vs mergekit's output directory; prints JSON."""
+    """In a child (``python -c``): mgit's merged tensors at REV vs mergekit's output directory, and
+    what the merge read of the experts; prints JSON."""
     from mgit import Repository
 
     repo_dir, rev, out_dir = sys.argv[1:4]
     with Repository(repo_dir) as repo:
         ours = repo.state_dict(rev)
         own, deltas = expert_chunks(repo, rev)
-    doc = merges.compare_tensors(ours, Path(out_dir))
+    doc = compare_tensors(ours, safetensors_dir(Path(out_dir)))
     print(json.dumps(doc | {"expert_own_bytes": own, "expert_delta_chunks": deltas}))
 
 
@@ -127,106 +113,47 @@ def expert_chunks(repo: Repository, rev: str) -> tuple[int, int]:
 
 
 @dataclass
-class Comparison:
-    tensors: int
-    identical: int  # tensors equal bit for bit
-    max_abs: float
-    problems: list[str]  # tensors missing on one side or of another dtype/shape
+class Outcome:
+    case: Case
+    mergekit: Merged[Case]  # read: the safetensors files it must read, base + K experts
+    mgit: Merged[Case]  # read: its merge record's measured bytes
+    same: Sameness
     expert_own_bytes: int  # stored bytes of the expert chunks read, without their delta bases
     expert_delta_chunks: int  # of those chunks, how many are deltas (against the base's chunk)
 
     @property
-    def bit_identical(self) -> bool:
-        return not self.problems and self.identical == self.tensors
-
-
-def compare(runner: Runner, mgit: list[str], repo: Path, rev: str, out: Path) -> Comparison:
-    code = "from bench_merge import compare_main; compare_main()"
-    proc = runner.run(script_child(mgit, code, str(repo), rev, str(out)), repo)
-    return Comparison(**json.loads(proc.output.strip().splitlines()[-1]))
-
-
-@dataclass
-class Outcome:
-    case: Case
-    mergekit: Proc
-    mergekit_times: list[float]
-    mergekit_bytes: int  # the safetensors files it must read: base + K experts
-    mgit: Proc
-    mgit_times: list[float]
-    mgit_bytes: dict[str, int]  # the merge record's measured bytes
-    same: Comparison
-
-    @property
-    def mgit_read(self) -> int:
-        return self.mgit_bytes["base_measured"] + self.mgit_bytes["experts_measured"]
-
-    @property
     def speedup(self) -> float:
-        return self.mergekit.seconds / self.mgit.seconds
+        return self.mergekit.proc.seconds / self.mgit.proc.seconds
 
     @property
     def rss_ratio(self) -> float:
-        return self.mgit.max_rss / self.mergekit.max_rss
+        return self.mgit.proc.max_rss / self.mergekit.proc.max_rss
 
-
-def run_mergekit(s: Setup, case: Case) -> tuple[Proc, list[float], Path]:
-    config = s.scratch / f"{case.label}.yml"
-    config.write_text(mergekit_config(case, s.base, s.experts))
-    out = s.scratch / f"mergekit-{case.label}"
-    cmd = mergekit_cmd(s.mergekit, config, out)
-    best, times = best_of(
-        s.reps, lambda: shutil.rmtree(out, ignore_errors=True), lambda: s.runner.run(cmd, s.scratch, timed=True)
-    )
-    return best, times, out
-
-
-def run_mgit(s: Setup, case: Case) -> tuple[Proc, list[float], str]:
-    branches = iter(f"merge-{case.label}-{i}" for i in range(1, s.reps + 1))
-    branch = ""
-
-    def prepare() -> None:
-        nonlocal branch
-        branch = next(branches)
-        s.runner.run([*s.mgit, "-q", "checkout", "main"], s.repo)  # every merge starts from the base's tree
-
-    best, times = best_of(
-        s.reps, prepare, lambda: s.runner.run(mgit_merge_cmd(s.mgit, case, branch), s.repo, timed=True)
-    )
-    return best, times, branch
+    @property
+    def anon_ratio(self) -> float | None:
+        mk, mg = (m.proc.peaks.get("RssAnon") for m in (self.mergekit, self.mgit))
+        return mg / mk if mk and mg else None
 
 
 def bench_case(s: Setup, case: Case) -> Outcome:
     print(f"{case.method}, K = {case.k}: mergekit ...", flush=True)
-    mk, mk_times, out = run_mergekit(s, case)
+    mk, mk_times, out = merges.run_mergekit(s, f"mergekit-{case.label}", case.mergekit_config(s), f"{case.label}.yml")
     print(f"  {mk.seconds:.1f} s, {fmt_rss(mk)} MB; mgit ...", flush=True)
-    mg, mg_times, branch = run_mgit(s, case)
+    mg, mg_times, record = merges.run_mgit(s, case.mgit_cmd(s.mgit), case.branch)
     print(f"  {mg.seconds:.1f} s, {fmt_rss(mg)} MB; comparing the outputs ...", flush=True)
-    record = json_output(s.runner.run([*s.mgit, "show", "--json", branch], s.repo).output)["plan"]
-    same = compare(s.runner, s.mgit, s.repo, branch, out)
+    code = "from bench_merge import compare_main; compare_main()"
+    doc = last_json(s.runner.run(script_child(s.mgit, code, str(s.repo), case.branch, str(out)), s.repo).output)
+    own, deltas = doc.pop("expert_own_bytes"), doc.pop("expert_delta_chunks")
+    same = Sameness(**doc)
     print(f"  bit-identical tensors {same.identical}/{same.tensors}, max |Δ| {same.max_abs:g}", flush=True)
     shutil.rmtree(out, ignore_errors=True)
-    read = safetensors_bytes([s.base, *s.experts[: case.k]])
-    return Outcome(case, mk, mk_times, read, mg, mg_times, record["bytes"], same)
+    b = record["bytes"]
+    mergekit = Merged(case, mk, mk_times, safetensors_bytes([s.base, *s.experts[: case.k]]))
+    mgit = Merged(case, mg, mg_times, b["base_measured"] + b["experts_measured"], record)
+    return Outcome(case, mergekit, mgit, same, own, deltas)
 
 
 # -- reporting ----------------------------------------------------------------------------
-
-
-def fmt_times(times: list[float]) -> str:
-    return " / ".join(f"{t:.1f}" for t in times)
-
-
-def anon_ratio(o: Outcome) -> float | None:
-    mk, mg = (p.peaks.get("RssAnon") for p in (o.mergekit, o.mgit))
-    return mg / mk if mk and mg else None
-
-
-def equal_cell(c: Comparison) -> str:
-    if c.bit_identical:
-        return f"bit-identical ({c.tensors}/{c.tensors} tensors, max abs diff {c.max_abs:g})"
-    missing = f", {len(c.problems)} missing/mismatched" if c.problems else ""
-    return f"**NO**: {c.identical}/{c.tensors} bit-identical, max abs diff {c.max_abs:.3g}{missing}"
 
 
 def results_table(outcomes: list[Outcome]) -> str:
@@ -235,20 +162,20 @@ def results_table(outcomes: list[Outcome]) -> str:
               "other load (mergekit / mgit)"]  # fmt: skip
     rows = []
     for o in outcomes:
-        ratio = anon_ratio(o)
+        ratio = o.anon_ratio
         rows.append([
             o.case.method,
             str(o.case.k),
-            fmt_times(o.mergekit_times),
-            fmt_times(o.mgit_times),
+            fmt_times(o.mergekit.times),
+            fmt_times(o.mgit.times),
             f"{o.speedup:.2f}",
-            fmt_rss(o.mergekit),
-            fmt_rss(o.mgit),
+            fmt_rss(o.mergekit.proc),
+            fmt_rss(o.mgit.proc),
             f"{o.rss_ratio:.2f}" + (f" ({ratio:.2f})" if ratio else ""),
-            f"{o.mergekit_bytes / GB:.3f}",
-            f"{o.mgit_read / GB:.3f}",
-            equal_cell(o.same),
-            f"{o.mergekit.load_share:.0%} / {o.mgit.load_share:.0%}",
+            f"{o.mergekit.read / GB:.3f}",
+            f"{o.mgit.read / GB:.3f}",
+            same_cell(o.same, max_abs=True),
+            f"{o.mergekit.proc.load_share:.0%} / {o.mgit.proc.load_share:.0%}",
         ])  # fmt: skip
     return table(header, "lrrrrrrrrrll", rows)
 
@@ -259,39 +186,37 @@ def reads_table(outcomes: list[Outcome]) -> str:
               "mergekit: base + K experts (GB)"]  # fmt: skip
     rows = []
     for o in outcomes:
-        b = o.mgit_bytes
+        b = o.mgit.record["bytes"]
         rows.append([
             o.case.method,
             str(o.case.k),
             f"{b['base_measured'] / GB:.3f}",
             f"{b['experts_measured'] / GB:.3f}",
             str(b["expert_chunks_measured"]),
-            str(o.same.expert_delta_chunks),
-            f"{o.same.expert_own_bytes / GB:.3f}",
+            str(o.expert_delta_chunks),
+            f"{o.expert_own_bytes / GB:.3f}",
             f"{b['experts_estimated'] / GB:.3f}",
-            f"{o.mergekit_bytes / GB:.3f}",
+            f"{o.mergekit.read / GB:.3f}",
         ])  # fmt: skip
     return table(header, "lrrrrrrrr", rows)
 
 
-def targets_table(outcomes: list[Outcome]) -> str:
+def targets(outcomes: list[Outcome]) -> list[Target]:
     """The targets at the largest K, plus the anonymous-memory ratio for information."""
-    rows = []
+    found = []
     kmax = max(o.case.k for o in outcomes)
     for o in (o for o in outcomes if o.case.k == kmax):
-        anon = anon_ratio(o)
-        checks: list[tuple[str, str, str, bool]] = [
-            ("mgit speedup over mergekit (×)", f"{o.speedup:.2f}", "≥ 2", o.speedup >= 2),
-            ("mgit peak RSS / mergekit's", f"{o.rss_ratio:.2f}", "≤ 0.5", o.rss_ratio <= 0.5),
-            ("outputs bit-identical", "yes" if o.same.bit_identical else "no", "yes", o.same.bit_identical),
+        at = (o.case.method, str(kmax))
+        found += [
+            target("mgit speedup over mergekit (×)", o.speedup, "≥ 2", at_least(2), context=at),
+            target("mgit peak RSS / mergekit's", o.rss_ratio, "≤ 0.5", at_most(0.5), context=at),
         ]
-        if anon is not None:
-            checks.insert(
-                2, ("(for information) the same, anonymous memory only", f"{anon:.2f}", "(≤ 0.5)", anon <= 0.5)
-            )
-        for metric, shown, target, ok in checks:
-            rows.append([o.case.method, kmax, metric, shown, target, "yes" if ok else "**no**"])
-    return table(["method", "K", "metric", "value", "target", "met"], "lrlrrl", rows)
+        if (anon := o.anon_ratio) is not None:
+            metric = "(for information) the same, anonymous memory only"
+            found.append(target(metric, anon, "(≤ 0.5)", at_most(0.5), context=at))
+        same = o.same.bit_identical
+        found.append(Target("outputs bit-identical", "yes" if same else "no", "yes", same, at))
+    return found
 
 
 @dataclass
@@ -312,13 +237,10 @@ class Context:
 
 def report(outcomes: list[Outcome], c: Context) -> str:
     """This benchmark's docs section (also printed to stdout)."""
-    s = c.plan.shape
     shares = [frozen_byte_share(c.plan, k) for k in range(1, c.experts + 1)]
     lines = [
         *header_lines(SECTION_TITLE, c.command, c.workdir, c.versions, took(c.wall, c.waited)),
-        f"Input: a generated llama-like bf16 base model of {c.raw / GB:.3f} GB ({c.plan.layers} layers, hidden "
-        f"{s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, {len(c.plan.tensors)} tensors, weights "
-        f"N(0, 0.02) from seed {SEED}, norms ones; {len(split_shards(c.plan.tensors, SHARDS))} safetensors shards, "
+        f"Input: {merges.base_words(c.plan, c.raw)}{len(split_shards(c.plan.tensors, SHARDS))} safetensors shards, "
         "index and a `LlamaForCausalLM` config.json) and "
         f"{c.experts} experts made from it like fine-tunes: each leaves a random third of the tensors byte for byte "
         f"as the base's ({min(shares):.0%}–{max(shares):.0%} of the bytes, as the tensors drawn differ in size) and "
@@ -331,7 +253,7 @@ def report(outcomes: list[Outcome], c: Context) -> str:
         "",
         results_table(outcomes),
         "",
-        targets_table(outcomes),
+        targets_table(targets(outcomes), ["method", "K"], "lr"),
         "",
         "What each read: mergekit memory-maps and reads the base and every expert in full (the safetensors "
         "files' size); mgit's numbers are its merge record's measured stored (compressed) bytes "
@@ -353,9 +275,7 @@ def report(outcomes: list[Outcome], c: Context) -> str:
         *c.example_cmds,
         "```",
         "",
-        "How it was measured: every merge is a separate process timed by wall clock, after untimed waits until "
-        "no other benchmark of this repository runs and under "
-        f"{IDLE_BELOW:.0%} of the CPUs are busy, and an untimed `sync`. mergekit writes its output directory "
+        merges.waits_words("merge") + ". mergekit writes its output directory "
         "(deleted before each run); `mgit merge` writes the merged tensors into its store, commits (parents base + "
         "K experts, plan recorded) on a new branch and checks it out, i.e. also writes the merged model into the "
         "working tree (it starts from a checkout of `main`). "
@@ -392,8 +312,9 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
         other_wait=3600,
         keep="keep the mgit repository afterwards",
     )
-    p.add_argument("--ks", type=lambda v: tuple(int(x) for x in v.split(",")), help="expert counts, e.g. 2,4,8")
-    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, of: " + ", ".join(METHODS))
+    p.add_argument("--ks", type=cli.int_list, help="expert counts, e.g. 2,4,8")
+    methods = cli.names_list(tuple(METHODS), "method")
+    p.add_argument("--methods", type=methods, default=tuple(METHODS), help="comma-separated, of: " + ", ".join(METHODS))
     cli.add_mergekit_venv(p)
     return p.parse_args(argv)
 
@@ -407,22 +328,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     size_gb = QUICK_SIZE_GB if args.quick else args.size_gb
     cli.check_free_disk(workdir, int(size_gb * GB * (2 * max(ks) + 4)))  # base, experts, their commits, outputs
     lock_workdir(workdir, "bench_merge.py")
-    methods = [m for m in args.methods.split(",") if m]
-    if unknown := set(methods) - set(METHODS):
-        raise SystemExit(f"unknown method(s): {', '.join(sorted(unknown))}")
     s = merges.prepare(args, workdir, size_gb, max(ks))
-    cases = [Case(m, k) for m in methods for k in ks]
+    cases = [Case(m, k) for m in args.methods for k in ks]
     outcomes = [bench_case(s, case) for case in cases]
     last = cases[-1]
-    label = last.label
-    example = [
-        relative(shlex.join(mergekit_cmd(s.mergekit, s.scratch / f"{label}.yml", s.scratch / f"mergekit-{label}"))),
-        relative(shlex.join(mgit_merge_cmd([*s.mgit, "-C", str(s.repo)], last, f"merge-{last.label}-1"))),
-    ]
+    example = merges.example_cmds(
+        s, (f"{last.label}.yml", f"mergekit-{last.label}"), last.mgit_cmd([*s.mgit, "-C", str(s.repo)])
+    )
     rss_floor = s.runner.rss_floor(workdir)
     wall = time.perf_counter() - started - s.runner.waited
-    ctx = Context(command, s.versions, s.plan, model_bytes(s.base, s.sums), max(ks), workdir, args.reps, last, example,
-                  rss_floor, wall, s.runner.waited)  # fmt: skip
+    raw = model_bytes(s.base, s.sums)
+    ctx = Context(
+        command, s.versions, s.plan, raw, max(ks), workdir, args.reps, last, example, rss_floor, wall, s.runner.waited
+    )
     publish(report(outcomes, ctx), SECTION_TITLE, args.write_docs)
     if not args.keep:
         shutil.rmtree(s.scratch, ignore_errors=True)

@@ -31,10 +31,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness import cli
-from harness.cells import mb
 from harness.context import RunContext
 from harness.models import GB, SHARDS, ensure_model
-from harness.report import publish, table
+from harness.report import fmt_mb, publish, table
 from harness.runner import Runner, fresh_dir
 from harness.tools import (
     BASELINES_VENV,
@@ -66,12 +65,12 @@ def results_table(outcomes: list[Transfers]) -> str:
         exact = "yes" if o.exact and all(o.exact.values()) else f"**no** ({o.exact})"
         pushed = sum(s.bytes or 0 for s in o.push)
         assert o.clone is not None and o.partial is not None
-        push = [f"{sum(s.seconds for s in o.push):.1f}", mb(pushed, "—")]
+        push = [f"{sum(s.seconds for s in o.push):.1f}", fmt_mb(pushed, "—")]
         clones = [
             f"{o.clone.seconds:.1f}",
-            mb(o.clone.bytes, "—"),
+            fmt_mb(o.clone.bytes, "—"),
             f"{o.partial.seconds:.1f}",
-            mb(o.partial.bytes, "—"),
+            fmt_mb(o.partial.bytes, "—"),
         ]
         rows.append([o.remote, o.tool, *push, *clones, exact])
     return table(header, "llrrrrrrl", rows)
@@ -81,8 +80,8 @@ def push_table(outcomes: list[Transfers], versions: dict[str, Version]) -> str:
     header = ["version", "raw (MB)", *(f"{o.tool} → {o.remote}: MB (s)" for o in outcomes)]
     rows = []
     for i, name in enumerate(VERSIONS):
-        cells = [f"{mb(o.push[i].bytes, '—')} ({o.push[i].seconds:.1f})" for o in outcomes]
-        rows.append([name, mb(versions[name].raw, "—"), *cells])
+        cells = [f"{fmt_mb(o.push[i].bytes, '—')} ({o.push[i].seconds:.1f})" for o in outcomes]
+        rows.append([name, fmt_mb(versions[name].raw, "—"), *cells])
     return table(header, "l" + "r" * (len(header) - 1), rows)
 
 

@@ -29,27 +29,25 @@ from the disk, and each step's bytes read from and written to the disk are count
    benchmarks/results/bench_scale.svg.
 
 The run checks the free disk first (the full size needs tens of GB: it prints what) and stops,
-before writing anything, when it is short. Targets (issue 14) are reported, never asserted.
+before writing anything, when it is short. Targets (what mgit must reach at this size against the
+peers) are reported, never asserted.
 GB = 10^9 bytes, MB = 10^6 bytes.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness import cli, merges
+from harness import cli, merges, sameness, scale_disk
 from harness.machine import IDLE_BELOW, can_drop_caches, lock_workdir
-from harness.merges import Sameness, Setup
+from harness.merges import Merged, Setup, find
 from harness.models import (
     GB,
     MB,
@@ -58,12 +56,22 @@ from harness.models import (
     SHARDS,
     ModelPlan,
     ensure_model,
-    model_home,
     plan_layers,
     safetensors_bytes,
 )
-from harness.plot import DASHED, PALETTE, HLine, Series, line_chart, write_svg
-from harness.report import REPO_ROOT, RESULTS_DIR, fmt_rss, header_lines, relative, table, took, update_results
+from harness.plot import DASHED, PALETTE, SOLID, HLine, Series, line_chart, save
+from harness.report import (
+    REPO_ROOT,
+    RESULTS_DIR,
+    fmt_gb,
+    fmt_rss,
+    header_lines,
+    ratio,
+    relative,
+    table,
+    took,
+    update_results,
+)
 from harness.runner import (
     MODEL_DIR,
     Proc,
@@ -76,8 +84,13 @@ from harness.runner import (
     sha256_files,
     time_cp,
 )
-from harness.tools import Tools, find_tools, json_output, mergekit_cmd, tool_env
+from harness.sameness import same_cell
+from harness.targets import Target, at_least, at_most, target, targets_table
+from harness.tools import Tools, find_tools, tool_env
 from harness.variants import DENSE_NOISE, EXPERT_SEED, SCALE_DECADES, Version, ensure_variant
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # One docs section per part, so that a run of one part (--parts store) replaces its own tables and keeps
 # the other part's, measured in an earlier run. A merge run of some of the methods has a section (and a
@@ -91,44 +104,10 @@ BUDGETS = (25, 10, 5)  # percent of the expert bytes the exact merge reads
 METHODS: dict[str, dict[str, float]] = {"task_arithmetic": {}, "ties": {"density": 0.5}}
 BUDGET_METHOD = "task_arithmetic"  # the budgeted merges' method (ties: exact only)
 PARTS = ("store", "merge")
-
-# What the disk must hold, as shares of the model's raw size (measured at 0.25-0.6 GB by bench_merge,
-# bench_budget and a --quick run: the base stores at 0.68 of it, an expert committed on it at 0.16, a
-# merge's result, stored as deltas against the base's chunks and carrying the base's where it keeps
-# them, at about 0.2).
-BASE_STORE_SHARE = 0.7
-EXPERT_STORE_SHARE = 0.2
-OUTPUT_STORE_SHARE = 0.4
 NC_REPO = "repo-nc"  # the copy of the repository the --no-checkout merges run in
-DISK_MARGIN = 1.1  # and 10% for what these shares miss (pack files being rewritten, logs, the index)
-INPUT_PARTS = ("base model", "dense fine-tune", "experts")  # the generated inputs, kept between runs
 
 
 # -- arguments ------------------------------------------------------------------------------
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    """ "25%,10%,5%" or "25,10,5" → (25, 10, 5); "" → ()."""
-    try:
-        return tuple(int(x.strip().removesuffix("%")) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise cli.argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
-
-
-def parts_list(text: str) -> tuple[str, ...]:
-    parts = tuple(p.strip() for p in text.split(",") if p.strip())
-    if unknown := set(parts) - set(PARTS):
-        raise cli.argparse.ArgumentTypeError(f"unknown part(s) {', '.join(sorted(unknown))}; of: {', '.join(PARTS)}")
-    return parts
-
-
-def methods_list(text: str) -> tuple[str, ...]:
-    methods = tuple(m.strip() for m in text.split(",") if m.strip())
-    if unknown := set(methods) - set(METHODS):
-        raise cli.argparse.ArgumentTypeError(
-            f"unknown method(s) {', '.join(sorted(unknown))}; of: {', '.join(METHODS)}"
-        )
-    return methods
 
 
 def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
@@ -146,15 +125,16 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
     )
     p.add_argument("--shape", choices=sorted(NAMED_SHAPES), default=SHAPE, help=f"architecture; default {SHAPE}")
     p.add_argument("--layers", type=int, help=f"layers of the model; default {LAYERS} ({QUICK_LAYERS} with --quick)")
-    p.add_argument("--ks", type=int_list, help="expert counts, e.g. 8,16 (default; 2,4 with --quick)")
+    p.add_argument("--ks", type=cli.int_list, help="expert counts, e.g. 8,16 (default; 2,4 with --quick)")
     p.add_argument(
         "--budgets",
-        type=int_list,
+        type=cli.int_list,
         default=BUDGETS,
         help="budgets in percent, e.g. 25%%,10%%,5%% (default; '' for none)",
     )
-    p.add_argument("--parts", type=parts_list, default=PARTS, help="what to run, of: store, merge (default both)")
-    p.add_argument("--methods", type=methods_list, default=tuple(METHODS), help="merge methods, of: "
+    parts, methods = cli.names_list(PARTS, "part"), cli.names_list(tuple(METHODS), "method")
+    p.add_argument("--parts", type=parts, default=PARTS, help="what to run, of: store, merge (default both)")
+    p.add_argument("--methods", type=methods, default=tuple(METHODS), help="merge methods, of: "
                    + ", ".join(METHODS) + f" (default both; budgets apply to {BUDGET_METHOD})")  # fmt: skip
     p.add_argument("--no-mergekit", action="store_true", help="skip mergekit (and its installation)")
     p.add_argument("--no-dvc", action="store_true", help="skip the DVC baseline (and its installation)")
@@ -171,73 +151,20 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
     return args
 
 
-# -- the disk it needs ----------------------------------------------------------------------
-
-
 def merge_outputs(ks: Sequence[int], budgets: Sequence[int], methods: Sequence[str] = tuple(METHODS)) -> int:
     """Distinct merge results the run stores: per K, each method exact and each budget (a merge
     with and without --no-checkout writes the same chunks)."""
     return len(ks) * (len(methods) + (len(budgets) if BUDGET_METHOD in methods else 0))
 
 
-def disk_need(
-    raw: int,
-    ks: Sequence[int],
-    budgets: Sequence[int],
-    parts: Sequence[str],
-    mergekit: bool,
-    methods: Sequence[str] = tuple(METHODS),
-) -> dict[str, int]:
-    """Bytes the run holds at its peak, by what, for a model of ``raw`` bytes, experts up to max(ks)
-    and the parts run: the generated inputs (kept, cached), then the larger of the storage part
-    (one tool at a time, each run directory deleted after it) and the merge part (which follows it)."""
-    need = {INPUT_PARTS[0]: raw}
-    if "store" in parts:
-        need[INPUT_PARTS[1]] = raw
-    if "merge" in parts:
-        need[INPUT_PARTS[2]] = max(ks) * raw
-    # storage: the copy in a tool's run directory and its store of both versions (git-lfs, DVC: whole files)
-    storage = 3 * raw if "store" in parts else 0
-    merging = 0
-    if "merge" in parts:
-        # two repositories (for the merges checked out and those with --no-checkout) sharing one store of the
-        # base and the experts (the copy hard-links the packs), each with its working tree; each merge's result
-        # stored in one of them
-        inputs = BASE_STORE_SHARE + max(ks) * EXPERT_STORE_SHARE
-        shares = inputs + 2 + merge_outputs(ks, budgets, methods) * OUTPUT_STORE_SHARE
-        merging = round(raw * shares) + (raw if mergekit else 0)  # and mergekit's output
-    if merging >= storage and merging:
-        need["merges (mgit repository, working tree" + (", mergekit's output)" if mergekit else ")")] = merging
-    elif storage:
-        need["storage runs (one tool at a time)"] = storage
-    return need
+@dataclass
+class Part:
+    """What one part of a run needs for its docs section: its versions, wall time and what it skipped."""
 
-
-def disk_total(need: dict[str, int], cached: int) -> int:
-    """What must be free: the parts, plus a margin, less the inputs already on the disk (cached; those
-    beyond what this run uses, e.g. 16 experts cached for a run of 8, free nothing)."""
-    inputs = sum(n for part, n in need.items() if part in INPUT_PARTS)
-    return max(0, round(sum(need.values()) * DISK_MARGIN) - min(cached, inputs))
-
-
-def cached_inputs(workdir: Path, plan: ModelPlan, parts: Sequence[str]) -> int:
-    """Bytes of the generated inputs already cached in ``workdir`` (a rerun does not write them again)."""
-    home = model_home(workdir, plan, sized=False)
-    dirs = [home]
-    if "merge" in parts:
-        dirs.append(workdir / f"experts-{plan.nbytes}")
-    if "store" in parts and (home / MODEL_DIR).is_dir():
-        files = sum(f.stat().st_size for f in (home / MODEL_DIR).rglob("*") if f.is_file())
-        dirs.append(workdir / f"variants-{files}" / "dense")  # as variants.variants_root names it
-    return sum(disk_usage(d) for d in dirs if d.is_dir())
-
-
-def describe_need(need: dict[str, int], cached: int, free: int) -> str:
-    parts = ", ".join(f"{name} {n / GB:.1f}" for name, n in need.items())
-    return (
-        f"disk: this run needs about {disk_total(need, cached) / GB:.1f} GB ({parts} GB, + {DISK_MARGIN - 1:.0%}; "
-        f"{cached / GB:.1f} GB of inputs already cached); {free / GB:.1f} GB free"
-    )
+    versions: dict[str, str] = field(default_factory=dict)
+    wall: float = 0.0
+    waited: float = 0.0
+    skipped: list[str] = field(default_factory=list)
 
 
 # -- storage: add + commit and checkout -----------------------------------------------------
@@ -306,7 +233,10 @@ def bench_store(c: Contender, base: Version, dense: Version, run_dir: Path, runn
     return out
 
 
-def run_store_part(args: Any, workdir: Path, plan: ModelPlan, cold: bool) -> tuple[list[Result], Tools, int, Runner]:
+def run_store_part(args: Any, workdir: Path, plan: ModelPlan, cold: bool, part: Part) -> tuple[list[Result], int]:
+    """Every tool stores the base, then the dense fine-tune, then checks it out; `cp -r` beside them:
+    (the steps, the base's raw size). ``part`` gets the versions, times and what was skipped."""
+    started = time.perf_counter()
     tools = find_tools(workdir, args.mgit_rev, not args.no_dvc)
     base_dir, _, sums = ensure_model(workdir, None, plan=plan)
     base = Version("base", "", "the generated base model", base_dir, sums)
@@ -321,7 +251,13 @@ def run_store_part(args: Any, workdir: Path, plan: ModelPlan, cold: bool) -> tup
     print("storage: cp -r ...", flush=True)
     results.append(time_cp(dense.model, runs / "cp", runner, dense.sums, args.reps))
     shutil.rmtree(runs, ignore_errors=True)
-    return results, tools, base.raw, runner
+    part.versions, part.waited = tools.versions, runner.waited
+    part.wall = time.perf_counter() - started - part.waited
+    missing = (("git-lfs", tools.git_lfs), ("dvc", tools.dvc))
+    part.skipped += [f"{n} (not installed)" for n, ok in missing if not ok and not (n == "dvc" and args.no_dvc)]
+    if args.no_dvc:
+        part.skipped.append("dvc (--no-dvc)")
+    return results, base.raw
 
 
 # -- merges ---------------------------------------------------------------------------------
@@ -353,6 +289,17 @@ class MergeRun:
         budget = "" if self.budget is None else f" --budget {self.budget}%"
         return f"mgit merge{budget}" + ("" if self.checkout else " --no-checkout")
 
+    def mgit_cmd(self, mgit: list[str]) -> list[str]:
+        params = METHODS[self.method]
+        return merges.mgit_merge_cmd(
+            mgit, self.method, self.k, self.branch, params, budget=self.budget, checkout=self.checkout
+        )
+
+    def mergekit_config(self, base: Path, experts: Sequence[Path]) -> str:
+        """base, experts 1..k with weight 1/k (ties: density 0.5), bf16."""
+        params = {"weight": self.weight, **METHODS[self.method]}
+        return merges.mergekit_config(self.method, base, experts[: self.k], params)
+
 
 def merge_runs(
     k: int, budgets: Sequence[int], mergekit: bool, no_checkout: bool, methods: Sequence[str] = tuple(METHODS)
@@ -370,107 +317,85 @@ def merge_runs(
     return runs
 
 
-def mergekit_config(run: MergeRun, base: Path, experts: Sequence[Path]) -> str:
-    """mergekit's YAML (JSON is YAML): base, experts 1..k with weight 1/k (ties: density 0.5), bf16."""
-    params = {"weight": run.weight, **METHODS[run.method]}
-    doc = {
-        "merge_method": run.method,
-        "base_model": str(base),
-        "models": [{"model": str(e), "parameters": params} for e in experts[: run.k]],
-        "dtype": "bfloat16",
-    }
-    return json.dumps(doc, indent=2) + "\n"
-
-
-def mgit_merge_cmd(mgit: list[str], run: MergeRun) -> list[str]:
-    flags = [f"--weights={run.weight!r}", *(f"--{k}={v!r}" for k, v in METHODS[run.method].items())]
-    budget = [] if run.budget is None else [f"--budget={run.budget}%"]
-    checkout = [] if run.checkout else ["--no-checkout"]
-    experts = [f"expert-{i}" for i in range(1, run.k + 1)]
-    return [*mgit, "-q", "merge", f"--method={run.method}", *flags, "--dtype=BF16", *budget, "--base=main",
-            "-b", run.branch, *checkout, "-m", f"bench {run.branch}", *experts]  # fmt: skip
-
-
-def has_no_checkout(mgit: list[str]) -> bool:
-    """Whether the mgit under test's `merge` takes --no-checkout."""
-    res = subprocess.run([*mgit, "merge", "--help"], capture_output=True, text=True)
-    return "--no-checkout" in res.stdout
-
-
-@dataclass
-class Merged:
-    run: MergeRun
-    proc: Proc
-    times: list[float]
-    planned_read: int  # mergekit: its input files; mgit: the record's measured chunk bytes (base + experts)
-    record: dict[str, Any] = field(default_factory=dict)  # mgit's merge record (`plan` of `mgit show --json`)
-    same: Sameness | None = None  # exact merges: against mergekit's output
-
-
-def run_mergekit(s: Setup, run: MergeRun) -> tuple[Merged, Path]:
-    assert s.mergekit is not None
-    config = s.scratch / f"mergekit-{run.method}-{run.k}.yml"
-    config.write_text(mergekit_config(run, s.base, s.experts))
-    out = s.scratch / f"mergekit-{run.method}-{run.k}"
-    cmd = mergekit_cmd(s.mergekit, config, out)
-    procs = []
-    for _ in range(s.reps):
-        shutil.rmtree(out, ignore_errors=True)
-        procs.append(s.runner.run(cmd, s.scratch, timed=True))
-    best = min(procs, key=lambda p: p.seconds)
-    return Merged(run, best, [p.seconds for p in procs], safetensors_bytes([s.base, *s.experts[: run.k]])), out
-
-
 def repo_of(s: Setup, run: MergeRun) -> Path:
     """The repository a merge runs in: the --no-checkout merges in a copy made before the first merge, so
     that neither variant of a merge finds the other's result already stored (and skips writing it)."""
     return s.repo if run.checkout else s.scratch / NC_REPO
 
 
-def run_mgit(s: Setup, run: MergeRun) -> Merged:
-    procs = []
-    repo = repo_of(s, run)
-    for rep in range(s.reps):
-        s.runner.run([*s.mgit, "-q", "checkout", "main"], repo)  # every merge starts from the base's tree
-        if rep:  # the previous repetition's branch
-            s.runner.run([*s.mgit, "-q", "branch", "-D", run.branch], repo)
-        procs.append(s.runner.run(mgit_merge_cmd(s.mgit, run), repo, timed=True))
-    best = min(procs, key=lambda p: p.seconds)
-    record = json_output(s.runner.run([*s.mgit, "show", "--json", run.branch], repo).output).get("plan", {})
+def measure(s: Setup, run: MergeRun) -> tuple[Merged[MergeRun], Path | None]:
+    """One merge, timed: what it reads (mergekit: its input files; mgit: its record's measured chunk
+    bytes, base + experts) and, for mergekit, its output directory."""
+    if run.tool == "mergekit":
+        name = f"mergekit-{run.method}-{run.k}"
+        best, times, out = merges.run_mergekit(s, name, run.mergekit_config(s.base, s.experts))
+        return Merged(run, best, times, safetensors_bytes([s.base, *s.experts[: run.k]])), out
+    best, times, record = merges.run_mgit(s, run.mgit_cmd(s.mgit), run.branch, repo_of(s, run))
     b = record.get("bytes", {})
-    return Merged(run, best, [p.seconds for p in procs], b.get("base_measured", 0) + b.get("experts_measured", 0),
-                  record)  # fmt: skip
+    return Merged(run, best, times, b.get("base_measured", 0) + b.get("experts_measured", 0), record), None
 
 
-def bench_merges(s: Setup, k: int, budgets: Sequence[int], no_checkout: bool, methods: Sequence[str]) -> list[Merged]:
-    found: list[Merged] = []
+def bench_merges(
+    s: Setup, k: int, budgets: Sequence[int], no_checkout: bool, methods: Sequence[str]
+) -> list[Merged[MergeRun]]:
+    found: list[Merged[MergeRun]] = []
     outs: dict[str, Path] = {}
     for run in merge_runs(k, budgets, s.mergekit is not None, no_checkout, methods):
         print(f"K = {k}, {run.method}: {run.label} ...", flush=True)
-        if run.tool == "mergekit":
-            m, outs[run.method] = run_mergekit(s, run)
-        else:
-            m = run_mgit(s, run)
-            if run.budget is None and run.checkout and run.method in outs:
-                m.same = merges.same_as(s.runner, s.mgit, s.repo, run.branch, outs[run.method])
-        p = m.proc
-        print(f"  {p.seconds:.1f} s, {fmt_rss(p)} MB, disk read {fmt_gb(p.disk_read)} GB, written "
-              f"{fmt_gb(p.disk_written)} GB" + (f"; {same_cell(m.same)}" if m.same else ""), flush=True)  # fmt: skip
+        m, out = measure(s, run)
+        if out is not None:
+            outs[run.method] = out
+        elif run.budget is None and run.checkout and run.method in outs:
+            m.same = sameness.same_as(s.runner, s.mgit, s.repo, run.branch, outs[run.method])
+        p, same = m.proc, f"; {same_cell(m.same)}" if m.same else ""
+        disk = f"disk read {fmt_gb(p.disk_read, '?')} GB, written {fmt_gb(p.disk_written, '?')} GB"
+        print(f"  {p.seconds:.1f} s, {fmt_rss(p)} MB, {disk}{same}", flush=True)
         found.append(m)
     for out in outs.values():
         shutil.rmtree(out, ignore_errors=True)
     return found
 
 
+def run_merge_part(
+    args: Any, workdir: Path, plan: ModelPlan, cold: bool, part: Part
+) -> tuple[list[Merged[MergeRun]], list[str]]:
+    """The base and the experts in one repository, then every merge at every K, mergekit beside mgit:
+    (the merges, the example commands). ``part`` gets the versions, times and what was skipped."""
+    started = time.perf_counter()
+    ks, budgets = args.ks, args.budgets
+    no_checkout = False
+
+    def check_mgit(mgit: list[str], where: str) -> None:
+        nonlocal no_checkout
+        no_checkout = merges.merge_takes(mgit, "--no-checkout")
+        if not no_checkout:
+            why = f"the mgit under test ({where}) has no `merge --no-checkout`"
+            print(f"skipping the --no-checkout merges: {why}", flush=True)
+            part.skipped.append(f"the `--no-checkout` merges ({why})")
+
+    with_mergekit = not args.no_mergekit
+    s = merges.prepare(args, workdir, None, max(ks), check_mgit, plan=plan, with_mergekit=with_mergekit, cold=cold)
+    part.versions = s.versions
+    if no_checkout:
+        print("copying the repository for the --no-checkout merges (untimed; its packs hard-linked) ...", flush=True)
+        copy_repository(s.repo, s.scratch / NC_REPO)
+    if args.no_mergekit:
+        part.skipped.append("mergekit (--no-mergekit)")
+    merged = [m for k in ks for m in bench_merges(s, k, budgets, no_checkout, args.methods)]
+    part.waited = s.runner.waited
+    kmax = max(ks)
+    shown = BUDGET_METHOD if BUDGET_METHOD in args.methods else args.methods[0]  # the example's method
+    budget = 10 if 10 in budgets and shown == BUDGET_METHOD else None
+    run = MergeRun(kmax, shown, "mgit", budget, not no_checkout)
+    mergekit = (f"mergekit-{shown}-{kmax}.yml", f"mergekit-{shown}-{kmax}")
+    example = merges.example_cmds(s, mergekit, run.mgit_cmd([*s.mgit, "-C", str(repo_of(s, run))]))
+    if not args.keep:
+        shutil.rmtree(s.scratch, ignore_errors=True)
+    part.wall = time.perf_counter() - started - part.waited
+    return merged, example
+
+
 # -- reporting ------------------------------------------------------------------------------
-
-
-def fmt_gb(n: int | None) -> str:
-    return "?" if n is None else f"{n / GB:.3f}"
-
-
-def ratio(a: float | None, b: float | None, digits: int = 2) -> str:
-    return "" if not a or not b else f"{a / b:.{digits}f}"
 
 
 def chunks_cell(record: dict[str, Any]) -> str:
@@ -481,21 +406,7 @@ def chunks_cell(record: dict[str, Any]) -> str:
     return f"{b['output_chunks_computed']} / {b.get('output_chunks_carried', 0)}"
 
 
-def same_cell(c: Sameness | None) -> str:
-    if c is None:
-        return ""
-    if c.bit_identical:
-        return f"bit-identical ({c.tensors}/{c.tensors})"
-    missing = f", {len(c.problems)} missing/mismatched" if c.problems else ""
-    return f"**NO**: {c.identical}/{c.tensors} bit-identical, max abs diff {c.max_abs:.3g}{missing}"
-
-
-def find(results: Sequence[Merged], k: int, method: str, tool: str, budget: int | None = None,
-         checkout: bool = True) -> Merged | None:  # fmt: skip
-    return next((m for m in results if m.run == MergeRun(k, method, tool, budget, checkout)), None)
-
-
-def merges_table(results: Sequence[Merged]) -> str:
+def merges_table(results: Sequence[Merged[MergeRun]]) -> str:
     header = ["K", "method", "run", "wall time (s)", "× faster than mergekit", "time / mgit exact",
               "peak RSS (MB)", "read from disk (GB)", "written to disk (GB)", "disk read / mergekit's",
               "bytes the tool reads (GB)", "output chunks computed / carried", "equal to mergekit",
@@ -503,8 +414,8 @@ def merges_table(results: Sequence[Merged]) -> str:
     rows = []
     for m in results:
         r = m.run
-        mk = find(results, r.k, r.method, "mergekit")
-        exact = find(results, r.k, r.method, "mgit", None, r.checkout)
+        mk = find(results, MergeRun(r.k, r.method, "mergekit"))
+        exact = find(results, MergeRun(r.k, r.method, "mgit", None, r.checkout))
         rows.append([
             r.k,
             r.method,
@@ -513,10 +424,10 @@ def merges_table(results: Sequence[Merged]) -> str:
             ratio(mk.proc.seconds, m.proc.seconds) if mk and m is not mk else "",
             ratio(m.proc.seconds, exact.proc.seconds) if exact and r.budget is not None else "",
             fmt_rss(m.proc),
-            fmt_gb(m.proc.disk_read),
-            fmt_gb(m.proc.disk_written),
+            fmt_gb(m.proc.disk_read, "?"),
+            fmt_gb(m.proc.disk_written, "?"),
             ratio(m.proc.disk_read, mk.proc.disk_read, 3) if mk and m is not mk else "",
-            fmt_gb(m.planned_read),
+            fmt_gb(m.read, "?"),
             chunks_cell(m.record),
             same_cell(m.same),
             f"{m.proc.load_share:.0%}",
@@ -547,26 +458,14 @@ def store_table(results: Sequence[Result], raw: int) -> str:
             ratio(same_step.best.seconds, p.seconds) if same_step and r.tool not in ("git + git-lfs", "cp -r") else "",
             ratio(p.seconds, cp.best.seconds) if cp and r.store_bytes is None and r is not cp else "",
             fmt_rss(p),
-            fmt_gb(p.disk_read),
-            fmt_gb(p.disk_written),
+            fmt_gb(p.disk_read, "?"),
+            fmt_gb(p.disk_written, "?"),
             "" if r.store_bytes is None else f"{r.store_bytes / GB:.3f}",
             "" if r.identical is None else ("yes" if r.identical else "**NO**"),
             f"{p.load_share:.0%}",
             " / ".join(f"{t:.2f}" for t in r.times),
         ])  # fmt: skip
     return table(header, "llrrrrrrrrlrl", rows)
-
-
-Row = list[str]
-
-
-def target_row(metric: str, value: float | None, target: str, ok: bool | None, fmt: str = "{:.2f}") -> Row:
-    shown = "n/a" if value is None else fmt.format(value)
-    return [metric, shown, target, "n/a" if ok is None or value is None else "yes" if ok else "**no**"]
-
-
-def targets_table(rows: Sequence[Row]) -> str:
-    return table(["metric", "value", "target", "met"], "lrrl", rows)
 
 
 def merge_title(methods: Sequence[str]) -> str:
@@ -583,12 +482,12 @@ def docs_image(methods: Sequence[str]) -> Path:
     return DOCS_IMAGE.with_name(f"{DOCS_IMAGE.stem}-{'-'.join(methods)}{DOCS_IMAGE.suffix}")
 
 
-def read_targets(merged: Sequence[Merged], kmax: int) -> list[Row]:
+def read_targets(merged: Sequence[Merged[MergeRun]], kmax: int) -> list[Target]:
     """Each budgeted merge's reads at the largest K against what it may read (from its merge record):
     the experts' chunk bytes against the budget, the base's against the base chunks its plan computes
-    from (what the method needs; issue 14 allows 1.5 x the budget's share of the base on top)."""
-    rows = []
-    planned: dict[int, Merged] = {}  # budget → one of its merges (with or without checkout: the same plan)
+    from (what the method needs; a budget allows 1.5 x its share of the base on top)."""
+    found = []
+    planned: dict[int, Merged[MergeRun]] = {}  # budget → one of its merges (with or without checkout: one plan)
     for m in merged:
         if m.run.k == kmax and m.run.tool == "mgit" and m.run.method == BUDGET_METHOD and m.run.budget:
             planned.setdefault(m.run.budget, m)
@@ -596,102 +495,88 @@ def read_targets(merged: Sequence[Merged], kmax: int) -> list[Row]:
         sizes, limit = m.record.get("bytes", {}), (m.record.get("budget") or {}).get("limit_bytes")
         read, needed = sizes.get("experts_measured"), sizes.get("base_estimated")
         v = read / limit if read is not None and limit else None
-        rows.append(target_row(f"K = {kmax}, --budget {budget}%: expert bytes read / the budget", v, "≤ 1",
-                               v is not None and v <= 1, "{:.3f}"))  # fmt: skip
+        metric = f"K = {kmax}, --budget {budget}%: expert bytes read / the budget"
+        found.append(target(metric, v, "≤ 1", at_most(1), "{:.3f}"))
         read = sizes.get("base_measured")
         v = read / needed if read is not None and needed else None
-        rows.append(target_row(f"K = {kmax}, --budget {budget}%: base bytes read / base chunks the plan computes from",
-                               v, "≤ 1", v is not None and v <= 1, "{:.3f}"))  # fmt: skip
-    return rows
+        metric = f"K = {kmax}, --budget {budget}%: base bytes read / base chunks the plan computes from"
+        found.append(target(metric, v, "≤ 1", at_most(1), "{:.3f}"))
+    return found
 
 
-def merge_targets(merged: Sequence[Merged], ks: Sequence[int]) -> list[Row]:
-    """Issue 14's merge targets, where this run measured what they need (a method not run has none)."""
-    rows = []
+def merge_targets(merged: Sequence[Merged[MergeRun]], ks: Sequence[int]) -> list[Target]:
+    """The merge targets, where this run measured what they need (a method not run has none)."""
+    found = []
     methods = {m.run.method for m in merged}
 
-    def speedup(k: int, method: str, budget: int | None, checkout: bool) -> float | None:
-        mk, mg = find(merged, k, method, "mergekit"), find(merged, k, method, "mgit", budget, checkout)
-        return mk.proc.seconds / mg.proc.seconds if mk and mg else None
+    def seconds(k: int, method: str, tool: str, budget: int | None = None, checkout: bool = True) -> float | None:
+        m = find(merged, MergeRun(k, method, tool, budget, checkout))
+        return None if m is None else m.proc.seconds
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b is not None else None
 
     ta, kmax = BUDGET_METHOD, max(ks)
     if ta in methods:
-        for checkout, target in ((False, 15.0), (True, 8.0)):
-            v = speedup(kmax, ta, 10, checkout)
+        for checkout, bound in ((False, 15.0), (True, 8.0)):
+            v = ratio(seconds(kmax, ta, "mergekit"), seconds(kmax, ta, "mgit", 10, checkout))
             mode = "checked out" if checkout else "--no-checkout"
-            rows.append(target_row(f"K = {kmax}, {ta} --budget 10%, {mode}: × faster than mergekit", v,
-                                   f"≥ {target:g}", v is not None and v >= target))  # fmt: skip
+            metric = f"K = {kmax}, {ta} --budget 10%, {mode}: × faster than mergekit"
+            found.append(target(metric, v, f"≥ {bound:g}", at_least(bound)))
         for checkout in (False, True):
-            cheap = find(merged, kmax, ta, "mgit", 10, checkout)
-            exact = find(merged, kmax, ta, "mgit", None, checkout)
-            v = cheap.proc.seconds / exact.proc.seconds if cheap and exact else None
+            v = ratio(seconds(kmax, ta, "mgit", 10, checkout), seconds(kmax, ta, "mgit", None, checkout))
             mode = "checked out" if checkout else "--no-checkout"
-            rows.append(target_row(f"K = {kmax}, --budget 10% ({mode}): wall time / mgit exact", v, "≤ 0.2",
-                                   v is not None and v <= 0.2))  # fmt: skip
+            found.append(target(f"K = {kmax}, --budget 10% ({mode}): wall time / mgit exact", v, "≤ 0.2", at_most(0.2)))
         for k in ks:
-            v = speedup(k, ta, None, True)
-            rows.append(target_row(f"K = {k}, {ta} exact: × faster than mergekit", v, "≥ 2",
-                                   v is not None and v >= 2))  # fmt: skip
+            v = ratio(seconds(k, ta, "mergekit"), seconds(k, ta, "mgit"))
+            found.append(target(f"K = {k}, {ta} exact: × faster than mergekit", v, "≥ 2", at_least(2)))
     k_ties = 8 if 8 in ks else kmax
     if "ties" in methods:
-        v = speedup(k_ties, "ties", None, True)
-        rows.append(target_row(f"K = {k_ties}, ties exact: × faster than mergekit", v, "≥ 2.5",
-                               v is not None and v >= 2.5))  # fmt: skip
+        v = ratio(seconds(k_ties, "ties", "mergekit"), seconds(k_ties, "ties", "mgit"))
+        found.append(target(f"K = {k_ties}, ties exact: × faster than mergekit", v, "≥ 2.5", at_least(2.5)))
     mgit_rss = [m.proc.max_rss for m in merged if m.run.tool == "mgit"]
     v = max(mgit_rss) / MB if mgit_rss else None
-    rows.append(target_row("mgit merge peak RSS, largest of all runs (MB)", v, "≤ 1000", v is not None and v <= 1000,
-                           "{:.0f}"))  # fmt: skip
-    return rows + read_targets(merged, kmax)
+    found.append(target("mgit merge peak RSS, largest of all runs (MB)", v, "≤ 1000", at_most(1000), "{:.0f}"))
+    return found + read_targets(merged, kmax)
 
 
-def store_targets(stored: Sequence[Result]) -> list[Row]:
-    """Issue 14's storage targets, where this run measured what they need."""
-    rows = []
-    steps = {(r.tool, r.step): r for r in stored}
+def store_targets(stored: Sequence[Result]) -> list[Target]:
+    """The storage targets, where this run measured what they need."""
+    found = []
+    steps = {(r.tool, r.step): r.best.seconds for r in stored}
     for what in STORE_STEPS:
         mg, lfs, dvc = (steps.get((t, f"{lbl}: {what}")) for t, lbl in
                         (("mgit", "add + commit"), ("git + git-lfs", "add + commit"), ("dvc", "add")))  # fmt: skip
-        v = lfs.best.seconds / mg.best.seconds if mg and lfs else None
-        rows.append(target_row(f"mgit add + commit, {what}: × faster than git + git-lfs", v, "≥ 2",
-                               v is not None and v >= 2))  # fmt: skip
-        v = dvc.best.seconds / mg.best.seconds if mg and dvc else None
-        rows.append(target_row(f"mgit add + commit, {what}: × faster than dvc add", v, "≥ 1", v is not None and v >= 1))
+        v = lfs / mg if mg and lfs else None
+        found.append(target(f"mgit add + commit, {what}: × faster than git + git-lfs", v, "≥ 2", at_least(2)))
+        v = dvc / mg if mg and dvc else None
+        found.append(target(f"mgit add + commit, {what}: × faster than dvc add", v, "≥ 1", at_least(1)))
     co = next((r for r in stored if r.tool == "mgit" and r.store_bytes is None), None)
     cp = next((r for r in stored if r.tool == "cp -r"), None)
     v = co.best.seconds / cp.best.seconds if co and cp else None
-    rows.append(target_row("mgit checkout time / cp -r time", v, "≤ 2.5", v is not None and v <= 2.5))
-    return rows
+    found.append(target("mgit checkout time / cp -r time", v, "≤ 2.5", at_most(2.5)))
+    return found
 
 
-def plot(merged: Sequence[Merged], ks: Sequence[int], budgets: Sequence[int], title: str) -> str:
+def plot(merged: Sequence[Merged[MergeRun]], ks: Sequence[int], budgets: Sequence[int], title: str) -> Figure:
     """Wall time against the budget (exact at the right), per K: mgit checked out (solid) and with
     --no-checkout (dashed), mergekit a dotted horizontal line."""
     exact_x = 100.0
     series, hlines = [], []
     for i, k in enumerate(ks):
         color = PALETTE[i % len(PALETTE)]
-        for checkout, dash, marker in ((True, "", "circle"), (False, DASHED, "square")):
+        for checkout, dash, marker in ((True, SOLID, "o"), (False, DASHED, "s")):
             pts = [(float(m.run.budget or exact_x), m.proc.seconds) for m in merged
                    if m.run.k == k and m.run.method == BUDGET_METHOD and m.run.tool == "mgit"
                    and m.run.checkout == checkout]  # fmt: skip
             if pts:
                 label = f"K = {k}: mgit merge" + ("" if checkout else " --no-checkout")
                 series.append(Series(label, pts, color, dash, marker))
-        if mk := find(merged, k, BUDGET_METHOD, "mergekit"):
+        if mk := find(merged, MergeRun(k, BUDGET_METHOD, "mergekit")):
             hlines.append(HLine(f"K = {k}: mergekit-yaml", mk.proc.seconds, color))
     ticks = [(float(b), f"{b}%") for b in sorted(budgets)] + [(exact_x, "exact")]
     return line_chart(series, hlines, title=title, x_label="read budget (share of the exact merge's expert bytes)",
                       y_label="wall time (s)", x_ticks=ticks, log_x=True)  # fmt: skip
-
-
-@dataclass
-class Part:
-    """What one part of a run needs for its docs section: its versions, wall time and what it skipped."""
-
-    versions: dict[str, str] = field(default_factory=dict)
-    wall: float = 0.0
-    waited: float = 0.0
-    skipped: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -734,7 +619,7 @@ def how_measured(c: Context) -> str:
     )  # fmt: skip
 
 
-def section(title: str, c: Context, part: Part, inputs: str, body: list[str], targets: list[Row],
+def section(title: str, c: Context, part: Part, inputs: str, body: list[str], targets: list[Target],
             after: Sequence[str] = ()) -> str:  # fmt: skip
     """One part's docs section: its header, ``inputs`` and the page cache, ``body``, its targets, ``after``,
     how it was measured and what it skipped."""
@@ -742,7 +627,7 @@ def section(title: str, c: Context, part: Part, inputs: str, body: list[str], ta
     if c.quick:
         lines += ["**A `--quick` run** (a smoke test at a small size; the full run's numbers replace it).", ""]
     lines += [f"Input: {model_line(c)} and {inputs}", "", f"Page cache: {c.cache_note}", "", *body]
-    lines += ["Targets (issue 14; reported, not asserted):", "", targets_table(targets), ""]
+    lines += ["Targets (what mgit must reach at this size; reported, not asserted):", "", targets_table(targets), ""]
     lines += [*after, how_measured(c)]
     if part.skipped:
         lines += ["", "Skipped: " + "; ".join(part.skipped) + "."]
@@ -764,7 +649,7 @@ def store_section(stored: Sequence[Result], c: Context, part: Part) -> str:
     return section(STORE_TITLE, c, part, inputs, body, store_targets(stored))
 
 
-def merge_section(merged: Sequence[Merged], c: Context, part: Part) -> str:
+def merge_section(merged: Sequence[Merged[MergeRun]], c: Context, part: Part) -> str:
     kmax = max(c.ks)
     inputs = (
         f"{kmax} experts made like fine-tunes as in bench_merge.py (a random third of the tensors left byte for "
@@ -801,83 +686,58 @@ def merge_section(merged: Sequence[Merged], c: Context, part: Part) -> str:
 # -- main -----------------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 (one pass over the scenario's parts and options, each an if)
+def cache_note(cold: bool, warm: bool) -> str:
+    """What the report says of the page cache."""
+    if cold:
+        return (
+            "dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before every timed step (before the first command "
+            "of a step of several, e.g. add + commit): every tool reads its inputs from the disk."
+        )
+    if warm:
+        return "left warm (`--warm`): files written or read minutes before may be read from memory."
+    return "**could not be dropped** (not root): files written or read minutes before may be read from memory."
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     command = cli.command_line(argv, __file__)
     workdir = args.workdir.resolve()
     plan = plan_layers(NAMED_SHAPES[args.shape], args.layers)
     ks, budgets, parts = args.ks, args.budgets, args.parts
     cold = not args.warm and can_drop_caches()
-    if cold:
-        cache_note = (
-            "dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before every timed step (before the first command "
-            "of a step of several, e.g. add + commit): every tool reads its inputs from the disk."
-        )
-    elif args.warm:
-        cache_note = "left warm (`--warm`): files written or read minutes before may be read from memory."
-    else:
-        cache_note = (
-            "**could not be dropped** (not root): files written or read minutes before may be read from memory."  # noqa: E501
-        )
-    need = disk_need(plan.nbytes, ks, budgets, parts, not args.no_mergekit, args.methods)
-    cached = cached_inputs(workdir, plan, parts)
-    print(describe_need(need, cached, cli.free_disk(workdir)), flush=True)
-    cli.check_free_disk(workdir, disk_total(need, cached), "pass --quick, fewer --ks or --layers")
+    outputs = merge_outputs(ks, budgets, args.methods)
+    need = scale_disk.disk_need(plan.nbytes, ks, parts, not args.no_mergekit, outputs)
+    cached = scale_disk.cached_inputs(workdir, plan, parts)
+    print(scale_disk.describe_need(need, cached, cli.free_disk(workdir)), flush=True)
+    cli.check_free_disk(workdir, scale_disk.disk_total(need, cached), "pass --quick, fewer --ks or --layers")
     lock_workdir(workdir, "bench_scale.py")
     store, merge = Part(), Part()
     stored: list[Result] = []
     raw = plan.nbytes
     if "store" in parts:
-        started = time.perf_counter()
-        stored, tools, raw, store_runner = run_store_part(args, workdir, plan, cold)
-        store.versions, store.waited = tools.versions, store_runner.waited
-        store.wall = time.perf_counter() - started - store.waited
-        store.skipped += [f"{n} (not installed)" for n, ok in (("git-lfs", tools.git_lfs), ("dvc", tools.dvc))
-                          if not ok and not (n == "dvc" and args.no_dvc)]  # fmt: skip
-        if args.no_dvc:
-            store.skipped.append("dvc (--no-dvc)")
-    merged: list[Merged] = []
+        stored, raw = run_store_part(args, workdir, plan, cold, store)
+    merged: list[Merged[MergeRun]] = []
     example: list[str] = []
-    no_checkout = False
     if "merge" in parts:
-        started = time.perf_counter()
-
-        def check_mgit(mgit: list[str], where: str) -> None:
-            nonlocal no_checkout
-            no_checkout = has_no_checkout(mgit)
-            if not no_checkout:
-                why = f"the mgit under test ({where}) has no `merge --no-checkout`"
-                print(f"skipping the --no-checkout merges: {why}", flush=True)
-                merge.skipped.append(f"the `--no-checkout` merges ({why})")
-
-        s = merges.prepare(args, workdir, None, max(ks), check_mgit, plan=plan, with_mergekit=not args.no_mergekit,
-                           cold=cold)  # fmt: skip
-        merge.versions = s.versions
-        if no_checkout:
-            print("copying the repository for the --no-checkout merges (untimed; its packs hard-linked) ...",
-                  flush=True)  # fmt: skip
-            copy_repository(s.repo, s.scratch / NC_REPO)
-        if args.no_mergekit:
-            merge.skipped.append("mergekit (--no-mergekit)")
-        for k in ks:
-            merged += bench_merges(s, k, budgets, no_checkout, args.methods)
-        merge.waited = s.runner.waited
-        kmax = max(ks)
-        shown = BUDGET_METHOD if BUDGET_METHOD in args.methods else args.methods[0]  # the example's method
-        budget = 10 if 10 in budgets and shown == BUDGET_METHOD else None
-        run = MergeRun(kmax, shown, "mgit", budget, not no_checkout)
-        if s.mergekit is not None:
-            mk = MergeRun(kmax, shown, "mergekit")
-            yml, out = s.scratch / f"mergekit-{mk.method}-{kmax}.yml", s.scratch / f"mergekit-{mk.method}-{kmax}"
-            example.append(relative(shlex.join(mergekit_cmd(s.mergekit, yml, out))))
-        example.append(relative(shlex.join(mgit_merge_cmd([*s.mgit, "-C", str(repo_of(s, run))], run))))
-        if not args.keep:
-            shutil.rmtree(s.scratch, ignore_errors=True)
-        merge.wall = time.perf_counter() - started - merge.waited
+        merged, example = run_merge_part(args, workdir, plan, cold, merge)
     docs_svg = docs_image(args.methods)
     image = workdir / docs_svg.name
-    ctx = Context(command, args.quick, plan, raw, ks, budgets, workdir, args.reps, cold, cache_note, example,
-                  os.path.relpath(docs_svg, docs_svg.parent), tuple(args.methods))  # fmt: skip
+    note, image_name = cache_note(cold, args.warm), os.path.relpath(docs_svg, docs_svg.parent)
+    ctx = Context(
+        command,
+        args.quick,
+        plan,
+        raw,
+        ks,
+        budgets,
+        workdir,
+        args.reps,
+        cold,
+        note,
+        example,
+        image_name,
+        tuple(args.methods),
+    )
     sections = []  # (title, text, after): one per part run; a part not run keeps its section in the docs
     plotted = bool(merged) and BUDGET_METHOD in args.methods  # the plot shows the budgeted method only
     if merged:
@@ -885,7 +745,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 (one pass over
     if plotted:
         kind = " (--quick)" if args.quick else ""
         plot_title = f"{BUDGET_METHOD}, {plan.nbytes / GB:.2f} GB bf16 base{kind}: wall time against the read budget"
-        write_svg(image, plot(merged, ks, budgets, plot_title))
+        save(plot(merged, ks, budgets, plot_title), image)
     if stored:
         sections.append((STORE_TITLE, store_section(stored, ctx, store), None))
     for _, text, _ in sections:

@@ -36,10 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import cli
-from harness.cells import mb
 from harness.context import RunContext, skipped_baselines
 from harness.models import GB, SEED, SHARDS, ModelPlan, ensure_model
-from harness.report import plural, publish, steps_table
+from harness.report import fmt_mb, plural, publish, steps_table
 from harness.runner import Result, Runner, time_cp
 from harness.stores import DvcStore, GitLfsStore, MgitStore, encodings_cell, run_baseline, store_all
 from harness.targets import Target, at_most, target, targets_table
@@ -111,14 +110,14 @@ def notes(o: Outcome) -> list[str]:
     switches = {r.tool: r.best.seconds for r in o.throughput if r.step == SWITCH_STEP}
     if len(switches) == 2 and switches["mgit"] > 0:
         out.append(
-            f"- Switching from the base to `{SWITCH_TO}` ({mb(by[SWITCH_TO].changed)} MB of tensors changed): mgit "
+            f"- Switching from the base to `{SWITCH_TO}` ({fmt_mb(by[SWITCH_TO].changed)} MB of tensors changed): mgit "
             f"{switches['mgit']:.2f} s, {switches['git + git-lfs'] / switches['mgit']:.1f}× faster than git + git-lfs "
             f"(mgit: {o.switched_how}, writing only the changed chunks; git writes every changed file whole)."
         )
     vocab = next((r for r in references(o) if r.version.name == "vocab"), None)
     if vocab and vocab.ref_a and vocab.cost.grown > PARTIAL_TOLERANCE * vocab.ref_a:
         out.append(
-            f"- vocab: {mb(vocab.cost.grown)} MB for {mb(vocab.version.changed)} MB of new rows. New chunks: "
+            f"- vocab: {fmt_mb(vocab.cost.grown)} MB for {fmt_mb(vocab.version.changed)} MB of new rows. New chunks: "
             f"{encodings_cell(vocab.cost.encodings)}: each grown tensor's last chunk (its old tail rows plus the new "
             "rows) is stored again, "
             + (

@@ -8,11 +8,14 @@ dozen hand-built Markdown tables and imports of each other. Here each concern li
 - ``models``: the generated llama-like base model (cached), safetensors helpers;
 - ``variants``: models derived from the base (merge experts, storage versions), cached;
 - ``tools``: the mgit under test and the peer tools, each peer in its own virtual environment;
-- ``report``: Markdown tables, a section's header lines, replacing a section of benchmarks/results/;
+- ``report``: Markdown tables and their cells, a section's header lines, replacing a section of benchmarks/results/;
 - ``cli``: the options every script shares, and the free-disk check.
-- ``merges``: the merge benchmarks' shared setup (mergekit, a base and its experts in one repository).
+- ``merges``: the merge benchmarks' shared setup and runs (mergekit and mgit on the same experts).
+- ``sameness``: whether a merge's result is another's (bit for bit, largest difference, relative error);
+- ``plot``: line charts drawn with matplotlib, the same file for the same numbers;
+- ``minilm``: bench_quality's real experts (all-MiniLM-L6-v2 fine-tuned per task) and their scoring;
+- ``scale_disk``: the disk a bench_scale run holds at its peak;
 - ``targets``: a run's claims (Target records) and the targets table every report prints;
-- ``cells``: table cells (MB, ratios, run times, yes/NO) written alike in every table;
 - ``context``: the run a section describes (command, workdir, versions, reps, inherited RSS);
 - ``contenders``: mgit, git + git-lfs and DVC storing a model and checking it out again, as command recipes;
 - ``stores``: version stores: each tool keeping a base and its versions, and what each version cost;

@@ -12,7 +12,7 @@ import argparse
 import shlex
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness.models import GB
@@ -69,6 +69,26 @@ def add_mergekit_venv(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mergekit-venv", type=Path, help="mergekit's virtual environment (default: bench-work/.venv-mergekit)"
     )
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """An argument type: "25%,10%,5%" or "25,10,5" → (25, 10, 5); "" → ()."""
+    try:
+        return tuple(int(x.strip().removesuffix("%")) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+
+
+def names_list(known: Sequence[str], what: str) -> Callable[[str], tuple[str, ...]]:
+    """An argument type: a comma-separated list of the names ``known`` (e.g. merge methods, ``what``)."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in text.split(",") if n.strip())
+        if unknown := set(names) - set(known):
+            raise argparse.ArgumentTypeError(f"unknown {what}(s) {', '.join(sorted(unknown))}; of: {', '.join(known)}")
+        return names
+
+    return parse
 
 
 def command_line(argv: Sequence[str] | None, script: str) -> str:

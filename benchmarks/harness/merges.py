@@ -1,9 +1,11 @@
-"""The merge benchmarks' shared setup: one mgit repository of a base and K experts, mergekit beside it.
+"""The merge benchmarks' shared runs: one mgit repository of a base and K experts, mergekit beside it.
 
-Why: bench_merge and bench_budget time `mgit merge` against `mergekit-yaml` on the same kind of
-inputs; both need mergekit in its own environment, the generated base and experts, the base on
-`main` and expert N on branch `expert-N` of a fresh repository, and both tools warmed up, all
-untimed and in that order. Also the check that a merge's result equals another tool's, bit for bit.
+Why: bench_merge, bench_budget and bench_scale time `mgit merge` against `mergekit-yaml` on the
+same kind of inputs; each needs mergekit in its own environment, the generated base and experts,
+the base on `main` and expert N on branch `expert-N` of a fresh repository, both tools warmed up
+(all untimed, in that order), then the same commands: mergekit's YAML and `mgit merge` with the same
+parameters, each timed the same way, and mgit's merge record read back. The scripts keep only which
+merges they run and what they report; whether two results are the same is harness/sameness.py.
 """
 
 from __future__ import annotations
@@ -11,22 +13,29 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
-import sys
-from collections.abc import Callable
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
-from harness.models import ModelPlan, ensure_model
-from harness.runner import Runner, fresh_dir
+from harness.machine import IDLE_BELOW
+from harness.models import GB, SEED, ModelPlan, ensure_model
+from harness.report import relative
+from harness.runner import Proc, Runner, best_of, fresh_dir
+from harness.sameness import Sameness
 from harness.tools import (
     MERGEKIT_VENV,
     commit_branches,
     ensure_mergekit,
+    json_output,
+    mergekit_cmd,
     mgit_command,
     mgit_label,
     offline_env,
     package_version,
-    script_child,
 )
 from harness.variants import ensure_experts
 
@@ -86,54 +95,150 @@ def prepare(
     return s
 
 
-# -- is a merge's result another tool's, bit for bit ------------------------------------------
+# -- the same merge, by each tool ---------------------------------------------------------------
+
+
+def mergekit_config(
+    method: str,
+    base: Path,
+    experts: Sequence[Path],
+    params: Mapping[str, float],
+    merge_params: Mapping[str, float] | None = None,
+) -> str:
+    """mergekit's YAML (JSON is YAML): the base, the experts each with ``params``, the merge's own
+    ``merge_params`` (e.g. task_arithmetic's lambda) where given, bf16."""
+    doc: dict[str, Any] = {
+        "merge_method": method,
+        "base_model": str(base),
+        "models": [{"model": str(e), "parameters": dict(params)} for e in experts],
+    }
+    if merge_params is not None:
+        doc["parameters"] = dict(merge_params)
+    doc["dtype"] = "bfloat16"
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def mgit_merge_cmd(
+    mgit: list[str],
+    method: str,
+    k: int,
+    branch: str,
+    params: Mapping[str, float],
+    *,
+    budget: int | None = None,
+    select: str | None = None,
+    seed: int | None = None,
+    checkout: bool = True,
+) -> list[str]:
+    """`mgit merge` of experts 1..k (branches `expert-N`) into `main`, weights 1/k, ``params`` as flags,
+    bf16, on a new branch; under ``budget`` percent (picked by ``select``) and ``--seed`` when given,
+    with ``--no-checkout`` unless ``checkout``: what mergekit_config says to mergekit."""
+    weights = [f"--weights={1 / k!r}", *(f"--{name}={value!r}" for name, value in params.items())]
+    budgeted = [] if budget is None else [f"--budget={budget}%", *([f"--budget-select={select}"] if select else [])]
+    seeded = [] if seed is None else [f"--seed={seed}"]
+    no_checkout = [] if checkout else ["--no-checkout"]
+    experts = [f"expert-{i}" for i in range(1, k + 1)]
+    return [
+        *[*mgit, "-q", "merge", f"--method={method}", *weights, "--dtype=BF16", *budgeted, *seeded],
+        *["--base=main", "-b", branch, *no_checkout, "-m", f"bench {branch}", *experts],
+    ]
+
+
+def merge_takes(mgit: list[str], flag: str) -> bool:
+    """Whether the mgit under test's `merge` takes ``flag`` (an older revision may not)."""
+    res = subprocess.run([*mgit, "merge", "--help"], capture_output=True, text=True)
+    return flag in res.stdout
+
+
+def run_mergekit(s: Setup, name: str, config: str, config_name: str | None = None) -> tuple[Proc, list[float], Path]:
+    """`mergekit-yaml` with ``config`` (written to ``config_name``, default NAME.yml) into the output
+    directory NAME of the scratch directory, ``s.reps`` times (the output deleted before each):
+    (the fastest run, every run's seconds, the output directory)."""
+    assert s.mergekit is not None, "prepared without mergekit"
+    path = s.scratch / (config_name or f"{name}.yml")
+    path.write_text(config)
+    out = s.scratch / name
+    cmd = mergekit_cmd(s.mergekit, path, out)
+    best, times = best_of(
+        s.reps, lambda: shutil.rmtree(out, ignore_errors=True), lambda: s.runner.run(cmd, s.scratch, timed=True)
+    )
+    return best, times, out
+
+
+def run_mgit(s: Setup, cmd: list[str], branch: str, repo: Path | None = None) -> tuple[Proc, list[float], dict]:
+    """The `mgit merge` ``cmd`` (which makes ``branch``) in ``repo`` (default the setup's), ``s.reps``
+    times, each from a checkout of `main` and without the previous run's branch: (the fastest run,
+    every run's seconds, its merge record)."""
+    repo = repo or s.repo
+    made = False
+
+    def prepare() -> None:
+        nonlocal made
+        s.runner.run([*s.mgit, "-q", "checkout", "main"], repo)  # every merge starts from the base's tree
+        if made:  # the previous repetition's branch
+            s.runner.run([*s.mgit, "-q", "branch", "-D", branch], repo)
+        made = True
+
+    best, times = best_of(s.reps, prepare, lambda: s.runner.run(cmd, repo, timed=True))
+    return best, times, merge_record(s, branch, repo)
+
+
+def merge_record(s: Setup, rev: str, repo: Path | None = None) -> dict:
+    """The merge record of ``rev`` (`plan` of `mgit show --json`; empty for a revision without one)."""
+    return json_output(s.runner.run([*s.mgit, "show", "--json", rev], repo or s.repo).output).get("plan", {})
+
+
+def example_cmds(s: Setup, mergekit: tuple[str, str] | None, mgit: list[str]) -> list[str]:
+    """The commands a report shows, paths relative to the repository root: mergekit's with the config
+    and output names of ``mergekit`` (when it ran) and the mgit command ``mgit``."""
+    shown = []
+    if mergekit is not None and s.mergekit is not None:
+        shown.append(shlex.join(mergekit_cmd(s.mergekit, s.scratch / mergekit[0], s.scratch / mergekit[1])))
+    return [relative(c) for c in [*shown, shlex.join(mgit)]]
+
+
+R = TypeVar("R")
 
 
 @dataclass
-class Sameness:
-    tensors: int  # in mgit's result
-    identical: int  # of those, equal bit for bit to the other tool's
-    max_abs: float  # largest absolute difference, in float32
-    problems: list[str]  # tensors missing on one side, or of another dtype or shape
+class Merged(Generic[R]):
+    """One merge ``run`` (the script's description of it, compared with ==), timed."""
+
+    run: R
+    proc: Proc  # the fastest run
+    times: list[float]  # every run's seconds
+    read: int  # bytes it reads: mergekit the input files, mgit its record's measured chunk bytes (base + experts)
+    record: dict[str, Any] = field(default_factory=dict)  # mgit's merge record (`plan` of `mgit show --json`)
+    same: Sameness | None = None  # against a reference (mergekit's output, or the exact merge)
+    expert_read: int = 0  # of ``read``, the experts' bytes
 
     @property
-    def bit_identical(self) -> bool:
-        return not self.problems and self.identical == self.tensors
+    def rel_error(self) -> float | None:
+        return None if self.same is None else self.same.rel_error
 
 
-def compare_tensors(ours: dict, out_dir: Path) -> dict:
-    """In a child: mgit's tensors (``Repository.state_dict``) against the safetensors files of another
-    tool's output directory, as Sameness's fields."""
-    import torch
-    from safetensors import safe_open
-
-    seen, identical, max_abs, problems = set(), 0, 0.0, []
-    for path in sorted(out_dir.glob("*.safetensors")):
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
-                theirs, mine = f.get_tensor(name), ours.get(name)
-                seen.add(name)
-                if mine is None or mine.dtype != theirs.dtype or mine.shape != theirs.shape:
-                    problems.append(name)
-                    continue
-                identical += bool(torch.equal(mine.reshape(-1).view(torch.uint8), theirs.reshape(-1).view(torch.uint8)))
-                max_abs = max(max_abs, float((mine.float() - theirs.float()).abs().max()))
-    problems += sorted(set(ours) - seen)
-    return {"tensors": len(ours), "identical": identical, "max_abs": max_abs, "problems": problems}
+def find(results: Sequence[Merged[R]], run: R) -> Merged[R] | None:
+    """The result of ``run``, if it ran."""
+    return next((m for m in results if m.run == run), None)
 
 
-def same_main() -> None:
-    """In a child (``python -c``): mgit's tensors at REV vs a safetensors directory's; prints JSON."""
-    from mgit import Repository
-
-    repo_dir, rev, out_dir = sys.argv[1:4]
-    with Repository(repo_dir) as repo:
-        ours = repo.state_dict(rev)
-    print(json.dumps(compare_tensors(ours, Path(out_dir))))
+# -- the words every merge report shares --------------------------------------------------------
 
 
-def same_as(runner: Runner, mgit: list[str], repo: Path, rev: str, out: Path) -> Sameness:
-    """Whether the merge at ``rev`` equals the tensors of the safetensors files in ``out``, bit for bit."""
-    code = "from harness.merges import same_main; same_main()"
-    proc = runner.run(script_child(mgit, code, str(repo), rev, str(out)), repo)
-    return Sameness(**json.loads(proc.output.strip().splitlines()[-1]))
+def base_words(plan: ModelPlan, raw: int) -> str:
+    """The generated base model, as a report's Input line names it (up to its files)."""
+    s = plan.shape
+    return (
+        f"a generated llama-like bf16 base model of {raw / GB:.3f} GB ({plan.layers} layers, hidden "
+        f"{s.hidden}, intermediate {s.intermediate}, vocab {s.vocab}, {len(plan.tensors)} tensors, weights "
+        f"N(0, 0.02) from seed {SEED}, norms ones; "
+    )
+
+
+def waits_words(what: str) -> str:
+    """How every timed run was started, as a report's "How it was measured" opens."""
+    return (
+        f"How it was measured: every {what} is a separate process timed by wall clock, after untimed waits until "
+        f"no other benchmark of this repository runs and under {IDLE_BELOW:.0%} of the CPUs are busy, and an "
+        "untimed `sync`"
+    )

@@ -1,37 +1,50 @@
-"""A small line chart written as self-contained SVG text: lines with markers, horizontal reference lines, a legend.
+"""Line charts of a benchmark's numbers, drawn with matplotlib: lines with markers, horizontal
+reference lines, a legend; one panel or several side by side.
 
-Why: a benchmark's figure belongs beside its tables in docs/, diffable and identical for identical
-numbers. matplotlib is in neither environment the harness creates for the peers, its SVG output
-carries a date and generated ids (a rerun with the same numbers would change the file), and a
-chart of a few lines needs only axes, ticks and paths: this writes exactly that, with no dependency.
+Why: a benchmark's figure belongs beside its tables in benchmarks/results/, diffable and identical
+for identical numbers. matplotlib draws it; what would change between two runs of the same numbers
+is pinned here: the SVG's ids (``svg.hashsalt``), its date (``metadata``), the font, and text kept
+as text (``svg.fonttype`` none). matplotlib is imported inside the functions that draw: the harness
+imports nothing heavy at import time (timed children inherit this process's memory at fork), and
+plotting runs in the harness's process, never in a peer tool's environment.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from xml.sax.saxutils import escape, quoteattr
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-DASHED, DOTTED = "6,4", "2,3"
+SOLID, DASHED, DOTTED, NO_LINE = "-", "--", ":", "none"  # matplotlib line styles
+STYLE = {
+    "svg.hashsalt": "mgit-benchmarks",  # fixed ids: the same numbers give the same file
+    "svg.fonttype": "none",  # text stays text (searchable, smaller)
+    "font.family": "DejaVu Sans",  # ships with matplotlib: the same glyph metrics everywhere
+    "font.size": 10,
+}
+METADATA = {".svg": {"Date": None}, ".png": {"Software": None}}  # nothing that changes between runs
 
 
 @dataclass(frozen=True)
 class Series:
-    """A line through ``points`` (x, y), drawn in x order."""
+    """A line through ``points`` (x, y), drawn in x order; an empty ``label`` keeps it out of the legend."""
 
     label: str
     points: Sequence[tuple[float, float]]
     color: str
-    dash: str = ""  # an SVG stroke-dasharray; "" is solid
-    marker: str = "circle"  # "circle", "square" or "" (none)
+    dash: str = SOLID  # a matplotlib line style; NO_LINE: markers only
+    marker: str = "o"  # a matplotlib marker ("o", "s", "x", "*"); "" for none
+    marker_size: float = 6.0
 
 
 @dataclass(frozen=True)
 class HLine:
-    """A horizontal reference line across the plot (e.g. a tool whose cost does not depend on x)."""
+    """A horizontal reference line across the panel (e.g. a tool whose cost does not depend on x)."""
 
     label: str
     y: float
@@ -39,17 +52,24 @@ class HLine:
     dash: str = DOTTED
 
 
-def nice_step(span: float, ticks: int = 5) -> float:
-    """A tick step of 1, 2 or 5 × 10^n giving about ``ticks`` intervals over ``span``."""
-    if span <= 0:
-        return 1.0
-    raw = span / ticks
-    power = 10 ** math.floor(math.log10(raw))
-    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+@dataclass(frozen=True)
+class Panel:
+    """One chart: its lines, axes and legend. x spans the ticks given (log scale with ``log_x``);
+    y starts at 0 unless ``log_y``. ``legend`` replaces the lines' own labels with these entries
+    (e.g. one per colour and one per line style); ``legend_outside`` puts it right of the panel."""
 
-
-def fmt_tick(v: float) -> str:
-    return f"{v:.0f}" if v == int(v) else f"{v:g}"
+    series: Sequence[Series]
+    x_ticks: Sequence[tuple[float, str]]
+    hlines: Sequence[HLine] = ()
+    title: str = ""
+    x_label: str = ""
+    y_label: str = ""
+    log_x: bool = False
+    log_y: bool = False
+    legend: Sequence[Series | HLine] | None = None
+    legend_outside: bool = False
+    legend_cols: int = 1
+    title_size: float = 10
 
 
 def line_chart(
@@ -61,83 +81,69 @@ def line_chart(
     y_label: str,
     x_ticks: Sequence[tuple[float, str]],
     log_x: bool = False,
-    width: int = 800,
-    height: int = 440,
-) -> str:
-    """The chart as SVG text. x spans the ticks given (log scale with ``log_x``); y spans 0 to the
-    largest value, with ticks of 1, 2 or 5 × 10^n."""
-    if not x_ticks:
-        raise ValueError("a chart needs x ticks")
-    left, right, top, bottom = 64, 280, 40, 56  # the legend sits in the right margin
-    pw, ph = width - left - right, height - top - bottom
-    fx = math.log10 if log_x else float
-    xs = [fx(x) for x, _ in x_ticks] + [fx(x) for s in series for x, _ in s.points]
-    x0, x1 = min(xs), max(xs)
-    if x1 == x0:
-        x0, x1 = x0 - 1, x1 + 1
-    pad = (x1 - x0) * 0.05  # points at the ends stay off the frame
-    x0, x1 = x0 - pad, x1 + pad
-    ymax = max([y for s in series for _, y in s.points] + [h.y for h in hlines] + [0.0])
-    step = nice_step(ymax or 1.0)
-    ytop = step * math.ceil((ymax or 1.0) * 1.05 / step)
-
-    def px(x: float) -> float:
-        return left + (fx(x) - x0) / (x1 - x0) * pw
-
-    def py(y: float) -> float:
-        return top + ph - y / ytop * ph
-
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{left + pw / 2:.1f}" y="22" text-anchor="middle" font-size="14">{escape(title)}</text>',
-    ]
-    ticks_y = [i * step for i in range(int(round(ytop / step)) + 1)]
-    for y in ticks_y:
-        out.append(f'<line x1="{left}" y1="{py(y):.1f}" x2="{left + pw}" y2="{py(y):.1f}" stroke="#e5e5e5"/>')
-        out.append(f'<text x="{left - 6}" y="{py(y) + 4:.1f}" text-anchor="end">{fmt_tick(y)}</text>')
-    for x, label in x_ticks:
-        out.append(f'<line x1="{px(x):.1f}" y1="{top}" x2="{px(x):.1f}" y2="{top + ph}" stroke="#e5e5e5"/>')
-        out.append(f'<text x="{px(x):.1f}" y="{top + ph + 16}" text-anchor="middle">{escape(label)}</text>')
-    out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>')
-    out.append(f'<text x="{left + pw / 2:.1f}" y="{height - 14}" text-anchor="middle">{escape(x_label)}</text>')
-    out.append(
-        f'<text x="16" y="{top + ph / 2:.1f}" text-anchor="middle" '
-        f'transform="rotate(-90 16 {top + ph / 2:.1f})">{escape(y_label)}</text>'
-    )
-    legend: list[tuple[str, str, str, str]] = []
-    for h in hlines:
-        out.append(
-            f'<line x1="{left}" y1="{py(h.y):.1f}" x2="{left + pw}" y2="{py(h.y):.1f}" stroke="{h.color}" '
-            f'stroke-width="1.5" stroke-dasharray="{h.dash}"/>'
-        )
-        legend.append((h.label, h.color, h.dash, ""))
-    for s in series:
-        pts = sorted(s.points)
-        dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
-        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-        out.append(f'<polyline points="{path}" fill="none" stroke="{s.color}" stroke-width="2"{dash}/>')
-        out += [marker(s.marker, px(x), py(y), s.color) for x, y in pts if s.marker]
-        legend.append((s.label, s.color, s.dash, s.marker))
-    lx = left + pw + 16
-    for i, (label, color, dash, mark) in enumerate(legend):
-        y = top + 8 + 18 * i
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(f'<line x1="{lx}" y1="{y}" x2="{lx + 28}" y2="{y}" stroke="{color}" stroke-width="2"{dash_attr}/>')
-        if mark:
-            out.append(marker(mark, lx + 14, y, color))
-        out.append(f'<text x="{lx + 36}" y="{y + 4}">{escape(label)}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+) -> Figure:
+    """One panel, its legend at the right: the figure bench_scale and bench_quality draw."""
+    panel = Panel(series, x_ticks, hlines, title, x_label, y_label, log_x, legend_outside=True, title_size=12)
+    return figure([panel], size=(10.0, 4.6))
 
 
-def marker(kind: str, x: float, y: float, color: str) -> str:
-    if kind == "square":
-        return f'<rect x="{x - 3.5:.1f}" y="{y - 3.5:.1f}" width="7" height="7" fill={quoteattr(color)}/>'
-    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill={quoteattr(color)}/>'
+def figure(panels: Sequence[Panel], *, title: str = "", size: tuple[float, float] = (8.0, 4.4)) -> Figure:
+    """The panels side by side in one figure, under ``title``."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=size)
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]
+        for ax, panel in zip(axes, panels, strict=True):
+            draw(ax, panel)
+        if title:
+            fig.suptitle(title, fontsize=11)
+        fig.tight_layout()
+    return fig
 
 
-def write_svg(path: Path, svg: str) -> None:
+def draw(ax: Any, p: Panel) -> None:
+    """One panel's lines, axes and legend on the matplotlib axes ``ax``."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+
+    for h in p.hlines:
+        ax.axhline(h.y, ls=h.dash, color=h.color, lw=1.5, label=h.label or "_nolegend_")
+    for s in p.series:
+        xs, ys = zip(*sorted(s.points), strict=True) if s.points else ((), ())
+        style = {"ls": s.dash, "marker": s.marker or "", "markersize": s.marker_size, "color": s.color}
+        ax.plot(xs, ys, lw=2, label=s.label or "_nolegend_", **style)
+    if p.log_x:
+        ax.set_xscale("log")
+    if p.log_y:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.xaxis.set_major_locator(FixedLocator([x for x, _ in p.x_ticks]))
+    ax.xaxis.set_major_formatter(FixedFormatter([label for _, label in p.x_ticks]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel(p.x_label)
+    ax.set_ylabel(p.y_label)
+    ax.set_title(p.title, fontsize=p.title_size)
+    ax.grid(True, which="both", alpha=0.3)
+    handles = None if p.legend is None else [legend_entry(e) for e in p.legend]
+    where = {"loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "borderaxespad": 0.0} if p.legend_outside else {}
+    ax.legend(handles=handles, fontsize=8, ncols=p.legend_cols, **where)
+
+
+def legend_entry(e: Series | HLine) -> Any:
+    """A legend's line for ``e``, drawn nowhere."""
+    from matplotlib.lines import Line2D
+
+    if isinstance(e, HLine):
+        return Line2D([], [], color=e.color, ls=e.dash, label=e.label)
+    return Line2D([], [], color=e.color, ls=e.dash, marker=e.marker or "", markersize=e.marker_size, label=e.label)
+
+
+def save(fig: Figure, path: Path, dpi: int = 110) -> None:
+    """Write the figure as SVG or PNG (by ``path``'s suffix), the same bytes for the same numbers."""
+    import matplotlib
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(svg)
+    with matplotlib.rc_context(STYLE):
+        fig.savefig(path, dpi=dpi, bbox_inches="tight", metadata=METADATA.get(path.suffix, {}))

@@ -118,8 +118,28 @@ def relative(text: str) -> str:
     return text.replace(f"{REPO_ROOT}/", "")
 
 
-def fmt_gb(n: int | None) -> str:
-    return "" if n is None else f"{n / GB:.3f}"
+def fmt_gb(n: int | None, missing: str = "") -> str:
+    return missing if n is None else f"{n / GB:.3f}"
+
+
+def fmt_mb(n: float | None, missing: str = "n/a") -> str:
+    """Bytes as MB with thousands separators and one decimal ("1,234.5"); ``missing`` for None."""
+    return missing if n is None else f"{n / MB:,.1f}"
+
+
+def fmt_times(times: Sequence[float], digits: int = 1) -> str:
+    """Every run's seconds: "12.3 / 11.9"."""
+    return " / ".join(f"{t:.{digits}f}" for t in times)
+
+
+def ratio(n: float | None, d: float | None, digits: int = 2, missing: str = "") -> str:
+    """``n / d`` as a table cell to ``digits`` decimals; ``missing`` when either is None or ``d`` is 0."""
+    return missing if n is None or not d else f"{n / d:.{digits}f}"
+
+
+def yes_no(ok: bool) -> str:
+    """``yes``, or a bold ``NO`` (a failed check a reader must not miss)."""
+    return "yes" if ok else "**NO**"
 
 
 def fmt_rss(p: Proc) -> str:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.cells import mb, ratio
-from harness.report import table
+from harness.report import fmt_mb, ratio, table
 from harness.stores import Cost, encodings_cell
 from harness.variants import Version
 from harness.zipnn import Zipped
+
+NA = "n/a"  # a ratio that cannot be computed
 
 
 @dataclass
@@ -38,21 +39,34 @@ def stored_table(o: VersionCosts) -> str:
     rows = []
     for v in o.versions:
         m = o.costs["mgit"][v.name]
-        cells = [v.name, mb(v.raw), mb(v.changed if v.parent else v.raw), mb(m.grown), ratio(m.grown, v.raw)]
-        cells.append(mb(m.new_chunks))
+        cells = [
+            v.name,
+            fmt_mb(v.raw),
+            fmt_mb(v.changed if v.parent else v.raw),
+            fmt_mb(m.grown),
+            ratio(m.grown, v.raw, 3, NA),
+        ]
+        cells.append(fmt_mb(m.new_chunks))
         for t in tools[1:]:
-            cells += [mb(o.costs[t][v.name].grown), ratio(o.costs[t][v.name].grown, v.raw)]
+            cells += [fmt_mb(o.costs[t][v.name].grown), ratio(o.costs[t][v.name].grown, v.raw, 3, NA)]
         if o.zipped:
             z = o.zipped[v.name]
-            cells += [mb(z.all_files), ratio(z.all_files, v.raw), mb(z.changed_files)]
+            cells += [fmt_mb(z.all_files), ratio(z.all_files, v.raw, 3, NA), fmt_mb(z.changed_files)]
         rows.append(cells)
     raw = sum(v.raw for v in o.versions)
-    cells = [f"**all {len(o.versions)}**", mb(raw), "", mb(o.totals["mgit"]), ratio(o.totals["mgit"], raw), ""]
+    cells = [
+        f"**all {len(o.versions)}**",
+        fmt_mb(raw),
+        "",
+        fmt_mb(o.totals["mgit"]),
+        ratio(o.totals["mgit"], raw, 3, NA),
+        "",
+    ]
     for t in tools[1:]:
-        cells += [mb(o.totals[t]), ratio(o.totals[t], raw)]
+        cells += [fmt_mb(o.totals[t]), ratio(o.totals[t], raw, 3, NA)]
     if o.zipped:
         z_all = sum(z.all_files for z in o.zipped.values())
-        cells += [mb(z_all), ratio(z_all, raw), mb(sum(z.changed_files for z in o.zipped.values()))]
+        cells += [fmt_mb(z_all), ratio(z_all, raw, 3, NA), fmt_mb(sum(z.changed_files for z in o.zipped.values()))]
     rows.append(cells)
     return table(head, "l" + "r" * (len(head) - 1), rows)
 
@@ -90,12 +104,12 @@ def partial_table(o: VersionCosts) -> str:
                 r.version.name,
                 f"{c.get('changed_tensors', 0)} / {c.get('tensors', 0)}",
                 f"{share:.1%}",
-                mb(r.version.changed),
-                mb(round(r.ref_a)),
-                mb(round(r.ref_b)),
-                mb(r.cost.grown),
-                ratio(r.cost.grown, r.ref_a, 2),
-                ratio(r.cost.grown, r.ref_b, 2),
+                fmt_mb(r.version.changed),
+                fmt_mb(round(r.ref_a)),
+                fmt_mb(round(r.ref_b)),
+                fmt_mb(r.cost.grown),
+                ratio(r.cost.grown, r.ref_a, 2, NA),
+                ratio(r.cost.grown, r.ref_b, 2, NA),
                 encodings_cell(r.cost.encodings),
             ]
         )
