@@ -183,34 +183,61 @@ def equal_cell(m: Merged[Run]) -> str:
 
 
 def results_table(results: list[Merged[Run]]) -> str:
-    header = ["K", "run", "budget", "expert bytes read (GB)", "total bytes read (GB)", "wall time (s)",
-              "speedup over mergekit (×)", "peak RSS (MB)", "relative error", "bit-equal to exact",
-              "other load"]  # fmt: skip
+    header = [
+        "K",
+        "run",
+        "budget",
+        "expert bytes read (GB)",
+        "total bytes read (GB)",
+        "wall time (s)",
+        "speedup over mergekit (×)",
+        "peak RSS (MB)",
+        "relative error",
+        "bit-equal to exact",
+        "other load",
+    ]
     rows = []
     for m in results:
         mk = find(results, Run(m.run.k, "mergekit"))
-        rows.append([
-            str(m.run.k),
-            m.run.label,
-            m.run.budget_cell,
-            f"{m.expert_read / GB:.3f}",
-            f"{m.read / GB:.3f}",
-            fmt_times(m.times),
-            f"{mk.proc.seconds / m.proc.seconds:.2f}" if mk and m.run.tool == "mgit" else "",
-            fmt_rss(m.proc),
-            fmt_err(m.rel_error),
-            equal_cell(m),
-            f"{m.proc.load_share:.0%}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(m.run.k),
+                m.run.label,
+                m.run.budget_cell,
+                f"{m.expert_read / GB:.3f}",
+                f"{m.read / GB:.3f}",
+                fmt_times(m.times),
+                f"{mk.proc.seconds / m.proc.seconds:.2f}" if mk and m.run.tool == "mgit" else "",
+                fmt_rss(m.proc),
+                fmt_err(m.rel_error),
+                equal_cell(m),
+                f"{m.proc.load_share:.0%}",
+            ]
+        )
     return table(header, "rlrrrrrrrlr", rows)
 
 
 def plans_table(results: list[Merged[Run]], denominators: dict[int, float]) -> str:
     """What each budgeted plan promised (its record's `budget`) beside what the run read and missed."""
-    header = ["K", "select", "budget", "limit (GB)", "planned (GB)", "read (GB)", "within limit",
-              "chunks read / candidates", "captured share", "most possible", "√(1 − captured)", "relative error",
-              "error bound (relative)", "≤ bound", "rounding allowance (relative)", "≤ bound + allowance",
-              "analyze step (pairs / GB)"]  # fmt: skip
+    header = [
+        "K",
+        "select",
+        "budget",
+        "limit (GB)",
+        "planned (GB)",
+        "read (GB)",
+        "within limit",
+        "chunks read / candidates",
+        "captured share",
+        "most possible",
+        "√(1 − captured)",
+        "relative error",
+        "error bound (relative)",
+        "≤ bound",
+        "rounding allowance (relative)",
+        "≤ bound + allowance",
+        "analyze step (pairs / GB)",
+    ]
     rows = []
 
     def within(err: float | None, limit: float | None) -> str:
@@ -226,25 +253,27 @@ def plans_table(results: list[Merged[Run]], denominators: dict[int, float]) -> s
         bound, allowance = b.get("error_bound"), b.get("rounding_allowance")
         analyze = b.get("analyze") or {}
         err = None if m.rel_error is None else m.rel_error * denom  # ‖M − M_full‖
-        rows.append([
-            str(m.run.k),
-            str(b.get("select", m.run.select)),
-            m.run.budget_cell,
-            f"{b['limit_bytes'] / GB:.3f}",
-            f"{b['expert_bytes_planned'] / GB:.3f}",
-            f"{m.expert_read / GB:.3f}",
-            "yes" if m.expert_read <= b["limit_bytes"] else "**no**",
-            f"{b['chunks_chosen']} / {b['chunks_candidate']}",
-            f"{b['captured_share']:.3f}",
-            f"{b['captured_share_max']:.3f}" if "captured_share_max" in b else "n/a",
-            fmt_err(math.sqrt(max(0.0, 1 - b["captured_share"]))),
-            fmt_err(m.rel_error),
-            "n/a" if bound is None else fmt_err(bound / denom),
-            within(err, bound),
-            "n/a" if allowance is None else fmt_err(allowance / denom),
-            within(err, None if bound is None else bound + (allowance or 0.0)),
-            f"{analyze.get('pairs', 0)} / {analyze.get('bytes_read', 0) / GB:.3f}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(m.run.k),
+                str(b.get("select", m.run.select)),
+                m.run.budget_cell,
+                f"{b['limit_bytes'] / GB:.3f}",
+                f"{b['expert_bytes_planned'] / GB:.3f}",
+                f"{m.expert_read / GB:.3f}",
+                "yes" if m.expert_read <= b["limit_bytes"] else "**no**",
+                f"{b['chunks_chosen']} / {b['chunks_candidate']}",
+                f"{b['captured_share']:.3f}",
+                f"{b['captured_share_max']:.3f}" if "captured_share_max" in b else "n/a",
+                fmt_err(math.sqrt(max(0.0, 1 - b["captured_share"]))),
+                fmt_err(m.rel_error),
+                "n/a" if bound is None else fmt_err(bound / denom),
+                within(err, bound),
+                "n/a" if allowance is None else fmt_err(allowance / denom),
+                within(err, None if bound is None else bound + (allowance or 0.0)),
+                f"{analyze.get('pairs', 0)} / {analyze.get('bytes_read', 0) / GB:.3f}",
+            ]
+        )
     return table(header, "rlrrrrlrrrrrrlrlr", rows)
 
 
@@ -485,8 +514,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def check_mgit(mgit: list[str], where: str) -> None:
         if budgets and not merges.merge_takes(mgit, "--budget-select"):
-            raise SystemExit(f"the mgit under test ({where}) has no `merge --budget-select`; pass --budgets '' "
-                             "to run only the exact merges, or another --mgit-rev")  # fmt: skip
+            raise SystemExit(
+                f"the mgit under test ({where}) has no `merge --budget-select`; pass --budgets '' "
+                "to run only the exact merges, or another --mgit-rev"
+            )
 
     s = merges.prepare(args, workdir, size_gb, max(ks), check_mgit)
     results: list[Merged[Run]] = []

@@ -157,47 +157,70 @@ def bench_case(s: Setup, case: Case) -> Outcome:
 
 
 def results_table(outcomes: list[Outcome]) -> str:
-    header = ["method", "K", "mergekit time (s)", "mgit time (s)", "speedup (×)", "mergekit peak RSS (MB)",
-              "mgit peak RSS (MB)", "RSS mgit / mergekit", "mergekit reads (GB)", "mgit reads (GB)", "outputs equal",
-              "other load (mergekit / mgit)"]  # fmt: skip
+    header = [
+        "method",
+        "K",
+        "mergekit time (s)",
+        "mgit time (s)",
+        "speedup (×)",
+        "mergekit peak RSS (MB)",
+        "mgit peak RSS (MB)",
+        "RSS mgit / mergekit",
+        "mergekit reads (GB)",
+        "mgit reads (GB)",
+        "outputs equal",
+        "other load (mergekit / mgit)",
+    ]
     rows = []
     for o in outcomes:
         ratio = o.anon_ratio
-        rows.append([
-            o.case.method,
-            str(o.case.k),
-            fmt_times(o.mergekit.times),
-            fmt_times(o.mgit.times),
-            f"{o.speedup:.2f}",
-            fmt_rss(o.mergekit.proc),
-            fmt_rss(o.mgit.proc),
-            f"{o.rss_ratio:.2f}" + (f" ({ratio:.2f})" if ratio else ""),
-            f"{o.mergekit.read / GB:.3f}",
-            f"{o.mgit.read / GB:.3f}",
-            same_cell(o.same, max_abs=True),
-            f"{o.mergekit.proc.load_share:.0%} / {o.mgit.proc.load_share:.0%}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                o.case.method,
+                str(o.case.k),
+                fmt_times(o.mergekit.times),
+                fmt_times(o.mgit.times),
+                f"{o.speedup:.2f}",
+                fmt_rss(o.mergekit.proc),
+                fmt_rss(o.mgit.proc),
+                f"{o.rss_ratio:.2f}" + (f" ({ratio:.2f})" if ratio else ""),
+                f"{o.mergekit.read / GB:.3f}",
+                f"{o.mgit.read / GB:.3f}",
+                same_cell(o.same, max_abs=True),
+                f"{o.mergekit.proc.load_share:.0%} / {o.mgit.proc.load_share:.0%}",
+            ]
+        )
     return table(header, "lrrrrrrrrrll", rows)
 
 
 def reads_table(outcomes: list[Outcome]) -> str:
-    header = ["method", "K", "mgit: base chunks (GB)", "mgit: expert chunks (GB)", "expert chunks read",
-              "of which deltas", "their own stored bytes (GB)", "expert bytes planned (GB)",
-              "mergekit: base + K experts (GB)"]  # fmt: skip
+    header = [
+        "method",
+        "K",
+        "mgit: base chunks (GB)",
+        "mgit: expert chunks (GB)",
+        "expert chunks read",
+        "of which deltas",
+        "their own stored bytes (GB)",
+        "expert bytes planned (GB)",
+        "mergekit: base + K experts (GB)",
+    ]
     rows = []
     for o in outcomes:
         b = o.mgit.record["bytes"]
-        rows.append([
-            o.case.method,
-            str(o.case.k),
-            f"{b['base_measured'] / GB:.3f}",
-            f"{b['experts_measured'] / GB:.3f}",
-            str(b["expert_chunks_measured"]),
-            str(o.expert_delta_chunks),
-            f"{o.expert_own_bytes / GB:.3f}",
-            f"{b['experts_estimated'] / GB:.3f}",
-            f"{o.mergekit.read / GB:.3f}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                o.case.method,
+                str(o.case.k),
+                f"{b['base_measured'] / GB:.3f}",
+                f"{b['experts_measured'] / GB:.3f}",
+                str(b["expert_chunks_measured"]),
+                str(o.expert_delta_chunks),
+                f"{o.expert_own_bytes / GB:.3f}",
+                f"{b['experts_estimated'] / GB:.3f}",
+                f"{o.mergekit.read / GB:.3f}",
+            ]
+        )
     return table(header, "lrrrrrrrr", rows)
 
 

@@ -1,6 +1,6 @@
 """Profile benchmark: where the time of `mgit merge` and `mgit add` goes, for two mgit revisions.
 
-Why: issue 14 asks for the time of an exact merge (and of ingest) split into decode, verify, math,
+Why: to know where the time of an exact merge (and of ingest) goes — decode, verify, math,
 encode, hash, statistics, write, start-up and the rest, before and after a change, with the share of
 the two cores used. py-spy samples every thread of the measured process from outside
 (harness/profile.py sorts the samples); this script runs, for each revision:
@@ -55,9 +55,14 @@ class Profiled:
 def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
     p = cli.parser(__doc__ or "")
     cli.add_common(
-        p, workdir="bench-work/profile", size_gb=SIZE_GB, quick=f"a {QUICK_SIZE_GB} GB model and K = 2",
-        other_wait=1800, keep="keep the run's repositories", mgit_rev=False,
-    )  # fmt: skip
+        p,
+        workdir="bench-work/profile",
+        size_gb=SIZE_GB,
+        quick=f"a {QUICK_SIZE_GB} GB model and K = 2",
+        other_wait=1800,
+        keep="keep the run's repositories",
+        mgit_rev=False,
+    )
     p.add_argument("--revs", required=True, help="the two mgit revisions to compare, BEFORE,AFTER (commits)")
     p.add_argument("--k", type=int, default=K, help=f"experts merged (default {K})")
     cli.add_mergekit_venv(p)

@@ -142,9 +142,18 @@ def run_merges(repos: dict[str, Any], names: list[str], merges: list[Merge]) -> 
         fairness = "per-expert" if m.select.endswith("per-expert") or m.select == "dare" else "global"
         select = "uniform" if m.select == "uniform" else "importance"
         repo = repo_of(repos, m)
-        sha = repo.merge([f"task-{n}" for n in names], m.method, base="main", branch=m.branch, checkout=False,
-                         budget=budget, budget_select=select, budget_fairness=fairness,
-                         budget_sketches=m.select.startswith("sketch") or m.select == "dare", **params)  # fmt: skip
+        sha = repo.merge(
+            [f"task-{n}" for n in names],
+            m.method,
+            base="main",
+            branch=m.branch,
+            checkout=False,
+            budget=budget,
+            budget_select=select,
+            budget_fairness=fairness,
+            budget_sketches=m.select.startswith("sketch") or m.select == "dare",
+            **params,
+        )
         read[m] = int(repo.merge_record(sha)["bytes"]["experts_measured"])
     return read
 
@@ -257,8 +266,15 @@ def plot(scored: list[Scored], base: Scored, budgets: Sequence[int]) -> Figure:
             colour = PALETTE[j if j < 5 else j + 3]  # 5–7 are the reference lines'
             series.append(Series(f"{method}, {select}", pts, colour, (DASHED, DOTTED)[k] if k < 2 else SOLID))
     ticks = [(float(b), f"{b}%") for b in (5, 10, 25, 50, 100)]
-    return line_chart(series, refs, title="Average test accuracy against the budget", x_ticks=ticks, log_x=True,
-                      x_label="budget (share of the expert bytes, log scale)", y_label="accuracy (%)")  # fmt: skip
+    return line_chart(
+        series,
+        refs,
+        title="Average test accuracy against the budget",
+        x_ticks=ticks,
+        log_x=True,
+        x_label="budget (share of the expert bytes, log scale)",
+        y_label="accuracy (%)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -312,14 +328,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         repo.close()
     versions = {"mgit": _version(), "torch": torch.__version__, "transformers": _package("transformers")}
     base_mb = (base_dir() / "model.safetensors").stat().st_size / MB
-    ctx = {"command": cli.command_line(argv, __file__), "workdir": workdir, "versions": versions,
-           "took": took(time.perf_counter() - started, 0), "steps": steps, "train": train, "test": test,
-           "base_mb": base_mb, "timings": timings, "dare_timings": dare_timings}  # fmt: skip
+    ctx = {
+        "command": cli.command_line(argv, __file__),
+        "workdir": workdir,
+        "versions": versions,
+        "took": took(time.perf_counter() - started, 0),
+        "steps": steps,
+        "train": train,
+        "test": test,
+        "base_mb": base_mb,
+        "timings": timings,
+        "dare_timings": dare_timings,
+    }
     publish(relative(report(scored, names, ctx)), SECTION_TITLE, args.write_docs)
     save(plot(scored, base, budgets), SVG if args.write_docs else workdir / SVG.name)
-    print(json.dumps({"schema": "mgit.bench_quality/1", "results": [
-        {"label": s.label, "accuracy": s.accuracy, "average": s.average, "expert_bytes": s.expert_bytes}
-        for s in scored]}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "schema": "mgit.bench_quality/1",
+                "results": [
+                    {"label": s.label, "accuracy": s.accuracy, "average": s.average, "expert_bytes": s.expert_bytes}
+                    for s in scored
+                ],
+            }
+        )
+    )
     full = [s for s in scored if s.merge is not None and s.merge.budget is None]
     return 0 if all(s.average > base.average for s in full) else 1
 

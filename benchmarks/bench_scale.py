@@ -134,8 +134,12 @@ def parse_args(argv: Sequence[str] | None = None) -> cli.argparse.Namespace:
     )
     parts, methods = cli.names_list(PARTS, "part"), cli.names_list(tuple(METHODS), "method")
     p.add_argument("--parts", type=parts, default=PARTS, help="what to run, of: store, merge (default both)")
-    p.add_argument("--methods", type=methods, default=tuple(METHODS), help="merge methods, of: "
-                   + ", ".join(METHODS) + f" (default both; budgets apply to {BUDGET_METHOD})")  # fmt: skip
+    p.add_argument(
+        "--methods",
+        type=methods,
+        default=tuple(METHODS),
+        help="merge methods, of: " + ", ".join(METHODS) + f" (default both; budgets apply to {BUDGET_METHOD})",
+    )
     p.add_argument("--no-mergekit", action="store_true", help="skip mergekit (and its installation)")
     p.add_argument("--no-dvc", action="store_true", help="skip the DVC baseline (and its installation)")
     p.add_argument("--warm", action="store_true", help="leave the page cache as it is (default: drop it, when root)")
@@ -189,19 +193,40 @@ STORE_STEPS = ("base", "dense fine-tune")
 def contenders(tools: Tools) -> list[Contender]:
     mgit = [*tools.mgit, "-q"]
     out = [
-        Contender("mgit", [[*mgit, "init"]], [[*mgit, "add", MODEL_DIR], [*mgit, "commit", "-m", "v"]],
-                  "add + commit", ".mgit", [*mgit, "checkout", "--force", "main"], "checkout --force main"),
-    ]  # fmt: skip
+        Contender(
+            "mgit",
+            [[*mgit, "init"]],
+            [[*mgit, "add", MODEL_DIR], [*mgit, "commit", "-m", "v"]],
+            "add + commit",
+            ".mgit",
+            [*mgit, "checkout", "--force", "main"],
+            "checkout --force main",
+        ),
+    ]
     if tools.git_lfs:
-        out.append(Contender(
-            "git + git-lfs",
-            [["git", "init", "-q"], ["git", "lfs", "install", "--local"], ["git", "lfs", "track", "*.safetensors"]],
-            [["git", "add", "-A"], ["git", "commit", "-q", "-m", "v"]],
-            "add + commit", ".git", ["git", "checkout", "--", MODEL_DIR], "checkout -- model",
-        ))  # fmt: skip
+        out.append(
+            Contender(
+                "git + git-lfs",
+                [["git", "init", "-q"], ["git", "lfs", "install", "--local"], ["git", "lfs", "track", "*.safetensors"]],
+                [["git", "add", "-A"], ["git", "commit", "-q", "-m", "v"]],
+                "add + commit",
+                ".git",
+                ["git", "checkout", "--", MODEL_DIR],
+                "checkout -- model",
+            )
+        )
     if tools.dvc:
-        out.append(Contender("dvc", [[tools.dvc, "init", "--no-scm", "-q"]], [[tools.dvc, "add", "-q", MODEL_DIR]],
-                             "add", ".dvc/cache", [tools.dvc, "checkout", "-q"], "checkout"))  # fmt: skip
+        out.append(
+            Contender(
+                "dvc",
+                [[tools.dvc, "init", "--no-scm", "-q"]],
+                [[tools.dvc, "add", "-q", MODEL_DIR]],
+                "add",
+                ".dvc/cache",
+                [tools.dvc, "checkout", "-q"],
+                "checkout",
+            )
+        )
     return out
 
 
@@ -407,31 +432,45 @@ def chunks_cell(record: dict[str, Any]) -> str:
 
 
 def merges_table(results: Sequence[Merged[MergeRun]]) -> str:
-    header = ["K", "method", "run", "wall time (s)", "× faster than mergekit", "time / mgit exact",
-              "peak RSS (MB)", "read from disk (GB)", "written to disk (GB)", "disk read / mergekit's",
-              "bytes the tool reads (GB)", "output chunks computed / carried", "equal to mergekit",
-              "other load"]  # fmt: skip
+    header = [
+        "K",
+        "method",
+        "run",
+        "wall time (s)",
+        "× faster than mergekit",
+        "time / mgit exact",
+        "peak RSS (MB)",
+        "read from disk (GB)",
+        "written to disk (GB)",
+        "disk read / mergekit's",
+        "bytes the tool reads (GB)",
+        "output chunks computed / carried",
+        "equal to mergekit",
+        "other load",
+    ]
     rows = []
     for m in results:
         r = m.run
         mk = find(results, MergeRun(r.k, r.method, "mergekit"))
         exact = find(results, MergeRun(r.k, r.method, "mgit", None, r.checkout))
-        rows.append([
-            r.k,
-            r.method,
-            r.label,
-            " / ".join(f"{t:.1f}" for t in m.times),
-            ratio(mk.proc.seconds, m.proc.seconds) if mk and m is not mk else "",
-            ratio(m.proc.seconds, exact.proc.seconds) if exact and r.budget is not None else "",
-            fmt_rss(m.proc),
-            fmt_gb(m.proc.disk_read, "?"),
-            fmt_gb(m.proc.disk_written, "?"),
-            ratio(m.proc.disk_read, mk.proc.disk_read, 3) if mk and m is not mk else "",
-            fmt_gb(m.read, "?"),
-            chunks_cell(m.record),
-            same_cell(m.same),
-            f"{m.proc.load_share:.0%}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                r.k,
+                r.method,
+                r.label,
+                " / ".join(f"{t:.1f}" for t in m.times),
+                ratio(mk.proc.seconds, m.proc.seconds) if mk and m is not mk else "",
+                ratio(m.proc.seconds, exact.proc.seconds) if exact and r.budget is not None else "",
+                fmt_rss(m.proc),
+                fmt_gb(m.proc.disk_read, "?"),
+                fmt_gb(m.proc.disk_written, "?"),
+                ratio(m.proc.disk_read, mk.proc.disk_read, 3) if mk and m is not mk else "",
+                fmt_gb(m.read, "?"),
+                chunks_cell(m.record),
+                same_cell(m.same),
+                f"{m.proc.load_share:.0%}",
+            ]
+        )
     return table(header, "rllrrrrrrrrrlr", rows)
 
 
@@ -441,30 +480,46 @@ def step_kind(r: Result) -> str:
 
 
 def store_table(results: Sequence[Result], raw: int) -> str:
-    header = ["tool", "step", "wall time (s)", "MB/s", "× faster than git-lfs", "time / cp -r", "peak RSS (MB)",
-              "read from disk (GB)", "written to disk (GB)", "store (GB)", "byte-identical", "other load",
-              "all runs (s)"]  # fmt: skip
+    header = [
+        "tool",
+        "step",
+        "wall time (s)",
+        "MB/s",
+        "× faster than git-lfs",
+        "time / cp -r",
+        "peak RSS (MB)",
+        "read from disk (GB)",
+        "written to disk (GB)",
+        "store (GB)",
+        "byte-identical",
+        "other load",
+        "all runs (s)",
+    ]
     rows = []
     lfs = {step_kind(r): r for r in results if r.tool == "git + git-lfs"}
     cp = next((r for r in results if r.tool == "cp -r"), None)
     for r in results:
         p = r.best
         same_step = lfs.get(step_kind(r))
-        rows.append([
-            r.tool,
-            r.step,
-            f"{p.seconds:.2f}",
-            f"{raw / MB / p.seconds:.0f}" if p.seconds > 0 else "",
-            ratio(same_step.best.seconds, p.seconds) if same_step and r.tool not in ("git + git-lfs", "cp -r") else "",
-            ratio(p.seconds, cp.best.seconds) if cp and r.store_bytes is None and r is not cp else "",
-            fmt_rss(p),
-            fmt_gb(p.disk_read, "?"),
-            fmt_gb(p.disk_written, "?"),
-            "" if r.store_bytes is None else f"{r.store_bytes / GB:.3f}",
-            "" if r.identical is None else ("yes" if r.identical else "**NO**"),
-            f"{p.load_share:.0%}",
-            " / ".join(f"{t:.2f}" for t in r.times),
-        ])  # fmt: skip
+        rows.append(
+            [
+                r.tool,
+                r.step,
+                f"{p.seconds:.2f}",
+                f"{raw / MB / p.seconds:.0f}" if p.seconds > 0 else "",
+                ratio(same_step.best.seconds, p.seconds)
+                if same_step and r.tool not in ("git + git-lfs", "cp -r")
+                else "",
+                ratio(p.seconds, cp.best.seconds) if cp and r.store_bytes is None and r is not cp else "",
+                fmt_rss(p),
+                fmt_gb(p.disk_read, "?"),
+                fmt_gb(p.disk_written, "?"),
+                "" if r.store_bytes is None else f"{r.store_bytes / GB:.3f}",
+                "" if r.identical is None else ("yes" if r.identical else "**NO**"),
+                f"{p.load_share:.0%}",
+                " / ".join(f"{t:.2f}" for t in r.times),
+            ]
+        )
     return table(header, "llrrrrrrrrlrl", rows)
 
 
@@ -545,8 +600,10 @@ def store_targets(stored: Sequence[Result]) -> list[Target]:
     found = []
     steps = {(r.tool, r.step): r.best.seconds for r in stored}
     for what in STORE_STEPS:
-        mg, lfs, dvc = (steps.get((t, f"{lbl}: {what}")) for t, lbl in
-                        (("mgit", "add + commit"), ("git + git-lfs", "add + commit"), ("dvc", "add")))  # fmt: skip
+        mg, lfs, dvc = (
+            steps.get((t, f"{lbl}: {what}"))
+            for t, lbl in (("mgit", "add + commit"), ("git + git-lfs", "add + commit"), ("dvc", "add"))
+        )
         v = lfs / mg if mg and lfs else None
         found.append(target(f"mgit add + commit, {what}: × faster than git + git-lfs", v, "≥ 2", at_least(2)))
         v = dvc / mg if mg and dvc else None
@@ -566,17 +623,29 @@ def plot(merged: Sequence[Merged[MergeRun]], ks: Sequence[int], budgets: Sequenc
     for i, k in enumerate(ks):
         color = PALETTE[i % len(PALETTE)]
         for checkout, dash, marker in ((True, SOLID, "o"), (False, DASHED, "s")):
-            pts = [(float(m.run.budget or exact_x), m.proc.seconds) for m in merged
-                   if m.run.k == k and m.run.method == BUDGET_METHOD and m.run.tool == "mgit"
-                   and m.run.checkout == checkout]  # fmt: skip
+            pts = [
+                (float(m.run.budget or exact_x), m.proc.seconds)
+                for m in merged
+                if m.run.k == k
+                and m.run.method == BUDGET_METHOD
+                and m.run.tool == "mgit"
+                and m.run.checkout == checkout
+            ]
             if pts:
                 label = f"K = {k}: mgit merge" + ("" if checkout else " --no-checkout")
                 series.append(Series(label, pts, color, dash, marker))
         if mk := find(merged, MergeRun(k, BUDGET_METHOD, "mergekit")):
             hlines.append(HLine(f"K = {k}: mergekit-yaml", mk.proc.seconds, color))
     ticks = [(float(b), f"{b}%") for b in sorted(budgets)] + [(exact_x, "exact")]
-    return line_chart(series, hlines, title=title, x_label="read budget (share of the exact merge's expert bytes)",
-                      y_label="wall time (s)", x_ticks=ticks, log_x=True)  # fmt: skip
+    return line_chart(
+        series,
+        hlines,
+        title=title,
+        x_label="read budget (share of the exact merge's expert bytes)",
+        y_label="wall time (s)",
+        x_ticks=ticks,
+        log_x=True,
+    )
 
 
 @dataclass
@@ -610,17 +679,23 @@ def how_measured(c: Context) -> str:
     return (
         "How it was measured: every step is a separate process timed by wall clock, after untimed waits until no "
         f"other benchmark of this repository runs and under {IDLE_BELOW:.0%} of the CPUs are busy, and an untimed "
-        "`sync`" + (", then the page cache dropped" if c.cold else "") + ". "
-        + (f"Each step ran {c.reps} times; the time columns show every run, the others the fastest. "
-           if c.reps > 1 else "Each step ran once. ")
+        "`sync`"
+        + (", then the page cache dropped" if c.cold else "")
+        + ". "
+        + (
+            f"Each step ran {c.reps} times; the time columns show every run, the others the fastest. "
+            if c.reps > 1
+            else "Each step ran once. "
+        )
         + "Peak RSS as the kernel reports it (`wait4`, the process and its children), in parentheses the sampled "
         "peak of its anonymous part. write_bytes counts pages dirtied for writing (also those deleted before "
         "writeback). Other load is the share of all CPUs that other processes used meanwhile."
-    )  # fmt: skip
+    )
 
 
-def section(title: str, c: Context, part: Part, inputs: str, body: list[str], targets: list[Target],
-            after: Sequence[str] = ()) -> str:  # fmt: skip
+def section(
+    title: str, c: Context, part: Part, inputs: str, body: list[str], targets: list[Target], after: Sequence[str] = ()
+) -> str:
     """One part's docs section: its header, ``inputs`` and the page cache, ``body``, its targets, ``after``,
     how it was measured and what it skipped."""
     lines = [*header_lines(title, c.command, c.workdir, part.versions, took(part.wall, part.waited))]
@@ -660,8 +735,9 @@ def merge_section(merged: Sequence[Merged[MergeRun]], c: Context, part: Part) ->
     runs = []
     if BUDGET_METHOD in c.methods:
         runs.append(f"{BUDGET_METHOD} exact and under `--budget B%` (of the expert bytes the exact merge reads)")
-    runs += [f"{m} ({', '.join(f'{k} {v:g}' for k, v in METHODS[m].items())}) exact" for m in c.methods
-             if m != BUDGET_METHOD]  # fmt: skip
+    runs += [
+        f"{m} ({', '.join(f'{k} {v:g}' for k, v in METHODS[m].items())}) exact" for m in c.methods if m != BUDGET_METHOD
+    ]
     body = [
         f"Merges of experts 1..K, weights 1/K, bf16: {', '.join(runs)}; mergekit reads the model directories, "
         "mgit has the base on `main` and expert N on branch `expert-N` of one repository, and each merge starts "
@@ -678,8 +754,18 @@ def merge_section(merged: Sequence[Merged[MergeRun]], c: Context, part: Part) ->
         "",
         *([f"![wall time against the budget]({c.image})", ""] if BUDGET_METHOD in c.methods else []),
     ]
-    commands = [f"Commands, e.g. at K = {kmax} (paths relative to the repository root):", "", "```",
-                *c.example_cmds, "```", ""] if c.example_cmds else []  # fmt: skip
+    commands = (
+        [
+            f"Commands, e.g. at K = {kmax} (paths relative to the repository root):",
+            "",
+            "```",
+            *c.example_cmds,
+            "```",
+            "",
+        ]
+        if c.example_cmds
+        else []
+    )
     return section(merge_title(c.methods), c, part, inputs, body, merge_targets(merged, c.ks), commands)
 
 

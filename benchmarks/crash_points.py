@@ -1,5 +1,5 @@
 """Crash points: SIGKILL mgit at every crash point of its writing commands, then check that
-the repository needs no manual repair (issue 12, items 16-17; after SQLite's crash tests).
+the repository needs no manual repair (after SQLite's crash tests).
 
 A crash point is every rename (os.replace / os.rename, dulwich's included), every fsync,
 every release of the repository lock, every range an opted-in patch copies into a working

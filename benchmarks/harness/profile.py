@@ -1,6 +1,6 @@
 """Where a command's time goes: py-spy samples every thread of the measured process, and each
 sample is put in one step (decode, verify, math, encode, hash, statistics, write, start-up, other
-Python), so a benchmark can print the table issue 14 asks for beside its timings.
+Python), so a benchmark can print where the time went beside its timings.
 
 Why py-spy: it samples native stacks of all threads from outside the process (cProfile sees one
 thread and slows the rest), and it installs from PyPI into the baselines' environment (never the
@@ -25,7 +25,7 @@ RATE = 100  # samples per second and thread
 STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("start-up (imports)", ("_find_and_load (", "_call_with_frames_removed (")),
     ("verify (BLAKE3 of decoded chunks)", ("decode_verified (",)),  # refined below: only its chunk_id
-    ("decode (zstd)", ("inflate (", "_inflate_into (", "_inflate_unsized (")),  # before and after issue 14
+    ("decode (zstd)", ("inflate (", "_inflate_into (", "_inflate_unsized (")),  # names old and new
     (
         "decode (un-group, undo delta)",
         # not encode's XOR or difference: those are under encode_delta / encode_diff

@@ -154,22 +154,35 @@ def plural(n: int, noun: str) -> str:
 
 def steps_table(results: list[Result], raw: int) -> str:
     """Timed steps of tools on one model of ``raw`` bytes: time, MB/s, store, RSS, load, runs."""
-    header = ["tool", "step", "wall time (s)", "MB/s", "store (GB)", "store / raw", "peak RSS (MB)", "other load",
-              "byte-identical", "all runs (s)", "fastest run by command (s)"]  # fmt: skip
+    header = [
+        "tool",
+        "step",
+        "wall time (s)",
+        "MB/s",
+        "store (GB)",
+        "store / raw",
+        "peak RSS (MB)",
+        "other load",
+        "byte-identical",
+        "all runs (s)",
+        "fastest run by command (s)",
+    ]
     rows = []
     for r in results:
         p = r.best
-        rows.append([
-            r.tool,
-            r.step,
-            f"{p.seconds:.2f}",
-            f"{raw / MB / p.seconds:.0f}" if p.seconds > 0 else "",
-            fmt_gb(r.store_bytes),
-            "" if r.store_bytes is None else f"{r.store_bytes / raw:.3f}",
-            f"{p.max_rss / MB:.0f}",
-            f"{p.load_share:.0%}",
-            "" if r.identical is None else ("yes" if r.identical else "**NO**"),
-            " / ".join(f"{t:.2f}" for t in r.times),
-            " + ".join(f"{t:.2f}" for t in p.parts) if len(p.parts) > 1 else "",
-        ])  # fmt: skip
+        rows.append(
+            [
+                r.tool,
+                r.step,
+                f"{p.seconds:.2f}",
+                f"{raw / MB / p.seconds:.0f}" if p.seconds > 0 else "",
+                fmt_gb(r.store_bytes),
+                "" if r.store_bytes is None else f"{r.store_bytes / raw:.3f}",
+                f"{p.max_rss / MB:.0f}",
+                f"{p.load_share:.0%}",
+                "" if r.identical is None else ("yes" if r.identical else "**NO**"),
+                " / ".join(f"{t:.2f}" for t in r.times),
+                " + ".join(f"{t:.2f}" for t in p.parts) if len(p.parts) > 1 else "",
+            ]
+        )
     return table(header, "llrrrrrrlll", rows)

@@ -348,8 +348,12 @@ def base_version(base: Path, base_sums: dict[str, str]) -> Version:
 def ensure_spec(root: Path, spec: Spec, parent: Version) -> Version:
     """``spec``'s model directory under ``root``, derived from ``parent`` (reused when already generated and intact)."""
     home = root / spec.name
-    want = {"version": VARIANT_VERSION, "seed": SEED + 1000 * (SPECS.index(spec) + 1), "kind": spec.kind,
-            "parent_sums": parent.sums}  # fmt: skip
+    want = {
+        "version": VARIANT_VERSION,
+        "seed": SEED + 1000 * (SPECS.index(spec) + 1),
+        "kind": spec.kind,
+        "parent_sums": parent.sums,
+    }
     meta_path = home / META_FILE
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     if {k: meta.get(k) for k in want} != want or sha256_files(home / MODEL_DIR) != meta.get("sums"):
