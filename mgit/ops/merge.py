@@ -130,11 +130,22 @@ def merge_plan(
     """What a merge would read, from manifests alone (``mgit merge --dry-run``).
 
     Args:
-        experts: As :func:`merge`'s, as are ``method``, ``base``, ``model``, ``allow_missing``,
-            ``config``, ``budget``, ``budget_select``, ``seed`` (0 by default here), ``dtype``,
-            ``out_dtype``, ``budget_fairness``, ``budget_sketches`` and ``**params``.
+        experts: The expert revisions (or directories holding a model), in order.
+        method: The merge method's name; None with ``config``.
+        base: The base revision (default HEAD), as :func:`merge`'s.
+        model: The model directory, when a commit holds several.
+        allow_missing: An expert lacking a tensor contributes the base's (else refused).
+        config: A mergekit YAML file, as :func:`merge`'s.
+        budget: A cap on expert chunk bytes to read (``"2GB"``, ``"10%"``, an int of bytes).
+        budget_select: ``"importance"`` or ``"uniform"``, as :func:`merge`'s.
         explain: Rank the expert chunks (``plan.budget``) even without a budget, as ``--explain``.
+        seed: Of random methods (0 by default here: a plan reads no random state).
+        dtype: The working dtype, such as ``"F32"`` (default: the inputs').
+        out_dtype: The merged tensors' dtype, such as ``"BF16"``.
+        budget_fairness: ``"per-expert"`` or ``"global"``, as :func:`merge`'s.
+        budget_sketches: Under a budget, an expert's stored sketch may stand for its chunks.
         sketch_missing: Refused: sketching writes (run ``Repository.sketch`` first).
+        **params: The method's parameters, as :func:`merge`'s.
 
     Returns:
         The plan and the resolved request (it unpacks as ``plan, setup``); ``.record()`` is its

@@ -130,7 +130,14 @@ def find(ctx: Context, commit: str) -> str | None:
 
 
 def read_record(ctx: Context, rev: str = "HEAD") -> SketchRecord | None:
-    """The sketch record of a revision's commit (None: it has none)."""
+    """The sketch record of a revision's commit.
+
+    Args:
+        rev: The revision whose sketch is read (default HEAD).
+
+    Returns:
+        Its record (kind, share, parent, per-tensor ranks and residuals), or None: it has none.
+    """
     found = _stored_sketch(ctx, ctx.refs.resolve(rev))
     return None if found is None else found[1]
 
@@ -157,10 +164,27 @@ def sketch(
     model: str | None = None,
     force: bool = False,
 ) -> SketchResult:
-    """Sketch each 2-D floating tensor of ``rev``'s model that differs from ``against``
-    (default: its first parent) as a Δ̂ that fits ``share`` of the tensor's stored bytes
-    (``kind``: ``lowrank`` factors, or ``dare``: the values at seeded random positions); store
-    it (replacing an older sketch of ``rev`` only when asked, ``force``)."""
+    """Sketch each 2-D floating tensor of ``rev``'s model that differs from ``against`` as a Δ̂
+    that fits ``share`` of the tensor's stored bytes, and store it beside the commit (a budgeted
+    merge may then read the sketch instead of the expert's chunks).
+
+    Args:
+        rev: The revision to sketch (default HEAD).
+        against: The revision its deltas are taken from (default: its first parent).
+        share: Of each tensor's stored bytes: ``"10%"`` or a fraction such as 0.1.
+        kind: ``"lowrank"`` (factors of the delta) or ``"dare"`` (its values at seeded random
+            positions, rescaled).
+        seed: Of the random projections or positions, recorded.
+        model: The model directory, when a commit holds several.
+        force: Replace a sketch ``rev`` already has with different settings (else refused).
+
+    Returns:
+        What was made (or found made with the same settings: ``created`` False).
+
+    Raises:
+        BadInputError: An unknown kind, a share out of range, a revision without a parent and no
+            ``against``, or an existing sketch with other settings and no ``force``.
+    """
     from mgit.merge.sketch.record import KINDS, parse_share
 
     if kind not in KINDS:
