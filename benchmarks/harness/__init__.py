@@ -11,6 +11,8 @@ dozen hand-built Markdown tables and imports of each other. Here each concern li
 - ``report``: Markdown tables and their cells, a section's header lines, replacing a section of benchmarks/results/;
 - ``cli``: the options every script shares, and the free-disk check.
 - ``merges``: the merge benchmarks' shared setup and runs (mergekit and mgit on the same experts).
+- ``budget_merges``: bench_budget's runs (K, tool, budget, how chunks are picked), their commands, measured;
+- ``budget_report``: bench_budget's section (runs, plans, targets, how-measured text) and its chart;
 - ``sameness``: whether a merge's result is another's (bit for bit, largest difference, relative error);
 - ``plot``: line charts drawn with matplotlib, the same file for the same numbers;
 - ``minilm``: bench_quality's real experts (all-MiniLM-L6-v2 fine-tuned per task) and their scoring;
