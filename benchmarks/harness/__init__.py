@@ -11,6 +11,8 @@ dozen hand-built Markdown tables and imports of each other. Here each concern li
 - ``report``: Markdown tables and their cells, a section's header lines, replacing a section of benchmarks/results/;
 - ``cli``: the options every script shares, and the free-disk check.
 - ``merges``: the merge benchmarks' shared setup and runs (mergekit and mgit on the same experts).
+- ``merge_cases``: bench_merge's cases (method, K), their outcomes, the child comparing the two outputs;
+- ``merge_report``: bench_merge's section (results, what each tool read, targets, how-measured text);
 - ``budget_merges``: bench_budget's runs (K, tool, budget, how chunks are picked), their commands, measured;
 - ``budget_report``: bench_budget's section (runs, plans, targets, how-measured text) and its chart;
 - ``sameness``: whether a merge's result is another's (bit for bit, largest difference, relative error);
