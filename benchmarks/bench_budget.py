@@ -36,77 +36,28 @@ GB = 10^9 bytes, MB = 10^6 bytes.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 from harness import cli, merges
+from harness.budget_merges import Run, measure
+from harness.budget_report import DOCS_IMAGE, SECTION_TITLE, BudgetRun, fmt_err, plot, report
+from harness.context import RunContext
 from harness.machine import lock_workdir
-from harness.merges import Merged, Setup, find
-from harness.models import GB, MB, SEED, SHARDS, ModelPlan, model_bytes, safetensors_bytes, split_shards
-from harness.plot import DOTTED, NO_LINE, PALETTE, HLine, Panel, Series, figure, save
-from harness.report import REPO_ROOT, RESULTS_DIR, fmt_rss, fmt_times, header_lines, publish, table, took
+from harness.merges import Merged, Setup
+from harness.models import GB, model_bytes
+from harness.report import REPO_ROOT, fmt_rss, publish, took
 from harness.sameness import Sameness, relative_errors
-from harness.targets import Target, at_least, at_most, target, targets_table
-from harness.variants import EXPERT_SEED, SCALE_DECADES, frozen_byte_share
 
-SECTION_TITLE = "## Merge under a read budget (bench_budget.py)"
-READING_THE_TARGETS = (
-    "Reading the targets. A budget shrinks only the expert reads: a budgeted merge still starts a Python "
-    "process that imports torch, reads and decodes every base chunk, merges every element, and hashes, "
-    "stores and checks out the whole merged model, so its wall time stays well above what the expert bytes "
-    "alone would suggest (compare the 10% rows with the exact ones). The error targets meet the experts' "
-    "shape: most of Σ‖Δ‖² sits in the few tensors with the largest noise, whose chunks compress worst, so "
-    "a small budget cannot cover them; the '(for information)' rows give the lowest ratio any choice of "
-    "whole chunks within the budget could reach (from the plan's `captured_share_max`, the fractional "
-    "knapsack's optimum), which is what a better planner could at best approach."
-)
-DOCS_IMAGE = RESULTS_DIR / "img" / "bench_budget.png"
-METHOD = "task_arithmetic"
-LAMBDA = 1.0
 KS, QUICK_KS = (2, 4, 8, 16), (2, 4)
 BUDGETS = (100, 50, 25, 10)  # percent of the expert bytes the exact merge reads
 DEFAULT_SIZE_GB, QUICK_SIZE_GB = 0.25, 0.1
-SELECT_SEED = SEED  # --seed of every mgit merge: what `--budget-select uniform` draws from
-TARGET_K, TARGET_BUDGET, TARGET_SPEEDUP, TARGET_ERROR_RATIO = 16, 10, 5.0, 0.5
 
 
 # -- the runs -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Run:
-    """One merge of experts 1..k: mergekit's, or mgit's exact (budget None) or under a budget (percent)."""
-
-    k: int
-    tool: str  # "mergekit" or "mgit"
-    budget: int | None = None
-    select: str | None = None  # "importance" or "uniform", with a budget
-
-    @property
-    def branch(self) -> str:
-        kind = "exact" if self.budget is None else f"{self.select}-{self.budget}"
-        return f"k{self.k}-{kind}"
-
-    @property
-    def label(self) -> str:
-        if self.tool == "mergekit":
-            return "mergekit (full read)"
-        return "mgit exact" if self.budget is None else f"mgit, {self.select}"
-
-    @property
-    def budget_cell(self) -> str:
-        return "—" if self.budget is None else f"{self.budget}%"
-
-    def mgit_cmd(self, mgit: list[str]) -> list[str]:
-        params = {"lambda": LAMBDA}
-        budget = {"budget": self.budget, "select": self.select, "seed": SELECT_SEED}
-        return merges.mgit_merge_cmd(mgit, METHOD, self.k, self.branch, params, **budget)
 
 
 def runs_for(k: int, budgets: Sequence[int]) -> list[Run]:
@@ -117,20 +68,6 @@ def runs_for(k: int, budgets: Sequence[int]) -> list[Run]:
         if b < 100:  # at 100% every chunk is read, however they are picked
             runs.append(Run(k, "mgit", b, "uniform"))
     return runs
-
-
-def measure(s: Setup, run: Run) -> tuple[Merged[Run], Path | None]:
-    """One run, timed: what it read (mergekit: the files it loads; mgit: its merge record) and, for
-    mergekit, its output directory."""
-    if run.tool == "mergekit":
-        config = merges.mergekit_config(METHOD, s.base, s.experts[: run.k], {"weight": 1 / run.k}, {"lambda": LAMBDA})
-        best, times, out = merges.run_mergekit(s, f"mergekit-{run.k}", config)
-        experts = safetensors_bytes(s.experts[: run.k])
-        return Merged(run, best, times, experts + safetensors_bytes([s.base]), expert_read=experts), out
-    best, times, record = merges.run_mgit(s, run.mgit_cmd(s.mgit), run.branch)
-    b = record["bytes"]
-    read = b["base_measured"] + b["experts_measured"]
-    return Merged(run, best, times, read, record, expert_read=b["experts_measured"]), None
 
 
 def bench_k(s: Setup, k: int, budgets: Sequence[int]) -> tuple[list[Merged[Run]], float]:
@@ -159,320 +96,6 @@ def bench_k(s: Setup, k: int, budgets: Sequence[int]) -> tuple[list[Merged[Run]]
     if out is not None:
         shutil.rmtree(out, ignore_errors=True)
     return found, denom
-
-
-# -- reporting ----------------------------------------------------------------------------
-
-
-def fmt_err(e: float | None) -> str:
-    if e is None or math.isnan(e):
-        return "?"
-    return "0" if e == 0 else f"{e:.3g}"
-
-
-def equal_cell(m: Merged[Run]) -> str:
-    c = m.same
-    if c is None:
-        return "?"
-    if m.run.tool == "mgit" and m.run.budget is None:
-        return "(reference)"
-    if c.bit_identical:
-        return "yes"
-    missing = f", {len(c.problems)} missing/mismatched" if c.problems else ""
-    return f"no ({c.identical}/{c.tensors} tensors equal{missing})"
-
-
-def results_table(results: list[Merged[Run]]) -> str:
-    header = [
-        "K",
-        "run",
-        "budget",
-        "expert bytes read (GB)",
-        "total bytes read (GB)",
-        "wall time (s)",
-        "speedup over mergekit (×)",
-        "peak RSS (MB)",
-        "relative error",
-        "bit-equal to exact",
-        "other load",
-    ]
-    rows = []
-    for m in results:
-        mk = find(results, Run(m.run.k, "mergekit"))
-        rows.append(
-            [
-                str(m.run.k),
-                m.run.label,
-                m.run.budget_cell,
-                f"{m.expert_read / GB:.3f}",
-                f"{m.read / GB:.3f}",
-                fmt_times(m.times),
-                f"{mk.proc.seconds / m.proc.seconds:.2f}" if mk and m.run.tool == "mgit" else "",
-                fmt_rss(m.proc),
-                fmt_err(m.rel_error),
-                equal_cell(m),
-                f"{m.proc.load_share:.0%}",
-            ]
-        )
-    return table(header, "rlrrrrrrrlr", rows)
-
-
-def plans_table(results: list[Merged[Run]], denominators: dict[int, float]) -> str:
-    """What each budgeted plan promised (its record's `budget`) beside what the run read and missed."""
-    header = [
-        "K",
-        "select",
-        "budget",
-        "limit (GB)",
-        "planned (GB)",
-        "read (GB)",
-        "within limit",
-        "chunks read / candidates",
-        "captured share",
-        "most possible",
-        "√(1 − captured)",
-        "relative error",
-        "error bound (relative)",
-        "≤ bound",
-        "rounding allowance (relative)",
-        "≤ bound + allowance",
-        "analyze step (pairs / GB)",
-    ]
-    rows = []
-
-    def within(err: float | None, limit: float | None) -> str:
-        if err is None or limit is None or math.isnan(err):
-            return "n/a"
-        return "yes" if err <= limit else "**no**"
-
-    for m in results:
-        b = m.record.get("budget")
-        if not b:
-            continue
-        denom = denominators.get(m.run.k) or math.nan
-        bound, allowance = b.get("error_bound"), b.get("rounding_allowance")
-        analyze = b.get("analyze") or {}
-        err = None if m.rel_error is None else m.rel_error * denom  # ‖M − M_full‖
-        rows.append(
-            [
-                str(m.run.k),
-                str(b.get("select", m.run.select)),
-                m.run.budget_cell,
-                f"{b['limit_bytes'] / GB:.3f}",
-                f"{b['expert_bytes_planned'] / GB:.3f}",
-                f"{m.expert_read / GB:.3f}",
-                "yes" if m.expert_read <= b["limit_bytes"] else "**no**",
-                f"{b['chunks_chosen']} / {b['chunks_candidate']}",
-                f"{b['captured_share']:.3f}",
-                f"{b['captured_share_max']:.3f}" if "captured_share_max" in b else "n/a",
-                fmt_err(math.sqrt(max(0.0, 1 - b["captured_share"]))),
-                fmt_err(m.rel_error),
-                "n/a" if bound is None else fmt_err(bound / denom),
-                within(err, bound),
-                "n/a" if allowance is None else fmt_err(allowance / denom),
-                within(err, None if bound is None else bound + (allowance or 0.0)),
-                f"{analyze.get('pairs', 0)} / {analyze.get('bytes_read', 0) / GB:.3f}",
-            ]
-        )
-    return table(header, "rlrrrrlrrrrrrlrlr", rows)
-
-
-def error_ratio(results: list[Merged[Run]], k: int, budget: int) -> float | None:
-    imp, uni = find(results, Run(k, "mgit", budget, "importance")), find(results, Run(k, "mgit", budget, "uniform"))
-    if not imp or not uni or imp.rel_error is None or not uni.rel_error:
-        return None
-    return imp.rel_error / uni.rel_error
-
-
-def best_ratio(results: list[Merged[Run]], k: int, budget: int) -> float | None:
-    """√(1 − the most any plan can capture at this budget) over the uniform pick's error: what no
-    choice of chunks can beat (the error tracks √(1 − captured share), see the plans table)."""
-    imp, uni = find(results, Run(k, "mgit", budget, "importance")), find(results, Run(k, "mgit", budget, "uniform"))
-    if not imp or not uni or not uni.rel_error or "captured_share_max" not in imp.record.get("budget", {}):
-        return None
-    return math.sqrt(max(0.0, 1 - imp.record["budget"]["captured_share_max"])) / uni.rel_error
-
-
-def targets(results: list[Merged[Run]], ks: Sequence[int], budgets: Sequence[int]) -> list[Target]:
-    found = []
-    k = TARGET_K if TARGET_K in ks else max(ks)
-    note = "" if k == TARGET_K else f" (K = {TARGET_K} not run)"
-    mk, cheap = find(results, Run(k, "mergekit")), find(results, Run(k, "mgit", TARGET_BUDGET, "importance"))
-    if mk and cheap:
-        metric = f"K = {k}{note}, budget {TARGET_BUDGET}%: mgit faster than mergekit, end to end (×)"
-        speedup = mk.proc.seconds / cheap.proc.seconds
-        found.append(target(metric, speedup, f"≥ {TARGET_SPEEDUP:g}", at_least(TARGET_SPEEDUP)))
-    for b in (b for b in budgets if b < 100):
-        ratios = {kk: r for kk in ks if (r := error_ratio(results, kk, b)) is not None}
-        if ratios:
-            worst = max(ratios, key=lambda kk: ratios[kk])
-            metric = f"budget {b}%: importance error / uniform error (worst K: {worst})"
-            bound = f"≤ {TARGET_ERROR_RATIO:g}"
-            found.append(target(metric, ratios[worst], bound, at_most(TARGET_ERROR_RATIO), "{:.3f}"))
-            best = best_ratio(results, worst, b)
-            if best is not None:
-                metric = (
-                    f"(for information) budget {b}%, K = {worst}: the lowest ratio any choice of chunks "
-                    "within the budget can reach, √(1 − captured_share_max) / uniform error"
-                )
-                found.append(Target(metric, f"{best:.3f}", "", None))
-    if 100 in budgets:
-        full = {kk: find(results, Run(kk, "mgit", 100, "importance")) for kk in ks}
-        found.append(every_k("budget 100%: bit-equal to the exact merge", full, "yes"))
-    mks = {kk: find(results, Run(kk, "mergekit")) for kk in ks}
-    found.append(every_k("(for information) mgit exact bit-equal to mergekit", mks, "(yes)"))
-    return found
-
-
-def every_k(metric: str, runs: dict[int, Merged[Run] | None], want: str) -> Target:
-    """Whether the run at every K equals the exact merge bit for bit."""
-    bad = [k for k, m in runs.items() if not (m and m.same and m.same.bit_identical)]
-    return Target(metric, "yes, every K" if not bad else "no at K = " + ", ".join(map(str, bad)), want, not bad)
-
-
-def plot(results: list[Merged[Run]], ks: Sequence[int], budgets: Sequence[int], path: Path) -> None:
-    """Relative error (importance vs uniform) and wall time (mergekit a line) against the budget, per K."""
-    styles = {"importance": ("-", "o"), "uniform": ("--", "x")}
-    errors, times, hlines = [], [], []
-    for i, k in enumerate(ks):
-        color = PALETTE[i]
-        for select, (ls, marker) in styles.items():
-            runs = sorted(
-                (m for m in results if m.run.k == k and m.run.select == select), key=lambda m: m.run.budget or 0
-            )
-            errs = [(m.run.budget, m.rel_error) for m in runs if (m.run.budget or 100) < 100 and m.rel_error]
-            errors.append(Series("", errs, color, ls, marker))
-            times.append(Series("", [(m.run.budget, m.proc.seconds) for m in runs], color, ls, marker))
-        if mk := find(results, Run(k, "mergekit")):
-            hlines.append(HLine("", mk.proc.seconds, color))
-        if exact := find(results, Run(k, "mgit")):
-            times.append(Series("", [(100, exact.proc.seconds)], color, NO_LINE, "*", 10))
-    shown = sorted(budgets)
-    by_k = [Series(f"K = {k}", [], PALETTE[i], marker="") for i, k in enumerate(ks)]
-    by_select = [Series(s, [], "grey", ls, mk) for s, (ls, mk) in styles.items()]
-    tools = [Series("mgit exact", [], "grey", NO_LINE, "*", 10), HLine("mergekit (full read)", 0, "grey", DOTTED)]
-    x_label = "budget (share of the expert bytes the exact merge reads)"
-    err_ticks = [(b, f"{b}%") for b in shown if b < 100]
-    error_title = "relative error ‖M − M_full‖ / ‖M_full − base‖"
-    panels = [
-        Panel(
-            [e for e in errors if e.points],
-            err_ticks,
-            (),
-            error_title,
-            x_label,
-            log_x=True,
-            log_y=True,
-            legend=by_k + by_select,
-        ),
-        Panel(
-            [t for t in times if t.points],
-            [(b, f"{b}%") for b in shown],
-            hlines,
-            "wall time (s)",
-            x_label,
-            log_x=True,
-            legend=by_k + by_select + tools,
-            legend_cols=2,
-        ),
-    ]
-    title = f"{METHOD} of K experts under a read budget (100%: bit-equal to the exact merge)"
-    save(figure(panels, title=title, size=(11.5, 4.4)), path)
-
-
-@dataclass
-class Context:
-    command: str
-    versions: dict[str, str]
-    plan: ModelPlan
-    raw: int
-    ks: tuple[int, ...]
-    budgets: tuple[int, ...]
-    workdir: Path
-    reps: int
-    example_cmds: list[str]
-    rss_floor: int
-    wall: float  # seconds the whole run took, waits for other benchmarks excluded
-    waited: float  # seconds spent waiting for other benchmarks
-    denominators: dict[int, float]  # K → ‖M_full − base‖
-    image: str  # the PNG, relative to benchmarks/results/
-
-
-def report(results: list[Merged[Run]], c: Context) -> str:
-    """This benchmark's docs section (also printed to stdout)."""
-    count = max(c.ks)
-    shares = [frozen_byte_share(c.plan, k) for k in range(1, count + 1)]
-    lines = [
-        *header_lines(SECTION_TITLE, c.command, c.workdir, c.versions, took(c.wall, c.waited)),
-        f"Input: {merges.base_words(c.plan, c.raw)}{len(split_shards(c.plan.tensors, SHARDS))} safetensors shards, "
-        f"index and a `LlamaForCausalLM` config.json) and {count} experts made from it like fine-tunes (as in "
-        "bench_merge.py): each leaves a random third of the tensors byte for byte as the base's "
-        f"({min(shares):.0%}–{max(shares):.0%} of the bytes) and adds Gaussian noise to every other tensor, at a "
-        f"scale drawn log-uniformly per tensor from 1e{SCALE_DECADES[0]:.0f} to 1e{SCALE_DECADES[1]:.0f} of the "
-        f"tensor's std (of its RMS for the norms), then rounds to bf16 (seeds {EXPERT_SEED + 1}…"
-        f"{EXPERT_SEED + count}). Merges: {METHOD} of experts 1..K, weights 1/K, lambda {LAMBDA:g}, bf16; "
-        f"mgit with `--seed {SELECT_SEED}` (what the uniform pick draws from). A budget of B% caps the expert "
-        "bytes read at B% of what the exact merge reads (`plan.budget.expert_bytes_full`); base reads are "
-        "outside it.",
-        "",
-        results_table(results),
-        "",
-        targets_table(targets(results, c.ks, c.budgets)),
-        "",
-        READING_THE_TARGETS,
-        "",
-        f"![relative error and wall time against the budget]({c.image})",
-        "",
-        "Left: relative error of the budgeted merges (importance-ranked plan solid, uniform-random pick dashed; "
-        "at 100% both read everything and the result is the exact merge, error 0). Right: wall time; mgit "
-        "exact as a star, mergekit's full read as a dotted line in the same colour.",
-        "",
-        "**The plans** (the merge record's `budget`, `mgit show --json`): the limit in bytes (`limit_bytes`), "
-        "the expert bytes the plan chose (`expert_bytes_planned`) and those the run read "
-        "(`bytes.experts_measured`), the chunks chosen of those that differ from the base (`chunks_chosen`, "
-        "`chunks_candidate`), and the captured share (`captured_share`: Σ (|a|·‖Δ‖)² over chosen chunks ÷ the "
-        "same over all candidates) beside the most any choice of chunks within the limit can capture "
-        "(`captured_share_max`, the fractional knapsack's optimum). Chunks are disjoint and the experts' "
-        "noise independent, so the relative "
-        "error should be about √(1 − captured share); beside it the error measured. The plan's error bound "
-        "(`error_bound`: Σ |a|·‖Δ‖ over skipped chunks, exact arithmetic) and its allowance for rounding both "
-        "results to bf16 (`rounding_allowance`) are shown divided by ‖M_full − base‖, with whether the measured "
-        "‖M − M_full‖ stays within the bound alone and within bound + allowance (what mgit's tests check). "
-        "The analyze step computes ‖Δ‖ for chunk pairs the commits' statistics lack (here the experts were "
-        "committed on the base, so none are expected); its reads are not part of the merge's.",
-        "",
-        plans_table(results, c.denominators),
-        "",
-        f"Commands, e.g. at K = {count}"
-        + (" and a 10% budget" if 10 in c.budgets else "")
-        + " (mergekit's YAML names the model directories, gives "
-        f"each expert `parameters: {{weight: 1/K}}`, `parameters: {{lambda: {LAMBDA:g}}}` and `dtype: bfloat16`; "
-        "paths relative to the repository root):",
-        "",
-        "```",
-        *c.example_cmds,
-        "```",
-        "",
-        merges.waits_words("merge") + ". mergekit reads the base and K experts in "
-        "full (their safetensors files' size is its bytes read) and writes its output directory; `mgit merge` "
-        "reads the base's chunks once and, per expert, the differing chunks its plan chose (its merge record's "
-        "measured stored bytes), writes the merged tensors into its store, commits (parents base + K experts, "
-        "plan recorded) on a new branch and checks it out, i.e. also writes the merged model into the working "
-        "tree (it starts from a checkout of `main`). "
-        + (
-            f"Each merge ran {c.reps} times; the time column shows every run, the other columns the fastest. "
-            if c.reps > 1
-            else "Each merge ran once. "
-        )
-        + "The page cache cannot be dropped, so both tools read files written minutes before (warm). Peak RSS "
-        f"as the kernel reports it (about {c.rss_floor / MB:.0f} MB of it inherited at fork), in parentheses "
-        "the sampled peak of its anonymous part. Relative error: every result loaded (mgit: "
-        "`Repository.state_dict(branch)`; mergekit: its safetensors files), and ‖M − M_full‖ / ‖M_full − base‖ "
-        "computed in float64 over all tensors, M_full being mgit's exact merge; bit-equal compares every "
-        "tensor's bytes with M_full's. Other load is the share of all CPUs that other processes used during "
-        "the run. Targets are reported, not asserted.",
-    ]
-    return "\n".join(lines) + "\n"
 
 
 # -- main ---------------------------------------------------------------------------------
@@ -531,24 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     example = merges.example_cmds(s, mergekit, shown.mgit_cmd([*s.mgit, "-C", str(s.repo)]))
     wall = time.perf_counter() - started - s.runner.waited
     image = workdir / DOCS_IMAGE.name
-    raw, rss_floor, shown_image = model_bytes(s.base, s.sums), s.runner.rss_floor(workdir), DOCS_IMAGE.parent.parent
-    ctx = Context(
-        command,
-        s.versions,
-        s.plan,
-        raw,
-        ks,
-        budgets,
-        workdir,
-        args.reps,
-        example,
-        rss_floor,
-        wall,
-        s.runner.waited,
-        denominators,
-        os.path.relpath(DOCS_IMAGE, shown_image),
-    )
-    section = report(results, ctx)
+    run = RunContext(command, workdir, s.versions, args.reps, s.runner.rss_floor(workdir), took(wall, s.runner.waited))
+    image_name = os.path.relpath(DOCS_IMAGE, DOCS_IMAGE.parent.parent)  # as benchmarks/results/ links it
+    ctx = BudgetRun(s.plan, model_bytes(s.base, s.sums), ks, budgets, example, denominators, image_name)
+    section = report(results, run, ctx)
     plot(results, ks, budgets, image)
     publish(section, SECTION_TITLE, args.write_docs)
     print(f"plot: {image}")

@@ -30,251 +30,25 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from harness import cli
+from harness.context import RunContext
 from harness.machine import lock_workdir
-from harness.minilm import BATCH, LR, SEED, Encoder, base_dir, evaluate, experts, load_heads
+from harness.minilm import SEED, Encoder, base_dir, evaluate, experts, load_heads
 from harness.models import MB
-from harness.plot import DASHED, DOTTED, PALETTE, SOLID, HLine, Series, line_chart, save
-from harness.report import RESULTS_DIR, header_lines, publish, relative, table, took
+from harness.plot import save
+from harness.quality_merges import METHODS, SELECTIONS, Merge, Scored, commit_all, repo_of, run_merges
+from harness.quality_report import SECTION_TITLE, SVG, QualityInputs, plot, report
+from harness.report import publish, relative, took
 from harness.tasks import TASKS
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
-SECTION_TITLE = "## Merge quality on real fine-tunes (bench_quality.py)"
-SVG = RESULTS_DIR / "bench_quality.svg"
-METHODS: dict[str, dict[str, Any]] = {
-    "task_arithmetic": {"weight": 1.0, "lambda": 0.7},
-    "ties": {"weight": 1.0, "density": 0.5},
-}
 BUDGETS, QUICK_BUDGETS = (50, 25, 10, 5), (25, 10)
-# importance / per-expert / uniform: whole chunks only (--no-sketches); sketch / sketch-per-expert: the
-# experts' stored low-rank sketches as well (mgit sketch), chosen by the planner over resolutions;
-# dare: the experts' DARE sketches instead (mgit sketch --kind dare, in a second repository: one
-# sketch per commit), with the default per-expert fairness
-SELECTIONS = ("importance", "uniform", "per-expert", "sketch", "sketch-per-expert", "dare")
 QUICK_SELECTIONS = ("importance", "sketch")
-SKETCH_SHARE = "50%"  # each expert's sketch, stored once; a budget reads a prefix of its ranks
 TRAIN, TEST, QUICK_TRAIN, QUICK_TEST = 4000, 600, 600, 200
 STEPS, QUICK_STEPS = 300, 40
-TARGETS = {25: 0.5, 10: 1.0, 5: 3.0}  # budget % → allowed loss in accuracy points against the full merge
-
-
-# -- merging and evaluating -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Merge:
-    method: str
-    budget: int | None  # percent; None: exact
-    select: str = "importance"
-
-    @property
-    def branch(self) -> str:
-        return f"{self.method}-{'exact' if self.budget is None else f'{self.budget}pct-{self.select}'}"
-
-
-@dataclass
-class Scored:
-    label: str
-    accuracy: dict[str, float]  # task → test accuracy
-    expert_bytes: int | None = None  # stored expert bytes the merge read
-    merge: Merge | None = None
-
-    @property
-    def average(self) -> float:
-        return sum(self.accuracy.values()) / len(self.accuracy)
-
-
-def _timed(repo_dir: Path, *args: str) -> float:
-    """Seconds one `mgit` command takes, as a user runs it (its own process, start-up included)."""
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "mgit", *args], cwd=repo_dir, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - started
-
-
-def commit_all(repo_dir: Path, paths: dict[str, Path], timings: dict[str, list[float]], kind: str = "lowrank") -> Any:
-    """A fresh repository: the base on main, expert NAME on branch task-NAME, each expert then
-    sketched (``kind``; ``timings``: seconds of each expert's `mgit add`, and of its `mgit sketch`)."""
-    from mgit import Repository
-
-    shutil.rmtree(repo_dir, ignore_errors=True)
-    repo = Repository.init(repo_dir)
-    repo.config_set("user.name", "bench")
-    repo.config_set("user.email", "bench@localhost")
-    for name, src in [("base", base_dir()), *paths.items()]:
-        if name != "base":
-            repo.checkout("main")
-            repo.checkout(create_branch=f"task-{name}")
-        shutil.rmtree(repo_dir / "model", ignore_errors=True)
-        shutil.copytree(src, repo_dir / "model", ignore=shutil.ignore_patterns("head.pt"))
-        if name == "base":
-            repo.add(["model"])
-            repo.commit(name)
-            continue
-        timings["add"].append(_timed(repo_dir, "add", "model"))
-        repo.commit(name)
-        timings["sketch"].append(_timed(repo_dir, "sketch", f"task-{name}", "--share", SKETCH_SHARE, "--kind", kind))
-        made = repo.sketch_record(f"task-{name}")
-        assert made is not None
-        timings["captured"].append(made.captured_share)
-        timings["stored_share"].append(made.stored_bytes / made.expert_bytes)
-    repo.checkout("main")
-    return repo
-
-
-def run_merges(repos: dict[str, Any], names: list[str], merges: list[Merge]) -> dict[Merge, int]:
-    """Each merge as a branch (of the repository whose sketches it reads); the stored expert
-    bytes it read (its plan record)."""
-    read = {}
-    for m in merges:
-        params = METHODS[m.method]
-        budget = None if m.budget is None else f"{m.budget}%"
-        fairness = "per-expert" if m.select.endswith("per-expert") or m.select == "dare" else "global"
-        select = "uniform" if m.select == "uniform" else "importance"
-        repo = repo_of(repos, m)
-        sha = repo.merge(
-            [f"task-{n}" for n in names],
-            m.method,
-            base="main",
-            branch=m.branch,
-            checkout=False,
-            budget=budget,
-            budget_select=select,
-            budget_fairness=fairness,
-            budget_sketches=m.select.startswith("sketch") or m.select == "dare",
-            **params,
-        )
-        read[m] = int(repo.merge_record(sha)["bytes"]["experts_measured"])
-    return read
-
-
-def repo_of(repos: dict[str, Any], m: Merge) -> Any:
-    return repos["dare"] if m.select == "dare" else repos["lowrank"]
-
-
-# -- the report -----------------------------------------------------------------------------------
-
-
-def points(x: float) -> str:
-    return f"{100 * x:.1f}"
-
-
-def report(scored: list[Scored], names: list[str], ctx: dict[str, Any]) -> str:
-    lines = header_lines(SECTION_TITLE, ctx["command"], ctx["workdir"], ctx["versions"], ctx["took"])
-    lines += [
-        f"Input: all-MiniLM-L6-v2 (float32, {ctx['base_mb']:.1f} MB of tensors) and {len(names)} experts, each the "
-        f"whole encoder fine-tuned for {ctx['steps']} steps (batch {BATCH}, AdamW, lr {LR:g}, seed {SEED}) with a "
-        f"linear head on one task generated by code (`benchmarks/harness/tasks.py`): {', '.join(names)}; "
-        f"{ctx['train']} training and {ctx['test']} test sentences per task (other seeds). Each merged encoder is "
-        "scored with every task's own head; the experts' heads are not merged.",
-        "",
-        f"Merges of all {len(names)} experts into the base: "
-        + "; ".join(f"{m} ({', '.join(f'{k} {v}' for k, v in p.items())})" for m, p in METHODS.items())
-        + ". *importance*: mgit's budgeted plan over whole chunks (`--no-sketches`: expert chunks ranked by what "
-        "they move, from the commits' statistics, all experts together); *per-expert*: the same ranking within "
-        "each expert's share of the budget first (`--budget-fairness per-expert`); *uniform*: chunks drawn at "
-        "random (seeded) up to the same budget; *sketch*: the planner over resolutions, which may read each "
-        f"expert tensor's stored low-rank sketch (`mgit sketch --share {SKETCH_SHARE}`, a prefix of its ranks) "
-        "instead of its chunks; *sketch-per-expert*: the same with `--budget-fairness per-expert`; *dare*: the "
-        f"experts' DARE sketches instead (`mgit sketch --kind dare --share {SKETCH_SHARE}`, in a second "
-        "repository, a prefix of its keep-rate tiers), per-expert fairness (the default). Expert bytes: "
-        "stored bytes of expert chunks and sketch blocks the merge read (its plan record), as a share of the "
-        "exact merge's.",
-        "",
-    ]
-    t = ctx["timings"]
-    if t["sketch"]:
-        lines += [
-            f"Sketching each expert (`mgit sketch task-NAME --share {SKETCH_SHARE}`, after its `mgit add model`, "
-            f"both timed as commands): {sum(t['sketch']) / len(t['sketch']):.2f} s on average against "
-            f"{sum(t['add']) / len(t['add']):.2f} s for its add ({sum(t['sketch']) / sum(t['add']):.2f}×; target "
-            f"≤ 2×); stored "
-            f"{min(t['stored_share']):.0%}–{max(t['stored_share']):.0%} of the changed chunks' stored bytes, "
-            f"capturing {min(t['captured']):.1%}–{max(t['captured']):.1%} of Σ‖Δ‖².",
-            "",
-        ]
-    d = ctx["dare_timings"]
-    if d["sketch"]:
-        lines += [
-            f"DARE sketches (`--kind dare`): {sum(d['sketch']) / len(d['sketch']):.2f} s on average "
-            f"({sum(d['sketch']) / sum(d['add']):.2f}× the add); stored "
-            f"{min(d['stored_share']):.0%}–{max(d['stored_share']):.0%} of the changed chunks' stored bytes.",
-            "",
-        ]
-    full = {s.merge.method: s for s in scored if s.merge is not None and s.merge.budget is None}
-    header = ["model", "expert bytes read (MB)", "share", *names, "average", "vs full merge (points)"]
-    rows = []
-    for s in scored:
-        ref = full.get(s.merge.method) if s.merge is not None else None
-        exact_read = ref.expert_bytes if ref is not None else None
-        share = f"{s.expert_bytes / exact_read:.0%}" if s.expert_bytes is not None and exact_read else ""
-        delta = f"{100 * (s.average - ref.average):+.1f}" if ref is not None and s is not ref else ""
-        mb = "" if s.expert_bytes is None else f"{s.expert_bytes / MB:.1f}"
-        rows.append([s.label, mb, share, *(points(s.accuracy[n]) for n in names), points(s.average), delta])
-    lines += ["Test accuracy (%):", "", table(header, "lrr" + "r" * len(names) + "rr", rows), ""]
-    lines += target_lines(scored, full)
-    lines += ["", f"![average accuracy against the budget]({SVG.name})", ""]
-    lines += ["Reproduce: `python benchmarks/bench_quality.py` (`--quick`: 2 tasks, short fine-tunes).", ""]
-    return "\n".join(lines)
-
-
-def find(scored: list[Scored], method: str, budget: int | None, select: str = "importance") -> Scored | None:
-    """The result of one merge (budget None: the full merge), if it ran."""
-    want = Merge(method, budget, select)
-    return next((s for s in scored if s.merge is not None and s.merge == want), None)
-
-
-def target_lines(scored: list[Scored], full: dict[str, Scored]) -> list[str]:
-    header = ["method", "budget", *(f"{s} vs full (points)" for s in SELECTIONS), "target", "met (best of them)"]
-    rows = []
-    for method, ref in full.items():
-        for budget, allowed in TARGETS.items():
-            found = [find(scored, method, budget, s) for s in SELECTIONS]
-            if all(f is None for f in found):
-                continue
-            deltas = [None if f is None else 100 * (f.average - ref.average) for f in found]
-            best = max(d for d in deltas if d is not None)
-            cells = ["" if d is None else f"{d:+.1f}" for d in deltas]
-            rows.append([method, f"{budget}%", *cells, f"≥ −{allowed:g}", "yes" if -best <= allowed else "**no**"])
-    align = "ll" + "r" * len(SELECTIONS) + "ll"
-    heading = "Targets (accuracy kept against the full merge; reported, not asserted):"
-    return [heading, "", table(header, align, rows)] if rows else []
-
-
-def plot(scored: list[Scored], base: Scored, budgets: Sequence[int]) -> Figure:
-    series, refs = [], [HLine("base (no merge)", 100 * base.average, PALETTE[7])]
-    for k, method in enumerate(METHODS):
-        full = find(scored, method, None)
-        if full is None:
-            continue
-        refs.append(HLine(f"{method}, full merge", 100 * full.average, PALETTE[5 + k]))
-        for j, select in enumerate(SELECTIONS):  # a colour per selection, a line style per method
-            found = [(b, find(scored, method, b, select)) for b in budgets]
-            if all(f is None for _, f in found):
-                continue
-            pts = [(float(b), 100 * s.average) for b, s in found if s is not None] + [(100.0, 100 * full.average)]
-            colour = PALETTE[j if j < 5 else j + 3]  # 5–7 are the reference lines'
-            series.append(Series(f"{method}, {select}", pts, colour, (DASHED, DOTTED)[k] if k < 2 else SOLID))
-    ticks = [(float(b), f"{b}%") for b in (5, 10, 25, 50, 100)]
-    return line_chart(
-        series,
-        refs,
-        title="Average test accuracy against the budget",
-        x_ticks=ticks,
-        log_x=True,
-        x_label="budget (share of the expert bytes, log scale)",
-        y_label="accuracy (%)",
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -328,19 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         repo.close()
     versions = {"mgit": _version(), "torch": torch.__version__, "transformers": _package("transformers")}
     base_mb = (base_dir() / "model.safetensors").stat().st_size / MB
-    ctx = {
-        "command": cli.command_line(argv, __file__),
-        "workdir": workdir,
-        "versions": versions,
-        "took": took(time.perf_counter() - started, 0),
-        "steps": steps,
-        "train": train,
-        "test": test,
-        "base_mb": base_mb,
-        "timings": timings,
-        "dare_timings": dare_timings,
-    }
-    publish(relative(report(scored, names, ctx)), SECTION_TITLE, args.write_docs)
+    run = RunContext(cli.command_line(argv, __file__), workdir, versions, took=took(time.perf_counter() - started, 0))
+    inputs = QualityInputs(steps, train, test, base_mb, timings, dare_timings)
+    publish(relative(report(scored, names, run, inputs)), SECTION_TITLE, args.write_docs)
     save(plot(scored, base, budgets), SVG if args.write_docs else workdir / SVG.name)
     print(
         json.dumps(

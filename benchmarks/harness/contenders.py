@@ -3,7 +3,8 @@ each measured the same way, and finding one tool's step among the results.
 
 Why: "store it, delete it, check it out again" is the same experiment for every tool, so a tool is
 data (its commands) and the measuring is written once; a skipped peer (git-lfs or DVC missing) is
-simply not in the list.
+simply not in the list. bench_core stores one model (``store_and_checkout``); bench_scale stores a
+base, then a version over it (stores.store_versions_and_checkout), its git-lfs recipe set up untimed.
 """
 
 from __future__ import annotations
@@ -30,14 +31,16 @@ class Contender:
     checkout_label: str
 
 
-def contenders(tools: Tools) -> list[Contender]:
-    """mgit, and the peers that are installed: git + git-lfs, DVC."""
+def contenders(tools: Tools, message: str = "base", timed_track: bool = True, git_add: str = ".") -> list[Contender]:
+    """mgit, and the peers that are installed: git + git-lfs, DVC. Commits say ``message``; git-lfs's
+    ``lfs track`` is timed with the store (``timed_track``) or part of the untimed setup, and git adds
+    ``git_add`` (a pathspec, or ``-A``)."""
     mgit = [*tools.mgit, "-q"]
     out = [
         Contender(
             "mgit",
             [[*mgit, "init"]],
-            [[*mgit, "add", MODEL_DIR], [*mgit, "commit", "-m", "base"]],
+            [[*mgit, "add", MODEL_DIR], [*mgit, "commit", "-m", message]],
             "add + commit",
             ".mgit",
             [*mgit, "checkout", "--force", "main"],
@@ -45,12 +48,14 @@ def contenders(tools: Tools) -> list[Contender]:
         )
     ]
     if tools.git_lfs:
+        track = [["git", "lfs", "track", "*.safetensors"]]
+        commit = [["git", "add", git_add], ["git", "commit", "-q", "-m", message]]
         out.append(
             Contender(
                 "git + git-lfs",
-                [["git", "init", "-q"], ["git", "lfs", "install", "--local"]],
-                [["git", "lfs", "track", "*.safetensors"], ["git", "add", "."], ["git", "commit", "-q", "-m", "base"]],
-                "lfs track + add + commit",
+                [["git", "init", "-q"], ["git", "lfs", "install", "--local"], *([] if timed_track else track)],
+                [*(track if timed_track else []), *commit],
+                "lfs track + add + commit" if timed_track else "add + commit",
                 ".git",
                 ["git", "checkout", "--", MODEL_DIR],
                 "checkout -- model",

@@ -6,6 +6,8 @@ the claim bench_storage measures. A store is one tool's repository with a base c
 each version as a commit on its branch (DVC, without git, adds every version to one cache); the
 storing is timed, the growth measured like ``du -s``, and mgit also says (``mgit du --json``)
 how the new chunks were encoded. Restores and branch switches are timed and checked byte for byte.
+bench_scale keeps a base and one version with each contender's recipe, then checks the version out
+(``store_versions_and_checkout``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.contenders import Contender
 from harness.runner import (
     MODEL_DIR,
     Proc,
@@ -30,6 +33,8 @@ from harness.runner import (
 )
 from harness.tools import json_output
 from harness.variants import SPECS, Spec, Version
+
+VERSION_STEPS = ("base", "dense fine-tune")  # what store_versions_and_checkout stores, in order
 
 
 @dataclass
@@ -268,3 +273,33 @@ def run_baseline(
     if not keep:
         shutil.rmtree(store.root, ignore_errors=True)
     return costs, total
+
+
+def store_versions_and_checkout(
+    c: Contender, base: Version, version: Version, run_dir: Path, runner: Runner, reps: int
+) -> list[Result]:
+    """Per repetition, in a fresh directory: store the base, then ``version`` over it, then check it out.
+    Each step's fastest run is reported; the checkout must reproduce ``version`` byte for byte."""
+    runs: list[list[Proc]] = [[], [], []]
+    stored: list[int] = [0, 0]
+    identical = True
+    for _ in range(reps):
+        place_model(base.model, fresh_dir(run_dir))  # a fresh directory holding a plain copy of the base
+        for cmd in c.setup:
+            runner.run(cmd, run_dir)
+        for i, v in enumerate((base, version)):
+            if i:
+                place_model(v.model, run_dir)  # as a training run would overwrite it (untimed)
+            runs[i].append(runner.steps(c.store, run_dir))
+            stored[i] = disk_usage(run_dir / c.store_dir)
+        shutil.rmtree(run_dir / MODEL_DIR)
+        runs[2].append(runner.run(c.checkout, run_dir, timed=True))
+        identical &= sha256_files(run_dir / MODEL_DIR) == version.sums
+    shutil.rmtree(run_dir, ignore_errors=True)
+    out = []
+    for i, what in enumerate(VERSION_STEPS):
+        best = min(runs[i], key=lambda p: p.seconds)
+        out.append(Result(c.name, f"{c.store_label}: {what}", best, [p.seconds for p in runs[i]], stored[i]))
+    best = min(runs[2], key=lambda p: p.seconds)
+    out.append(Result(c.name, c.checkout_label, best, [p.seconds for p in runs[2]], identical=identical))
+    return out

@@ -16,7 +16,7 @@ import pytest
 BENCH_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH_DIR))
 
-from harness import cli, machine, models, plot, report, runner, scale_disk  # noqa: E402
+from harness import cli, machine, models, plot, report, runner, scale_disk, scale_report  # noqa: E402
 from harness.runner import Proc, Runner  # noqa: E402
 from harness.targets import met_cell  # noqa: E402
 
@@ -246,7 +246,7 @@ def test_the_benchmark_plot_draws_mgit_per_mode_and_mergekit_as_a_line() -> None
         ),
         bench_scale.Merged(bench_scale.MergeRun(4, "ties", "mgit"), Proc(99.0, 0, 0.0, ""), [99.0], 0),
     ]
-    fig = bench_scale.plot(runs, (4,), (10,), "title")
+    fig = scale_report.plot(runs, (4,), (10,), "title")
     assert len(fig.axes[0].get_lines()) == 3  # mergekit, checked out and --no-checkout; ties is not on it
     assert legend(fig) == ["K = 4: mergekit-yaml", "K = 4: mgit merge", "K = 4: mgit merge --no-checkout"]
 
@@ -262,14 +262,14 @@ def test_the_targets_leave_out_a_method_not_run_and_check_budgeted_reads_against
     runs = [_merged(mr(4, "task_arithmetic", "mergekit"), 60.0), _merged(mr(4, "task_arithmetic", "mgit"), 20.0),
             _merged(mr(4, "task_arithmetic", "mgit", 10), 3.0, record),
             _merged(mr(4, "task_arithmetic", "mgit", 10, False), 2.0, record)]  # fmt: skip
-    rows = {t.metric: [t.shown, t.target, met_cell(t.met)] for t in bench_scale.merge_targets(runs, (4,))}
+    rows = {t.metric: [t.shown, t.target, met_cell(t.met)] for t in scale_report.merge_targets(runs, (4,))}
     assert not any("ties" in metric for metric in rows)  # not run: no row saying "n/a"
     assert rows["K = 4, task_arithmetic exact: × faster than mergekit"] == ["3.00", "≥ 2", "yes"]
     assert rows["K = 4, --budget 10%: expert bytes read / the budget"] == ["0.990", "≤ 1", "yes"]
     base = rows["K = 4, --budget 10%: base bytes read / base chunks the plan computes from"]
     assert base == ["1.250", "≤ 1", "**no**"]  # read more of the base than the plan needs
     ties = [_merged(mr(4, "ties", "mergekit"), 90.0), _merged(mr(4, "ties", "mgit"), 30.0)]
-    rows = {t.metric: [t.shown, t.target, met_cell(t.met)] for t in bench_scale.merge_targets(ties, (4,))}
+    rows = {t.metric: [t.shown, t.target, met_cell(t.met)] for t in scale_report.merge_targets(ties, (4,))}
     assert rows["K = 4, ties exact: × faster than mergekit"] == ["3.00", "≥ 2.5", "yes"]
     assert not any("task_arithmetic" in metric or "budget" in metric for metric in rows)
 
@@ -421,7 +421,7 @@ def test_the_storage_table_compares_each_tool_with_git_lfs_at_the_same_step() ->
         step("cp -r", "copy the model directory", 0.5, False),
     ]
     rows = {tuple(c.strip() for c in line.split("|")[1:3]): line.split("|")[5:7]
-            for line in bench_scale.store_table(results, 10**9).splitlines()[2:]}  # fmt: skip
+            for line in scale_report.store_table(results, 10**9).splitlines()[2:]}  # fmt: skip
     assert [c.strip() for c in rows[("mgit", "add + commit: base")]] == ["2.00", ""]
     assert [c.strip() for c in rows[("dvc", "add: base")]] == ["0.50", ""]
     assert [c.strip() for c in rows[("mgit", "checkout --force main")]] == ["3.00", "2.00"]
