@@ -269,8 +269,13 @@ def test_common_options_and_defaults() -> None:
     assert (args.mgit_rev, args.keep, args.write_docs) == ("HEAD", False, False)
     args = p.parse_args(["--quick", "--reps", "1", "--idle-wait", "0", "--keep", "--write-docs", "--mgit-rev", "w"])
     assert (args.quick, args.reps, args.idle_wait, args.keep, args.write_docs, args.mgit_rev) == (
-        True, 1, 0, True, True, "w"
-    )  # fmt: skip
+        True,
+        1,
+        0,
+        True,
+        True,
+        "w",
+    )
 
 
 def test_options_a_script_lacks_are_not_offered() -> None:

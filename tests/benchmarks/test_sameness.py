@@ -71,3 +71,28 @@ def test_errors_main_measures_each_result_against_the_exact_merge(tmp_path: Path
     assert math.isclose(found[revs[2]].rel_error, 1.0) and found[revs[2]].identical == 1
     assert found[revs[1]].rel_error == 0.0 and found[revs[1]].bit_identical
     assert found["mergekit"].bit_identical and found["mergekit"].rel_error == 0.0
+
+
+def test_bench_merges_child_compares_a_merge_and_counts_its_expert_reads(tmp_path: Path, monkeypatch, capsys) -> None:
+    """bench_merge's comparison child (``harness.merge_cases.compare_main``): a real task-arithmetic
+    merge against its own tensors written out as another tool's output is bit-identical, and the
+    expert chunks it read are counted."""
+    from harness import merge_cases  # noqa: E402
+    from helpers.models import TINY, commit_model, frozen_finetune, llama_state_dict
+
+    from mgit import Repository
+
+    base = llama_state_dict(TINY)
+    with Repository.init(tmp_path / "repo") as repo:
+        commit_model(repo, base, "base")
+        for k in (1, 2):
+            repo.checkout("main", create_branch=f"expert-{k}")
+            commit_model(repo, frozen_finetune(base, set(), seed=k), f"expert {k}")
+        repo.checkout("main")
+        sha = repo.merge(["expert-1", "expert-2"], "task_arithmetic", weight=0.5, branch="m", checkout=False)
+        out = save_dir(tmp_path / "out", repo.state_dict(sha))
+    monkeypatch.setattr(sys, "argv", ["-c", str(tmp_path / "repo"), sha, str(out)])
+    merge_cases.compare_main()
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["identical"] == doc["tensors"] == len(base) and doc["problems"] == []
+    assert doc["expert_own_bytes"] > 0 and doc["expert_delta_chunks"] >= 0

@@ -38,8 +38,12 @@ cancelled_write_bytes: 0
 
 def test_parse_proc_io_keeps_the_byte_counters() -> None:
     assert runner.parse_proc_io(PROC_IO) == {
-        "rchar": 4096, "wchar": 123, "read_bytes": 8192, "write_bytes": 4096, "cancelled_write_bytes": 0,
-    }  # fmt: skip
+        "rchar": 4096,
+        "wchar": 123,
+        "read_bytes": 8192,
+        "write_bytes": 4096,
+        "cancelled_write_bytes": 0,
+    }
     assert runner.parse_proc_io("") == {}
     assert runner.parse_proc_io("read_bytes: n/a\n") == {}
 
@@ -257,11 +261,16 @@ def _merged(run: object, seconds: float, record: dict | None = None) -> object:
 
 def test_the_targets_leave_out_a_method_not_run_and_check_budgeted_reads_against_the_record() -> None:
     mr = bench_scale.MergeRun
-    record = {"budget": {"limit_bytes": 1000}, "bytes": {"experts_measured": 990, "base_measured": 500,
-                                                          "base_estimated": 400}}  # fmt: skip
-    runs = [_merged(mr(4, "task_arithmetic", "mergekit"), 60.0), _merged(mr(4, "task_arithmetic", "mgit"), 20.0),
-            _merged(mr(4, "task_arithmetic", "mgit", 10), 3.0, record),
-            _merged(mr(4, "task_arithmetic", "mgit", 10, False), 2.0, record)]  # fmt: skip
+    record = {
+        "budget": {"limit_bytes": 1000},
+        "bytes": {"experts_measured": 990, "base_measured": 500, "base_estimated": 400},
+    }
+    runs = [
+        _merged(mr(4, "task_arithmetic", "mergekit"), 60.0),
+        _merged(mr(4, "task_arithmetic", "mgit"), 20.0),
+        _merged(mr(4, "task_arithmetic", "mgit", 10), 3.0, record),
+        _merged(mr(4, "task_arithmetic", "mgit", 10, False), 2.0, record),
+    ]
     rows = {t.metric: [t.shown, t.target, met_cell(t.met)] for t in scale_report.merge_targets(runs, (4,))}
     assert not any("ties" in metric for metric in rows)  # not run: no row saying "n/a"
     assert rows["K = 4, task_arithmetic exact: × faster than mergekit"] == ["3.00", "≥ 2", "yes"]
@@ -301,8 +310,14 @@ def test_budgets_ks_and_parts_parse_and_are_checked() -> None:
     assert bench_scale.parse_args(["--parts", "merge"]).parts == ("merge",)
     assert bench_scale.parse_args([]).methods == ("task_arithmetic", "ties")
     assert bench_scale.parse_args(["--methods", "ties"]).methods == ("ties",)
-    bad_args = (["--budgets", "100"], ["--budgets", "ten"], ["--ks", "0"], ["--parts", "diff"], ["--layers", "-1"],
-                ["--methods", "slerp"])  # fmt: skip
+    bad_args = (
+        ["--budgets", "100"],
+        ["--budgets", "ten"],
+        ["--ks", "0"],
+        ["--parts", "diff"],
+        ["--layers", "-1"],
+        ["--methods", "slerp"],
+    )
     for bad in bad_args:
         with pytest.raises(SystemExit):
             bench_scale.parse_args(bad)
@@ -362,9 +377,29 @@ def test_a_tiny_run_end_to_end(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(bench_scale, "update_results", functools.partial(report.update_results, path=docs))
     named = bench_scale.docs_image
     monkeypatch.setattr(bench_scale, "docs_image", lambda methods: tmp_path / named(methods).name)
-    argv = ["--workdir", str(workdir), "--shape", "tiny", "--layers", "2", "--ks", "2", "--budgets", "10",
-            "--methods", "task_arithmetic", "--parts", "merge", "--no-mergekit", "--warm", "--idle-wait", "0",
-            "--other-wait", "0", "--write-docs"]  # fmt: skip
+    argv = [
+        "--workdir",
+        str(workdir),
+        "--shape",
+        "tiny",
+        "--layers",
+        "2",
+        "--ks",
+        "2",
+        "--budgets",
+        "10",
+        "--methods",
+        "task_arithmetic",
+        "--parts",
+        "merge",
+        "--no-mergekit",
+        "--warm",
+        "--idle-wait",
+        "0",
+        "--other-wait",
+        "0",
+        "--write-docs",
+    ]
     assert bench_scale.main(argv) == 0
     out = capsys.readouterr().out
     title = bench_scale.merge_title(("task_arithmetic",))
@@ -390,8 +425,23 @@ def test_a_run_of_one_part_writes_only_that_parts_section(tmp_path: Path, monkey
     titles = bench_scale.MERGE_TITLE, bench_scale.STORE_TITLE
     docs.write_text(f"# Benchmarks\n\n{titles[0]}\n\nearlier merges\n\n{titles[1]}\n\nstale storage\n")
     monkeypatch.setattr(bench_scale, "update_results", functools.partial(report.update_results, path=docs))
-    argv = ["--workdir", str(tmp_path / "scale"), "--shape", "tiny", "--layers", "1", "--parts", "store",
-            "--no-dvc", "--warm", "--idle-wait", "0", "--other-wait", "0", "--write-docs"]  # fmt: skip
+    argv = [
+        "--workdir",
+        str(tmp_path / "scale"),
+        "--shape",
+        "tiny",
+        "--layers",
+        "1",
+        "--parts",
+        "store",
+        "--no-dvc",
+        "--warm",
+        "--idle-wait",
+        "0",
+        "--other-wait",
+        "0",
+        "--write-docs",
+    ]
     assert bench_scale.main(argv) == 0
     text = docs.read_text()
     assert "earlier merges" in text and "stale storage" not in text
@@ -420,8 +470,10 @@ def test_the_storage_table_compares_each_tool_with_git_lfs_at_the_same_step() ->
         step("dvc", "checkout", 6.0, False),
         step("cp -r", "copy the model directory", 0.5, False),
     ]
-    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line.split("|")[5:7]
-            for line in scale_report.store_table(results, 10**9).splitlines()[2:]}  # fmt: skip
+    rows = {
+        tuple(c.strip() for c in line.split("|")[1:3]): line.split("|")[5:7]
+        for line in scale_report.store_table(results, 10**9).splitlines()[2:]
+    }
     assert [c.strip() for c in rows[("mgit", "add + commit: base")]] == ["2.00", ""]
     assert [c.strip() for c in rows[("dvc", "add: base")]] == ["0.50", ""]
     assert [c.strip() for c in rows[("mgit", "checkout --force main")]] == ["3.00", "2.00"]
