@@ -380,25 +380,8 @@ def test_a_tiny_run_end_to_end(tmp_path: Path, monkeypatch, capsys) -> None:
     argv = [
         "--workdir",
         str(workdir),
-        "--shape",
-        "tiny",
-        "--layers",
-        "2",
-        "--ks",
-        "2",
-        "--budgets",
-        "10",
-        "--methods",
-        "task_arithmetic",
-        "--parts",
-        "merge",
-        "--no-mergekit",
-        "--warm",
-        "--idle-wait",
-        "0",
-        "--other-wait",
-        "0",
-        "--write-docs",
+        *"--shape tiny --layers 2 --ks 2 --budgets 10 --methods task_arithmetic --parts merge".split(),
+        *"--no-mergekit --warm --idle-wait 0 --other-wait 0 --write-docs".split(),
     ]
     assert bench_scale.main(argv) == 0
     out = capsys.readouterr().out
@@ -428,19 +411,7 @@ def test_a_run_of_one_part_writes_only_that_parts_section(tmp_path: Path, monkey
     argv = [
         "--workdir",
         str(tmp_path / "scale"),
-        "--shape",
-        "tiny",
-        "--layers",
-        "1",
-        "--parts",
-        "store",
-        "--no-dvc",
-        "--warm",
-        "--idle-wait",
-        "0",
-        "--other-wait",
-        "0",
-        "--write-docs",
+        *"--shape tiny --layers 1 --parts store --no-dvc --warm --idle-wait 0 --other-wait 0 --write-docs".split(),
     ]
     assert bench_scale.main(argv) == 0
     text = docs.read_text()

@@ -272,19 +272,7 @@ def test_unchanged_tensors_are_only_those_identical_in_every_expert(repo):
     shown = invoke("show", sha, cwd=repo.root, check=True).stdout
     assert re.search(rf"; {len(frozen)} with every expert identical to the base", shown), shown
     done = invoke(
-        "merge",
-        "--method",
-        "task_arithmetic",
-        "--weights",
-        "0.5,0.5",
-        "e1",
-        "e2",
-        "--budget",
-        "5%",
-        "-b",
-        "c",
-        "--no-checkout",
-        "--json",
+        *"merge --method task_arithmetic --weights 0.5,0.5 e1 e2 --budget 5% -b c --no-checkout --json".split(),
         cwd=repo.root,
         check=True,
     )

@@ -231,33 +231,14 @@ def test_killed_merge_leaves_refs_and_tree_unchanged(experts):
 def test_cli_merge_dry_run_and_show(experts):
     repo, base, tuned = experts
     dry = run_mgit(
-        "merge",
-        "math",
-        "code",
-        "--method",
-        "ties",
-        "--density",
-        "0.5",
-        "--weights",
-        "0.5,0.5",
-        "--dry-run",
-        "--json",
+        *"merge math code --method ties --density 0.5 --weights 0.5,0.5 --dry-run --json".split(),
         cwd=repo.root,
         check=True,
     )
     plan = json.loads(dry.stdout)
     assert plan["schema"] == "mgit.plan/1" and plan["method"] == "ties" and "experts_measured" not in plan["bytes"]
     done = run_mgit(
-        "merge",
-        "math",
-        "code",
-        "--method",
-        "ties",
-        "--density",
-        "0.5",
-        "--weights",
-        "0.5,0.5",
-        "-m",
+        *"merge math code --method ties --density 0.5 --weights 0.5,0.5 -m".split(),
         "merge v1",
         "--seed",
         "3",

@@ -238,36 +238,14 @@ def test_the_cli_sketches_and_merges_with_sketches(experts):
     bad = invoke("sketch", "e2", "--share", "30%", cwd=repo.root)
     assert bad.returncode != 0 and "--force" in bad.stderr and "Traceback" not in bad.stderr
     merged = invoke(
-        "merge",
-        "--method",
-        "task_arithmetic",
-        "--weights",
-        "0.5,0.5",
-        "e1",
-        "e2",
-        "--budget",
-        "10%",
-        "-b",
-        "m",
-        "--no-checkout",
+        *"merge --method task_arithmetic --weights 0.5,0.5 e1 e2 --budget 10% -b m --no-checkout".split(),
         cwd=repo.root,
         check=True,
     )
     assert "read as sketches" in merged.stdout
     plain = invoke(
-        "merge",
-        "--method",
-        "task_arithmetic",
-        "--weights",
-        "0.5,0.5",
-        "e1",
-        "e2",
-        "--budget",
-        "10%",
-        "-b",
-        "n",
-        "--no-checkout",
-        "--no-sketches",
+        *"merge --method task_arithmetic --weights 0.5,0.5 e1 e2 --budget 10% -b n --no-checkout".split(),
+        *"--no-sketches".split(),
         cwd=repo.root,
         check=True,
     )

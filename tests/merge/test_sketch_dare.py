@@ -155,16 +155,7 @@ def test_the_cli_makes_a_dare_sketch_and_shows_its_keep_rates(dared):
     doc = invoke("sketch", "e2", "--kind", "dare", "--share", "20%", "--force", "--json", cwd=repo.root, check=True)
     assert '"kind": "dare"' in doc.stdout and '"created": true' in doc.stdout
     shown = invoke(
-        "merge",
-        "--method",
-        "task_arithmetic",
-        "--weights",
-        "0.5,0.5",
-        "e1",
-        "e2",
-        "--budget",
-        "10%",
-        "--dry-run",
+        *"merge --method task_arithmetic --weights 0.5,0.5 e1 e2 --budget 10% --dry-run".split(),
         cwd=repo.root,
         check=True,
     )
