@@ -39,10 +39,10 @@ class ReadSizes:
     nothing, an older mgit); :meth:`to_json` writes the others in their recorded order and
     keys a later mgit adds are kept in ``extra``."""
 
-    base_estimated: int = 0
+    base_estimated: int = 0  # the fields in their recorded order: to_json writes them so
+    output_logical: int | None = None
     experts_estimated: int = 0
     expert_chunks_estimated: int = 0
-    output_logical: int | None = None
     expert_passes: int | None = None
     base_measured: int | None = None
     experts_measured: int | None = None
@@ -60,22 +60,8 @@ class ReadSizes:
         return self.base_estimated if self.base_measured is None else self.base_measured
 
     def to_json(self) -> dict[str, Any]:
-        order = (
-            "base_estimated",
-            "output_logical",
-            "experts_estimated",
-            "expert_chunks_estimated",
-            "expert_passes",
-            "base_measured",
-            "experts_measured",
-            "expert_chunks_measured",
-            "output_chunks_computed",
-            "output_chunks_carried",
-            "output_bytes_computed",
-            "base_fetched",
-            "experts_fetched",
-        )
-        return {k: getattr(self, k) for k in order if getattr(self, k) is not None} | self.extra
+        held = ((f.name, getattr(self, f.name)) for f in fields(self) if f.name != "extra")
+        return {k: v for k, v in held if v is not None} | self.extra
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ReadSizes:
