@@ -46,8 +46,10 @@ def test_the_cli_and_the_python_api_build_the_same_request(repo, monkeypatch) ->
         asked.append(request)
         raise BadInputError("request captured")
 
+    # `mgit merge`'s first: monkeypatch looks the old value up, which makes the facade's method from
+    # ops.merge.merge_with and keeps it on the class; patched first, a capture would be kept there
+    monkeypatch.setattr(Repository, "_merge_with", lambda self, request: capture(self.ctx, request))
     monkeypatch.setattr(ops_merge, "merge_with", capture)  # behind Repository.merge
-    monkeypatch.setattr(Repository, "_merge_with", lambda self, request: capture(self.ctx, request))  # `mgit merge`'s
     options = ["--budget", "10%", "--budget-fairness", "global", "--no-sketches", "--seed", "7", "--dtype", "F32"]
     options += ["--weights", "0.3,0.7", "--density", "0.5", "--param", "lambda=2", "-b", "side", "--no-checkout"]
     shown = invoke("merge", "math", "code", "--method", "ties", *options, cwd=repo.root)
