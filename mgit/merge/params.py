@@ -102,7 +102,7 @@ RANGES: dict[str, Range] = {
     "epsilon": Range(0.0, 1.0, high_open=True, meaning="spread of keep probabilities; density ± epsilon in (0, 1)"),
     "t": Range(0.0, 1.0, meaning="0 = the base, 1 = the expert"),
 }
-FLAGS = frozenset({"normalize", "rescale", "int8_mask", "filter_wise"})
+FLAGS = frozenset({"normalize", "rescale", "int8_mask", "filter_wise", "nuslerp_row_wise", "nuslerp_flatten"})
 NULLABLE = frozenset({"scale"})
 
 

@@ -96,6 +96,7 @@ NAMES = [
     "slerp",
     "model_stock",
     "nearswap",
+    "nuslerp",
     "passthrough",
 ]
 

@@ -69,6 +69,7 @@ class MergeMethod(ABC):
     summary: str
     params: tuple[Param, ...]
     needs_base: bool
+    base_optional: bool = False  # a method that needs no base may still take one (nuslerp): when one is named
     min_experts: int
     max_experts: int | None
     random: bool = False

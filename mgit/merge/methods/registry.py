@@ -14,6 +14,7 @@ from mgit.merge.methods.base import MergeMethod
 from mgit.merge.methods.linear import Linear
 from mgit.merge.methods.model_stock import ModelStock
 from mgit.merge.methods.nearswap import NearSwap
+from mgit.merge.methods.nuslerp import NuSlerp
 from mgit.merge.methods.passthrough import Passthrough
 from mgit.merge.methods.slerp import Slerp
 from mgit.merge.methods.task_arithmetic import TaskArithmetic as TA
@@ -49,6 +50,7 @@ METHODS: dict[str, MergeMethod] = {
         Slerp(),
         ModelStock(),
         NearSwap(),
+        NuSlerp(),
         Passthrough(),
     )
 }
