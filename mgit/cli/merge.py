@@ -67,7 +67,7 @@ class MergeCommand(click.Command):
 @click.option("--lambda", "lambda_", type=float, help="scale of the merged delta")
 @click.option("--epsilon", metavar="E[,E...]", help="della: spread of keep probabilities")
 @click.option("--gamma", metavar="G[,G...]", help="breadcrumbs: fraction of largest magnitudes removed")
-@click.option("--t", "t", type=float, help="slerp: interpolation factor")
+@click.option("--t", "t", type=float, help="slerp: interpolation factor; nearswap: distance threshold")
 @click.option("--normalize/--no-normalize", default=None, help="divide by the sum of weights")
 @click.option("--rescale/--no-rescale", default=None, help="restore the L1 norm of sparsified deltas")
 @click.option("--param", "extra", multiple=True, metavar="NAME=VALUE", help="any other mergekit parameter")

@@ -134,9 +134,10 @@ def check_ranges(cfg: MergeConfig, where: str) -> None:
     scopes = [("parameters", cfg.parameters)] + [
         (f"models[{i}] ({m.ref})", m.parameters) for i, m in enumerate(cfg.models)
     ]
+    own = method.own_ranges() if method is not None else {}
     for label, params in scopes:
         for name, setting in params.items():
-            check_value(name, setting_values(setting), f"{where}: {label}")
+            check_value(name, setting_values(setting), f"{where}: {label}", own.get(name))
         density, epsilon = params.get("density"), params.get("epsilon")
         if method is not None and isinstance(density, int | float) and isinstance(epsilon, int | float):
             pair = {"density": density, "epsilon": epsilon}  # other pairs: per tensor, when resolved

@@ -52,10 +52,10 @@ def merge_one(
     method = setup.method
     with torch.no_grad():
         if prepared is not None:
-            result = method.merge_slice(prepared, base if method.needs_base else None, experts, start, present)
+            result = method.merge_slice(prepared, base if setup.merges_base else None, experts, start, present)
             return result.to(torch_dtype(setup.out_dtype)) if setup.out_dtype else result
         call = TensorCall(
-            base=base if method.needs_base else None,
+            base=base if setup.merges_base else None,
             experts=experts,
             params=setup.tensor_params(tp.name),
             dtype=torch_dtype(setup.dtype) if setup.dtype else None,

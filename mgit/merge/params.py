@@ -44,6 +44,7 @@ class Param:
     default: Any = REQUIRED
     nullable: bool = False  # None is a valid value (mergekit's Optional[float])
     doc: str = ""
+    range: Range | None = None  # this method's own range, where the name means something else than RANGES'
 
     @property
     def required(self) -> bool:
@@ -86,7 +87,9 @@ class Range:
             return "any finite number"
         low = "-inf" if self.low is None else f"{self.low:g}"
         high = "inf" if self.high is None else f"{self.high:g}"
-        return f"{'(' if self.low_open or self.low is None else '['}{low}, {high}{')' if self.high_open else ']'}"
+        opening = "(" if self.low_open or self.low is None else "["
+        closing = ")" if self.high_open or self.high is None else "]"
+        return f"{opening}{low}, {high}{closing}"
 
 
 FINITE = Range()
@@ -99,7 +102,7 @@ RANGES: dict[str, Range] = {
     "epsilon": Range(0.0, 1.0, high_open=True, meaning="spread of keep probabilities; density ± epsilon in (0, 1)"),
     "t": Range(0.0, 1.0, meaning="0 = the base, 1 = the expert"),
 }
-FLAGS = frozenset({"normalize", "rescale", "int8_mask", "filter_wise"})
+FLAGS = frozenset({"normalize", "rescale", "int8_mask", "filter_wise", "nuslerp_row_wise", "nuslerp_flatten"})
 NULLABLE = frozenset({"scale"})
 
 
@@ -110,16 +113,16 @@ def _values(value: Any) -> Iterable[Any]:
     return (value,)
 
 
-def check_value(name: str, value: Any, where: str) -> None:
-    """One parameter's value (a scalar or one per expert): its type and range, or one line
-    naming the parameter, the value and what is accepted. Unknown names pass (the method
-    refuses them with its list of accepted ones)."""
+def check_value(name: str, value: Any, where: str, own: Range | None = None) -> None:
+    """One parameter's value (a scalar or one per expert): its type and range (``own``, the
+    method's, else the name's in RANGES), or one line naming the parameter, the value and what is
+    accepted. Unknown names pass (the method refuses them with its list of accepted ones)."""
     for v in _values(value):
         if name in FLAGS:
             if not (isinstance(v, bool) or (isinstance(v, numbers.Integral) and v in (0, 1))):
                 raise BadInputError(f"{where}: {name} = {v!r} must be true or false")
             continue
-        rng = RANGES.get(name)
+        rng = own or RANGES.get(name)
         if rng is None or (v is None and name in NULLABLE):
             continue
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
@@ -146,8 +149,8 @@ def check_della(density: Any, epsilon: Any, where: str) -> None:
             )
 
 
-def check_params(params: Mapping[str, Any], where: str) -> None:
-    """Every given parameter in range (conditions joining several are the method's:
-    :meth:`mgit.merge.methods.base.MergeMethod.check_params`)."""
+def check_params(params: Mapping[str, Any], where: str, own: Mapping[str, Range] | None = None) -> None:
+    """Every given parameter in range (``own``: the method's ranges that replace RANGES';
+    conditions joining several are the method's: :meth:`mgit.merge.methods.base.MergeMethod.check_params`)."""
     for name, value in params.items():
-        check_value(name, value, where)
+        check_value(name, value, where, (own or {}).get(name))

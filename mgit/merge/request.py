@@ -104,6 +104,12 @@ class MergeSetup:
     # as asked: options that need no resolving are read from it where they take effect
     request: MergeRequest = field(default_factory=MergeRequest)
 
+    @property
+    def merges_base(self) -> bool:
+        """Whether the method is given the base tensor: always for a method that needs one; for
+        one that may take one (nuslerp), when a base was named (no reference stands in for it)."""
+        return self.method.needs_base or (self.method.base_optional and self.reference is None)
+
     def tensor_params(self, name: str) -> dict[str, Any]:
         """One tensor's parameters as given (a config's filters and gradients evaluated)."""
         return self.params_for(name) if self.params_for else self.params

@@ -80,7 +80,8 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:  # noqa:
         base_snap = _with_model(ctx.snapshot(base_commit), base_snap, model_dir)
     params_for = None
     if cfg is not None:
-        entries = [m for m in cfg.models if not (chosen.needs_base and m.ref == cfg.base)]
+        takes_base = chosen.needs_base or (chosen.base_optional and cfg.base is not None)
+        entries = [m for m in cfg.models if not (takes_base and m.ref == cfg.base)]
         experts = [m.ref for m in entries]
         if not experts:
             raise BadInputError(f"{config}: no model to merge besides the base")

@@ -31,6 +31,7 @@ from typing import Any
 import mergekit.merge_methods as mk_methods
 import pytest
 import torch
+from helpers.mergekit_ref import DTYPES, SHAPES, assert_matches, bits, mergekit_merge
 from mergekit.merge_methods.api import merge_state_dicts, merge_tensors
 from mergekit.merge_methods.base import MISSING, BasePolicy
 
@@ -50,17 +51,6 @@ from mgit.merge.methods import (
 
 Tensor = torch.Tensor
 Params = dict[str, Any]
-
-SHAPES: list[tuple[int, ...]] = [(37,), (12, 20), (3, 6, 10)]
-# (input dtype or "mixed", mergekit/mgit dtype, out_dtype)
-DTYPES = [
-    pytest.param((torch.float32, None, None), id="fp32"),
-    pytest.param((torch.bfloat16, None, None), id="bf16"),
-    pytest.param((torch.float16, None, None), id="fp16"),
-    pytest.param((torch.bfloat16, torch.float32, torch.bfloat16), id="bf16-dtype_fp32-out_bf16"),
-    pytest.param((torch.float32, torch.bfloat16, None), id="fp32-dtype_bf16"),
-    pytest.param(("mixed", None, torch.float16), id="bf16+fp16-promoted-out_fp16"),
-]
 
 
 def weights(k: int) -> list[float]:
@@ -90,40 +80,6 @@ def make_inputs(
     return base.to(dtype), [e.to(dtype) for e in experts]
 
 
-def mergekit_merge(
-    method: str,
-    base: Tensor | None,
-    experts: list[Tensor],
-    params: Params,
-    dtype: torch.dtype | None = None,
-    out_dtype: torch.dtype | None = None,
-) -> Tensor:
-    tensors = experts if base is None else [base, *experts]
-    return merge_tensors(
-        tensors,
-        method,
-        parameters=params,
-        base_index=None if base is None else 0,
-        dtype=dtype,
-        out_dtype=out_dtype,
-    )
-
-
-def _bits(t: Tensor) -> Tensor:
-    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def assert_matches(ours: Tensor, ref: Tensor, exact: bool = False) -> None:
-    """float32/64 outputs: max |ours - ref| <= 1e-6 * max |ref|; half-precision outputs (or exact=True):
-    bit-identical (compared as integers, so -0.0 vs 0.0 and NaN payloads count)."""
-    assert ours.dtype == ref.dtype and ours.shape == ref.shape
-    if exact or ref.dtype in (torch.bfloat16, torch.float16):
-        assert torch.equal(_bits(ours), _bits(ref)), f"max diff {(ours.double() - ref.double()).abs().max()}"
-        return
-    diff = (ours.double() - ref.double()).abs().max().item()
-    assert diff <= 1e-6 * max(ref.double().abs().max().item(), 1e-30)
-
-
 # --------------------------------------------------------------------------------------------
 # Registry mirrors mergekit's method specs
 
@@ -139,6 +95,8 @@ NAMES = [
     "della_linear",
     "slerp",
     "model_stock",
+    "nearswap",
+    "nuslerp",
     "passthrough",
 ]
 
@@ -456,7 +414,7 @@ def test_random_injected_masks_equal_mergekit(
             eps = epsilons[i] if isinstance(epsilons, list) else epsilons
             mine = della_probabilities(delta, densities[i], eps)
         assert mine.dtype == probabilities.dtype
-        assert torch.equal(_bits(mine), _bits(probabilities))
+        assert torch.equal(bits(mine), bits(probabilities))
 
 
 def test_same_seed_is_reproducible_and_seeds_differ() -> None:
@@ -467,7 +425,7 @@ def test_same_seed_is_reproducible_and_seeds_differ() -> None:
         again = merge_tensor(method, base, experts, params, generator=seeded_generator(42, "w"))
         other = merge_tensor(method, base, experts, params, generator=seeded_generator(43, "w"))
         other_name = merge_tensor(method, base, experts, params, generator=seeded_generator(42, "v"))
-        assert torch.equal(_bits(first), _bits(again))
+        assert torch.equal(bits(first), bits(again))
         assert not torch.equal(first, other)
         assert not torch.equal(first, other_name)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mgit.errors import BadInputError, UnknownParameterError
-from mgit.merge.params import Param, Scope, check_params
+from mgit.merge.params import Param, Range, Scope, check_params
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,6 +69,7 @@ class MergeMethod(ABC):
     summary: str
     params: tuple[Param, ...]
     needs_base: bool
+    base_optional: bool = False  # a method that needs no base may still take one (nuslerp): when one is named
     min_experts: int
     max_experts: int | None
     random: bool = False
@@ -107,8 +108,13 @@ class MergeMethod(ABC):
     def check_params(self, params: Mapping[str, Any], where: str) -> None:
         """Every given value within its range (:mod:`mgit.merge.params`), and the conditions
         joining several parameters (:meth:`check_together`)."""
-        check_params(params, where)
+        check_params(params, where, self.own_ranges())
         self.check_together(params, where)
+
+    def own_ranges(self) -> dict[str, Range]:
+        """The ranges this method gives its parameters where a name means something else here
+        than in :data:`mgit.merge.params.RANGES` (nearswap's ``t`` is a distance, not slerp's t)."""
+        return {p.name: p.range for p in self.params if p.range is not None}
 
     def check_together(self, params: Mapping[str, Any], where: str) -> None:  # noqa: B027 (a hook: most methods have none)
         """Conditions on several parameters at once (none by default)."""

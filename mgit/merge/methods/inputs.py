@@ -159,7 +159,7 @@ def check_inputs(
         raise BadInputError(f"{where}: needs {expected} expert tensor(s), got {count}")
     if method.needs_base and not has_base:
         raise BadInputError(f"{where}: needs a base tensor")
-    if not method.needs_base and has_base:
+    if not method.needs_base and not method.base_optional and has_base:
         raise BadInputError(
             f"{where}: takes no base; pass the base as one more input (with its own weight) if it should count"
         )

@@ -13,6 +13,8 @@ from mgit.errors import UnknownMethodError
 from mgit.merge.methods.base import MergeMethod
 from mgit.merge.methods.linear import Linear
 from mgit.merge.methods.model_stock import ModelStock
+from mgit.merge.methods.nearswap import NearSwap
+from mgit.merge.methods.nuslerp import NuSlerp
 from mgit.merge.methods.passthrough import Passthrough
 from mgit.merge.methods.slerp import Slerp
 from mgit.merge.methods.task_arithmetic import TaskArithmetic as TA
@@ -47,6 +49,8 @@ METHODS: dict[str, MergeMethod] = {
         TA("della_linear", "magnitude-ranked random drop", "della", consensus=False, normalize=False),
         Slerp(),
         ModelStock(),
+        NearSwap(),
+        NuSlerp(),
         Passthrough(),
     )
 }
