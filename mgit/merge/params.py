@@ -98,6 +98,7 @@ RANGES: dict[str, Range] = {
     "gamma": Range(0.0, 1.0, high_open=True, meaning="fraction of largest magnitudes dropped"),
     "epsilon": Range(0.0, 1.0, high_open=True, meaning="spread of keep probabilities; density ± epsilon in (0, 1)"),
     "t": Range(0.0, 1.0, meaning="0 = the base, 1 = the expert"),
+    "select_topk": FINITE,  # sce: <= 0 keeps nothing, >= 1 everything (mergekit takes any float)
 }
 FLAGS = frozenset({"normalize", "rescale", "int8_mask", "filter_wise"})
 NULLABLE = frozenset({"scale"})

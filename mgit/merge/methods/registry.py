@@ -14,6 +14,7 @@ from mgit.merge.methods.base import MergeMethod
 from mgit.merge.methods.linear import Linear
 from mgit.merge.methods.model_stock import ModelStock
 from mgit.merge.methods.passthrough import Passthrough
+from mgit.merge.methods.sce import Sce
 from mgit.merge.methods.slerp import Slerp
 from mgit.merge.methods.task_arithmetic import TaskArithmetic as TA
 from mgit.merge.params import Param
@@ -47,6 +48,7 @@ METHODS: dict[str, MergeMethod] = {
         TA("della_linear", "magnitude-ranked random drop", "della", consensus=False, normalize=False),
         Slerp(),
         ModelStock(),
+        Sce(),
         Passthrough(),
     )
 }
