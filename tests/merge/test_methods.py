@@ -74,6 +74,7 @@ NAMES = [
     "slerp",
     "model_stock",
     "sce",
+    "karcher",
     "passthrough",
 ]
 

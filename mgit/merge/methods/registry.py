@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from mgit.errors import UnknownMethodError
 from mgit.merge.methods.base import MergeMethod
+from mgit.merge.methods.karcher import Karcher
 from mgit.merge.methods.linear import Linear
 from mgit.merge.methods.model_stock import ModelStock
 from mgit.merge.methods.passthrough import Passthrough
@@ -48,6 +49,7 @@ METHODS: dict[str, MergeMethod] = {
         TA("della_linear", "magnitude-ranked random drop", "della", consensus=False, normalize=False),
         Slerp(),
         ModelStock(),
+        Karcher(),
         Sce(),
         Passthrough(),
     )
