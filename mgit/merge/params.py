@@ -39,7 +39,7 @@ class Param:
     """One parameter a method accepts: its mergekit name, type, scope and default."""
 
     name: str
-    kind: type  # float or bool
+    kind: type  # float, int or bool
     scope: Scope
     default: Any = REQUIRED
     nullable: bool = False  # None is a valid value (mergekit's Optional[float])
@@ -60,9 +60,20 @@ class Param:
             if isinstance(value, numbers.Integral) and value in (0, 1):
                 return bool(value)
             raise BadInputError(f"{method}: parameter {self.name} must be true or false, got {value!r}")
+        if self.kind is int:
+            if _is_whole(value):
+                return int(value)
+            raise BadInputError(f"{method}: parameter {self.name} must be a whole number, got {value!r}")
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return float(value)
         raise BadInputError(f"{method}: parameter {self.name} must be a number, got {value!r}")
+
+
+def _is_whole(value: Any) -> bool:
+    """An integer, or a float without a fraction (pydantic's lax int: ``--param max_iter=5`` is 5.0)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    return isinstance(value, numbers.Integral) or (math.isfinite(value) and float(value).is_integer())
 
 
 @dataclass(frozen=True)
@@ -101,9 +112,13 @@ RANGES: dict[str, Range] = {
     "gamma": Range(0.0, 1.0, high_open=True, meaning="fraction of largest magnitudes dropped"),
     "epsilon": Range(0.0, 1.0, high_open=True, meaning="spread of keep probabilities; density ± epsilon in (0, 1)"),
     "t": Range(0.0, 1.0, meaning="0 = the base, 1 = the expert"),
+    "max_iter": FINITE,  # karcher: a whole number (WHOLE); <= 0 takes no step, as mergekit's range()
+    "tol": FINITE,  # karcher
+    "select_topk": FINITE,  # sce: <= 0 keeps nothing, >= 1 everything (mergekit takes any float)
 }
 FLAGS = frozenset({"normalize", "rescale", "int8_mask", "filter_wise", "nuslerp_row_wise", "nuslerp_flatten"})
 NULLABLE = frozenset({"scale"})
+WHOLE = frozenset({"max_iter"})  # whole numbers (mergekit's int parameters)
 
 
 def _values(value: Any) -> Iterable[Any]:
@@ -127,6 +142,8 @@ def check_value(name: str, value: Any, where: str, own: Range | None = None) -> 
             continue
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise BadInputError(f"{where}: {name} = {v!r} must be a number; accepted: {rng}")
+        if name in WHOLE and not _is_whole(v):
+            raise BadInputError(f"{where}: {name} = {v!r} must be a whole number")
         if not rng.holds(float(v)):
             meaning = f" ({rng.meaning})" if rng.meaning else ""
             raise BadInputError(f"{where}: {name} = {v!r} is out of range; accepted: {rng}{meaning}")

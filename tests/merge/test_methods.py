@@ -28,17 +28,23 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import mergekit.merge_methods as mk_methods
 import pytest
 import torch
-from helpers.mergekit_ref import DTYPES, SHAPES, assert_matches, bits, mergekit_merge
+from helpers.mergekit_ref import (
+    DTYPES,
+    SHAPES,
+    assert_matches,
+    assert_same_spec,
+    bits,
+    make_inputs,
+    mergekit_merge,
+    weights,
+)
 from mergekit.merge_methods.api import merge_state_dicts, merge_tensors
-from mergekit.merge_methods.base import MISSING, BasePolicy
 
 from mgit.errors import BadInputError, MgitError
 from mgit.merge.methods import (
     METHODS,
-    REQUIRED,
     Sampling,
     dare_drop,
     dare_probabilities,
@@ -51,34 +57,6 @@ from mgit.merge.methods import (
 
 Tensor = torch.Tensor
 Params = dict[str, Any]
-
-
-def weights(k: int) -> list[float]:
-    return [0.6, 0.3, 0.45, 0.2][:k]
-
-
-def make_inputs(
-    shape: tuple[int, ...], k: int, dtype: torch.dtype | str, seed: int, kind: str = "gauss"
-) -> tuple[Tensor, list[Tensor]]:
-    """A base ~ N(0, 0.02) and k experts = base + delta, delta scales spread over a decade and a
-    fifth of the elements untouched. ``kind="quantized"``: deltas on a coarse grid, so that many
-    magnitudes are equal and sorting ties must be broken the same way."""
-    g = torch.Generator().manual_seed(seed)
-    base = torch.randn(shape, generator=g) * 0.02
-    experts = []
-    for i in range(k):
-        if kind == "quantized":
-            delta = torch.randint(-3, 4, shape, generator=g).float() * 0.004
-        else:
-            delta = torch.randn(shape, generator=g) * 10.0 ** -(2 + (i % 3) / 2)
-        delta[torch.rand(shape, generator=g) < 0.2] = 0
-        experts.append(base + delta)
-    if dtype == "mixed":
-        return base.to(torch.bfloat16), [
-            e.to(torch.float16 if i % 2 == 0 else torch.bfloat16) for i, e in enumerate(experts)
-        ]
-    return base.to(dtype), [e.to(dtype) for e in experts]
-
 
 # --------------------------------------------------------------------------------------------
 # Registry mirrors mergekit's method specs
@@ -97,6 +75,8 @@ NAMES = [
     "model_stock",
     "nearswap",
     "nuslerp",
+    "sce",
+    "karcher",
     "passthrough",
 ]
 
@@ -107,16 +87,8 @@ def test_registry_has_the_methods() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_parameters_and_contract_match_mergekit(name: str) -> None:
-    ours = METHODS[name]
-    spec = mk_methods.get(name).spec
-    assert [p.name for p in ours.params] == [p.name for p in spec.parameters]
-    for mine, theirs in zip(ours.params, spec.parameters, strict=True):
-        assert (mine.default is REQUIRED) == (theirs.default is MISSING), mine.name
-        if mine.default is not REQUIRED:
-            assert mine.default == theirs.default, mine.name
-        assert (mine.scope.value == "global") == (theirs.scope.value == "shared"), mine.name
-    assert ours.needs_base == (spec.contract.base == BasePolicy.REQUIRED)
-    assert ours.random == name.startswith(("dare", "della"))
+    assert_same_spec(name)
+    assert METHODS[name].random == name.startswith(("dare", "della"))
 
 
 # --------------------------------------------------------------------------------------------

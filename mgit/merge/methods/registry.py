@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from mgit.errors import UnknownMethodError
 from mgit.merge.methods.base import MergeMethod
+from mgit.merge.methods.karcher import Karcher
 from mgit.merge.methods.linear import Linear
 from mgit.merge.methods.model_stock import ModelStock
 from mgit.merge.methods.nearswap import NearSwap
 from mgit.merge.methods.nuslerp import NuSlerp
 from mgit.merge.methods.passthrough import Passthrough
+from mgit.merge.methods.sce import Sce
 from mgit.merge.methods.slerp import Slerp
 from mgit.merge.methods.task_arithmetic import TaskArithmetic as TA
 from mgit.merge.params import Param
@@ -51,6 +53,8 @@ METHODS: dict[str, MergeMethod] = {
         ModelStock(),
         NearSwap(),
         NuSlerp(),
+        Karcher(),
+        Sce(),
         Passthrough(),
     )
 }
