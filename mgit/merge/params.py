@@ -115,8 +115,15 @@ RANGES: dict[str, Range] = {
     "max_iter": FINITE,  # karcher: a whole number (WHOLE); <= 0 takes no step, as mergekit's range()
     "tol": FINITE,  # karcher
     "select_topk": FINITE,  # sce: <= 0 keeps nothing, >= 1 everything (mergekit takes any float)
+    # multislerp: 0 would divide a zero delta (an expert equal to the base) by 0
+    "eps": Range(0.0, None, low_open=True, meaning="added to norms before dividing by them"),
+    "r": FINITE,  # ramplus_tl
+    # ramplus_tl: below 0 the clamp's bounds cross (mergekit then scales by 1 + r·alpha everywhere)
+    "alpha": Range(0.0, None, meaning="the most the shared/unique ratio counts"),
 }
-FLAGS = frozenset({"normalize", "rescale", "int8_mask", "filter_wise", "nuslerp_row_wise", "nuslerp_flatten"})
+FLAGS = frozenset(
+    {"normalize", "rescale", "int8_mask", "filter_wise", "nuslerp_row_wise", "nuslerp_flatten", "normalize_weights"}
+)
 NULLABLE = frozenset({"scale"})
 WHOLE = frozenset({"max_iter"})  # whole numbers (mergekit's int parameters)
 

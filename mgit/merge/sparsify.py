@@ -46,9 +46,16 @@ class Sampling:
 
     def draw(self, probabilities: torch.Tensor) -> torch.Tensor:
         """Bernoulli draws with the given keep probabilities (same dtype and shape)."""
+        return torch.bernoulli(probabilities, generator=self._generator())
+
+    def indices(self, high: int, count: int) -> torch.Tensor:
+        """``count`` indices drawn uniformly from [0, high), with replacement (``torch.randint``)."""
+        return torch.randint(high, (count,), generator=self._generator())
+
+    def _generator(self) -> torch.Generator:
         if self.generator is None:
             raise BadInputError(f"{self.where}: is random and needs a seeded generator (or a mask for every expert)")
-        return torch.bernoulli(probabilities, generator=self.generator)
+        return self.generator
 
 
 def seeded_generator(seed: int, tensor_name: str | None = None, device: str | torch.device = "cpu") -> torch.Generator:

@@ -177,7 +177,7 @@ def _sampling(
     if not method.random:
         if masks is not None:
             raise BadInputError(f"{where}: is deterministic and takes no masks")
-        return Sampling()
+        return Sampling(where=where)
     if masks is not None:
         assert like is not None  # masks come only with whole tensors (call), the base among them
         if isinstance(masks, torch.Tensor) or len(masks) != count:

@@ -10,13 +10,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mgit.errors import UnknownMethodError
+from mgit.merge.methods.arcee_fusion import ArceeFusion
 from mgit.merge.methods.base import MergeMethod
 from mgit.merge.methods.karcher import Karcher
 from mgit.merge.methods.linear import Linear
 from mgit.merge.methods.model_stock import ModelStock
+from mgit.merge.methods.multislerp import MultiSlerp
 from mgit.merge.methods.nearswap import NearSwap
 from mgit.merge.methods.nuslerp import NuSlerp
 from mgit.merge.methods.passthrough import Passthrough
+from mgit.merge.methods.ram import Ram, RamPlusTl
 from mgit.merge.methods.sce import Sce
 from mgit.merge.methods.slerp import Slerp
 from mgit.merge.methods.task_arithmetic import TaskArithmetic as TA
@@ -55,6 +58,10 @@ METHODS: dict[str, MergeMethod] = {
         NuSlerp(),
         Karcher(),
         Sce(),
+        MultiSlerp(),
+        ArceeFusion(),
+        Ram(),
+        RamPlusTl(),
         Passthrough(),
     )
 }
