@@ -29,7 +29,7 @@ class Ram(MergeMethod):
 
     name = "ram"
     summary = "a change one expert made taken whole, changes several made averaged"
-    params = (
+    params: tuple[Param, ...] = (
         Param("epsilon", float, Scope.GLOBAL, 1e-5, range=Range(0.0, None, meaning=_EPSILON), doc=_EPSILON),
     )
     needs_base = True
