@@ -44,8 +44,16 @@ class Ram(MergeMethod):
         if not experts:
             return base
         c = changes(experts, base, p["epsilon"])
-        merged = (c.kept * c.unique + c.kept * c.overlap / c.counts.clamp(min=1)).sum(dim=0, keepdim=True)
+        own = c.kept * c.unique
+        scale = self.own_scale(c, p)
+        if scale is not None:
+            own = own * scale.unsqueeze(-1)
+        merged = (own + c.kept * c.overlap / c.counts.clamp(min=1)).sum(dim=0, keepdim=True)
         return base + merged.reshape_as(base)
+
+    def own_scale(self, c: Changes, p: Mapping[str, Any]) -> torch.Tensor | None:
+        """Each expert's factor on the changes only it made (None: taken as they are)."""
+        return None
 
 
 class RamPlusTl(Ram):
@@ -70,21 +78,12 @@ class RamPlusTl(Ram):
         ),
     )
 
-    def merge(
-        self, base: torch.Tensor | None, experts: list[torch.Tensor], p: Mapping[str, Any], s: Sampling
-    ) -> torch.Tensor:
-        assert base is not None
-        if not experts:
-            return base
-        c = changes(experts, base, p["epsilon"])
+    def own_scale(self, c: Changes, p: Mapping[str, Any]) -> torch.Tensor | None:
+        """λ_k (float32: the counts' ratio is)."""
         shared = (c.counted & c.overlap).sum(dim=1)
         own = (c.counted & c.unique).sum(dim=1)
         ratio = shared / own.clamp(min=p["epsilon"])
-        scale = 1 + p["r"] * ratio.clamp(min=0, max=p["alpha"])
-        merged = (c.kept * c.unique * scale.unsqueeze(-1) + c.kept * c.overlap / c.counts.clamp(min=1)).sum(
-            dim=0, keepdim=True
-        )
-        return base + merged.reshape_as(base)
+        return 1 + p["r"] * ratio.clamp(min=0, max=p["alpha"])
 
 
 @dataclass(frozen=True)
