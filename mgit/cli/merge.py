@@ -65,7 +65,7 @@ class MergeCommand(click.Command):
 @click.option("--weights", "weight", metavar="W[,W...]", help="weight per expert (or one for all)")
 @click.option("--density", metavar="D[,D...]", help="fraction of each delta kept (ties/dare/breadcrumbs/della)")
 @click.option("--lambda", "lambda_", type=float, help="scale of the merged delta")
-@click.option("--epsilon", metavar="E[,E...]", help="della: spread of keep probabilities; ram, ramplus_tl: change threshold")
+@click.option("--epsilon", metavar="E[,E...]", help="della: spread of keep probabilities; ram*: change threshold")
 @click.option("--gamma", metavar="G[,G...]", help="breadcrumbs: fraction of largest magnitudes removed")
 @click.option("--t", "t", type=float, help="slerp: interpolation factor; nearswap: distance threshold")
 @click.option("--normalize/--no-normalize", default=None, help="divide by the sum of weights")
