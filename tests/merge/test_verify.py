@@ -177,6 +177,14 @@ def test_another_mgit_versions_merge_and_an_older_record_still_verify(merges):
     shown = invoke("merge", "--verify", _rewritten(merges, sha, record_change=older), cwd=merges.root)
     assert shown.exit_code == 0 and "made by mgit 0.0.1, verified with mgit" in shown.stdout
 
+    def later(doc):
+        doc["request"]["a_later_option"] = 1  # a later mgit's option: left out, and said so
+
+    later_sha = _rewritten(merges, sha, record_change=later)
+    assert merges.verify_merge(later_sha).unknown_options == ["a_later_option"]
+    shown = invoke("merge", "--verify", later_sha, cwd=merges.root)
+    assert shown.exit_code == 0 and "options this mgit does not know: a_later_option" in shown.stderr
+
 
 def test_the_cli_says_verified_and_refuses_what_is_no_merge(merges):
     sha = merges.merge(["math", "code"], "linear", branch="cli", checkout=False, weight=[0.25, 0.75])
