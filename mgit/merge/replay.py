@@ -100,23 +100,8 @@ def _as_recorded(tp: TensorPlan, entry: TensorEntry, record: PlanRecord, sketch:
     notes = entry.sketches or [None] * len(tp.reads)
     if len(entry.expert_chunks_chosen) != len(tp.reads) or len(notes) != len(tp.reads):
         raise NotRecomputableError(f"the plan record of tensor {entry.name!r} has another number of experts")
-    sketches = [sketch(tp, k, note) if note is not None else None for k, note in enumerate(notes)]
-    reads, costs, skipped = [], [], []
     for k, chosen in enumerate(entry.expert_chunks_chosen):
-        offered = dict(zip(tp.reads[k], tp.costs[k], strict=True))
-        if not set(chosen) <= set(offered):
+        if not set(chosen) <= set(tp.reads[k]):
             raise NotRecomputableError(f"tensor {entry.name!r}: the record chose chunks where expert {k} is the base")
-        use = sketches[k]
-        stood_for = set(use.chunks) if use is not None else set()
-        reads.append(list(chosen))
-        costs.append([offered[i] for i in chosen])
-        skipped.append([i for i in tp.reads[k] if i not in chosen and i not in stood_for])
-    read_bytes = [sum(c) + (u.cost if u is not None else 0) for c, u in zip(costs, sketches, strict=True)]
-    return dataclasses.replace(
-        tp,
-        reads=reads,
-        costs=costs,
-        read_bytes=read_bytes,
-        skipped=tp.skipped + skipped,
-        sketches=sketches if any(u is not None for u in sketches) else [],
-    )
+    sketches = [sketch(tp, k, note) if note is not None else None for k, note in enumerate(notes)]
+    return tp.restricted(entry.expert_chunks_chosen, sketches)
