@@ -90,7 +90,7 @@ def verify_merge(ctx: Context, rev: str = "HEAD") -> MergeVerification:
         (``identical`` when nowhere).
 
     Raises:
-        BadInputError: ``rev`` is not a merge commit (it has no plan record).
+        BadInputError: ``rev`` is not a model merge commit (it has no plan record).
         NotRecomputableError: The record does not say enough to compute the merge again (a
             method this mgit does not know, a sketch it read that is no longer stored).
         RevisionError: ``rev`` names no commit.
@@ -101,9 +101,7 @@ def verify_merge(ctx: Context, rev: str = "HEAD") -> MergeVerification:
     info = ctx.graph.commit(commit)
     doc = records.read_plan(ctx.graph, info.tree)
     if doc is None:
-        raise BadInputError(
-            f"{rev} ({commit[:12]}) is not a merge commit mgit made: it has no merge plan record to verify"
-        )
+        raise BadInputError(f"{rev} ({commit[:12]}) is not a model merge commit: it has no merge plan record to verify")
     record = PlanRecord.from_json(doc)
     planned, unknown = _rebuild(ctx, record, info.parents[0] if info.parents else "")
     fetched = None

@@ -194,8 +194,8 @@ def test_the_cli_says_verified_and_refuses_what_is_no_merge(merges):
     doc = json.loads(invoke("merge", "--verify", "cli", "--json", cwd=merges.root).stdout)
     assert doc["schema"] == "mgit.merge-verify/1" and doc["identical"] is True and doc["differences"] == []
     plain = invoke("merge", "--verify", "main", cwd=merges.root)
-    assert plain.exit_code == 2 and plain.stderr.count("\n") == 1 and "is not a merge commit" in plain.stderr
-    with pytest.raises(BadInputError, match="not a merge commit"):
+    assert plain.exit_code == 2 and plain.stderr.count("\n") == 1 and "is not a model merge commit" in plain.stderr
+    with pytest.raises(BadInputError, match="not a model merge commit"):
         merges.verify_merge("math")
     mixed = invoke("merge", "--verify", "cli", "--method", "ties", cwd=merges.root)
     assert mixed.exit_code == 2 and "--verify REV takes no other option" in mixed.stderr
