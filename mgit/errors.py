@@ -99,6 +99,18 @@ def chunks_of(owner: str) -> Iterator[None]:
         raise
 
 
+class MergeVerifyError(MgitError):
+    """A merge commit that ``merge --verify`` computed again from its plan record differently
+    (``Repository.verify_merge`` returns the comparison; the command raises this after it)."""
+
+    exit_code = 6
+
+
+class NotRecomputableError(MgitError):
+    """A merge whose plan record does not say enough to compute it again (an older mgit's record
+    of sketches, a sketch replaced since): ``merge --verify`` cannot tell either way."""
+
+
 class RefUpdateError(MgitError):
     """A ref moved while we were working (compare-and-swap lost)."""
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     import mgit.ops.stash  # noqa: F401
     import mgit.ops.switching  # noqa: F401
     import mgit.ops.sync  # noqa: F401
+    import mgit.ops.verify_merge  # noqa: F401
     from mgit import context as _context
     from mgit import ops as _ops
     from mgit.context import Context
@@ -69,6 +70,7 @@ _RESULT_TYPES = {
     "CheckoutResult": "mgit.ops.workfiles",
     "FileInfo": "mgit.ops.inspect",
     "LogGraph": "mgit.ops.history",
+    "MergeVerification": "mgit.ops.verify_merge",
     "Pulled": "mgit.ops.sync",
     "Repair": "mgit.ops.maintain",
     "ResetResult": "mgit.ops.reset",
@@ -358,6 +360,7 @@ class Repository:
     revert = forward(lambda: _ops.branch_merge.revert)
     lineage = forward(lambda: _ops.lineage.lineage)
     merge_record = forward(lambda: _ops.lineage.merge_record)
+    verify_merge = forward_reading(lambda: _ops.verify_merge.verify_merge)
     sketch = forward(lambda: _ops.sketch.sketch)
     sketch_record = forward(lambda: _ops.sketch.read_record)
 

@@ -99,6 +99,7 @@ PUBLIC = {
     "tag_messages",
     "tags",
     "tracking_ref",
+    "verify_merge",
 }
 
 

@@ -118,6 +118,12 @@ class MergeCommand(click.Command):
 @click.option("--explain", is_flag=True, help="print the budgeted plan per layer (bytes, captured share, bound)")
 @click.option("--dry-run", is_flag=True, help="print the plan (what would be read); read no tensor data")
 @click.option(
+    "--verify",
+    metavar="REV",
+    shell_complete=complete_rev,
+    help="recompute merge commit REV from its plan record and compare every chunk (writes nothing; exit 6: differs)",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -137,6 +143,7 @@ def cmd_merge(
     model: str | None,
     no_checkout: bool,
     dry_run: bool,
+    verify: str | None,
     as_json: bool,
     **options: Any,
 ) -> None:
@@ -144,6 +151,9 @@ def cmd_merge(
     from the side that changed it); or, with --method or --config, merge EXPERTS (revisions) into
     the base as a commit with parents [base, experts...]."""
     # ``options``: the method's parameters (_method_params), the rest MergeRequest's fields by name
+    if verify is not None:
+        _verify(state, verify, as_json)
+        return
     if method is not None and config is not None:
         raise click.UsageError("give --method with EXPERTS, or --config FILE, not both")
     if no_checkout and not options["branch"]:
@@ -197,6 +207,24 @@ def cmd_merge(
         state.echo_json(views.merge_json(sha, on, merged, checked_out=not no_checkout))
         return
     state.emit(views.merge_text(sha, on, merged, checked_out=not no_checkout))
+
+
+def _verify(state: CliState, rev: str, as_json: bool) -> None:
+    """`mgit merge --verify REV`: the comparison printed, then, where it differs, one error line
+    naming the first difference (exit 6)."""
+    from mgit.cli.views import verify as verify_views
+    from mgit.errors import MergeVerifyError
+
+    others = branch_merge.given(click.get_current_context(), _NOT_WITH_VERIFY)
+    if others:
+        raise click.UsageError(f"--verify REV takes no other option but --json (given: {', '.join(others)})")
+    result = state.repo.verify_merge(rev)
+    if as_json:
+        state.echo_json(verify_views.verify_json(result))
+    else:
+        state.emit(verify_views.verify_text(result))
+    if not result.identical:
+        raise MergeVerifyError(verify_views.mismatch_line(result))
 
 
 def _method_params(options: dict[str, Any]) -> dict[str, object]:
@@ -254,5 +282,8 @@ def cmd_sketch(
     else:
         state.emit(views.sketch_text(result))
 
+
+# every option of `mgit merge` but --verify and --json (a verification takes none of them)
+_NOT_WITH_VERIFY = [p.name for p in cmd_merge.params if p.name not in ("verify", "as_json") and p.name is not None]
 
 COMMANDS = [cmd_merge, cmd_sketch, *branch_merge.COMMANDS]

@@ -8,8 +8,8 @@ plan is recorded in the merge commit, beside what the execution actually read.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from mgit.errors import BadInputError, CorruptObjectError
@@ -52,6 +52,27 @@ class TensorPlan:
         """Indexes of the chunks expert k contributes to: those read, or those its sketch stands for."""
         use = self.sketch(k)
         return list(use.chunks) if use is not None else self.reads[k]
+
+    def restricted(self, keep: Sequence[Collection[int]], sketches: Sequence[SketchUse | None]) -> TensorPlan:
+        """A copy reading, of each expert's differing chunks, only those ``keep`` names (in their
+        order), and ``sketches`` (per expert; None: none) instead of the others; the rest of an
+        expert read neither way are ``skipped`` (its bytes there are the base's)."""
+        reads, costs, skipped = [], [], []
+        for k, expert_reads in enumerate(self.reads):
+            kept = set(keep[k])
+            pairs = [(i, cost) for i, cost in zip(expert_reads, self.costs[k], strict=True) if i in kept]
+            skipped.append([i for i in expert_reads if i not in kept and sketches[k] is None])
+            reads.append([i for i, _ in pairs])
+            costs.append([cost for _, cost in pairs])
+        read_bytes = [sum(c) + (u.cost if u is not None else 0) for c, u in zip(costs, sketches, strict=True)]
+        return replace(
+            self,
+            reads=reads,
+            costs=costs,
+            read_bytes=read_bytes,
+            skipped=self.skipped + skipped,
+            sketches=list(sketches) if any(u is not None for u in sketches) else [],
+        )
 
 
 @dataclass

@@ -4,6 +4,8 @@ the commit, so `mgit show`, `mgit lineage` and any clone can tell how a model wa
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -15,7 +17,8 @@ from mgit.version import __version__
 
 if TYPE_CHECKING:  # torch stays out of the everyday commands' start-up
     from mgit.merge.execution import Execution
-    from mgit.merge.request import MergeSetup
+    from mgit.merge.request import MergeRequest, MergeSetup
+    from mgit.merge.sketch.use import SketchUse
 
 PLAN_SCHEMA = "mgit.plan/1"
 
@@ -117,6 +120,8 @@ class TensorEntry:
     parameters: dict[str, Any] | None = None
     decision: str | None = None
     executed: bool = False
+    # per expert: the sketch a budget read instead of chunks (None: none), as sketch_read writes it
+    sketches: list[dict[str, Any] | None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -138,6 +143,7 @@ class TensorEntry:
             ("expert_chunks_chosen", self.expert_chunks_chosen),
             ("budget", self.budget.to_json() if self.budget is not None else None),
             ("parameters", self.parameters),
+            ("sketches", self.sketches),
         )
         doc |= {k: v for k, v in optional if v is not None}
         if self.executed:
@@ -189,6 +195,7 @@ class PlanRecord:
     reference: str | None = None
     budget: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
+    request: dict[str, Any] | None = None  # the request's other options (request_options); None: an older mgit
     schema: str = PLAN_SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -207,7 +214,8 @@ class PlanRecord:
             "bytes": self.bytes.to_json(),
             "tensors": [t.to_json() for t in self.tensors],
         }
-        for key, value in (("reference", self.reference), ("budget", self.budget), ("config", self.config)):
+        optional = (("reference", self.reference), ("budget", self.budget), ("config", self.config))
+        for key, value in (*optional, ("request", self.request)):
             if value is not None:
                 record[key] = value
         return record | self.extra
@@ -230,6 +238,7 @@ class PlanRecord:
             reference=doc.get("reference"),
             budget=doc.get("budget"),
             config=doc.get("config"),
+            request=doc.get("request"),
             schema=doc.get("schema", PLAN_SCHEMA),
             extra={k: v for k, v in doc.items() if k not in known},
         )
@@ -272,14 +281,48 @@ def build_record(plan: MergePlan, setup: MergeSetup, run: Execution | None, vers
         reference=setup.reference,
         budget=plan.budget.to_json() if plan.budget is not None else None,
         config=setup.config,
+        request=request_options(setup.request),
     )
+
+
+# MergeRequest fields the record holds elsewhere (experts, base, method, parameters, seed, dtypes,
+# model, the config as read) or that say where the commit goes rather than what it holds.
+HELD_ELSEWHERE = frozenset(
+    ("experts", "method", "base", "params", "config", "model", "seed", "dtype", "out_dtype")
+    + ("branch", "message", "checkout")
+)
+
+
+def request_options(request: MergeRequest) -> dict[str, Any]:
+    """The request's other options as JSON (``allow_missing``, the budget's, and any option a later
+    mgit adds): recorded so that ``merge --verify`` hands the engine the request the merge had."""
+    return {f.name: _jsonable(getattr(request, f.name)) for f in fields(request) if f.name not in HELD_ELSEWHERE}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def sketch_read(use: SketchUse) -> dict[str, Any]:
+    """How a record names a sketch a budget read instead of an expert's chunks: the prefix
+    (``level``: a rank or a DARE tier count), the chunks it stood for, and the chunk ids of the
+    blocks read (which tell that sketch from one that replaced it)."""
+    return {"level": use.rank, "chunks": list(use.chunks), "blocks": [c.id for m in use.manifests() for c in m.chunks]}
 
 
 def _tensor_entry(tp: TensorPlan, plan: MergePlan, setup: MergeSetup, run: Execution | None) -> TensorEntry:
     """The record of one output tensor: its reads, its budget share, its parameters, its decision."""
-    chosen, budget = None, None
+    chosen, budget, sketches = None, None, None
     if plan.budget is not None and plan.budget.limit is not None:
         chosen = [list(r) for r in tp.reads]
+        if tp.sketches:
+            sketches = [sketch_read(u) if u is not None else None for u in tp.sketches]
         share = plan.budget.tensors.get(tp.name)
         if share is not None:
             sketched = bool(share.sketch_ranks)  # per expert: the rank of the sketch read instead of chunks (0: none)
@@ -307,6 +350,7 @@ def _tensor_entry(tp: TensorPlan, plan: MergePlan, setup: MergeSetup, run: Execu
         parameters=parameters,
         decision=run.decisions.get(tp.name) if run is not None else None,
         executed=run is not None,
+        sketches=sketches,
     )
 
 

@@ -211,7 +211,7 @@ def merge_with(ctx: Context, request: MergeRequest) -> str:
 
         fetched = {"base": Transfer(), "experts": Transfer()}
         if ctx.is_partial:
-            _fetch_planned(ctx, plan, setup, fetched)
+            fetch_planned(ctx, plan, setup, fetched)
         io = merge_io(ctx)
         # A merge reads chosen chunks scattered over the packs: each record exactly, without the
         # mapping's read-ahead into its neighbours (measured: 5.8x the planned bytes from disk).
@@ -349,7 +349,7 @@ def install_merge(
     workfiles.complete(ctx, plan, index, result)
 
 
-def _fetch_planned(ctx: Context, plan: MergePlan, setup: MergeSetup, run_report: dict[str, Transfer]) -> None:
+def fetch_planned(ctx: Context, plan: MergePlan, setup: MergeSetup, run_report: dict[str, Transfer]) -> None:
     """A partial clone fetches what the merge reads before it runs: the base's chunks it
     computes from (not those it carries), then the chosen expert chunks, the latter capped at
     the budget."""

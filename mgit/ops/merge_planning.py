@@ -40,7 +40,7 @@ def resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:
         return _resolve_plan(ctx, request)
 
 
-def _with_model(head: Snapshot, reference: Snapshot, model_dir: str) -> Snapshot:
+def with_model(head: Snapshot, reference: Snapshot, model_dir: str) -> Snapshot:
     """HEAD's files with its model directory replaced by the reference's: what a merge without
     a base starts from (its model, config and tokenizer are the first expert's; the files
     beside the model stay the branch's)."""
@@ -77,7 +77,7 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:  # noqa:
     base_snap = ctx.snapshot(reference or base_commit)
     model_dir, _ = inspect.pick_model(ctx, base_snap, request.model)
     if reference is not None:
-        base_snap = _with_model(ctx.snapshot(base_commit), base_snap, model_dir)
+        base_snap = with_model(ctx.snapshot(base_commit), base_snap, model_dir)
     params_for = None
     if cfg is not None:
         takes_base = chosen.needs_base or (chosen.base_optional and cfg.base is not None)

@@ -31,7 +31,7 @@ def test_recorded_plans_round_trip_byte_for_byte(experts, method, params, extra)
     assert canonical_json(again) == canonical_json(doc)  # the blob sorts its keys
     # --dry-run --json prints the record unsorted: the keys in their documented order
     order = ["schema", "mgit_version", "method", "parameters", "seed", "dtype", "out_dtype", "model", "base"]
-    order += ["experts", "bytes", "tensors"] + [k for k in ("reference", "budget") if k in doc]
+    order += ["experts", "bytes", "tensors"] + [k for k in ("reference", "budget", "request") if k in doc]
     assert list(again) == order
 
 

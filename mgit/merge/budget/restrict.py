@@ -134,25 +134,8 @@ def _restricted(
     sketches of ``uses`` instead of their chunks."""
     tensors = []
     for t, tp in enumerate(plan.tensors):
-        reads, costs, skipped = [], [], []
-        sketches = [uses.get((t, k)) for k in range(len(tp.reads))]
-        for k, expert_reads in enumerate(tp.reads):
-            keep = set(chosen.get((t, k), ()))
-            pairs = [(i, cost) for i, cost in zip(expert_reads, tp.costs[k], strict=True) if i in keep]
-            skipped.append([i for i in expert_reads if i not in keep and sketches[k] is None])
-            reads.append([i for i, _ in pairs])
-            costs.append([cost for _, cost in pairs])
-        read_bytes = [sum(c) + (u.cost if u is not None else 0) for c, u in zip(costs, sketches, strict=True)]
-        tensors.append(
-            dataclasses.replace(
-                tp,
-                reads=reads,
-                costs=costs,
-                read_bytes=read_bytes,
-                skipped=tp.skipped + skipped,
-                sketches=sketches if any(u is not None for u in sketches) else [],
-            )
-        )
+        experts = range(len(tp.reads))
+        tensors.append(tp.restricted([chosen.get((t, k), ()) for k in experts], [uses.get((t, k)) for k in experts]))
     return dataclasses.replace(plan, tensors=tensors, budget=report, fetch_sizes=dict(plan.fetch_sizes))
 
 
