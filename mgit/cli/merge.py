@@ -80,6 +80,13 @@ class MergeCommand(click.Command):
 )
 @click.option("-m", "--message", help="commit message")
 @click.option("--seed", type=int, help="seed of random methods (recorded; default random)")
+@click.option(
+    "--rng",
+    type=click.Choice(["mgit", "mergekit"]),
+    default="mgit",
+    show_default=True,
+    help="random methods' draws: mgit's (per tensor, order-free) or mergekit's (as mergekit-yaml --random-seed SEED)",
+)
 @click.option("--dtype", help="working dtype, e.g. F32 (default: promotion of the inputs)")
 @click.option("--out-dtype", help="dtype of the merged tensors, e.g. BF16")
 @click.option("--model", metavar="DIR", help="the model directory, when a commit holds several")
@@ -152,6 +159,8 @@ def cmd_merge(
     repo = state.repo
     params = _method_params(options)
     if branch_merge.is_branch_merge(state, experts, method, config):
+        if options["rng"] != "mgit":
+            raise click.UsageError("--rng mergekit serves merges of experts (--method EXPERTS... or --config)")
         branch_merge.run_merge(
             state,
             experts,
