@@ -159,8 +159,6 @@ def cmd_merge(
     repo = state.repo
     params = _method_params(options)
     if branch_merge.is_branch_merge(state, experts, method, config):
-        if options["rng"] != "mgit":
-            raise click.UsageError("--rng mergekit serves merges of experts (--method EXPERTS... or --config)")
         branch_merge.run_merge(
             state,
             experts,
