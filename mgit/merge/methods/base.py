@@ -135,7 +135,7 @@ class MergeMethod(ABC):
     def draws(self, params: Mapping[str, Any], k: int) -> bool:
         """Random methods: whether expert ``k``'s decision on a tensor draws from the generator
         with these resolved parameters, one 32-bit number per element, as mergekit's does on the
-        CPU (:mod:`mgit.merge.rng` replays mergekit's draws from it). None by default."""
+        CPU (:mod:`mgit.merge.rng` replays mergekit's draws from it). False by default."""
         return False
 
     def array_kernel(self, params: Mapping[str, Any], dtype: str) -> ArrayKernel | None:
