@@ -202,3 +202,30 @@ def test_a_branch_merge_takes_no_rng(repo: Repository) -> None:
         "error: --rng: an option of model merges (--method with EXPERTS, docs/merging.md), not of merging a "
         "branch (see `mgit merge --help`)"
     ]
+
+
+def test_every_random_method_declares_its_draws() -> None:
+    """The replay counts what :meth:`MergeMethod.draws` declares: a random method must say."""
+    from mgit.merge.methods import METHODS, MergeMethod
+
+    random = [m for m in METHODS.values() if m.random]
+    assert {m.name for m in random} >= {"dare_linear", "dare_ties", "della", "della_linear"}
+    assert all(type(m).draws is not MergeMethod.draws for m in random)
+
+
+def test_the_cli_records_and_shows_the_rng(repo: Repository) -> None:
+    spec = LlamaSpec(layers=1, hidden=8, intermediate=16, vocab=16)
+    sd = llama_state_dict(spec, seed=1)
+    write_model(repo.root / "model", sd)
+    repo.add(["model"])
+    repo.commit("base")
+    write_model(repo.root.parent / "e", uneven_finetune(sd, seed=2))
+    merge = ["merge", "--method", "dare_ties", "--weights", "1", "--density", "0.5", "--seed", "3"]
+    expert = str(repo.root.parent / "e")
+    planned = invoke(*merge, "--rng", "mergekit", expert, "--dry-run", "--json", cwd=repo.root, check=True)
+    assert json.loads(planned.stdout)["rng"] == "mergekit"
+    invoke(*merge, "--rng", "mergekit", expert, "-b", "m", "--no-checkout", cwd=repo.root, check=True)
+    assert "seed 3 (rng mergekit)," in invoke("show", "m", cwd=repo.root, check=True).stdout
+    invoke(*merge, expert, "-b", "own", "--no-checkout", cwd=repo.root, check=True)
+    assert repo.merge_record("own")["rng"] == "mgit"
+    assert "seed 3, mgit" in invoke("show", "own", cwd=repo.root, check=True).stdout
