@@ -20,6 +20,9 @@ else:  # rendering (rich) is imported when the command prints
     views = lazy_module("mgit.cli.views.merge")
 
 
+RNG_HELP = "random methods' draws: mgit's (per tensor, order-free) or mergekit's (as mergekit-yaml --random-seed SEED)"
+
+
 def _numbers(text: str | None) -> float | list[float] | None:
     """'0.5' → 0.5; '0.5,0.3,0.2' → one value per expert."""
     if text is None:
@@ -80,6 +83,7 @@ class MergeCommand(click.Command):
 )
 @click.option("-m", "--message", help="commit message")
 @click.option("--seed", type=int, help="seed of random methods (recorded; default random)")
+@click.option("--rng", type=click.Choice(["mgit", "mergekit"]), default="mgit", show_default=True, help=RNG_HELP)
 @click.option("--dtype", help="working dtype, e.g. F32 (default: promotion of the inputs)")
 @click.option("--out-dtype", help="dtype of the merged tensors, e.g. BF16")
 @click.option("--model", metavar="DIR", help="the model directory, when a commit holds several")

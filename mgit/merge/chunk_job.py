@@ -223,7 +223,7 @@ class ChunkMerge:
         on an embedding is a merge's peak of memory."""
         import torch
 
-        from mgit.merge.sparsify import seeded_generator
+        from mgit.merge.rng import tensor_generator
 
         tp, setup, method = self.tp, self.setup, self.setup.method
         delta_at: DeltaAt | None = None
@@ -239,7 +239,7 @@ class ChunkMerge:
                 setup.tensor_params(tp.name),
                 torch_dtype(tp.base.dtype),
                 dtype=torch_dtype(setup.dtype) if setup.dtype else None,
-                generator=seeded_generator(setup.seed, tp.name) if method.random else None,
+                generator=tensor_generator(setup, tp.name),
                 name=tp.name,
                 each=each,
                 delta_at=delta_at,

@@ -21,6 +21,7 @@ from mgit.merge.kernels import Kernels, merge_one
 from mgit.merge.plan import TensorPlan
 from mgit.merge.record import PlannedMerge
 from mgit.merge.request import MergeSetup
+from mgit.merge.rng import with_draws
 from mgit.merge.tensor_inputs import TensorInputs, chunk_starts
 from mgit.model.chunking import chunk_ranges, chunk_size_for
 from mgit.model.dtypes import DType, lookup
@@ -132,6 +133,7 @@ def execute(
     With ``stage`` (file, header, data size → a StagedFile), each merged file is also written
     out as it is produced; ``Execution.staged`` holds those completed as predicted."""
     (plan, setup), bar = planned, bar or Bar()
+    setup = with_draws(plan, setup)  # --rng mergekit: each tensor's draws as mergekit makes them
     run = Execution()
     by_name = {tp.name: tp for tp in plan.tensors}
     kernels = Kernels.for_plan(plan)

@@ -47,7 +47,7 @@ def merge_one(
     (and with ``present``, ``experts`` are those experts only: the others equal the base there)."""
     import torch
 
-    from mgit.merge.sparsify import seeded_generator
+    from mgit.merge.rng import tensor_generator
 
     method = setup.method
     with torch.no_grad():
@@ -60,7 +60,7 @@ def merge_one(
             params=setup.tensor_params(tp.name),
             dtype=torch_dtype(setup.dtype) if setup.dtype else None,
             out_dtype=torch_dtype(setup.out_dtype) if setup.out_dtype else None,
-            generator=seeded_generator(setup.seed, tp.name) if method.random else None,
+            generator=tensor_generator(setup, tp.name),
             name=tp.name,
         )
         return method.merge_tensor(call)

@@ -177,7 +177,8 @@ class PlanRecord:
     ``bytes`` holds the estimated reads (and, once executed, the measured and fetched ones);
     ``tensors`` one entry per output tensor, both with the keys docs/merging.md lists;
     ``budget`` the budget report's JSON (``BudgetReport.to_json``). :meth:`to_json` writes the keys
-    in their recorded order (``reference``, ``budget`` and ``config`` only when set);
+    in their recorded order (``reference``, ``budget`` and ``config`` only when set; ``rng``, after
+    ``seed``, only for a random method: older records of one lack it, and drew as ``"mgit"``);
     :meth:`from_json` reads any ``mgit.plan/1`` record (keys an older mgit did not write read as
     None, keys a later one adds are kept in ``extra`` and written back after the others)."""
 
@@ -196,6 +197,7 @@ class PlanRecord:
     budget: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
     request: dict[str, Any] | None = None  # the request's other options (request_options); None: an older mgit
+    rng: str | None = None  # a random method's draws: "mgit" or "mergekit" (None: deterministic, or older)
     schema: str = PLAN_SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -206,6 +208,7 @@ class PlanRecord:
             "method": self.method,
             "parameters": self.parameters,
             "seed": self.seed,
+            **({"rng": self.rng} if self.rng is not None else {}),
             "dtype": self.dtype,
             "out_dtype": self.out_dtype,
             "model": self.model,
@@ -239,6 +242,7 @@ class PlanRecord:
             budget=doc.get("budget"),
             config=doc.get("config"),
             request=doc.get("request"),
+            rng=doc.get("rng"),
             schema=doc.get("schema", PLAN_SCHEMA),
             extra={k: v for k, v in doc.items() if k not in known},
         )
@@ -282,13 +286,14 @@ def build_record(plan: MergePlan, setup: MergeSetup, run: Execution | None, vers
         budget=plan.budget.to_json() if plan.budget is not None else None,
         config=setup.config,
         request=request_options(setup.request),
+        rng=setup.request.rng if setup.method.random else None,
     )
 
 
-# MergeRequest fields the record holds elsewhere (experts, base, method, parameters, seed, dtypes,
+# MergeRequest fields the record holds elsewhere (experts, base, method, parameters, seed, rng, dtypes,
 # model, the config as read) or that say where the commit goes rather than what it holds.
 HELD_ELSEWHERE = frozenset(
-    ("experts", "method", "base", "params", "config", "model", "seed", "dtype", "out_dtype")
+    ("experts", "method", "base", "params", "config", "model", "seed", "rng", "dtype", "out_dtype")
     + ("branch", "message", "checkout")
 )
 

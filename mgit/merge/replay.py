@@ -35,6 +35,7 @@ def recorded_request(record: PlanRecord) -> tuple[MergeRequest, list[str]]:
         params=dict(record.parameters),
         model=record.model,
         seed=record.seed,
+        rng=record.rng or "mgit",  # a random method's record without one drew as mgit does
         dtype=record.dtype,
         out_dtype=record.out_dtype,
         **{k: v for k, v in options.items() if k in known},

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 from mgit.budget import parse_budget
 from mgit.errors import BadInputError
 from mgit.graph.snapshot import Snapshot
+from mgit.merge.rng import check_rng
 
 if TYPE_CHECKING:
     from mgit.merge.config import MergeConfig
     from mgit.merge.methods.base import MergeMethod
+    from mgit.merge.rng import MergekitStream
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +46,7 @@ class MergeRequest:
     sketch_missing: str | float | None = None  # a share: first sketch the experts lacking one (mgit.ops.sketch)
     explain: bool = False  # plan the budget (its per-layer report) even without a limit
     seed: int | None = None  # None: 0 for deterministic methods, else drawn (Repository.merge)
+    rng: str = "mgit"  # random methods' draws: mgit's per-tensor streams, or mergekit's (mgit.merge.rng)
     dtype: str | None = None
     out_dtype: str | None = None
     branch: str | None = None  # the commit: on a new branch (required off HEAD or without checkout)
@@ -62,6 +65,7 @@ class MergeRequest:
         else:
             given = set(cfg.parameters).union(*(m.parameters for m in cfg.models))
             check_method(cfg.method, given, str(self.config))
+        check_rng(self.rng)
         if self.budget is not None:
             parse_budget(self.budget)
         if self.wants_budget:  # without a budget they choose nothing (and their module stays unloaded)
@@ -103,6 +107,7 @@ class MergeSetup:
     seed: int = 0  # of random methods (and of a uniform budget selection)
     # as asked: options that need no resolving are read from it where they take effect
     request: MergeRequest = field(default_factory=MergeRequest)
+    stream: MergekitStream | None = None  # --rng mergekit, once executing: mergekit's draws (mgit.merge.rng)
 
     @property
     def merges_base(self) -> bool:

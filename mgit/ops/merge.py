@@ -47,6 +47,7 @@ def merge(
     branch: str | None = None,
     message: str | None = None,
     seed: int | None = None,
+    rng: str = "mgit",
     dtype: str | None = None,
     out_dtype: str | None = None,
     model: str | None = None,
@@ -74,6 +75,9 @@ def merge(
         branch: A new branch to put the merge on; required off HEAD and with ``checkout=False``.
         message: The commit message (default: the experts, the base and the method).
         seed: Of random methods, recorded; None: 0 for deterministic methods, else drawn.
+        rng: Where random methods draw from, recorded: ``"mgit"``, a stream per tensor (the same
+            whatever order tensors run in), or ``"mergekit"``, the draws ``mergekit-yaml
+            --random-seed SEED`` makes (its result, bit for bit, on the same inputs).
         dtype: The working dtype, a safetensors name such as ``"F32"`` (default: the inputs').
         out_dtype: The merged tensors' dtype, such as ``"BF16"``.
         model: The model directory, when a commit holds several.
@@ -120,6 +124,7 @@ def merge_plan(
     budget_select: str = "importance",
     explain: bool = False,
     seed: int = 0,
+    rng: str = "mgit",
     dtype: str | None = None,
     out_dtype: str | None = None,
     budget_fairness: str = "per-expert",
@@ -140,6 +145,7 @@ def merge_plan(
         budget_select: ``"importance"`` or ``"uniform"``, as :func:`merge`'s.
         explain: Rank the expert chunks (``plan.budget``) even without a budget, as ``--explain``.
         seed: Of random methods (0 by default here: a plan reads no random state).
+        rng: ``"mgit"`` or ``"mergekit"``, as :func:`merge`'s (recorded in the plan).
         dtype: The working dtype, such as ``"F32"`` (default: the inputs').
         out_dtype: The merged tensors' dtype, such as ``"BF16"``.
         budget_fairness: ``"per-expert"`` or ``"global"``, as :func:`merge`'s.

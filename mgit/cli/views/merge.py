@@ -31,7 +31,8 @@ def plan_text(plan: PlanRecord | dict) -> Printout:
     p = Printout()
     b = plan.bytes
     params = ", ".join(f"{k}={v}" for k, v in plan.parameters.items())
-    p.out(f"\nmerge: {plan.method} ({params}), seed {plan.seed}, mgit {plan.mgit_version}")
+    rng = " (rng mergekit)" if plan.rng == "mergekit" else ""  # mgit's own draws go unsaid, as before
+    p.out(f"\nmerge: {plan.method} ({params}), seed {plan.seed}{rng}, mgit {plan.mgit_version}")
     if plan.base is None:  # a method without a base: the first expert is the reference
         p.out(f"  base    none (reference: the first expert, {(plan.reference or '?')[:12]})")
     else:

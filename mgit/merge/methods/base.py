@@ -132,6 +132,12 @@ class MergeMethod(ABC):
         not affine, their weight as a ranking. By default: towards the experts' mean."""
         return Weights(tuple(1.0 / count for _ in range(count)), 1.0)
 
+    def draws(self, params: Mapping[str, Any], k: int) -> bool:
+        """Random methods: whether expert ``k``'s decision on a tensor draws from the generator
+        with these resolved parameters, one 32-bit number per element, as mergekit's does on the
+        CPU (:mod:`mgit.merge.rng` replays mergekit's draws from it). False by default."""
+        return False
+
     def array_kernel(self, params: Mapping[str, Any], dtype: str) -> ArrayKernel | None:
         """A torch-free kernel merging slices whose inputs and result are ``dtype`` (a safetensors
         name) with these resolved parameters, bit for bit as :meth:`merge_slice`; None (the default)

@@ -111,6 +111,7 @@ class Sparsifier:
     rescale: bool
     extra: tuple[Param, ...] = ()
     joint_check: Callable[[Mapping[str, Any], str], None] | None = None
+    draws_at: Callable[[float], bool] | None = None  # random ones: whether a density draws (see MergeMethod.draws)
 
 
 _GAMMA = _expert("gamma", 0.01, "fraction of largest-magnitude outliers dropped (breadcrumbs)")
@@ -125,8 +126,16 @@ def _check_della(params: Mapping[str, Any], where: str) -> None:
 SPARSIFIERS: dict[str, Sparsifier] = {
     "magnitude": Sparsifier(_magnitude, random=False, rescale=False),
     "outliers": Sparsifier(_outliers, random=False, rescale=False, extra=(_GAMMA,)),
-    "random": Sparsifier(_random, random=True, rescale=True),
-    "della": Sparsifier(_della, random=True, rescale=True, extra=(_EPSILON,), joint_check=_check_della),
+    # DARE draws below density 1 (also at 0: mergekit does); DELLA only strictly between 0 and 1
+    "random": Sparsifier(_random, random=True, rescale=True, draws_at=lambda density: density < 1),
+    "della": Sparsifier(
+        _della,
+        random=True,
+        rescale=True,
+        extra=(_EPSILON,),
+        joint_check=_check_della,
+        draws_at=lambda density: 0 < density < 1,
+    ),
 }
 
 
@@ -190,6 +199,10 @@ class TaskArithmetic(MergeMethod):
         total = total if abs(total) >= 1e-8 else 1.0
         lam = float(params.get("lambda", 1.0))
         return Weights(tuple(lam * x / total for x in w), 1.0)
+
+    def draws(self, params: Mapping[str, Any], k: int) -> bool:
+        draws_at = self.sparsifier.draws_at if self.sparsifier is not None else None
+        return draws_at is not None and draws_at(float(params["density"][k]))
 
     def decide(self, delta: torch.Tensor, k: int, p: Mapping[str, Any], s: Sampling) -> Sparsity:
         """The sparsifier's decision on expert ``k``'s whole delta (expert - base), which it may
