@@ -61,11 +61,12 @@ class MergeRequest:
 
         cfg = load_config(self.config) if self.config is not None else None
         if cfg is None:
-            check_method(self.method, self.params).check_params(self.params, str(self.method))
+            method = check_method(self.method, self.params)
+            method.check_params(self.params, str(self.method))
         else:
             given = set(cfg.parameters).union(*(m.parameters for m in cfg.models))
-            check_method(cfg.method, given, str(self.config))
-        check_rng(self.rng)
+            method = check_method(cfg.method, given, str(self.config))
+        check_rng(self.rng, method)
         if self.budget is not None:
             parse_budget(self.budget)
         if self.wants_budget:  # without a budget they choose nothing (and their module stays unloaded)

@@ -28,6 +28,7 @@ from mgit.model.dtypes import lookup
 if TYPE_CHECKING:
     import torch
 
+    from mgit.merge.methods.base import MergeMethod
     from mgit.merge.plan import MergePlan
     from mgit.merge.request import MergeSetup
 
@@ -35,10 +36,16 @@ RNGS = ("mgit", "mergekit")
 REPLAY_BLOCK = 1 << 20  # numbers drawn at a time while replaying (bounded scratch)
 
 
-def check_rng(rng: object) -> None:
-    """The rng is one mgit knows (one line otherwise)."""
+def check_rng(rng: object, method: MergeMethod | None = None) -> None:
+    """The rng is one mgit knows, and with ``mergekit`` the method's draws are ones the replay
+    reproduces (one line otherwise)."""
     if rng not in RNGS:
         raise BadInputError(f"unknown rng {rng!r} (known: {', '.join(RNGS)})")
+    if rng == "mergekit" and method is not None and method.random and not method.replays_mergekit_draws:
+        raise BadInputError(
+            f"--rng mergekit: {method.name}'s draws are not mergekit-yaml's to replay "
+            "(only DARE's and DELLA's are); use --rng mgit"
+        )
 
 
 @dataclass(frozen=True)

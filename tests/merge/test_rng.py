@@ -210,7 +210,22 @@ def test_every_random_method_declares_its_draws() -> None:
 
     random = [m for m in METHODS.values() if m.random]
     assert {m.name for m in random} >= {"dare_linear", "dare_ties", "della", "della_linear"}
-    assert all(type(m).draws is not MergeMethod.draws for m in random)
+    assert [m.name for m in random if not m.replays_mergekit_draws] == ["arcee_fusion"]
+    for m in random:
+        assert m.replays_mergekit_draws == (type(m).draws is not MergeMethod.draws)
+
+
+def test_a_method_whose_draws_cannot_be_replayed_is_refused(repo: Repository) -> None:
+    """arcee_fusion samples indices (over 1,000,000 elements), not mergekit's per-element draws."""
+    line = (
+        "--rng mergekit: arcee_fusion's draws are not mergekit-yaml's to replay "
+        "(only DARE's and DELLA's are); use --rng mgit"
+    )
+    with pytest.raises(BadInputError, match="arcee_fusion's draws are not"):
+        repo.merge(["HEAD"], "arcee_fusion", rng="mergekit")
+    result = invoke("merge", "--method", "arcee_fusion", "--rng", "mergekit", "HEAD", cwd=repo.root)
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [f"error: {line}"]
 
 
 def test_the_cli_records_and_shows_the_rng(repo: Repository) -> None:

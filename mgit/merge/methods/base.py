@@ -132,6 +132,12 @@ class MergeMethod(ABC):
         not affine, their weight as a ranking. By default: towards the experts' mean."""
         return Weights(tuple(1.0 / count for _ in range(count)), 1.0)
 
+    @property
+    def replays_mergekit_draws(self) -> bool:
+        """Whether ``--rng mergekit`` reproduces this random method's draws: it declares them
+        (:meth:`draws`). arcee_fusion samples indices instead, on large tensors only: refused."""
+        return type(self).draws is not MergeMethod.draws
+
     def draws(self, params: Mapping[str, Any], k: int) -> bool:
         """Random methods: whether expert ``k``'s decision on a tensor draws from the generator
         with these resolved parameters, one 32-bit number per element, as mergekit's does on the
