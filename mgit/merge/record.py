@@ -171,7 +171,7 @@ class PlanRecord:
     ``bytes`` holds the estimated reads (and, once executed, the measured and fetched ones);
     ``tensors`` one entry per output tensor, both with the keys docs/merging.md lists;
     ``budget`` the budget report's JSON (``BudgetReport.to_json``). :meth:`to_json` writes the keys
-    in their recorded order (``reference``, ``budget`` and ``config`` only when set);
+    in their recorded order (``reference``, ``budget``, ``config`` and ``lora`` only when set);
     :meth:`from_json` reads any ``mgit.plan/1`` record (keys an older mgit did not write read as
     None, keys a later one adds are kept in ``extra`` and written back after the others)."""
 
@@ -189,6 +189,7 @@ class PlanRecord:
     reference: str | None = None
     budget: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
+    lora: list[dict[str, Any]] | None = None  # the MODEL+LORA inputs (mgit.merge.lora.LoraInput)
     schema: str = PLAN_SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -207,7 +208,8 @@ class PlanRecord:
             "bytes": self.bytes.to_json(),
             "tensors": [t.to_json() for t in self.tensors],
         }
-        for key, value in (("reference", self.reference), ("budget", self.budget), ("config", self.config)):
+        optional = ("reference", self.reference), ("budget", self.budget), ("config", self.config), ("lora", self.lora)
+        for key, value in optional:
             if value is not None:
                 record[key] = value
         return record | self.extra
@@ -230,6 +232,7 @@ class PlanRecord:
             reference=doc.get("reference"),
             budget=doc.get("budget"),
             config=doc.get("config"),
+            lora=doc.get("lora"),
             schema=doc.get("schema", PLAN_SCHEMA),
             extra={k: v for k, v in doc.items() if k not in known},
         )
@@ -272,6 +275,7 @@ def build_record(plan: MergePlan, setup: MergeSetup, run: Execution | None, vers
         reference=setup.reference,
         budget=plan.budget.to_json() if plan.budget is not None else None,
         config=setup.config,
+        lora=[applied.to_json() for applied in setup.loras] or None,
     )
 
 

@@ -21,6 +21,7 @@ from mgit.graph.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from mgit.merge.config import MergeConfig
+    from mgit.merge.lora import LoraInput
     from mgit.merge.methods.base import MergeMethod
 
 
@@ -103,6 +104,7 @@ class MergeSetup:
     seed: int = 0  # of random methods (and of a uniform budget selection)
     # as asked: options that need no resolving are read from it where they take effect
     request: MergeRequest = field(default_factory=MergeRequest)
+    loras: tuple[LoraInput, ...] = ()  # the MODEL+LORA inputs: which adapter made which input commit
 
     @property
     def merges_base(self) -> bool:
