@@ -71,7 +71,7 @@ def _model_dir(snap: Snapshot, model_dir: str | None, name: str) -> str:
         return model_dir
     if len(found) != 1:
         held = "no safetensors model" if not found else f"several models ({', '.join(m or '.' for m in found)})"
-        raise BadInputError(f"{name}: the model's revision holds {held}; choose one with --model")
+        raise BadInputError(f"{name}: the model's revision holds {held}; a LoRA applies to one (the base's --model)")
     return next(iter(found))
 
 
