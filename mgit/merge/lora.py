@@ -84,16 +84,23 @@ def check_config(config: Any, where: str) -> None:
         raise BadInputError(f"{where}: {', '.join(asked)} not supported; only plain LoRA on Linear layers is applied")
     for key in ("r", "lora_alpha"):
         value = config.get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if not _positive(value):
             raise BadInputError(f"{where}: {CONFIG_FILE} needs a positive {key}, not {value!r}")
+
+
+def _positive(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and value > 0
 
 
 def _pattern_value(patterns: Mapping[str, Any], module: str, default: Any) -> Any:
     """PEFT's per-module override (peft.utils.other.get_pattern_key): the first key that
     matches the end of the module's name, after a dot, as a regular expression."""
     for key in patterns:
-        if re.match(rf"(.*\.)?({key})$", module):
-            return patterns[key]
+        try:
+            if re.match(rf"(.*\.)?({key})$", module):
+                return patterns[key]
+        except re.error as exc:
+            raise BadInputError(f"pattern {key!r} of the adapter config is not a regular expression: {exc}") from None
     return default
 
 
@@ -101,6 +108,8 @@ def scaling(config: Mapping[str, Any], module: str) -> tuple[int, float]:
     """A module's rank and its update's scale s: alpha / r, or alpha / √r with use_rslora."""
     r = _pattern_value(config.get("rank_pattern") or {}, module, config["r"])
     alpha = _pattern_value(config.get("alpha_pattern") or {}, module, config["lora_alpha"])
+    if not (_positive(r) and _positive(alpha)):
+        raise BadInputError(f"{module}: rank {r!r} and alpha {alpha!r} must be positive numbers")
     return r, alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
 
 

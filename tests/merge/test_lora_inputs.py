@@ -119,6 +119,7 @@ def test_adapter_applied_as_mergekit_applies_it(inputs, tmp_path, tag, adapter):
     assert mine.keys() == theirs.keys() == base.keys()
     changed = [n for n in base if not torch.equal(base[n], theirs[n])]
     assert len(changed) >= 6 and ("lm_head.weight" in changed) == (adapter == "b")
+    assert any(n.endswith(".bias") for n in changed) == (adapter == "b")  # bias: lora_only, copied
     for name, t in theirs.items():
         assert mine[name].dtype == t.dtype == base[name].dtype, name
         if tag == "bf16":
@@ -262,7 +263,7 @@ def test_adapters_applied_otherwise_are_refused_in_one_line(inputs, tmp_path, ch
     assert sorted(repo.graph.repo.refs.allkeys()) == before
 
 
-def test_dora_and_embedding_tensors_are_refused(inputs, tmp_path):
+def test_dora_embedding_and_bad_patterns_are_refused():
     from mgit.merge.lora import plan_adapter
 
     config = {"r": 4, "lora_alpha": 8}
@@ -273,6 +274,12 @@ def test_dora_and_embedding_tensors_are_refused(inputs, tmp_path):
         plan_adapter(config, {"base_model.model.q.lora_magnitude_vector": (32,)}, model, "x")
     with pytest.raises(BadInputError, match="without its pair"):
         plan_adapter(config, {"base_model.model.q.lora_A.weight": (4, 32)}, model, "x")
+    pair = {"base_model.model.q.lora_A.weight": (4, 32), "base_model.model.q.lora_B.weight": (32, 4)}
+    assert plan_adapter(config, pair, model, "x").targets[0].scaling == 2.0
+    with pytest.raises(BadInputError, match="must be positive numbers"):
+        plan_adapter(config | {"rank_pattern": {"q": 0}}, pair, model, "x")
+    with pytest.raises(BadInputError, match="not a regular expression"):
+        plan_adapter(config | {"alpha_pattern": {"q(": 2}}, pair, model, "x")
 
 
 def test_unknown_model_or_adapter_says_which(inputs, tmp_path):
