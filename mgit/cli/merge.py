@@ -153,7 +153,8 @@ def cmd_merge(
 ) -> None:
     """Merge branch REV into HEAD as git does (a fast-forward, or a three-way merge: each tensor
     from the side that changed it); or, with --method or --config, merge EXPERTS (revisions) into
-    the base as a commit with parents [base, experts...]."""
+    the base as a commit with parents [base, experts...]. An expert or the base written MODEL+LORA
+    is MODEL with a PEFT LoRA adapter (a revision, REV:DIR, or a directory) applied first."""
     # ``options``: the method's parameters (_method_params), the rest MergeRequest's fields by name
     if verify is not None:
         _verify(state, verify, as_json)

@@ -22,6 +22,7 @@ from mgit.merge.rng import check_rng
 
 if TYPE_CHECKING:
     from mgit.merge.config import MergeConfig
+    from mgit.merge.lora import LoraInput
     from mgit.merge.methods.base import MergeMethod
     from mgit.merge.rng import MergekitStream
 
@@ -109,6 +110,7 @@ class MergeSetup:
     # as asked: options that need no resolving are read from it where they take effect
     request: MergeRequest = field(default_factory=MergeRequest)
     stream: MergekitStream | None = None  # --rng mergekit, once executing: mergekit's draws (mgit.merge.rng)
+    loras: tuple[LoraInput, ...] = ()  # the MODEL+LORA inputs: which adapter made which input commit
 
     @property
     def merges_base(self) -> bool:

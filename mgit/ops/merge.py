@@ -68,10 +68,11 @@ def merge(
     Either way the working tree then holds the merged model (unless ``checkout`` is False).
 
     Args:
-        experts: The expert revisions (or directories holding a model), in order.
+        experts: The expert revisions (or directories holding a model), in order; ``MODEL+LORA``
+            is MODEL with a PEFT LoRA adapter (a revision, ``REV:DIR``, or a directory) applied.
         method: The merge method's name (``mgit merge --help`` lists them); None with ``config``.
-        base: The base revision (default HEAD). A method without a base (linear, passthrough)
-            given none takes its dtypes, chunking and non-tensor files from the first expert.
+        base: The base revision (default HEAD), or ``MODEL+LORA``. A method without a base (linear,
+            passthrough) given none takes its dtypes, chunking and non-tensor files from the first expert.
         branch: A new branch to put the merge on; required off HEAD and with ``checkout=False``.
         message: The commit message (default: the experts, the base and the method).
         seed: Of random methods, recorded; None: 0 for deterministic methods, else drawn.
@@ -135,7 +136,7 @@ def merge_plan(
     """What a merge would read, from manifests alone (``mgit merge --dry-run``).
 
     Args:
-        experts: The expert revisions (or directories holding a model), in order.
+        experts: The expert revisions (or directories holding a model, or ``MODEL+LORA``), in order.
         method: The merge method's name; None with ``config``.
         base: The base revision (default HEAD), as :func:`merge`'s.
         model: The model directory, when a commit holds several.

@@ -1,5 +1,6 @@
 """Merge inputs: a revision, or a model directory on disk, imported as a root commit under
-refs/imports/ so that a merge's parents and its lineage stay in the graph."""
+refs/imports/ so that a merge's parents and its lineage stay in the graph; either with a LoRA
+adapter applied (``MODEL+LORA``, mgit.ops.merge_lora)."""
 
 from __future__ import annotations
 
@@ -11,23 +12,34 @@ from mgit.context import Context
 from mgit.errors import RevisionError
 from mgit.graph.ids import object_id, ref_name
 from mgit.graph.snapshot import Snapshot, validate_path, write_snapshot
+from mgit.merge.lora import LoraInput
 from mgit.model.ingest import Ingestor
+from mgit.ops import merge_lora
 from mgit.progress import byte_progress
 from mgit.worktree.scan import walk
 
 
-def merge_input(ctx: Context, ref: str, model_dir: str | None) -> str:
+def merge_input(ctx: Context, ref: str, model_dir: str | None, loras: list[LoraInput] | None = None) -> str:
     """A merge input: a revision, or a model directory on disk imported as a root commit
-    under refs/imports/ (so the merge's parents and lineage stay in the graph)."""
+    under refs/imports/ (so the merge's parents and lineage stay in the graph). A name that
+    is neither, split at its '+' as mergekit splits ``MODEL+LORA``, is the model with the LoRA
+    adapter applied: that commit is returned, and what was applied is added to ``loras``."""
     path = Path(ref).expanduser()
     if ref.startswith(("/", "./", "../", "~")) and path.is_dir():
         return import_directory(ctx, path.resolve(), model_dir or "model")
     try:
         return ctx.refs.resolve(ref)
     except RevisionError:
-        if not path.is_dir():
+        if path.is_dir():
+            return import_directory(ctx, path.resolve(), model_dir or "model")
+        parts = merge_lora.split_lora(ref)
+        if parts is None:
             raise
-    return import_directory(ctx, path.resolve(), model_dir or "model")
+    model = merge_input(ctx, parts[0], model_dir)
+    applied = merge_lora.apply_lora(ctx, ref, model, parts[1], model_dir)
+    if loras is not None and applied not in loras:
+        loras.append(applied)
+    return applied.commit
 
 
 def import_directory(ctx: Context, path: Path, model_dir: str) -> str:

@@ -17,6 +17,7 @@ from mgit.ops import inspect, merge_inputs
 
 if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
     from mgit.merge.io import MergeIO
+    from mgit.merge.lora import LoraInput
     from mgit.merge.plan import MergePlan
     from mgit.merge.record import PlannedMerge
     from mgit.merge.request import MergeRequest, MergeSetup
@@ -67,13 +68,14 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:  # noqa:
         method, base = cfg.method, cfg.base
     assert method is not None  # merge() and merge_plan() take a method's name; a config names one
     chosen = get_method(method)
-    base_commit = merge_inputs.merge_input(ctx, base or "HEAD", None)  # the first parent
+    loras: list[LoraInput] = []  # the MODEL+LORA inputs, as applied
+    base_commit = merge_inputs.merge_input(ctx, base or "HEAD", None, loras)  # the first parent
     reference = None
     if not chosen.needs_base and base is None:  # nothing of HEAD is used: the first expert is the reference
         first = cfg.models[0].ref if cfg is not None else next(iter(experts), None)
         if first is None:
             raise BadInputError("name at least one expert revision to merge")
-        reference = merge_inputs.merge_input(ctx, first, None)
+        reference = merge_inputs.merge_input(ctx, first, None, loras)
     base_snap = ctx.snapshot(reference or base_commit)
     model_dir, _ = inspect.pick_model(ctx, base_snap, request.model)
     if reference is not None:
@@ -93,7 +95,7 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:  # noqa:
     resolved = chosen.resolve(params, len(experts)) if params_for is None else params
     chosen.check_params(resolved, chosen.name)  # with the defaults filled in (DELLA's epsilon)
     expert_commits = [
-        reference if k == 0 and reference else merge_inputs.merge_input(ctx, e, model_dir)
+        reference if k == 0 and reference else merge_inputs.merge_input(ctx, e, model_dir, loras)
         for k, e in enumerate(experts)
     ]
     snaps = [ctx.snapshot(c) for c in expert_commits]
@@ -125,6 +127,7 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:  # noqa:
         reference=reference,
         seed=request.seed or 0,
         request=request,
+        loras=tuple(loras),
     )
     if request.wants_budget:
         computed = 0

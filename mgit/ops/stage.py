@@ -334,7 +334,7 @@ def commit_state_dict(
             raise BadInputError(f"branch {branch!r} not found; create it first with `mgit branch {branch}`")
         before = read_snapshot(ctx.graph, ctx.graph.commit(tip).tree) if tip else {}
         update = ModelUpdate(ctx.relpath(model), list(delete), replace, metadata)
-        snap, stats = _ingest_state_dict(ctx, state_dict, dict(before), update, base)
+        snap, stats = ingest_state_dict(ctx, state_dict, dict(before), update, base)
         touched = {p for p in set(before) | set(snap) if before.get(p) != snap.get(p)}
         if tip and not touched:  # compared as files, not trees: the tree also holds its stats record
             raise MgitError("nothing to commit: these tensors are what the branch holds already")
@@ -369,7 +369,7 @@ class ModelUpdate:
     metadata: dict[str, str] | None
 
 
-def _ingest_state_dict(
+def ingest_state_dict(
     ctx: Context, state_dict: Mapping[str, torch.Tensor], snap: Snapshot, update: ModelUpdate, base: str | None
 ) -> tuple[Snapshot, dict[str, list[Any]]]:
     """Store the tensors into the safetensors files of the model in ``snap`` (changed in place
