@@ -161,6 +161,8 @@ def _tokenizer() -> list[Key]:
         Key("tokenizer.tokens.*", True, "one token's embedding", TOKENIZER),
         Key("tokenizer.tokens.*.force", True, "use the source's embedding even where the token exists", TOKENIZER),
         *_reference(embedding, "the token's embedding: a model, a model's token, or zero", TOKENIZER),
+        # a model's token: its `model` is a model reference too (the key itself is listed above)
+        *_reference(f"{embedding}.model", "the model whose token is taken", TOKENIZER)[1:],
         Key(f"{embedding}.kind", True, "`model_token` or `zero`", TOKENIZER),
         Key(f"{embedding}.token_id", True, "the source model's token id", TOKENIZER),
         Key(f"{embedding}.token", True, "the source model's token", TOKENIZER),
@@ -249,20 +251,20 @@ def parent(path: str) -> str | None:
 
 
 def covering(path: str) -> Key | None:
-    """The key that decides ``path``: its own, else the nearest key above it refused (which
-    refuses everything under it); None: mgit does not know the key."""
-    return CONFIG_KEYS.get(path) or refused_above(path)
+    """The key that decides ``path``: the outermost key above it refused (which refuses
+    everything under it), else its own; None: mgit does not know the key."""
+    return refused_above(path) or CONFIG_KEYS.get(path)
 
 
 def refused_above(path: str) -> Key | None:
-    """The nearest key above ``path`` that is refused, if any."""
-    above = parent(path)
+    """The outermost key above ``path`` that is refused (the one a config hits first), if any."""
+    found, above = None, parent(path)
     while above is not None:
         key = CONFIG_KEYS.get(above)
         if key is not None and not key.honoured_now:
-            return key
+            found = key
         above = parent(above)
-    return None
+    return found
 
 
 def _child(path: str, name: str) -> str | None:
