@@ -53,6 +53,20 @@ class MergeCommand(click.Command):
             formatter.write_dl([(name, METHODS[name].summary) for name in sorted(METHODS)])
         super().format_epilog(ctx, formatter)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """A ``mergekit-yaml`` option is named with its line from mgit.merge.config_keys: its mgit
+        equivalent, or why mgit has none."""
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            from mgit.merge.config_keys import OPTIONS
+
+            flag = exc.option_name.removeprefix("--no-").removeprefix("--")
+            key = OPTIONS.get(exc.option_name) or OPTIONS.get(f"--{flag}")
+            if key is None:
+                raise
+            raise click.UsageError(f"no such option {exc.option_name} (mergekit-yaml's): {key.reason}", ctx) from None
+
 
 @click.command("merge", cls=MergeCommand)
 @click.argument("experts", nargs=-1, metavar="REV | EXPERTS...", shell_complete=complete_rev)
@@ -84,6 +98,9 @@ class MergeCommand(click.Command):
 @click.option("--out-dtype", help="dtype of the merged tensors, e.g. BF16")
 @click.option("--model", metavar="DIR", help="the model directory, when a commit holds several")
 @click.option("--allow-missing", is_flag=True, help="an expert lacking a tensor contributes the base's")
+@click.option(
+    "--allow-crimes", is_flag=True, help="merge inputs whose config.json architectures differ (as mergekit's)"
+)
 @click.option(
     "--budget",
     metavar="SIZE|N%",
