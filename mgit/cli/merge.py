@@ -135,11 +135,17 @@ class MergeCommand(click.Command):
 @click.option("--explain", is_flag=True, help="print the budgeted plan per layer (bytes, captured share, bound)")
 @click.option("--dry-run", is_flag=True, help="print the plan (what would be read); read no tensor data")
 @click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="only check the merge against its inputs' headers and configs; print what would be merged",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
     help="the merge result as JSON (mgit.merge/1; a branch's: mgit.branch-merge/2, conflicts mgit.merge-conflicts/2); "
-    "with --dry-run/--explain the plan (mgit.plan/1)",
+    "with --dry-run/--explain the plan (mgit.plan/1); with --check mgit.merge-check/1",
 )
 @pass_state
 def cmd_merge(
@@ -154,6 +160,7 @@ def cmd_merge(
     model: str | None,
     no_checkout: bool,
     dry_run: bool,
+    check_only: bool,
     as_json: bool,
     **options: Any,
 ) -> None:
@@ -195,6 +202,17 @@ def cmd_merge(
         model=os.path.abspath(model) if model else None,
         **options,
     )
+    if check_only:
+        if dry_run or request.explain:
+            raise click.UsageError("--check checks only: not with --dry-run or --explain")
+        checked = repo._check_with(request)
+        from mgit.cli.views import merge_check
+
+        if as_json:
+            state.echo_json(merge_check.check_json(checked))
+        else:
+            state.emit(merge_check.check_text(checked))
+        return
     if dry_run or request.explain:
         planned = repo._plan_with(request)
         record = planned.record()

@@ -191,7 +191,7 @@ class MergeCheck:
     def of(cls, planned: PlannedMerge) -> MergeCheck:
         plan, setup = planned.plan, planned.setup
         method, request = setup.method, setup.request
-        per_expert = {p.name for p in method.params if p.scope is Scope.EXPERT}
+        per_expert = [p.name for p in method.params if p.scope is Scope.EXPERT]  # in the method's order
         given = _as_given(setup.config, setup.expert_names, per_expert) if setup.config is not None else None
         inputs = [CheckedInput("base", setup.base_ref or "HEAD", setup.base_commit)] if setup.merges_base else []
         for k, (name, commit) in enumerate(zip(setup.expert_names, setup.expert_commits, strict=True)):
@@ -213,7 +213,7 @@ class MergeCheck:
         )
 
 
-def _as_given(source: Mapping[str, Any], names: Sequence[str], per_expert: set[str]) -> list[dict[str, Any]]:
+def _as_given(source: Mapping[str, Any], names: Sequence[str], per_expert: list[str]) -> list[dict[str, Any]]:
     """Each expert's parameters as the config writes them (its own over the config's), the
     experts matched to the config's models by name, in order."""
     shared = {n: v for n, v in (source.get("parameters") or {}).items() if n in per_expert}
