@@ -121,7 +121,9 @@ def _setting(path: str, what: str, feature: Feature | None = None) -> list[Key]:
     """A mapping of mergekit parameter settings at ``path``: a scalar, a gradient, or conditions."""
     return [
         Key(path, True, what, feature),
-        Key(f"{path}.*", True, "a parameter of the method: a scalar, a gradient over the layers, or conditions", feature),
+        Key(
+            f"{path}.*", True, "a parameter of the method: a scalar, a gradient over the layers, or conditions", feature
+        ),
         Key(f"{path}.*.value", True, "a condition's value (a scalar or a gradient)", feature),
         Key(f"{path}.*.filter", True, "a condition's filter: a substring of the tensor name, `*` or absent", feature),
         Key(f"{path}.*[].value", True, "a condition's value (a scalar or a gradient)", feature),

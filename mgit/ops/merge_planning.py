@@ -112,8 +112,8 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:  # noqa:
     if params_for is not None:  # every tensor's parameters must resolve before anything is written
         for tp in plan.tensors:
             chosen.check_params(chosen.resolve(params_for(tp.name), len(experts)), f"{config}: tensor {tp.name}")
-    first = ("the reference", experts[0]) if reference else ("the base", base or "HEAD")
-    _preflight(ctx, chosen, plan, request, cfg, first, base_snap, list(zip(experts, snaps, strict=True)))
+    compared = ("the reference", experts[0]) if reference else ("the base", base or "HEAD")
+    _preflight(ctx, chosen, plan, request, cfg, compared, base_snap, list(zip(experts, snaps, strict=True)))
     setup = MergeSetup(
         chosen,
         resolved,
@@ -144,15 +144,16 @@ def _preflight(
     plan: MergePlan,
     request: MergeRequest,
     cfg: MergeConfig | None,
-    first: tuple[str, str],
+    compared: tuple[str, str],
     base_snap: Snapshot,
     experts: list[tuple[str, Snapshot]],
 ) -> None:
     """The request against its inputs' headers and configs, before any tensor is read
-    (mgit.merge.preflight); ``first``: the role and name of the model compared to (``base_snap``'s)."""
+    (mgit.merge.preflight); ``compared``: the role and name of the model the others are compared to
+    (``base_snap``'s)."""
     from mgit.merge.preflight import Input, preflight, read_config
 
-    base = Input(*first, read_config(ctx.graph, base_snap, plan.model))
+    base = Input(*compared, read_config(ctx.graph, base_snap, plan.model))
     inputs = [Input("expert", name, read_config(ctx.graph, snap, plan.model)) for name, snap in experts]
     dtypes = (request.dtype or (cfg.dtype if cfg else None), request.out_dtype or (cfg.out_dtype if cfg else None))
     preflight(method, plan, base, inputs, dtypes, request.allow_crimes)

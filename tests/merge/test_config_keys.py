@@ -97,7 +97,9 @@ def test_docs_table_is_the_modules():
     if os.environ.get("MGIT_UPDATE_GOLDEN"):
         DOCS.write_text(f"{head}{BEGIN}\n{table}\n{END}{tail}", "utf-8")
         return
-    assert rest[: rest.index(END)].strip() == table, "docs/merging.md's YAML keys table: MGIT_UPDATE_GOLDEN=1 rewrites it"
+    assert rest[: rest.index(END)].strip() == table, (
+        "docs/merging.md's YAML keys table: MGIT_UPDATE_GOLDEN=1 rewrites it"
+    )
 
 
 # -- load_config refuses by name ------------------------------------------------------------------

@@ -72,15 +72,20 @@ def test_planning_refuses_what_the_first_tensor_would(inputs, experts, method, p
 
 
 def test_architectures_must_agree_unless_crimes_are_allowed(inputs):
-    with pytest.raises(BadInputError, match=r"expert crime: config.json architecture MistralForCausalLM \(llama\) "
-                       r"differs from the base HEAD's LlamaForCausalLM \(llama\); --allow-crimes"):
+    with pytest.raises(
+        BadInputError,
+        match=r"expert crime: config.json architecture MistralForCausalLM \(llama\) "
+        r"differs from the base HEAD's LlamaForCausalLM \(llama\); --allow-crimes",
+    ):
         inputs.merge_check(["math", "crime"], "task_arithmetic", weight=0.5)
     checked = inputs.merge_check(["math", "crime"], "task_arithmetic", weight=0.5, allow_crimes=True)
     assert [i.name for i in checked.inputs] == ["HEAD", "math", "crime"]
 
 
 def test_vocab_sizes_must_agree(inputs):
-    with pytest.raises(BadInputError, match=r"expert vocab: config.json vocab_size 300 differs from the base HEAD's 256"):
+    with pytest.raises(
+        BadInputError, match=r"expert vocab: config.json vocab_size 300 differs from the base HEAD's 256"
+    ):
         inputs.merge_check(["vocab"], "task_arithmetic", weight=0.5, allow_crimes=True)
 
 
@@ -110,7 +115,10 @@ def test_check_says_what_would_be_merged_and_writes_nothing(inputs):
         {"weight": 0.3, "density": 0.5},
     ]
     plan = inputs.merge_plan(["math", "code"], "ties", weight=[0.5, 0.3], density=0.5).plan
-    assert doc["tensors"] == len(plan.tensors) and doc["bytes"] == {"base": plan.base_bytes, "experts": plan.expert_bytes}
+    assert doc["tensors"] == len(plan.tensors) and doc["bytes"] == {
+        "base": plan.base_bytes,
+        "experts": plan.expert_bytes,
+    }
     assert text.startswith("check passed: ties of 2 expert(s)") and "math  weight=0.5, density=0.5" in text
 
 
