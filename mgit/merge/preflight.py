@@ -61,16 +61,10 @@ def read_config(graph: Graph, snap: Snapshot, model_dir: str) -> dict[str, Any] 
 def check_expert_count(method: MergeMethod, names: Sequence[str]) -> None:
     """The method takes this many experts (counted without the base), as the engine would
     refuse at the first tensor."""
-    low, high = method.min_experts, method.max_experts
     count = len(names)
-    if low <= count and (high is None or count <= high):
+    expected = method.experts_expected(count)
+    if expected is None:
         return
-    if high == low:
-        expected = f"exactly {low}"
-    elif high is None:
-        expected = f"at least {low}"
-    else:
-        expected = f"{low} to {high}"
     given = f": {', '.join(names)}" if names else ""
     raise BadInputError(f"{method.name} merges {expected} expert(s) besides the base; {count} given{given}")
 

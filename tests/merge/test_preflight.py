@@ -170,3 +170,11 @@ def test_a_mergekit_yaml_option_is_named_with_its_line(inputs):
     assert proc.returncode == 2 and "--out-shard-size (mergekit-yaml's): the merged model keeps" in proc.stderr
     proc = invoke("merge", "--method", "linear", "math", "--no-copy-tokenizer", cwd=inputs.root)
     assert proc.returncode == 2 and "keeps the base's tokenizer" in proc.stderr
+
+
+def test_check_never_merges_a_branch(inputs):
+    """`mgit merge REV --check` (no method) would be git's branch merge: refused, HEAD unmoved."""
+    head = inputs.resolve("HEAD")
+    proc = invoke("merge", "math", "--check", cwd=inputs.root)
+    assert proc.returncode == 2 and "--check: an option of model merges" in proc.stderr, proc.stderr
+    assert inputs.resolve("HEAD") == head
