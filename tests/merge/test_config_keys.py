@@ -138,6 +138,8 @@ def test_a_lora_and_a_hub_revision_and_an_architecture_override_are_named(tmp_pa
     lora = [{"model": "main"}, {"model": "math+adapters/math"}]
     message = _load(tmp_path, {"merge_method": "linear", "models": lora})
     assert "models[1].model ('math+adapters/math')" in message and "model+lora" in message
+    message = _load(tmp_path, {"merge_method": "linear", "models": ["main", "math+adapters/math"]})
+    assert "models[1] ('math+adapters/math')" in message and "model+lora" in message
     rev = [{"model": {"model": {"path": "org/name", "revision": "v1"}}}]
     assert "models[0].model.model.revision: a Hugging Face revision" in _load(
         tmp_path, {"merge_method": "linear", "models": rev}
