@@ -352,6 +352,8 @@ class Repository:
     # merge and merge_plan of a request built whole (mgit.merge.request.MergeRequest), as `mgit merge` builds it
     _merge_with = forward(lambda: _ops.merge.merge_with)
     _plan_with = forward(lambda: _ops.merge.plan_with)
+    merge_check = forward(lambda: _ops.merge.merge_check)
+    _check_with = forward(lambda: _ops.merge.check_with)
     merge_branch = forward(lambda: _ops.branch_merge.merge_branch)
     merge_base = forward(lambda: _ops.ancestry.merge_base)
     merge_bases = forward(lambda: _ops.ancestry.merge_bases)

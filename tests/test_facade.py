@@ -55,6 +55,7 @@ PUBLIC = {
     "merge_base",
     "merge_bases",
     "merge_branch",
+    "merge_check",
     "merge_plan",
     "merge_record",
     "models",

@@ -44,10 +44,10 @@ def given(ctx: click.Context, names: Sequence[str]) -> list[str]:
 def model_only() -> list[str]:
     """What only a model merge (--method with experts, docs/merging.md) takes: each option that is
     a field of its request (mgit.merge.request.MergeRequest) a branch merge does not share, and
-    --no-checkout and --dry-run."""
+    --no-checkout, --dry-run and --check."""
     from mgit.merge.request import MergeRequest
 
-    return [f.name for f in fields(MergeRequest) if f.name not in SHARED] + ["no_checkout", "dry_run"]
+    return [f.name for f in fields(MergeRequest) if f.name not in SHARED] + ["no_checkout", "dry_run", "check_only"]
 
 
 def is_branch_merge(state: CliState, experts: Sequence[str], method: str | None, config: str | None) -> bool:

@@ -56,6 +56,20 @@ class MergeCommand(click.Command):
             formatter.write_dl([(name, METHODS[name].summary) for name in sorted(METHODS)])
         super().format_epilog(ctx, formatter)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """A ``mergekit-yaml`` option is named with its line from mgit.merge.config_keys: its mgit
+        equivalent, or why mgit has none."""
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            from mgit.merge.config_keys import OPTIONS
+
+            flag = exc.option_name.removeprefix("--no-").removeprefix("--")
+            key = OPTIONS.get(exc.option_name) or OPTIONS.get(f"--{flag}")
+            if key is None:
+                raise
+            raise click.UsageError(f"no such option {exc.option_name} (mergekit-yaml's): {key.reason}", ctx) from None
+
 
 @click.command("merge", cls=MergeCommand)
 @click.argument("experts", nargs=-1, metavar="REV | EXPERTS...", shell_complete=complete_rev)
@@ -88,6 +102,9 @@ class MergeCommand(click.Command):
 @click.option("--out-dtype", help="dtype of the merged tensors, e.g. BF16")
 @click.option("--model", metavar="DIR", help="the model directory, when a commit holds several")
 @click.option("--allow-missing", is_flag=True, help="an expert lacking a tensor contributes the base's")
+@click.option(
+    "--allow-crimes", is_flag=True, help="merge inputs whose config.json architectures differ (as mergekit's)"
+)
 @click.option(
     "--budget",
     metavar="SIZE|N%",
@@ -128,11 +145,17 @@ class MergeCommand(click.Command):
     help="recompute merge commit REV from its plan record and compare every chunk (writes nothing; exit 6: differs)",
 )
 @click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="only check the merge against its inputs' headers and configs; print what would be merged",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
     help="the merge result as JSON (mgit.merge/1; a branch's: mgit.branch-merge/2, conflicts mgit.merge-conflicts/2); "
-    "with --dry-run/--explain the plan (mgit.plan/1)",
+    "with --dry-run/--explain the plan (mgit.plan/1); with --check mgit.merge-check/1",
 )
 @pass_state
 def cmd_merge(
@@ -148,6 +171,7 @@ def cmd_merge(
     no_checkout: bool,
     dry_run: bool,
     verify: str | None,
+    check_only: bool,
     as_json: bool,
     **options: Any,
 ) -> None:
@@ -193,6 +217,17 @@ def cmd_merge(
         model=os.path.abspath(model) if model else None,
         **options,
     )
+    if check_only:
+        if dry_run or request.explain:
+            raise click.UsageError("--check checks only: not with --dry-run or --explain")
+        checked = repo._check_with(request)
+        from mgit.cli.views import merge_check
+
+        if as_json:
+            state.echo_json(merge_check.check_json(checked))
+        else:
+            state.emit(merge_check.check_text(checked))
+        return
     if dry_run or request.explain:
         planned = repo._plan_with(request)
         record = planned.record()

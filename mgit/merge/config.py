@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from mgit.errors import BadInputError, UnknownParameterError
+from mgit.merge.config_keys import reference, refuse_keys
 from mgit.merge.params import Scope, check_value
 from mgit.model.layers import layer_of
 
@@ -74,12 +75,7 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
         raise BadInputError(f"{where} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(doc, dict):
         raise BadInputError(f"{where}: a merge config is a YAML mapping")
-    if doc.get("slices") or doc.get("modules"):
-        raise BadInputError(f"{where}: `slices:`/`modules:` configs (layer surgery) are not supported; use `models:`")
-    known = {"merge_method", "base_model", "models", "parameters", "dtype", "out_dtype", "tokenizer_source"}
-    unknown = sorted(set(doc) - known)
-    if unknown:
-        raise BadInputError(f"{where}: unsupported key(s) {', '.join(unknown)}")
+    refuse_keys(doc, where)  # every key honoured, or refused by name (mgit.merge.config_keys)
     method = doc.get("merge_method")
     if not isinstance(method, str):
         raise BadInputError(f"{where}: merge_method is required")
@@ -87,6 +83,8 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
     for i, entry in enumerate(doc.get("models") or []):
         if isinstance(entry, str):
             entry = {"model": entry}
+        if isinstance(entry, dict):
+            entry = entry | {"model": reference(entry.get("model"))}
         if not isinstance(entry, dict) or not isinstance(entry.get("model"), str):
             raise BadInputError(f"{where}: models[{i}] needs a `model:` (a revision or a path)")
         params = entry.get("parameters") or {}
@@ -98,7 +96,7 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
     params = doc.get("parameters") or {}
     if not isinstance(params, dict):
         raise BadInputError(f"{where}: parameters must be a mapping")
-    base = doc.get("base_model")
+    base = reference(doc.get("base_model"))
     if base is not None and not isinstance(base, str):
         raise BadInputError(f"{where}: base_model must be a revision or a path")
     cfg = MergeConfig(

@@ -39,6 +39,7 @@ class MergeRequest:
     params: Mapping[str, Any] = field(default_factory=dict)  # mergekit's (weight, density, ...)
     model: str | None = None  # the model directory, when a commit holds several
     allow_missing: bool = False  # an expert lacking a tensor contributes the base's
+    allow_crimes: bool = False  # inputs whose config.json architectures differ (mergekit's --allow-crimes)
     config: str | os.PathLike[str] | None = None  # a mergekit YAML file
     budget: str | int | None = None  # "2GB", "10%", bytes
     budget_select: str = "importance"

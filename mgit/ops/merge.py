@@ -34,6 +34,7 @@ from mgit.worktree.sparse import load_patterns
 if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
     from mgit.merge.execution import Execution
     from mgit.merge.plan import MergePlan
+    from mgit.merge.preflight import MergeCheck
     from mgit.merge.record import PlannedMerge
     from mgit.merge.request import MergeRequest, MergeSetup
 
@@ -52,6 +53,7 @@ def merge(
     out_dtype: str | None = None,
     model: str | None = None,
     allow_missing: bool = False,
+    allow_crimes: bool = False,
     config: str | os.PathLike[str] | None = None,
     budget: str | int | None = None,
     budget_select: str = "importance",
@@ -83,6 +85,7 @@ def merge(
         out_dtype: The merged tensors' dtype, such as ``"BF16"``.
         model: The model directory, when a commit holds several.
         allow_missing: An expert lacking a tensor contributes the base's (else refused).
+        allow_crimes: Merge inputs whose config.json architectures differ (mergekit's ``--allow-crimes``).
         config: A mergekit YAML file: method, base, experts and parameters come from it, with
             per-tensor filters and per-layer gradients.
         budget: A cap on expert chunk bytes read (or fetched): ``"2GB"``, ``"500MiB"``, ``"10%"``
@@ -120,6 +123,7 @@ def merge_plan(
     *,
     model: str | None = None,
     allow_missing: bool = False,
+    allow_crimes: bool = False,
     config: str | os.PathLike[str] | None = None,
     budget: str | int | None = None,
     budget_select: str = "importance",
@@ -141,6 +145,7 @@ def merge_plan(
         base: The base revision (default HEAD), as :func:`merge`'s.
         model: The model directory, when a commit holds several.
         allow_missing: An expert lacking a tensor contributes the base's (else refused).
+        allow_crimes: Merge inputs whose config.json architectures differ, as :func:`merge`'s.
         config: A mergekit YAML file, as :func:`merge`'s.
         budget: A cap on expert chunk bytes to read (``"2GB"``, ``"10%"``, an int of bytes).
         budget_select: ``"importance"`` or ``"uniform"``, as :func:`merge`'s.
@@ -164,6 +169,60 @@ def merge_plan(
         BadInputError: As :func:`merge`'s, and ``sketch_missing`` given.
     """
     return plan_with(ctx, request_of(locals()))
+
+
+def merge_check(
+    ctx: Context,
+    experts: Sequence[str],
+    method: str,
+    base: str | None = None,
+    *,
+    model: str | None = None,
+    allow_missing: bool = False,
+    allow_crimes: bool = False,
+    config: str | os.PathLike[str] | None = None,
+    seed: int | None = None,
+    dtype: str | None = None,
+    out_dtype: str | None = None,
+    **params: Any,
+) -> MergeCheck:
+    """A merge's pre-flight alone (``mgit merge --check``): the request and every input's
+    manifests and config.json checked, no tensor data read, nothing merged.
+
+    Args:
+        experts: The expert revisions (or directories holding a model), in order.
+        method: The merge method's name; None with ``config``.
+        base: The base revision (default HEAD), as :func:`merge`'s.
+        model: The model directory, when a commit holds several.
+        allow_missing: An expert lacking a tensor contributes the base's (else refused).
+        allow_crimes: Inputs whose config.json architectures differ pass, as :func:`merge`'s.
+        config: A mergekit YAML file, as :func:`merge`'s.
+        seed: Of random methods, as :func:`merge`'s (reported; 0 when not given).
+        dtype: The working dtype, such as ``"F32"`` (checked: a floating dtype).
+        out_dtype: The merged tensors' dtype, such as ``"BF16"`` (checked as ``dtype``).
+        **params: The method's parameters, as :func:`merge`'s.
+
+    Returns:
+        What the merge would do: its inputs resolved to commits, the method, each input's
+        parameters, the tensor count and the bytes a full merge reads.
+
+    Raises:
+        BadInputError: The first check that fails, in one line naming the input and the
+            tensor or key (a method, parameter, config key, architecture, vocab size, shape,
+            dtype or expert count mgit refuses).
+    """
+    return check_with(ctx, request_of(locals()))
+
+
+def check_with(ctx: Context, request: MergeRequest) -> MergeCheck:
+    """:func:`merge_check` of a request built whole (``mgit merge --check`` builds one): planned
+    without a budget (a budget's analysis would read chunks), then summed up."""
+    from mgit.merge.preflight import MergeCheck
+
+    request.check()  # the budget's form too, though it is not planned here
+    refuse_undoing_head(ctx, request.experts, request.base, request.config)
+    unbudgeted = dataclasses.replace(request, budget=None, explain=False, sketch_missing=None)
+    return MergeCheck.of(resolve_plan(ctx, unbudgeted))
 
 
 def request_of(arguments: dict[str, Any]) -> MergeRequest:

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from mgit.context import Context
-from mgit.errors import RevisionError
+from mgit.errors import BadInputError, RevisionError
 from mgit.graph.ids import object_id, ref_name
 from mgit.graph.snapshot import Snapshot, validate_path, write_snapshot
 from mgit.merge.lora import LoraInput
@@ -34,12 +34,27 @@ def merge_input(ctx: Context, ref: str, model_dir: str | None, loras: list[LoraI
             return import_directory(ctx, path.resolve(), model_dir or "model")
         parts = merge_lora.split_lora(ref)
         if parts is None:
+            refuse_hub_id(ref)
             raise
     model = merge_input(ctx, parts[0], model_dir)
     applied = merge_lora.apply_lora(ctx, ref, model, parts[1], model_dir)
     if loras is not None and applied not in loras:
         loras.append(applied)
     return applied.commit
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?")
+
+
+def refuse_hub_id(ref: str) -> None:
+    """A name like a Hugging Face id (``org/name``, ``org/name@rev``) that is neither a revision
+    here nor a directory: one line saying how to bring the model in (mgit downloads nothing)."""
+    if HUB_ID.fullmatch(ref):
+        raise BadInputError(
+            f"{ref!r} looks like a Hugging Face model id, but it is neither a revision here nor a directory: "
+            f"mgit downloads nothing; download it (hf download {ref.split('@')[0]} --local-dir DIR) and give DIR, "
+            "or `mgit add` it and name the commit"
+        )
 
 
 def import_directory(ctx: Context, path: Path, model_dir: str) -> str:

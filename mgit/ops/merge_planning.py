@@ -16,8 +16,10 @@ from mgit.graph.snapshot import Snapshot
 from mgit.ops import inspect, merge_inputs
 
 if TYPE_CHECKING:  # mgit.merge is imported where used: commands that do not merge skip it
+    from mgit.merge.config import MergeConfig
     from mgit.merge.io import MergeIO
     from mgit.merge.lora import LoraInput
+    from mgit.merge.methods.base import MergeMethod
     from mgit.merge.plan import MergePlan
     from mgit.merge.record import PlannedMerge
     from mgit.merge.request import MergeRequest, MergeSetup
@@ -112,6 +114,8 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:  # noqa:
     if params_for is not None:  # every tensor's parameters must resolve before anything is written
         for tp in plan.tensors:
             chosen.check_params(chosen.resolve(params_for(tp.name), len(experts)), f"{config}: tensor {tp.name}")
+    compared = ("the reference", experts[0]) if reference else ("the base", base or "HEAD")
+    _preflight(ctx, chosen, plan, request, cfg, compared, base_snap, list(zip(experts, snaps, strict=True)))
     setup = MergeSetup(
         chosen,
         resolved,
@@ -135,6 +139,27 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:  # noqa:
             computed = _sketch_missing(ctx, setup, request.sketch_missing, model_dir)
         plan = _plan_budget(ctx, io, PlannedMerge(plan, setup), request, computed)
     return PlannedMerge(plan, setup)
+
+
+def _preflight(
+    ctx: Context,
+    method: MergeMethod,
+    plan: MergePlan,
+    request: MergeRequest,
+    cfg: MergeConfig | None,
+    compared: tuple[str, str],
+    base_snap: Snapshot,
+    experts: list[tuple[str, Snapshot]],
+) -> None:
+    """The request against its inputs' headers and configs, before any tensor is read
+    (mgit.merge.preflight); ``compared``: the role and name of the model the others are compared to
+    (``base_snap``'s)."""
+    from mgit.merge.preflight import Input, preflight, read_config
+
+    base = Input(*compared, read_config(ctx.graph, base_snap, plan.model))
+    inputs = [Input("expert", name, read_config(ctx.graph, snap, plan.model)) for name, snap in experts]
+    dtypes = (request.dtype or (cfg.dtype if cfg else None), request.out_dtype or (cfg.out_dtype if cfg else None))
+    preflight(method, plan, base, inputs, dtypes, request.allow_crimes)
 
 
 def _fetch_sizes(ctx: Context, plan: MergePlan) -> dict[str, int]:

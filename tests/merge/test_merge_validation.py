@@ -137,7 +137,7 @@ def test_unknown_methods_and_parameters_are_refused_without_torch(experts):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
     lines = out.strip().splitlines()
-    assert lines[0].startswith("unknown merge method 'average' (known: breadcrumbs,")
+    assert lines[0].startswith("unknown merge method 'average' (known: arcee_fusion, breadcrumbs,")
     assert lines[1].startswith("ties: unknown parameter(s) densty (accepted: int8_mask,")
     assert lines[2] == "False"
 

@@ -87,6 +87,15 @@ class MergeMethod(ABC):
 
     # -- declarations (torch-free) ---------------------------------------------------------
 
+    def experts_expected(self, count: int) -> str | None:
+        """None when the method merges ``count`` experts, else how many it takes ("exactly 1")."""
+        low, high = self.min_experts, self.max_experts
+        if low <= count and (high is None or count <= high):
+            return None
+        if high == low:
+            return f"exactly {low}"
+        return f"at least {low}" if high is None else f"{low} to {high}"
+
     def param(self, name: str) -> Param:
         for param in self.params:
             if param.name == name:

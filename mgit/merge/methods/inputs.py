@@ -148,14 +148,8 @@ def check_inputs(
     dtype: torch.dtype | None,
     out_dtype: torch.dtype | None,
 ) -> None:
-    low, high = method.min_experts, method.max_experts
-    if count < low or (high is not None and count > high):
-        if high == low:
-            expected = f"exactly {low}"
-        elif high is None:
-            expected = f"at least {low}"
-        else:
-            expected = f"{low} to {high}"
+    expected = method.experts_expected(count)
+    if expected is not None:
         raise BadInputError(f"{where}: needs {expected} expert tensor(s), got {count}")
     if method.needs_base and not has_base:
         raise BadInputError(f"{where}: needs a base tensor")
