@@ -20,6 +20,7 @@ import yaml
 
 from mgit.errors import BadInputError, UnknownParameterError
 from mgit.merge.params import Scope, check_value
+from mgit.merge.vocab import TokenizerSpec, parse_spec
 from mgit.model.layers import layer_of
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class MergeConfig:
     dtype: str | None
     out_dtype: str | None
     source: dict[str, Any]  # the config as read, recorded in the plan
+    tokenizer: TokenizerSpec | None = None  # tokenizer_source / tokenizer: / chat_template (mgit.merge.vocab)
 
 
 def _dtype(value: Any, key: str, where: str) -> str | None:
@@ -76,7 +78,8 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
         raise BadInputError(f"{where}: a merge config is a YAML mapping")
     if doc.get("slices") or doc.get("modules"):
         raise BadInputError(f"{where}: `slices:`/`modules:` configs (layer surgery) are not supported; use `models:`")
-    known = {"merge_method", "base_model", "models", "parameters", "dtype", "out_dtype", "tokenizer_source"}
+    known = {"merge_method", "base_model", "models", "parameters", "dtype", "out_dtype"}
+    known |= {"tokenizer_source", "tokenizer", "chat_template"}
     unknown = sorted(set(doc) - known)
     if unknown:
         raise BadInputError(f"{where}: unsupported key(s) {', '.join(unknown)}")
@@ -109,6 +112,7 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
         _dtype(doc.get("dtype"), "dtype", where),
         _dtype(doc.get("out_dtype"), "out_dtype", where),
         doc,
+        parse_spec(doc, where),
     )
     check_ranges(cfg, where)
     return cfg

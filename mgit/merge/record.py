@@ -189,6 +189,7 @@ class PlanRecord:
     reference: str | None = None
     budget: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
+    tokenizer: dict[str, Any] | None = None  # the merged vocabulary (mgit.ops.merge_vocab)
     schema: str = PLAN_SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -207,7 +208,8 @@ class PlanRecord:
             "bytes": self.bytes.to_json(),
             "tensors": [t.to_json() for t in self.tensors],
         }
-        for key, value in (("reference", self.reference), ("budget", self.budget), ("config", self.config)):
+        held = (("reference", self.reference), ("budget", self.budget), ("config", self.config))
+        for key, value in (*held, ("tokenizer", self.tokenizer)):
             if value is not None:
                 record[key] = value
         return record | self.extra
@@ -230,6 +232,7 @@ class PlanRecord:
             reference=doc.get("reference"),
             budget=doc.get("budget"),
             config=doc.get("config"),
+            tokenizer=doc.get("tokenizer"),
             schema=doc.get("schema", PLAN_SCHEMA),
             extra={k: v for k, v in doc.items() if k not in known},
         )
@@ -272,6 +275,7 @@ def build_record(plan: MergePlan, setup: MergeSetup, run: Execution | None, vers
         reference=setup.reference,
         budget=plan.budget.to_json() if plan.budget is not None else None,
         config=setup.config,
+        tokenizer=setup.tokenizer,
     )
 
 

@@ -103,6 +103,8 @@ class MergeSetup:
     seed: int = 0  # of random methods (and of a uniform budget selection)
     # as asked: options that need no resolving are read from it where they take effect
     request: MergeRequest = field(default_factory=MergeRequest)
+    # a config's tokenizer keys, applied: the record's ``tokenizer`` (mgit.ops.merge_vocab)
+    tokenizer: dict[str, Any] | None = None
 
     @property
     def merges_base(self) -> bool:
