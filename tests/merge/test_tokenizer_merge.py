@@ -48,7 +48,10 @@ BLOCK = {
         },
     },
 }
-CASES = {  # name: (config, tied embeddings, a base_model)
+# name: (config, tied embeddings, whether the base is only base_model (else also among models)).
+# The base is always named: without one, mergekit takes the vocabulary's starting tokenizer from
+# a set's first model, which varies from run to run.
+CASES = {
     "union-untied": (UNION, False, True),
     "union-tied": (UNION, True, True),
     "block-untied": (BLOCK, False, False),
@@ -71,8 +74,9 @@ def config_file(root: Path, case: str, pair: tuple[Path, Path]) -> Path:
     template, _, with_base = CASES[case]
     a, b = pair
     doc = json.loads(json.dumps(template).replace('"B"', json.dumps(str(b))))
+    doc["base_model"] = str(a)
     if with_base:
-        doc |= {"base_model": str(a), "models": [{"model": str(b)}]}
+        doc["models"] = [{"model": str(b)}]
     else:
         doc["models"] = [
             {"model": str(a), "parameters": {"weight": 0.7}},
