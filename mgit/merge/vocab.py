@@ -266,11 +266,12 @@ def aligned_rows(
     import torch
 
     out = torch.zeros((size, *tensor.shape[1:]), dtype=tensor.dtype)
-    for new_id, old in enumerate(perm):
-        if old != ABSENT and new_id not in forced:
-            out[new_id] = tensor[old]
-        elif new_id in defaults:
-            out[new_id] = defaults[new_id]
+    own = [(new_id, old) for new_id, old in enumerate(perm) if old != ABSENT and new_id not in forced]
+    if own:  # rows copied as they are: one gather instead of a Python step per token
+        out[torch.tensor([n for n, _ in own])] = tensor[torch.tensor([o for _, o in own])]
+    for new_id, row in defaults.items():
+        if perm[new_id] == ABSENT or new_id in forced:
+            out[new_id] = row
     if size > len(perm):
         out[len(perm) :] = torch.mean(out[: len(perm)], dim=0)
     return out

@@ -7,6 +7,7 @@ transformers."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -197,3 +198,29 @@ def test_transformers_gives_mergekits_logits(both, case):
     logits = [AutoModelForCausalLM.from_pretrained(d).eval()(ids).logits for d in (theirs, ours)]
     assert torch.equal(logits[0], logits[1])
     assert AutoTokenizer.from_pretrained(ours).get_vocab() == AutoTokenizer.from_pretrained(theirs).get_vocab()
+
+
+def test_merge_of_revisions_on_head_writes_the_tokenizer(models, tmp_path):
+    """Revisions of one repository, merged on the checked-out branch: the working tree gets the
+    merged model, tokenizer files and config.json, and is clean; removed tokenizer files go."""
+    root, pairs = models
+    a, b = pairs[False]
+    repo = Repository.init(tmp_path / "r")
+    shutil.copytree(a, repo.root / "model")
+    (repo.root / "model" / "vocab.txt").write_text("an old tokenizer file\n")
+    repo.add(["model"])
+    repo.commit("base")
+    repo.checkout(create_branch="chat")
+    shutil.rmtree(repo.root / "model")
+    shutil.copytree(b, repo.root / "model")
+    repo.add(["model"])
+    repo.commit("chat")
+    repo.checkout("main")
+    path = tmp_path / "m.yml"
+    path.write_text(yaml.safe_dump(UNION | {"base_model": "main", "models": [{"model": "chat"}]}))
+    repo.merge([], None, config=path)
+    out = repo.root / "model"
+    assert load_file(out / "model.safetensors")["lm_head.weight"].shape == (35, 32)
+    assert json.loads((out / "config.json").read_text())["vocab_size"] == 35
+    assert (out / "chat_template.jinja").exists() and not (out / "vocab.txt").exists()
+    assert repo.status().clean
