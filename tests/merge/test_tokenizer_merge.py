@@ -52,10 +52,18 @@ BLOCK = {
 # name: (config, tied embeddings, whether the base is only base_model (else also among models)).
 # The base is always named: without one, mergekit takes the vocabulary's starting tokenizer from
 # a set's first model, which varies from run to run.
+BASE = {
+    "merge_method": "task_arithmetic",
+    "dtype": "bfloat16",
+    "tokenizer": {"source": "base", "pad_to_multiple_of": 12},
+}
+MODEL = {"merge_method": "task_arithmetic", "dtype": "bfloat16", "tokenizer_source": "B", "chat_template": "auto"}
 CASES = {
     "union-untied": (UNION, False, True),
     "union-tied": (UNION, True, True),
     "block-untied": (BLOCK, False, False),
+    "base-padded": (BASE, False, True),
+    "model-source": (MODEL, True, True),
 }
 
 
@@ -77,7 +85,7 @@ def config_file(root: Path, case: str, pair: tuple[Path, Path]) -> Path:
     doc = json.loads(json.dumps(template).replace('"B"', json.dumps(str(b))))
     doc["base_model"] = str(a)
     if with_base:
-        doc["models"] = [{"model": str(b)}]
+        doc["models"] = [{"model": str(b), "parameters": {"weight": 0.5}}]
     else:
         doc["models"] = [
             {"model": str(a), "parameters": {"weight": 0.7}},
