@@ -151,12 +151,12 @@ def _embedding_tensors(ctx: Context, snap: Snapshot, model_dir: str) -> dict[str
     return out
 
 
-def _read_tensor(ctx: Context, path: str, manifest: Any) -> torch.Tensor:
+def _read_tensor(ctx: Context, name: str, path: str, manifest: Any) -> torch.Tensor:
     from mgit.model.torch_io import tensor_from_bytes
 
     buf = bytearray(manifest.nbytes)
     offset = 0
-    with chunks_of(f"tensor in {path}"):
+    with chunks_of(f"tensor {name!r} in {path}"):
         for chunk in manifest.chunks:
             data = ctx.store.get(chunk.id)
             buf[offset : offset + len(data)] = data
@@ -207,7 +207,7 @@ def align(  # noqa: C901 (the vocabulary, then each tensor's rows, then the file
         holders = [n for n in names if name in found[n]]
         if holders != names:
             raise BadInputError(f"tensor {name!r} is in {', '.join(holders)} only: every merged model needs it")
-        tensors = {n: _read_tensor(ctx, *found[n][name]) for n in names}
+        tensors = {n: _read_tensor(ctx, name, *found[n][name]) for n in names}
         for n, t in tensors.items():
             if t.dim() != 2 or t.shape[0] != toks[n].rows:
                 raise BadInputError(f"{n}: tensor {name!r} {list(t.shape)} is not one row per token ({toks[n].rows})")
