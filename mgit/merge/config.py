@@ -21,6 +21,7 @@ import yaml
 from mgit.errors import BadInputError, UnknownParameterError
 from mgit.merge.config_keys import reference, refuse_keys
 from mgit.merge.params import Scope, check_value
+from mgit.merge.vocab import TokenizerSpec, parse_spec
 from mgit.model.layers import layer_of
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class MergeConfig:
     dtype: str | None
     out_dtype: str | None
     source: dict[str, Any]  # the config as read, recorded in the plan
+    tokenizer: TokenizerSpec | None = None  # tokenizer_source / tokenizer: / chat_template (mgit.merge.vocab)
 
 
 def _dtype(value: Any, key: str, where: str) -> str | None:
@@ -107,6 +109,7 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
         _dtype(doc.get("dtype"), "dtype", where),
         _dtype(doc.get("out_dtype"), "out_dtype", where),
         doc,
+        parse_spec(doc, where),
     )
     check_ranges(cfg, where)
     return cfg

@@ -40,7 +40,7 @@ SLICES = Feature(
 )
 TOKENIZER = Feature(
     "tokenizer",
-    False,
+    True,
     "tokenizer merging is not supported yet (the merged commit keeps the base's tokenizer files); remove the key",
 )
 LORA = Feature(

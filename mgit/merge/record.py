@@ -177,8 +177,8 @@ class PlanRecord:
     ``bytes`` holds the estimated reads (and, once executed, the measured and fetched ones);
     ``tensors`` one entry per output tensor, both with the keys docs/merging.md lists;
     ``budget`` the budget report's JSON (``BudgetReport.to_json``). :meth:`to_json` writes the keys
-    in their recorded order (``reference``, ``budget``, ``config``, ``lora`` and ``request`` only
-    when set; ``rng``, after ``seed``, only for a random method: older records of one lack it, and
+    in their recorded order (``reference``, ``budget``, ``config``, ``lora``, ``tokenizer`` and
+    ``request`` only when set; ``rng``, after ``seed``, only for a random method: older records of one lack it, and
     drew as ``"mgit"``);
     :meth:`from_json` reads any ``mgit.plan/1`` record (keys an older mgit did not write read as
     None, keys a later one adds are kept in ``extra`` and written back after the others)."""
@@ -200,6 +200,7 @@ class PlanRecord:
     request: dict[str, Any] | None = None  # the request's other options (request_options); None: an older mgit
     rng: str | None = None  # a random method's draws: "mgit" or "mergekit" (None: deterministic, or older)
     lora: list[dict[str, Any]] | None = None  # the MODEL+LORA inputs (mgit.merge.lora.LoraInput)
+    tokenizer: dict[str, Any] | None = None  # the merged vocabulary (mgit.ops.merge_vocab)
     schema: str = PLAN_SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -220,7 +221,7 @@ class PlanRecord:
             "tensors": [t.to_json() for t in self.tensors],
         }
         optional = ("reference", self.reference), ("budget", self.budget), ("config", self.config), ("lora", self.lora)
-        for key, value in (*optional, ("request", self.request)):
+        for key, value in (*optional, ("tokenizer", self.tokenizer), ("request", self.request)):
             if value is not None:
                 record[key] = value
         return record | self.extra
@@ -246,6 +247,7 @@ class PlanRecord:
             request=doc.get("request"),
             rng=doc.get("rng"),
             lora=doc.get("lora"),
+            tokenizer=doc.get("tokenizer"),
             schema=doc.get("schema", PLAN_SCHEMA),
             extra={k: v for k, v in doc.items() if k not in known},
         )
@@ -291,6 +293,7 @@ def build_record(plan: MergePlan, setup: MergeSetup, run: Execution | None, vers
         request=request_options(setup.request),
         rng=setup.request.rng if setup.method.random else None,
         lora=[applied.to_json() for applied in setup.loras] or None,
+        tokenizer=setup.tokenizer,
     )
 
 

@@ -112,6 +112,8 @@ class MergeSetup:
     request: MergeRequest = field(default_factory=MergeRequest)
     stream: MergekitStream | None = None  # --rng mergekit, once executing: mergekit's draws (mgit.merge.rng)
     loras: tuple[LoraInput, ...] = ()  # the MODEL+LORA inputs: which adapter made which input commit
+    # a config's tokenizer keys, applied: the record's ``tokenizer`` (mgit.ops.merge_vocab)
+    tokenizer: dict[str, Any] | None = None
 
     @property
     def merges_base(self) -> bool:

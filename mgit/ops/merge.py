@@ -350,7 +350,9 @@ def _commit_merge(ctx: Context, planned: PlannedMerge, run: Execution, request: 
         assert branch is not None
         ctx.refs.create_branch(branch, commit)
     elif on_head and branch is None:
-        head_snap = base_snap if setup.reference is None else ctx.snapshot(setup.base_commit)
+        # HEAD's own files: the base's, unless the merge starts from another model's or a tokenizer's
+        own = setup.reference is None and setup.tokenizer is None
+        head_snap = base_snap if own else ctx.snapshot(setup.base_commit)
         reflog = f"merge: {text.splitlines()[0]}"
         install_merge(ctx, commit, head_snap, merged, setup.base_commit, reflog, staged=run.staged)
     else:

@@ -101,14 +101,24 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:  # noqa:
         for k, e in enumerate(experts)
     ]
     snaps = [ctx.snapshot(c) for c in expert_commits]
+    plan_base, tokenizer = base_snap, None
+    if cfg is not None and cfg.tokenizer is not None:  # rows moved to the merged vocabulary first
+        if request.wants_budget:
+            raise BadInputError(f"{config}: a tokenizer merge reads whole embeddings: not with --budget")
+        from mgit.ops import merge_vocab
+
+        dtype = request.dtype or cfg.dtype
+        plan_base, snaps, base_snap, tokenizer = merge_vocab.prepare(
+            ctx, cfg, model_dir, base_commit, reference, base_snap, experts, snaps, dtype
+        )
     passes = 2 if chosen.decides_per_expert else 1
     io = merge_io(ctx)
-    plan = plan_merge(io.graph, io.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes)
+    plan = plan_merge(io.graph, io.store, model_dir, plan_base, snaps, list(experts), allow_missing, passes)
     if ctx.promisor is not None:  # price the chunks not here at what fetching them costs
         sizes = _fetch_sizes(ctx, plan)
         io = merge_io(ctx, sizes)
         plan = plan_merge(
-            io.graph, io.store, model_dir, base_snap, snaps, list(experts), allow_missing, passes, io.price
+            io.graph, io.store, model_dir, plan_base, snaps, list(experts), allow_missing, passes, io.price
         )
         plan = dataclasses.replace(plan, fetch_sizes=sizes)
     if params_for is not None:  # every tensor's parameters must resolve before anything is written
@@ -132,6 +142,7 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:  # noqa:
         seed=request.seed or 0,
         request=request,
         loras=tuple(loras),
+        tokenizer=tokenizer,
     )
     if request.wants_budget:
         computed = 0

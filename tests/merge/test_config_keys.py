@@ -122,9 +122,11 @@ MODELS = [{"model": "main"}, {"model": "math", "parameters": {"weight": 0.5}}]
 @pytest.mark.parametrize(
     ("extra", "named", "why"),
     [
-        ({"tokenizer_source": "base"}, "tokenizer_source", "tokenizer merging is not supported"),
-        ({"tokenizer": {"source": "union"}}, "tokenizer", "tokenizer merging"),
-        ({"chat_template": "chatml"}, "chat_template", "tokenizer merging"),
+        (
+            {"tokenizer": {"source": {"model": {"path": "math", "revision": "v1"}}}},
+            "tokenizer.source.model.revision",
+            "a Hugging Face revision",
+        ),
         ({"modules": {"text": {"models": MODELS}}}, "modules", "layer surgery"),
         ({"parameters": {"weight": {"filter": "mlp", "value": 1, "colour": 2}}}, "parameters.weight.colour", "no such"),
         ({"merge_methd": "linear"}, "merge_methd", "unknown key"),
