@@ -20,6 +20,7 @@ import yaml
 
 from mgit.errors import BadInputError, UnknownParameterError
 from mgit.merge.params import Scope, check_value
+from mgit.merge.slices import OutputSlice, parse_slices
 from mgit.model.layers import layer_of
 
 if TYPE_CHECKING:
@@ -53,6 +54,21 @@ class MergeConfig:
     dtype: str | None
     out_dtype: str | None
     source: dict[str, Any]  # the config as read, recorded in the plan
+    slices: tuple[OutputSlice, ...] | None = None  # a `slices:` config (then `models` is empty)
+
+    @property
+    def first_model(self) -> str:
+        """The first model the config names (a merge without a base takes its files)."""
+        return self.slices[0].sources[0].model if self.slices else self.models[0].ref
+
+    def parameter_scopes(self) -> list[tuple[str, dict[str, Setting]]]:
+        """Every place the config sets parameters, labelled as errors name it."""
+        scopes = [("parameters", self.parameters)]
+        scopes += [(f"models[{i}] ({m.ref})", m.parameters) for i, m in enumerate(self.models)]
+        for s, piece in enumerate(self.slices or ()):
+            scopes.append((f"slices[{s}]", piece.parameters))
+            scopes += [(f"slices[{s}].sources[{i}]", x.parameters) for i, x in enumerate(piece.sources)]
+        return scopes
 
 
 def _dtype(value: Any, key: str, where: str) -> str | None:
@@ -74,9 +90,9 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
         raise BadInputError(f"{where} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(doc, dict):
         raise BadInputError(f"{where}: a merge config is a YAML mapping")
-    if doc.get("slices") or doc.get("modules"):
-        raise BadInputError(f"{where}: `slices:`/`modules:` configs (layer surgery) are not supported; use `models:`")
-    known = {"merge_method", "base_model", "models", "parameters", "dtype", "out_dtype", "tokenizer_source"}
+    if doc.get("modules"):
+        raise BadInputError(f"{where}: `modules:` configs are not supported; use `slices:` or `models:`")
+    known = {"merge_method", "base_model", "models", "slices", "parameters", "dtype", "out_dtype", "tokenizer_source"}
     unknown = sorted(set(doc) - known)
     if unknown:
         raise BadInputError(f"{where}: unsupported key(s) {', '.join(unknown)}")
@@ -93,7 +109,10 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
         if not isinstance(params, dict):
             raise BadInputError(f"{where}: models[{i}].parameters must be a mapping")
         models.append(ModelEntry(entry["model"], params))
-    if not models:
+    slices = parse_slices(doc["slices"], where) if doc.get("slices") is not None else None
+    if slices is not None and models:
+        raise BadInputError(f"{where}: give either `models:` or `slices:`, not both")
+    if not models and slices is None:
         raise BadInputError(f"{where}: `models:` lists no model")
     params = doc.get("parameters") or {}
     if not isinstance(params, dict):
@@ -109,6 +128,7 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
         _dtype(doc.get("dtype"), "dtype", where),
         _dtype(doc.get("out_dtype"), "out_dtype", where),
         doc,
+        slices,
     )
     check_ranges(cfg, where)
     return cfg
@@ -131,9 +151,7 @@ def check_ranges(cfg: MergeConfig, where: str) -> None:
     from mgit.merge.methods.registry import METHODS
 
     method = METHODS.get(cfg.method)
-    scopes = [("parameters", cfg.parameters)] + [
-        (f"models[{i}] ({m.ref})", m.parameters) for i, m in enumerate(cfg.models)
-    ]
+    scopes = cfg.parameter_scopes()
     own = method.own_ranges() if method is not None else {}
     for label, params in scopes:
         for name, setting in params.items():

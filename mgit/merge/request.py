@@ -60,7 +60,7 @@ class MergeRequest:
         if cfg is None:
             check_method(self.method, self.params).check_params(self.params, str(self.method))
         else:
-            given = set(cfg.parameters).union(*(m.parameters for m in cfg.models))
+            given = set().union(*(params for _, params in cfg.parameter_scopes()))
             check_method(cfg.method, given, str(self.config))
         if self.budget is not None:
             parse_budget(self.budget)
@@ -103,6 +103,8 @@ class MergeSetup:
     seed: int = 0  # of random methods (and of a uniform budget selection)
     # as asked: options that need no resolving are read from it where they take effect
     request: MergeRequest = field(default_factory=MergeRequest)
+    # a `slices:` config: how many experts each output tensor has (they differ by slice)
+    experts_of: Callable[[str], int] | None = None
 
     @property
     def merges_base(self) -> bool:
@@ -118,7 +120,8 @@ class MergeSetup:
         """One tensor's parameters resolved (defaults filled, one value per expert)."""
         if self.params_for is None:
             return self.params
-        return self.method.resolve(self.params_for(name), len(self.expert_commits))
+        count = self.experts_of(name) if self.experts_of else len(self.expert_commits)
+        return self.method.resolve(self.params_for(name), count)
 
     def result_dtype(self, base_dtype: str) -> str:
         """The merged tensor's dtype: out_dtype, else the working dtype (inputs share one dtype)."""
