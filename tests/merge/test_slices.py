@@ -1,0 +1,226 @@
+"""mergekit's `slices:` configs: output layers assembled from ranges of the sources, each slice
+merged with its own parameters, the result equal to mergekit's on the same config (mergekit 0.1.5's
+``run_merge``, what ``mergekit-yaml`` calls, in-process on tiny transformers Llama models), and
+copied layers costing no new chunk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from helpers.cli import invoke
+from helpers.mergekit_ref import bits
+from safetensors.torch import load_file
+
+from mgit.errors import BadInputError
+from mgit.merge.slices import OutputSlice, SliceSource, output_files, output_tensors, parse_slices, renumbered
+
+LAYERS = 6
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """Two tiny Llama models (6 layers, hidden 32, bf16) saved by transformers."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    root = tmp_path_factory.mktemp("sources")
+    out = {}
+    for seed, name in enumerate(("alpha", "beta")):
+        torch.manual_seed(seed)
+        config = LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=64,
+            tie_word_embeddings=False,
+        )
+        LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(root / name)
+        out[name] = root / name
+    return out
+
+
+def mergekit_run(config: dict, out: Path) -> Path:
+    """mergekit's merge of ``config`` into ``out`` (the code mergekit-yaml runs), on the CPU."""
+    from mergekit.config import MergeConfiguration
+    from mergekit.merge import run_merge
+    from mergekit.options import MergeOptions
+
+    options = MergeOptions(copy_tokenizer=False, write_model_card=False, quiet=True)
+    run_merge(MergeConfiguration.model_validate(config), str(out), options)
+    return out
+
+
+def frankenmerge(models: dict[str, Path]) -> dict:
+    return {
+        "merge_method": "passthrough",
+        "dtype": "bfloat16",
+        "slices": [
+            {"sources": [{"model": str(models["alpha"]), "layer_range": [0, 4]}]},
+            {"sources": [{"model": str(models["beta"]), "layer_range": [2, 6]}]},
+        ],
+    }
+
+
+def blended(models: dict[str, Path]) -> dict:
+    """Slices of two sources each, parameters at every level: gradients over a slice's layers,
+    filters, a source's own weight over its slice's and the config's."""
+    a, b = str(models["alpha"]), str(models["beta"])
+    return {
+        "merge_method": "linear",
+        "dtype": "bfloat16",
+        "parameters": {"weight": 1.0, "normalize": False},
+        "slices": [
+            {
+                "sources": [
+                    {"model": a, "layer_range": [0, 3], "parameters": {"weight": [0.2, 0.9]}},
+                    {"model": b, "layer_range": [1, 4]},
+                ],
+                "parameters": {"weight": 0.5},
+            },
+            {
+                "sources": [{"model": b, "layer_range": [4, 6]}, {"model": a, "layer_range": [3, 5]}],
+                "parameters": {"weight": [{"filter": "mlp", "value": [0.3, 0.6]}, {"value": 0.7}]},
+            },
+        ],
+    }
+
+
+def merged(repo, config: dict, tmp_path: Path, branch: str) -> tuple[str, dict[str, torch.Tensor], dict]:
+    path = tmp_path / f"{branch}.yml"
+    path.write_text(yaml.safe_dump(config))
+    commit = repo.merge([], None, config=path, branch=branch)
+    return (
+        commit,
+        load_file(repo.root / "model" / "model.safetensors"),
+        json.loads((repo.root / "model/config.json").read_text()),
+    )
+
+
+def assert_same_model(ours: dict[str, torch.Tensor], config: dict, out: Path) -> None:
+    theirs = load_file(out / "model.safetensors")
+    assert sorted(ours) == sorted(theirs)
+    for name, tensor in theirs.items():
+        assert ours[name].dtype == tensor.dtype and torch.equal(bits(ours[name]), bits(tensor)), name
+    expected = json.loads((out / "config.json").read_text())
+    assert sorted(config) == sorted(expected)
+    assert config["num_hidden_layers"] == expected["num_hidden_layers"] and config["dtype"] == expected["dtype"]
+
+
+@pytest.fixture
+def started(repo):
+    (repo.root / "README.md").write_text("merges\n")
+    repo.add(["README.md"])
+    repo.commit("start")
+    return repo
+
+
+def test_frankenmerge_equals_mergekit_and_copies_layers_without_new_chunks(started, models, tmp_path):
+    config = frankenmerge(models)
+    before = repo_chunks(started)
+    commit, ours, cfg = merged(started, config, tmp_path, "franken")
+    assert_same_model(ours, cfg, mergekit_run(config, tmp_path / "mk-franken"))
+    assert cfg["num_hidden_layers"] == 8
+    alpha, beta = load_file(models["alpha"] / "model.safetensors"), load_file(models["beta"] / "model.safetensors")
+    assert torch.equal(ours["model.layers.5.mlp.up_proj.weight"], beta["model.layers.3.mlp.up_proj.weight"])
+    assert torch.equal(ours["model.embed_tokens.weight"], alpha["model.embed_tokens.weight"])
+    assert torch.equal(ours["lm_head.weight"], beta["lm_head.weight"])  # after the layers: the last slice's
+    # every tensor is a source's, copied: the merge stores no chunk, and du says so
+    imported = repo_chunks(started)
+    assert repo_chunks(started, commit) <= imported and len(imported - before) > 0
+    assert started.du(commit).new_stored_bytes == 0
+    assert " 0 bytes " in invoke("du", commit, cwd=started.root, check=True).stdout
+
+
+def repo_chunks(repo, commit: str | None = None) -> set[str]:
+    """Every chunk in the store, or those ``commit``'s files use."""
+    from mgit.maintenance.du import commit_chunks
+
+    if commit is not None:
+        return set(commit_chunks(repo.graph, commit)[1])
+    return {cid for idx in repo.store.indexes() for cid in idx.ids()}
+
+
+def test_slices_with_parameters_equal_mergekit(started, models, tmp_path):
+    config = blended(models)
+    _, ours, cfg = merged(started, config, tmp_path, "blend")
+    assert_same_model(ours, cfg, mergekit_run(config, tmp_path / "mk-blend"))
+    assert cfg["num_hidden_layers"] == 5
+
+
+def test_plan_record_names_each_tensors_sources(started, models, tmp_path):
+    path = tmp_path / "franken.yml"
+    path.write_text(yaml.safe_dump(frankenmerge(models)))
+    planned = started.merge_plan([], None, config=path)
+    record = {t.name: t for t in planned.record().tensors}
+    (source,) = record["model.layers.6.self_attn.q_proj.weight"].sources["experts"]
+    assert source["model"] == str(models["beta"]) and source["tensor"] == "model.layers.4.self_attn.q_proj.weight"
+    assert len(record) == 2 + 8 * 9 + 1
+    proc = invoke("merge", "--config", str(path), "--dry-run", "--json", cwd=started.root, check=True)
+    assert '"model.layers.4.self_attn.q_proj.weight"' in proc.stdout
+
+
+def test_bad_layer_ranges_refused_in_one_line(started, models, tmp_path):
+    a = str(models["alpha"])
+    cases = {
+        "beyond": ([[0, 4], [4, 7]], "goes beyond"),
+        "empty": ([[0, 4], [3, 3]], "empty"),
+        "uneven": (None, "same number of layers"),
+    }
+    head = started.ctx.refs.head()
+    for key, (ranges, message) in cases.items():
+        if ranges is None:
+            slices = [{"sources": [{"model": a, "layer_range": [0, 2]}, {"model": a, "layer_range": [0, 3]}]}]
+        else:
+            slices = [{"sources": [{"model": a, "layer_range": r}]} for r in ranges]
+        path = tmp_path / f"{key}.yml"
+        path.write_text(yaml.safe_dump({"merge_method": "passthrough", "slices": slices}))
+        proc = invoke("merge", "--config", str(path), cwd=started.root)
+        assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert started.ctx.refs.head() == head and "franken" not in started.branches()
+
+
+def test_output_tensors_renumber_layers_and_t():
+    names = {
+        "A": ["model.embed_tokens.weight", *[f"model.layers.{i}.w" for i in range(4)], "model.norm.weight"],
+        "B": ["model.embed_tokens.weight", *[f"model.layers.{i}.w" for i in range(6)], "model.norm.weight"],
+    }
+    slices = (
+        OutputSlice((SliceSource("A", 0, 3),)),
+        OutputSlice((SliceSource("B", 4, 5),)),
+    )
+    out = output_tensors(slices, names, None)
+    assert [o.name for o in out] == [
+        "model.embed_tokens.weight",
+        "model.layers.0.w",
+        "model.layers.1.w",
+        "model.layers.2.w",
+        "model.layers.3.w",
+        "model.norm.weight",
+    ]
+    assert [o.t for o in out] == [0.0, 0.0, 0.5, 1.0, 1.0, 0.0]
+    assert out[4].sources[0].tensor == "model.layers.4.w" and out[-1].sources[0].model == "B"
+    with pytest.raises(BadInputError, match="beyond A's 4 layers"):
+        output_tensors((OutputSlice((SliceSource("A", 2, 5),)),), names, None)
+    assert renumbered("transformer.h.3.attn.weight", 12) == "transformer.h.12.attn.weight"
+
+
+def test_output_files_keep_the_donors_shards():
+    donor = {"m/a.safetensors": ["embed", "layers.0.w", "layers.1.w"], "m/b.safetensors": ["layers.2.w", "norm"]}
+    out = output_files(donor, ["embed", "layers.0.w", "layers.1.w", "layers.2.w", "layers.3.w", "norm"])
+    assert out == {
+        "m/a.safetensors": ["embed", "layers.0.w", "layers.1.w"],
+        "m/b.safetensors": ["layers.2.w", "layers.3.w", "norm"],
+    }
+    assert output_files(donor, ["embed", "layers.0.w"]) == {"m/a.safetensors": ["embed", "layers.0.w"]}
+
+
+def test_parse_slices_refusals():
+    with pytest.raises(BadInputError, match="layer_range must be"):
+        parse_slices([{"sources": [{"model": "a", "layer_range": [0]}]}], "c.yml")
+    with pytest.raises(BadInputError, match="residual_weight"):
+        parse_slices([{"sources": [{"model": "a", "layer_range": [0, 1]}], "residual_weight": 0.5}], "c.yml")
