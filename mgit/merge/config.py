@@ -55,6 +55,7 @@ class MergeConfig:
     out_dtype: str | None
     source: dict[str, Any]  # the config as read, recorded in the plan
     slices: tuple[OutputSlice, ...] | None = None  # a `slices:` config (then `models` is empty)
+    module_parameters: dict[str, Setting] = field(default_factory=dict)  # `modules: {default: {parameters}}`
 
     @property
     def first_model(self) -> str:
@@ -63,7 +64,7 @@ class MergeConfig:
 
     def parameter_scopes(self) -> list[tuple[str, dict[str, Setting]]]:
         """Every place the config sets parameters, labelled as errors name it."""
-        scopes = [("parameters", self.parameters)]
+        scopes = [("parameters", self.parameters), ("modules.default.parameters", self.module_parameters)]
         scopes += [(f"models[{i}] ({m.ref})", m.parameters) for i, m in enumerate(self.models)]
         for s, piece in enumerate(self.slices or ()):
             scopes.append((f"slices[{s}]", piece.parameters))
@@ -90,9 +91,9 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
         raise BadInputError(f"{where} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(doc, dict):
         raise BadInputError(f"{where}: a merge config is a YAML mapping")
-    if doc.get("modules"):
-        raise BadInputError(f"{where}: `modules:` configs are not supported; use `slices:` or `models:`")
-    known = {"merge_method", "base_model", "models", "slices", "parameters", "dtype", "out_dtype", "tokenizer_source"}
+    slices, module = module_slices(doc.get("modules"), where)
+    known = {"merge_method", "base_model", "models", "slices", "modules", "parameters", "dtype", "out_dtype"}
+    known.add("tokenizer_source")
     unknown = sorted(set(doc) - known)
     if unknown:
         raise BadInputError(f"{where}: unsupported key(s) {', '.join(unknown)}")
@@ -109,7 +110,10 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
         if not isinstance(params, dict):
             raise BadInputError(f"{where}: models[{i}].parameters must be a mapping")
         models.append(ModelEntry(entry["model"], params))
-    slices = parse_slices(doc["slices"], where) if doc.get("slices") is not None else None
+    if doc.get("slices") is not None:
+        if slices is not None:
+            raise BadInputError(f"{where}: give either `slices:` or `modules:`, not both")
+        slices = parse_slices(doc["slices"], where)
     if slices is not None and models:
         raise BadInputError(f"{where}: give either `models:` or `slices:`, not both")
     if not models and slices is None:
@@ -129,9 +133,31 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
         _dtype(doc.get("out_dtype"), "out_dtype", where),
         doc,
         slices,
+        module,
     )
     check_ranges(cfg, where)
     return cfg
+
+
+def module_slices(doc: Any, where: str) -> tuple[tuple[OutputSlice, ...] | None, dict[str, Setting]]:
+    """A ``modules:`` config's slices and module parameters. mergekit names the one module of a
+    text model ``default`` (its ``slices:`` are that module's); models of several modules (a
+    vision tower beside the decoder) are refused, as are a module's ``models:`` (use ``models:``)."""
+    if doc is None:
+        return None, {}
+    if not isinstance(doc, dict) or set(doc) != {"default"}:
+        named = ", ".join(map(str, doc)) if isinstance(doc, dict) else repr(doc)
+        raise BadInputError(f"{where}: `modules:` supports the one module `default` of a text model (got {named})")
+    module = doc["default"]
+    if not isinstance(module, dict) or module.get("models") is not None or module.get("slices") is None:
+        raise BadInputError(f"{where}: modules.default needs `slices:` (for `models:`, give them at the top level)")
+    extra = sorted(set(module) - {"slices", "parameters", "models"})
+    if extra:
+        raise BadInputError(f"{where}: modules.default: unsupported key(s) {', '.join(extra)}")
+    params = module.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise BadInputError(f"{where}: modules.default.parameters must be a mapping")
+    return parse_slices(module["slices"], f"{where}: modules.default"), params
 
 
 def setting_values(setting: Setting) -> list[Any]:

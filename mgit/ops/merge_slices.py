@@ -64,7 +64,7 @@ def resolve_slices(
             )
     expert_refs = list(dict.fromkeys(o.sources[k].model for o in outputs for k in inputs_of(o, takes_base)))
     by_name = {o.name: o for o in outputs}
-    params_of = tensor_parameters(chosen, slices, {}, cfg.parameters, takes_base)
+    params_of = tensor_parameters(chosen, slices, cfg.module_parameters, cfg.parameters, takes_base)
     tensors = {}
     for o in outputs:
         count = len(inputs_of(o, takes_base))

@@ -124,7 +124,7 @@ def test_paths_are_imported_as_root_commits(setup, tmp_path):
 def test_bad_configs(setup, tmp_path):
     repo, _, _ = setup
     cases = {
-        "modules": ({"merge_method": "linear", "modules": {"decoder": {"slices": []}}}, "not supported"),
+        "modules": ({"merge_method": "linear", "modules": {"decoder": {"slices": []}}}, "the one module `default`"),
         "slices": ({"merge_method": "linear", "slices": [{"sources": []}]}, "needs `sources:`"),
         "nomethod": ({"models": [{"model": "math"}]}, "merge_method is required"),
         "unknownrev": (

@@ -13,6 +13,7 @@ import torch
 import yaml
 from helpers.cli import invoke
 from helpers.mergekit_ref import bits
+from helpers.models import LlamaSpec, llama_state_dict, write_model
 from safetensors.torch import load_file
 
 from mgit.errors import BadInputError
@@ -23,25 +24,44 @@ LAYERS = 6
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
-    """Two tiny Llama models (6 layers, hidden 32, bf16) saved by transformers."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """Two tiny Llama models (6 layers, hidden 32, bf16; alpha in two shards with an index), each
+    with the config.json transformers writes."""
+    from transformers import LlamaConfig
 
-    root = tmp_path_factory.mktemp("sources")
-    out = {}
-    for seed, name in enumerate(("alpha", "beta")):
-        torch.manual_seed(seed)
-        config = LlamaConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=LAYERS,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=64,
-            tie_word_embeddings=False,
-        )
-        LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(root / name)
-        out[name] = root / name
+    config = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=64,
+        tie_word_embeddings=False,
+        dtype="bfloat16",
+        architectures=["LlamaForCausalLM"],
+    )
+    out = write_models(tmp_path_factory.mktemp("sources"), None)
+    for directory in out.values():
+        config.save_pretrained(directory)
     return out
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory) -> dict[str, Path]:
+    """The same models with a minimal config.json (no transformers: for the tests not comparing)."""
+    return write_models(tmp_path_factory.mktemp("plain"), {"model_type": "llama", "num_hidden_layers": LAYERS})
+
+
+def write_models(root: Path, config: dict | None) -> dict[str, Path]:
+    """alpha (two shards and an index) and beta, 6 layers, hidden 32, bf16."""
+    spec = LlamaSpec(layers=LAYERS, hidden=32, intermediate=64, vocab=64)
+    for seed, name in enumerate(("alpha", "beta")):
+        write_model(root / name, llama_state_dict(spec, seed=seed), shards=2 - seed, config=config)
+    return {"alpha": root / "alpha", "beta": root / "beta"}
+
+
+def load_model(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a model directory, whatever its shards."""
+    return {k: v for f in sorted(directory.glob("*.safetensors")) for k, v in load_file(f).items()}
 
 
 def mergekit_run(config: dict, out: Path) -> Path:
@@ -90,19 +110,34 @@ def blended(models: dict[str, Path]) -> dict:
     }
 
 
+def modular(models: dict[str, Path]) -> dict:
+    """``modules:`` (the one module of a text model, ``default``): its parameters come between
+    the slices' and the config's; a filter matching nothing falls through to the config's."""
+    a, b = str(models["alpha"]), str(models["beta"])
+    first = blended(models)["slices"][0]
+    second = {"sources": [{"model": a, "layer_range": [3, 6]}, {"model": b, "layer_range": [0, 3]}]}
+    return {
+        "merge_method": "linear",
+        "dtype": "bfloat16",
+        "parameters": {"weight": 1.0, "normalize": False},
+        "modules": {
+            "default": {
+                "slices": [first, second],
+                "parameters": {"weight": [{"filter": "self_attn", "value": [0.25, 0.75]}]},
+            }
+        },
+    }
+
+
 def merged(repo, config: dict, tmp_path: Path, branch: str) -> tuple[str, dict[str, torch.Tensor], dict]:
     path = tmp_path / f"{branch}.yml"
     path.write_text(yaml.safe_dump(config))
     commit = repo.merge([], None, config=path, branch=branch)
-    return (
-        commit,
-        load_file(repo.root / "model" / "model.safetensors"),
-        json.loads((repo.root / "model/config.json").read_text()),
-    )
+    return commit, load_model(repo.root / "model"), json.loads((repo.root / "model" / "config.json").read_text())
 
 
 def assert_same_model(ours: dict[str, torch.Tensor], config: dict, out: Path) -> None:
-    theirs = load_file(out / "model.safetensors")
+    theirs = load_model(out)
     assert sorted(ours) == sorted(theirs)
     for name, tensor in theirs.items():
         assert ours[name].dtype == tensor.dtype and torch.equal(bits(ours[name]), bits(tensor)), name
@@ -119,19 +154,25 @@ def started(repo):
     return repo
 
 
+@pytest.mark.slow  # transformers and mergekit imported: ~20 s on a loaded machine
 def test_frankenmerge_equals_mergekit_and_copies_layers_without_new_chunks(started, models, tmp_path):
     config = frankenmerge(models)
     before = repo_chunks(started)
     commit, ours, cfg = merged(started, config, tmp_path, "franken")
     assert_same_model(ours, cfg, mergekit_run(config, tmp_path / "mk-franken"))
     assert cfg["num_hidden_layers"] == 8
-    alpha, beta = load_file(models["alpha"] / "model.safetensors"), load_file(models["beta"] / "model.safetensors")
+    alpha, beta = load_model(models["alpha"]), load_model(models["beta"])
     assert torch.equal(ours["model.layers.5.mlp.up_proj.weight"], beta["model.layers.3.mlp.up_proj.weight"])
     assert torch.equal(ours["model.embed_tokens.weight"], alpha["model.embed_tokens.weight"])
     assert torch.equal(ours["lm_head.weight"], beta["lm_head.weight"])  # after the layers: the last slice's
     # every tensor is a source's, copied: the merge stores no chunk, and du says so
     imported = repo_chunks(started)
     assert repo_chunks(started, commit) <= imported and len(imported - before) > 0
+    index = json.loads((started.root / "model" / "model.safetensors.index.json").read_text())
+    assert sorted(index["weight_map"]) == sorted(ours)  # the donor's two shards and index, rewritten
+    for file in set(index["weight_map"].values()):
+        held = load_file(started.root / "model" / file)
+        assert all(index["weight_map"][name] == file for name in held)
     assert started.du(commit).new_stored_bytes == 0
     assert " 0 bytes " in invoke("du", commit, cwd=started.root, check=True).stdout
 
@@ -145,6 +186,7 @@ def repo_chunks(repo, commit: str | None = None) -> set[str]:
     return {cid for idx in repo.store.indexes() for cid in idx.ids()}
 
 
+@pytest.mark.slow
 def test_slices_with_parameters_equal_mergekit(started, models, tmp_path):
     config = blended(models)
     _, ours, cfg = merged(started, config, tmp_path, "blend")
@@ -152,7 +194,16 @@ def test_slices_with_parameters_equal_mergekit(started, models, tmp_path):
     assert cfg["num_hidden_layers"] == 5
 
 
-def test_plan_record_names_each_tensors_sources(started, models, tmp_path):
+@pytest.mark.slow
+def test_modules_equal_mergekit(started, models, tmp_path):
+    config = modular(models)
+    _, ours, cfg = merged(started, config, tmp_path, "modules")
+    assert_same_model(ours, cfg, mergekit_run(config, tmp_path / "mk-modules"))
+    assert cfg["num_hidden_layers"] == 6
+
+
+def test_plan_record_names_each_tensors_sources(started, plain, tmp_path):
+    models = plain
     path = tmp_path / "franken.yml"
     path.write_text(yaml.safe_dump(frankenmerge(models)))
     planned = started.merge_plan([], None, config=path)
@@ -164,8 +215,8 @@ def test_plan_record_names_each_tensors_sources(started, models, tmp_path):
     assert '"model.layers.4.self_attn.q_proj.weight"' in proc.stdout
 
 
-def test_bad_layer_ranges_refused_in_one_line(started, models, tmp_path):
-    a = str(models["alpha"])
+def test_bad_layer_ranges_refused_in_one_line(started, plain, tmp_path):
+    a = str(plain["alpha"])
     cases = {
         "beyond": ([[0, 4], [4, 7]], "goes beyond"),
         "empty": ([[0, 4], [3, 3]], "empty"),
