@@ -110,6 +110,24 @@ def blended(models: dict[str, Path]) -> dict:
     }
 
 
+def based(models: dict[str, Path]) -> dict:
+    """task_arithmetic over a base among each slice's sources (its layers the base's layers)."""
+    a, b = str(models["alpha"]), str(models["beta"])
+    return {
+        "merge_method": "task_arithmetic",
+        "base_model": a,
+        "dtype": "bfloat16",
+        "slices": [
+            {
+                "sources": [{"model": a, "layer_range": [0, 2]}, {"model": b, "layer_range": [2, 4]}],
+                "parameters": {"weight": [0.3, 1.2]},
+            },
+            {"sources": [{"model": b, "layer_range": [0, 2]}, {"model": a, "layer_range": [4, 6]}]},
+        ],
+        "parameters": {"weight": 0.6},
+    }
+
+
 def modular(models: dict[str, Path]) -> dict:
     """``modules:`` (the one module of a text model, ``default``): its parameters come between
     the slices' and the config's; a filter matching nothing falls through to the config's."""
@@ -192,6 +210,10 @@ def test_slices_with_parameters_equal_mergekit(started, models, tmp_path):
     _, ours, cfg = merged(started, config, tmp_path, "blend")
     assert_same_model(ours, cfg, mergekit_run(config, tmp_path / "mk-blend"))
     assert cfg["num_hidden_layers"] == 5
+    config = based(models)
+    _, ours, cfg = merged(started, config, tmp_path, "based")
+    assert_same_model(ours, cfg, mergekit_run(config, tmp_path / "mk-based"))
+    assert cfg["num_hidden_layers"] == 4
 
 
 @pytest.mark.slow
@@ -275,3 +297,35 @@ def test_parse_slices_refusals():
         parse_slices([{"sources": [{"model": "a", "layer_range": [0]}]}], "c.yml")
     with pytest.raises(BadInputError, match="residual_weight"):
         parse_slices([{"sources": [{"model": "a", "layer_range": [0, 1]}], "residual_weight": 0.5}], "c.yml")
+
+
+def test_config_layer_types_follow_the_layers(started, tmp_path):
+    """A per-layer ``layer_types`` list is assembled from each output layer's source (mergekit
+    leaves it at the donor's length, which transformers then refuses)."""
+    kinds = {"alpha": ["full_attention"] * LAYERS, "beta": ["sliding_attention", "full_attention"] * (LAYERS // 2)}
+    models = write_models(tmp_path / "src", {"model_type": "qwen2", "num_hidden_layers": LAYERS})
+    for name, directory in models.items():
+        config = {"model_type": "qwen2", "num_hidden_layers": LAYERS, "layer_types": kinds[name]}
+        (directory / "config.json").write_text(json.dumps(config))
+    config = frankenmerge(models)
+    _, _, cfg = merged(started, config, tmp_path, "typed")
+    assert cfg["num_hidden_layers"] == 8 and cfg["dtype"] == "bfloat16"
+    assert cfg["layer_types"] == kinds["alpha"][0:4] + kinds["beta"][2:6]
+
+
+def test_base_model_of_a_slice_must_be_among_its_sources(started, plain, tmp_path):
+    a, b = str(plain["alpha"]), str(plain["beta"])
+    config = {
+        "merge_method": "task_arithmetic",
+        "base_model": a,
+        "parameters": {"weight": 0.5},
+        "slices": [
+            {"sources": [{"model": a, "layer_range": [0, 2]}, {"model": b, "layer_range": [0, 2]}]},
+            {"sources": [{"model": b, "layer_range": [2, 4]}]},
+        ],
+    }
+    path = tmp_path / "based.yml"
+    path.write_text(yaml.safe_dump(config))
+    proc = invoke("merge", "--config", str(path), "-b", "based", cwd=started.root)
+    assert proc.returncode == 2 and "slices[1] needs a source from its base model" in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and "based" not in started.branches()
