@@ -140,24 +140,26 @@ def renumbered(name: str, index: int) -> str:
     return _LAYER.sub(lambda m: f"{m.group(1)}{index}", name, count=1)
 
 
-def check_ranges(slices: Sequence[OutputSlice], names: Mapping[str, Sequence[str]]) -> None:
-    """Every source's layers within its model's (one line, naming the first range beyond)."""
+def check_ranges(slices: Sequence[OutputSlice], names: Mapping[str, Sequence[str]], where: str = "") -> None:
+    """Every source's layers within its model's (one line, naming the first range beyond;
+    ``where``: the config's name, leading the message)."""
     for s, out in enumerate(slices):
         for i, src in enumerate(out.sources):
             have = num_layers(names[src.model])
             if src.end > have:
                 raise BadInputError(
-                    f"slices[{s}].sources[{i}]: layer_range [{src.start}, {src.end}] goes beyond "
+                    f"{where}slices[{s}].sources[{i}]: layer_range [{src.start}, {src.end}] goes beyond "
                     f"{src.model}'s {have} layers"
                 )
 
 
 def output_tensors(
-    slices: Sequence[OutputSlice], names: Mapping[str, Sequence[str]], base: str | None
+    slices: Sequence[OutputSlice], names: Mapping[str, Sequence[str]], base: str | None, where: str = ""
 ) -> list[OutputTensor]:
     """Every output tensor, in mergekit's order (before the layers, the layers, after them);
-    ``names``: each model's tensor names; ``base``: the config's base_model."""
-    check_ranges(slices, names)
+    ``names``: each model's tensor names; ``base``: the config's base_model; ``where``: the
+    config's name, leading a message."""
+    check_ranges(slices, names, where)
     first, last = slices[0], slices[-1]
     outside = [n for n in names[first.sources[0].model] if layer_of(n) is None]
     before = [n for n in outside if _BEFORE_LAYERS.search(n)]
@@ -173,7 +175,7 @@ def output_tensors(
                 srcs = tuple(TensorSource(x.model, renumbered(name, x.start + i)) for x in piece.sources)
                 for x in srcs:
                     if x.tensor not in names[x.model]:
-                        raise BadInputError(f"slices[{s}]: {x.model} lacks tensor {x.tensor!r}")
+                        raise BadInputError(f"{where}slices[{s}]: {x.model} lacks tensor {x.tensor!r}")
                 out.append(OutputTensor(renumbered(name, index), srcs, _base_index(srcs, piece, base), s, t))
             index += 1
     width = len(first.sources)  # mergekit pairs the last slice's sources with the first's count

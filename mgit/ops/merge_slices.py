@@ -53,7 +53,7 @@ def resolve_slices(
     parsed: dict[str, TensorManifest] = {}
     donor_files, _ = model_tensors(ctx.graph, base_snap, model_dir, parsed)
     manifests = {ref: model_tensors(ctx.graph, snap, model_dir, parsed)[1] for ref, snap in snaps.items()}
-    outputs = output_tensors(slices, {ref: list(m) for ref, m in manifests.items()}, cfg.base)
+    outputs = output_tensors(slices, {ref: list(m) for ref, m in manifests.items()}, cfg.base, f"{where}: ")
     if takes_base:
         lacking = next((o for o in outputs if o.base is None), None)
         if lacking is not None:
