@@ -235,6 +235,8 @@ def test_plan_record_names_each_tensors_sources(started, plain, tmp_path):
     assert len(record) == 2 + 8 * 9 + 1
     proc = invoke("merge", "--config", str(path), "--dry-run", "--json", cwd=started.root, check=True)
     assert '"model.layers.4.self_attn.q_proj.weight"' in proc.stdout
+    text = invoke("merge", "--config", str(path), "--dry-run", cwd=started.root, check=True).stdout
+    assert "from" in text and "expert reads" in text and "beta" in text  # each tensor's source, named
 
 
 def test_bad_layer_ranges_refused_in_one_line(started, plain, tmp_path):
@@ -329,3 +331,23 @@ def test_base_model_of_a_slice_must_be_among_its_sources(started, plain, tmp_pat
     proc = invoke("merge", "--config", str(path), "-b", "based", cwd=started.root)
     assert proc.returncode == 2 and "slices[1] needs a source from its base model" in proc.stderr
     assert len(proc.stderr.splitlines()) == 1 and "based" not in started.branches()
+
+
+def test_shards_left_empty_are_removed_and_the_index_rewritten(started, tmp_path):
+    """A slice of the donor's first layers: its shards holding only later layers go, from the
+    commit and the working tree, and the index names only what is left."""
+    spec = LlamaSpec(layers=LAYERS, hidden=32, intermediate=64, vocab=64)
+    state = llama_state_dict(spec, seed=4)
+    late = [n for n in state if n.startswith(("model.layers.4.", "model.layers.5."))]
+    ordered = {n: state[n] for n in [n for n in state if n not in late] + late}  # the last shard: layers 4-5 only
+    donor = tmp_path / "donor"
+    write_model(donor, ordered, shards=4, config={"model_type": "llama", "num_hidden_layers": LAYERS})
+    config = {"merge_method": "passthrough", "slices": [{"sources": [{"model": str(donor), "layer_range": [0, 2]}]}]}
+    commit, ours, cfg = merged(started, config, tmp_path, "short")
+    index = json.loads((started.root / "model" / "model.safetensors.index.json").read_text())
+    files = sorted(p.name for p in (started.root / "model").glob("*.safetensors"))
+    assert files == sorted(set(index["weight_map"].values())) and "model-00004-of-00004.safetensors" not in files
+    assert sorted(index["weight_map"]) == sorted(ours) and cfg["num_hidden_layers"] == 2
+    tree = started.ctx.snapshot(commit)
+    assert "model/model-00004-of-00004.safetensors" not in tree
+    assert all(torch.equal(ours[n], state[n]) for n in ours)
