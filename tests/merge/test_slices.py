@@ -205,23 +205,16 @@ def repo_chunks(repo, commit: str | None = None) -> set[str]:
 
 
 @pytest.mark.slow
-def test_slices_with_parameters_equal_mergekit(started, models, tmp_path):
-    config = blended(models)
-    _, ours, cfg = merged(started, config, tmp_path, "blend")
-    assert_same_model(ours, cfg, mergekit_run(config, tmp_path / "mk-blend"))
-    assert cfg["num_hidden_layers"] == 5
-    config = based(models)
-    _, ours, cfg = merged(started, config, tmp_path, "based")
-    assert_same_model(ours, cfg, mergekit_run(config, tmp_path / "mk-based"))
-    assert cfg["num_hidden_layers"] == 4
-
-
-@pytest.mark.slow
-def test_modules_equal_mergekit(started, models, tmp_path):
-    config = modular(models)
-    _, ours, cfg = merged(started, config, tmp_path, "modules")
-    assert_same_model(ours, cfg, mergekit_run(config, tmp_path / "mk-modules"))
-    assert cfg["num_hidden_layers"] == 6
+@pytest.mark.parametrize(
+    ("make", "layers"),
+    [(blended, 5), (based, 4), (modular, 6)],
+    ids=["parameters-by-level", "task-arithmetic-over-a-base", "modules"],
+)
+def test_slices_with_parameters_equal_mergekit(started, models, tmp_path, make, layers):
+    config = make(models)
+    _, ours, cfg = merged(started, config, tmp_path, "merged")
+    assert_same_model(ours, cfg, mergekit_run(config, tmp_path / "mergekit"))
+    assert cfg["num_hidden_layers"] == layers
 
 
 def test_plan_record_names_each_tensors_sources(started, plain, tmp_path):
