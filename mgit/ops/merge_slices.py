@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from mgit.context import Context
 from mgit.errors import BadInputError
 from mgit.graph.snapshot import Snapshot
+from mgit.model.dtypes import lookup
 from mgit.ops import merge_inputs
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from mgit.merge.methods.base import MergeMethod
     from mgit.merge.plan import MergePlan, TensorPlan
     from mgit.merge.record import PlannedMerge
-    from mgit.merge.request import MergeRequest
+    from mgit.merge.request import MergeRequest, MergeSetup
     from mgit.merge.slices import OutputTensor
     from mgit.model.manifest import TensorManifest
 
@@ -69,15 +70,7 @@ def resolve_slices(
     for o in outputs:
         count = len(inputs_of(o, takes_base))
         chosen.check_params(chosen.resolve(params_of(o), count), f"{where}: tensor {o.name}")
-        tensors[o.name] = _tensor_plan(ctx, o, manifests, commits, takes_base, ctx.store.read_cost)
-    files = output_files(donor_files, [o.name for o in outputs])
-    plan = MergePlan(model_dir, files, [tensors[n] for ns in files.values() for n in ns])
-    for tp in plan.tensors:
-        tp.file = next(f for f, ns in files.items() if tp.name in ns)
-        plan.base_bytes += sum(tp.base_costs)
-    plan.expert_passes = 2 if chosen.decides_per_expert else 1
-    plan.rewritten = _rewritten(ctx, cfg, base_snap, snaps, model_dir, plan)
-    plan.dropped = tuple(f for f in donor_files if f not in files)
+        tensors[o.name] = _tensor_plan(o, manifests, commits, takes_base, ctx.store.read_cost)
     first = outputs[0]
     setup = MergeSetup(
         chosen,
@@ -96,6 +89,15 @@ def resolve_slices(
         request=request,
         experts_of=lambda name: len(inputs_of(by_name[name], takes_base)),
     )
+    files = output_files(donor_files, [o.name for o in outputs])
+    plan = MergePlan(model_dir, files, [], expert_passes=2 if chosen.decides_per_expert else 1)
+    for file, names in files.items():
+        for name in names:
+            tensors[name].file = file
+            plan.tensors.append(tensors[name])
+            plan.base_bytes += sum(tensors[name].base_costs)
+    plan.rewritten = _rewritten(ctx, cfg, setup, snaps, model_dir, plan)
+    plan.dropped = tuple(f for f in donor_files if f not in files)
     return PlannedMerge(plan, setup)
 
 
@@ -110,7 +112,6 @@ def _commit(ctx: Context, ref: str, cfg: MergeConfig, base_commit: str, referenc
 
 
 def _tensor_plan(
-    ctx: Context,
     o: OutputTensor,
     manifests: dict[str, dict[str, TensorManifest]],
     commits: dict[str, str],
@@ -137,7 +138,7 @@ def _tensor_plan(
 
 
 def _rewritten(
-    ctx: Context, cfg: MergeConfig, base_snap: Snapshot, snaps: dict[str, Snapshot], model_dir: str, plan: MergePlan
+    ctx: Context, cfg: MergeConfig, setup: MergeSetup, snaps: dict[str, Snapshot], model_dir: str, plan: MergePlan
 ) -> dict[str, bytes]:
     """The donor's config.json with the assembled model's layer count (and dtype, layer_types),
     and its shard index (``*.safetensors.index.json``) naming each output tensor's file."""
@@ -146,22 +147,31 @@ def _rewritten(
     assert cfg.slices is not None
     out: dict[str, bytes] = {}
     path = posixpath.join(model_dir, "config.json")
+    base_snap = setup.base_snap
     donor = _json(ctx, base_snap, path)
     if donor is not None:
         types = []
         for model, layer in output_layer_sources(cfg.slices):
             listed = (_json(ctx, snaps[model], path) or {}).get("layer_types")
             types.append(listed[layer] if isinstance(listed, list) and layer < len(listed) else None)
-        dtype = cfg.out_dtype or cfg.dtype
+        dtype = setup.out_dtype or setup.dtype
         doc = rewritten_config(donor, output_layers(cfg.slices), dtype, None if None in types else types)
         out[path] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
     for index in [p for p in base_snap if posixpath.dirname(p) == model_dir and p.endswith(".safetensors.index.json")]:
         doc = _json(ctx, base_snap, index) or {}
         doc["weight_map"] = {tp.name: posixpath.basename(tp.file) for tp in sorted(plan.tensors, key=lambda t: t.name)}
         if isinstance(doc.get("metadata"), dict) and "total_size" in doc["metadata"]:
-            doc["metadata"]["total_size"] = sum(tp.base.nbytes for tp in plan.tensors)
+            doc["metadata"]["total_size"] = sum(_output_bytes(tp.base, setup) for tp in plan.tensors)
         out[index] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
     return out
+
+
+def _output_bytes(base: TensorManifest, setup: MergeSetup) -> int:
+    """Bytes of an output tensor: a floating one in the result dtype, others as they are."""
+    given, out = lookup(base.dtype), lookup(setup.result_dtype(base.dtype))
+    if given is None or out is None or not given.mergeable:
+        return base.nbytes
+    return base.nbytes // given.bits * out.bits
 
 
 def _json(ctx: Context, snap: Snapshot, path: str) -> dict[str, Any] | None:
