@@ -92,8 +92,8 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
     if not isinstance(doc, dict):
         raise BadInputError(f"{where}: a merge config is a YAML mapping")
     slices, module = module_slices(doc.get("modules"), where)
-    known = {"merge_method", "base_model", "models", "slices", "modules", "parameters", "dtype", "out_dtype"}
-    known.add("tokenizer_source")
+    known = {"merge_method", "base_model", "models", "parameters", "dtype", "out_dtype", "tokenizer_source"}
+    known |= {"slices", "modules"}
     unknown = sorted(set(doc) - known)
     if unknown:
         raise BadInputError(f"{where}: unsupported key(s) {', '.join(unknown)}")
