@@ -160,6 +160,13 @@ def output_tensors(
     ``names``: each model's tensor names; ``base``: the config's base_model; ``where``: the
     config's name, leading a message."""
     check_ranges(slices, names, where)
+    held = {model: set(listed) for model, listed in names.items()}
+    layered: dict[tuple[str, int], list[str]] = {}  # (model, layer) → its tensors, in order
+    for model, listed in names.items():
+        for n in listed:
+            layer = layer_of(n)
+            if layer is not None:
+                layered.setdefault((model, layer), []).append(n)
     first, last = slices[0], slices[-1]
     outside = [n for n in names[first.sources[0].model] if layer_of(n) is None]
     before = [n for n in outside if _BEFORE_LAYERS.search(n)]
@@ -170,18 +177,17 @@ def output_tensors(
         lead = piece.sources[0]
         for i in range(piece.layers):
             t = i / (piece.layers - 1) if piece.layers > 1 else 1.0
-            kinds = [n for n in names[lead.model] if layer_of(n) == lead.start + i]
-            for name in kinds:
+            for name in layered.get((lead.model, lead.start + i), []):
                 srcs = tuple(TensorSource(x.model, renumbered(name, x.start + i)) for x in piece.sources)
                 for x in srcs:
-                    if x.tensor not in names[x.model]:
+                    if x.tensor not in held[x.model]:
                         raise BadInputError(f"{where}slices[{s}]: {x.model} lacks tensor {x.tensor!r}")
                 out.append(OutputTensor(renumbered(name, index), srcs, _base_index(srcs, piece, base), s, t))
             index += 1
     width = len(first.sources)  # mergekit pairs the last slice's sources with the first's count
     tail = OutputSlice(last.sources[:width], last.base, last.parameters)
     out += [_outside(n, tail, len(slices) - 1, base) for n in after]
-    return [o for o in out if all(x.tensor in names[x.model] for x in o.sources)]
+    return [o for o in out if all(x.tensor in held[x.model] for x in o.sources)]  # an absent lm_head: tied
 
 
 def _outside(name: str, piece: OutputSlice, s: int, base: str | None) -> OutputTensor:
