@@ -24,7 +24,7 @@ class Usage:
     logical_bytes: int = 0
     unique_bytes: int = 0  # raw bytes of distinct chunks, plus blobs
     stored_bytes: int = 0  # on disk: distinct chunks as stored, plus blobs
-    new_stored_bytes: int = 0  # stored bytes of chunks the first parent does not have
+    new_stored_bytes: int = 0  # stored bytes of chunks no parent has (a merge's: neither base nor experts)
     chunks: int = 0
 
     @property
@@ -73,7 +73,7 @@ def commit_chunks(graph: Graph, commit: str) -> tuple[int, dict[str, int], int]:
 def commit_usage(graph: Graph, store: ChunkStore, commit: str) -> Usage:
     logical, chunks, blobs = commit_chunks(graph, commit)
     parents = graph.commit(commit).parents
-    parent_chunks = commit_chunks(graph, parents[0])[1] if parents else {}
+    parent_chunks = {cid for p in parents for cid in commit_chunks(graph, p)[1]}  # a merge's experts too
     usage = Usage(logical_bytes=logical, unique_bytes=sum(chunks.values()) + blobs, chunks=len(chunks))
     usage.stored_bytes = blobs
     for cid in chunks:

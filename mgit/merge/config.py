@@ -21,6 +21,7 @@ import yaml
 from mgit.errors import BadInputError, UnknownParameterError
 from mgit.merge.config_keys import reference, refuse_keys
 from mgit.merge.params import Scope, check_value
+from mgit.merge.slices import OutputSlice, parse_slices
 from mgit.merge.vocab import TokenizerSpec, parse_spec
 from mgit.model.layers import layer_of
 
@@ -56,6 +57,22 @@ class MergeConfig:
     out_dtype: str | None
     source: dict[str, Any]  # the config as read, recorded in the plan
     tokenizer: TokenizerSpec | None = None  # tokenizer_source / tokenizer: / chat_template (mgit.merge.vocab)
+    slices: tuple[OutputSlice, ...] | None = None  # a `slices:` config (then `models` is empty)
+    module_parameters: dict[str, Setting] = field(default_factory=dict)  # `modules: {default: {parameters}}`
+
+    @property
+    def first_model(self) -> str:
+        """The first model the config names (a merge without a base takes its files)."""
+        return self.slices[0].sources[0].model if self.slices else self.models[0].ref
+
+    def parameter_scopes(self) -> list[tuple[str, dict[str, Setting]]]:
+        """Every place the config sets parameters, labelled as errors name it."""
+        scopes = [("parameters", self.parameters), ("modules.default.parameters", self.module_parameters)]
+        scopes += [(f"models[{i}] ({m.ref})", m.parameters) for i, m in enumerate(self.models)]
+        for s, piece in enumerate(self.slices or ()):
+            scopes.append((f"slices[{s}]", piece.parameters))
+            scopes += [(f"slices[{s}].sources[{i}]", x.parameters) for i, x in enumerate(piece.sources)]
+        return scopes
 
 
 def _dtype(value: Any, key: str, where: str) -> str | None:
@@ -78,6 +95,7 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
     if not isinstance(doc, dict):
         raise BadInputError(f"{where}: a merge config is a YAML mapping")
     refuse_keys(doc, where)  # every key honoured, or refused by name (mgit.merge.config_keys)
+    slices, module = module_slices(doc.get("modules"), where)
     method = doc.get("merge_method")
     if not isinstance(method, str):
         raise BadInputError(f"{where}: merge_method is required")
@@ -93,7 +111,13 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
         if not isinstance(params, dict):
             raise BadInputError(f"{where}: models[{i}].parameters must be a mapping")
         models.append(ModelEntry(entry["model"], params))
-    if not models:
+    if doc.get("slices") is not None:
+        if slices is not None:
+            raise BadInputError(f"{where}: give either `slices:` or `modules:`, not both")
+        slices = parse_slices(doc["slices"], where)
+    if slices is not None and models:
+        raise BadInputError(f"{where}: give either `models:` or `slices:`, not both")
+    if not models and slices is None:
         raise BadInputError(f"{where}: `models:` lists no model")
     params = doc.get("parameters") or {}
     if not isinstance(params, dict):
@@ -110,9 +134,32 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
         _dtype(doc.get("out_dtype"), "out_dtype", where),
         doc,
         parse_spec(doc, where),
+        slices,
+        module,
     )
     check_ranges(cfg, where)
     return cfg
+
+
+def module_slices(doc: Any, where: str) -> tuple[tuple[OutputSlice, ...] | None, dict[str, Setting]]:
+    """A ``modules:`` config's slices and module parameters. mergekit names the one module of a
+    text model ``default`` (its ``slices:`` are that module's); models of several modules (a
+    vision tower beside the decoder) are refused, as are a module's ``models:`` (use ``models:``)."""
+    if doc is None:
+        return None, {}
+    if not isinstance(doc, dict) or set(doc) != {"default"}:
+        named = ", ".join(map(str, doc)) if isinstance(doc, dict) else repr(doc)
+        raise BadInputError(f"{where}: `modules:` supports the one module `default` of a text model (got {named})")
+    module = doc["default"]
+    if not isinstance(module, dict) or module.get("models") is not None or module.get("slices") is None:
+        raise BadInputError(f"{where}: modules.default needs `slices:` (for `models:`, give them at the top level)")
+    extra = sorted(set(module) - {"slices", "parameters", "models"})
+    if extra:
+        raise BadInputError(f"{where}: modules.default: unsupported key(s) {', '.join(extra)}")
+    params = module.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise BadInputError(f"{where}: modules.default.parameters must be a mapping")
+    return parse_slices(module["slices"], f"{where}: modules.default"), params
 
 
 def setting_values(setting: Setting) -> list[Any]:
@@ -132,9 +179,7 @@ def check_ranges(cfg: MergeConfig, where: str) -> None:
     from mgit.merge.methods.registry import METHODS
 
     method = METHODS.get(cfg.method)
-    scopes = [("parameters", cfg.parameters)] + [
-        (f"models[{i}] ({m.ref})", m.parameters) for i, m in enumerate(cfg.models)
-    ]
+    scopes = cfg.parameter_scopes()
     own = method.own_ranges() if method is not None else {}
     for label, params in scopes:
         for name, setting in params.items():

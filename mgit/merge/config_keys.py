@@ -35,7 +35,7 @@ class Feature:
 
 SLICES = Feature(
     "slices",
-    False,
+    True,
     "layer surgery (`slices:`/`modules:`) is not supported yet; merge whole models with `models:`",
 )
 TOKENIZER = Feature(
@@ -149,7 +149,12 @@ def _slices(path: str) -> list[Key]:
         Key(f"{path}[].sources[].layer_range", True, "a source slice's layers [start, end)", SLICES),
         *_setting(f"{path}[].sources[].parameters", "this source's parameters, over the slice's", SLICES),
         *_reference(f"{path}[].base_model", "the slice's base model: " + _HUB, SLICES),
-        Key(f"{path}[].residual_weight", True, "the slice's residual weight", SLICES),
+        Key(
+            f"{path}[].residual_weight",
+            False,
+            "mergekit's residual weight of a slice is not supported: merge the slice without it",
+            SLICES,
+        ),
         *_setting(f"{path}[].parameters", "the slice's parameters, over the config's", SLICES),
     ]
 
@@ -180,10 +185,10 @@ _CONFIG = [
     Key("dtype", True, "the working dtype (mergekit's names: bfloat16, float16, float32)"),
     Key("out_dtype", True, "the merged tensors' dtype"),
     *_slices("slices"),
-    Key("modules", True, "per-module merges (several modules of one model)", SLICES),
-    Key("modules.*", True, "one module's merge", SLICES),
+    Key("modules", True, "per-module merges: the one module `default` of a text model (others refused)", SLICES),
+    Key("modules.*", True, "one module's merge (`default`)", SLICES),
     *_slices("modules.*.slices"),
-    *_models("modules.*.models", SLICES),
+    Key("modules.*.models", False, "a module's `models:` is not supported: give `models:` at the top level", SLICES),
     *_setting("modules.*.parameters", "the module's parameters, over the config's", SLICES),
     *_reference("tokenizer_source", "`union`, `base`, or the model whose tokenizer is kept", TOKENIZER),
     *_tokenizer(),

@@ -142,6 +142,8 @@ def execute(
         for file, names in plan.files.items():
             tensors = [by_name[n] for n in names]
             _execute_file(file, tensors, setup, ingestor, io, bar, stage, run, kernels, buffers)
+        for path, data in plan.rewritten.items():  # a `slices:` merge's config.json and shard index
+            run.files[path] = Entry("blob", io.graph.put_blob(data))
     except BaseException:
         for staged in run.staged.values():
             staged.discard()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mgit.errors import BadInputError, CorruptObjectError
 from mgit.graph.objects import Graph
@@ -38,6 +38,9 @@ class TensorPlan:
     base_costs: list[int] = field(default_factory=list)  # per base chunk: what reading it costs
     # per expert (empty: none): a budget's choice of the expert's stored sketch instead of its chunks
     sketches: list[SketchUse | None] = field(default_factory=list)
+    # a `slices:` config: where the base and each expert were read (model, commit, source tensor name),
+    # as the plan record's "sources" (None: every input's tensor of this name)
+    sources: dict[str, Any] | None = None
 
     @property
     def owner(self) -> str:
@@ -86,6 +89,10 @@ class MergePlan:
     expert_passes: int = 1
     budget: BudgetReport | None = None  # set when planned under a budget (or explained)
     fetch_sizes: dict[str, int] = field(default_factory=dict)  # partial clone: chunk → record size on the remote
+    # a `slices:` config: files the merge writes besides tensors (config.json, the shard index),
+    # by path, and the base's model files it leaves out (shards no output tensor goes to)
+    rewritten: dict[str, bytes] = field(default_factory=dict)
+    dropped: tuple[str, ...] = ()
 
     @property
     def expert_bytes(self) -> int:

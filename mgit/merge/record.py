@@ -118,6 +118,7 @@ class TensorEntry:
     expert_chunks_chosen: list[list[int]] | None = None
     budget: TensorBudgetEntry | None = None
     parameters: dict[str, Any] | None = None
+    sources: dict[str, Any] | None = None
     decision: str | None = None
     executed: bool = False
     # per expert: the sketch a budget read instead of chunks (None: none), as sketch_read writes it
@@ -144,6 +145,7 @@ class TensorEntry:
             ("budget", self.budget.to_json() if self.budget is not None else None),
             ("parameters", self.parameters),
             ("sketches", self.sketches),
+            ("sources", self.sources),
         )
         doc |= {k: v for k, v in optional if v is not None}
         if self.executed:
@@ -360,6 +362,7 @@ def _tensor_entry(tp: TensorPlan, plan: MergePlan, setup: MergeSetup, run: Execu
         expert_chunks_chosen=chosen,
         budget=budget,
         parameters=parameters,
+        sources=tp.sources,
         decision=run.decisions.get(tp.name) if run is not None else None,
         executed=run is not None,
         sketches=sketches,

@@ -66,7 +66,7 @@ class MergeRequest:
             method = check_method(self.method, self.params)
             method.check_params(self.params, str(self.method))
         else:
-            given = set(cfg.parameters).union(*(m.parameters for m in cfg.models))
+            given = set().union(*(params for _, params in cfg.parameter_scopes()))
             method = check_method(cfg.method, given, str(self.config))
         check_rng(self.rng, method)
         if self.budget is not None:
@@ -114,6 +114,8 @@ class MergeSetup:
     loras: tuple[LoraInput, ...] = ()  # the MODEL+LORA inputs: which adapter made which input commit
     # a config's tokenizer keys, applied: the record's ``tokenizer`` (mgit.ops.merge_vocab)
     tokenizer: dict[str, Any] | None = None
+    # a `slices:` config: how many experts each output tensor has (they differ by slice)
+    experts_of: Callable[[str], int] | None = None
 
     @property
     def merges_base(self) -> bool:
@@ -129,7 +131,8 @@ class MergeSetup:
         """One tensor's parameters resolved (defaults filled, one value per expert)."""
         if self.params_for is None:
             return self.params
-        return self.method.resolve(self.params_for(name), len(self.expert_commits))
+        count = self.experts_of(name) if self.experts_of else len(self.expert_commits)
+        return self.method.resolve(self.params_for(name), count)
 
     def result_dtype(self, base_dtype: str) -> str:
         """The merged tensor's dtype: out_dtype, else the working dtype (inputs share one dtype)."""

@@ -336,7 +336,7 @@ def _commit_merge(ctx: Context, planned: PlannedMerge, run: Execution, request: 
     create the branch)."""
     setup, branch = planned.setup, request.branch
     base_snap = setup.base_snap
-    merged = dict(base_snap) | run.files
+    merged = {p: e for p, e in base_snap.items() if p not in planned.plan.dropped} | run.files
     record = planned.record(run).to_json()
     extra = records.stats_entries(ctx.graph, run.stats) + records.plan_entries(ctx.graph, record)
     ctx.store.seal()

@@ -74,7 +74,7 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:  # noqa:
     base_commit = merge_inputs.merge_input(ctx, base or "HEAD", None, loras)  # the first parent
     reference = None
     if not chosen.needs_base and base is None:  # nothing of HEAD is used: the first expert is the reference
-        first = cfg.models[0].ref if cfg is not None else next(iter(experts), None)
+        first = cfg.first_model if cfg is not None else next(iter(experts), None)
         if first is None:
             raise BadInputError("name at least one expert revision to merge")
         reference = merge_inputs.merge_input(ctx, first, None, loras)
@@ -82,6 +82,10 @@ def _resolve_plan(ctx: Context, request: MergeRequest) -> PlannedMerge:  # noqa:
     model_dir, _ = inspect.pick_model(ctx, base_snap, request.model)
     if reference is not None:
         base_snap = with_model(ctx.snapshot(base_commit), base_snap, model_dir)
+    if cfg is not None and cfg.slices is not None:  # layers assembled from ranges of the sources
+        from mgit.ops.merge_slices import resolve_slices
+
+        return resolve_slices(ctx, request, cfg, chosen, base_commit, reference, base_snap, model_dir, loras)
     params_for = None
     if cfg is not None:
         takes_base = chosen.needs_base or (chosen.base_optional and cfg.base is not None)

@@ -124,7 +124,8 @@ def test_paths_are_imported_as_root_commits(setup, tmp_path):
 def test_bad_configs(setup, tmp_path):
     repo, _, _ = setup
     cases = {
-        "slices": ({"merge_method": "linear", "slices": [{"sources": []}]}, "not supported"),
+        "modules": ({"merge_method": "linear", "modules": {"decoder": {"slices": []}}}, "the one module `default`"),
+        "slices": ({"merge_method": "linear", "slices": [{"sources": []}]}, "needs `sources:`"),
         "nomethod": ({"models": [{"model": "math"}]}, "merge_method is required"),
         "unknownrev": (
             {"merge_method": "linear", "models": [{"model": "ghost", "parameters": {"weight": 1}}]},
@@ -143,8 +144,8 @@ def test_bad_configs(setup, tmp_path):
     (tmp_path / "broken.yml").write_text("merge_method: [unclosed")
     with pytest.raises(BadInputError, match="not valid YAML"):
         repo.merge([], None, config=tmp_path / "broken.yml")
-    proc = invoke("merge", "--config", str(tmp_path / "slices.yml"), cwd=repo.root)
-    assert proc.returncode == 2 and "slices" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    proc = invoke("merge", "--config", str(tmp_path / "modules.yml"), cwd=repo.root)
+    assert proc.returncode == 2 and "modules" in proc.stderr and len(proc.stderr.splitlines()) == 1
 
 
 def test_cli_config_dry_run(setup, tmp_path):

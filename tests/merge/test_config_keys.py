@@ -127,7 +127,12 @@ MODELS = [{"model": "main"}, {"model": "math", "parameters": {"weight": 0.5}}]
             "tokenizer.source.model.revision",
             "a Hugging Face revision",
         ),
-        ({"modules": {"text": {"models": MODELS}}}, "modules", "layer surgery"),
+        ({"modules": {"text": {"models": MODELS}}}, "modules.text.models", "give `models:` at the top level"),
+        (
+            {"slices": [{"sources": [{"model": "main", "layer_range": [0, 1]}], "residual_weight": 0.5}]},
+            "slices[0].residual_weight",
+            "residual weight of a slice is not supported",
+        ),
         ({"parameters": {"weight": {"filter": "mlp", "value": 1, "colour": 2}}}, "parameters.weight.colour", "no such"),
         ({"merge_methd": "linear"}, "merge_methd", "unknown key"),
     ],
@@ -169,5 +174,6 @@ def test_the_mapping_form_of_a_model_and_null_keys_are_taken(tmp_path):
 
 
 def test_only_refused_keys_hide_what_lies_under_them():
-    assert refused_above("slices[].sources[].layer_range") is CONFIG_KEYS["slices"]
+    assert refused_above("modules.*.models[].model") is CONFIG_KEYS["modules.*.models"]
+    assert refused_above("slices[].sources[].layer_range") is None
     assert refused_above("models[].parameters.*") is None

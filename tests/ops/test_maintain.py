@@ -19,6 +19,7 @@ from helpers.models import (
     commit_model,
     frozen_finetune,
     llama_state_dict,
+    small_state_dict,
     touch_later,
     tree_hashes,
     write_model,
@@ -529,3 +530,16 @@ def test_repair_writes_leave_no_temporary_file_on_error(repo: Repository, monkey
             repair.write_loose(repo.graph, repo.graph.read(head))
     after = {p for p in repo.git_dir.rglob("*") if p.is_file() and "chunks" not in p.parts}
     assert after == set(before), sorted(str(p) for p in after ^ set(before))
+
+
+def test_du_new_bytes_of_a_merge_count_chunks_no_parent_has(repo):
+    """A merge's parents are its base and experts: a merge that copies an expert's tensors (here
+    passthrough) stores nothing new, and du says so (it used to count against the first parent
+    only, calling the expert's chunks new)."""
+    commit_model(repo, small_state_dict(seed=1), "base")
+    repo.checkout(create_branch="other")
+    commit_model(repo, small_state_dict(seed=2), "other")
+    repo.checkout("main")
+    merge = repo.merge(["other"], "passthrough", branch="copied")
+    assert repo.du(merge).new_stored_bytes == 0
+    assert repo.du(merge).stored_bytes > 0

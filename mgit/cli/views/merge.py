@@ -154,6 +154,8 @@ def explain_table(plan: MergePlan) -> Printout:
 
 def reads_table(plan: MergePlan, record: PlanRecord) -> Printout:
     """`merge --dry-run`: per tensor, the chunks and bytes each expert would be read for."""
+    if any(tp.sources is not None for tp in plan.tensors):
+        return _sources_table(plan)
     table = Table(show_edge=False, pad_edge=False)
     for col in ("tensor", *[e.name for e in record.experts]):
         table.add_column(col, justify="left" if col == "tensor" else "right", overflow="fold")
@@ -163,6 +165,27 @@ def reads_table(plan: MergePlan, record: PlanRecord) -> Printout:
             for r, b, u in zip(tp.reads, tp.read_bytes, [tp.sketch(k) for k in range(len(tp.reads))], strict=True)
         ]
         table.add_row(tp.name, *cells)
+    p = Printout()
+    p.out(table)
+    return p
+
+
+def _sources_table(plan: MergePlan) -> Printout:
+    """A `slices:` merge's `--dry-run`: per output tensor, the source tensors it is merged from
+    (the base's first, marked) and the chunks and bytes each expert would be read for."""
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("tensor", "from", "expert reads"):
+        table.add_column(col, justify="right" if col == "expert reads" else "left", overflow="fold")
+    for tp in plan.tensors:
+        assert tp.sources is not None
+        base = tp.sources["base"]
+        named = [f"{s['model']}:{s['tensor']}" for s in tp.sources["experts"]]
+        if base is not None:
+            named.insert(0, f"base {base['model']}:{base['tensor']}")
+        reads = ", ".join(
+            f"{len(r)}/{len(tp.base.chunks)} {decimal(b)}" for r, b in zip(tp.reads, tp.read_bytes, strict=True)
+        )
+        table.add_row(tp.name, "\n".join(named), reads)
     p = Printout()
     p.out(table)
     return p
