@@ -110,7 +110,7 @@ def check_configs(inputs: Sequence[Input], allow_crimes: bool) -> None:
         if vocab is not None and size is not None and size != vocab:
             raise BadInputError(
                 f"{other.label}: config.json vocab_size {size} differs from {first.label}'s {vocab}; "
-                "merging different vocabularies needs a tokenizer config (`tokenizer:`), not supported yet"
+                "merging different vocabularies needs `tokenizer_source:` or `tokenizer:` in a merge config"
             )
 
 
@@ -133,6 +133,16 @@ def check_unmergeable(plan: MergePlan, labels: Sequence[str]) -> None:
                 f"{differing[0]}: tensor {tp.name!r} ({tp.base.dtype}) differs from the base's; "
                 "only floating-point tensors are merged"
             )
+
+
+def preflight_sources(
+    donor: Input, sources: Sequence[Input], dtypes: tuple[str | None, str | None], allow_crimes: bool
+) -> None:
+    """A ``slices:`` merge's pre-flight: its dtypes, and every source model's config.json against
+    the donor's (layer ranges, parameters and shapes are checked where the slices are resolved)."""
+    check_dtype(dtypes[0], "dtype")
+    check_dtype(dtypes[1], "out_dtype")
+    check_configs([donor, *sources], allow_crimes)
 
 
 def preflight(

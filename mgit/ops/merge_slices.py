@@ -98,6 +98,7 @@ def resolve_slices(
         experts_of=lambda name: len(inputs_of(by_name[name], takes_base)),
         loras=tuple(loras),
     )
+    _preflight(ctx, request, cfg, setup, snaps, model_dir)
     files = output_files(donor_files, [o.name for o in outputs])
     plan = MergePlan(model_dir, files, [], expert_passes=2 if chosen.decides_per_expert else 1)
     for file, names in files.items():
@@ -108,6 +109,21 @@ def resolve_slices(
     plan.rewritten = _rewritten(ctx, cfg, setup, snaps, model_dir, plan)
     plan.dropped = tuple(f for f in donor_files if f not in files)
     return PlannedMerge(plan, setup)
+
+
+def _preflight(
+    ctx: Context, request: MergeRequest, cfg: MergeConfig, setup: MergeSetup, snaps: dict[str, Snapshot], model_dir: str
+) -> None:
+    """The sources' config.json against the donor's (architecture, vocabulary size) and the
+    dtypes, before any tensor is read (mgit.merge.preflight)."""
+    from mgit.merge.preflight import Input, preflight_sources, read_config
+
+    donor = cfg.base or cfg.first_model
+    first = Input(
+        "the base" if cfg.base else "the reference", donor, read_config(ctx.graph, setup.base_snap, model_dir)
+    )
+    sources = [Input("source", ref, read_config(ctx.graph, snap, model_dir)) for ref, snap in snaps.items()]
+    preflight_sources(first, sources, (setup.dtype, setup.out_dtype), request.allow_crimes)
 
 
 def _commit(

@@ -344,3 +344,26 @@ def test_shards_left_empty_are_removed_and_the_index_rewritten(started, tmp_path
     tree = started.ctx.snapshot(commit)
     assert "model/model-00004-of-00004.safetensors" not in tree
     assert all(torch.equal(ours[n], state[n]) for n in ours)
+
+
+def test_sources_of_another_architecture_are_refused_before_any_tensor(started, plain, tmp_path):
+    """The pre-flight compares every source's config.json with the donor's, as for models: merges."""
+    other = tmp_path / "other"
+    spec = LlamaSpec(layers=LAYERS, hidden=32, intermediate=64, vocab=64)
+    write_model(other, llama_state_dict(spec, seed=5), config={"model_type": "mistral", "num_hidden_layers": LAYERS})
+    config = frankenmerge(plain)
+    config["slices"][1]["sources"][0]["model"] = str(other)
+    path = tmp_path / "crimes.yml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(BadInputError, match=r"source .*other: config.json architecture None \(mistral\) differs"):
+        started.merge([], None, config=path, branch="crimes")
+    assert "crimes" not in started.branches()
+    started.merge([], None, config=path, branch="crimes", allow_crimes=True)
+    assert "crimes" in started.branches()
+
+
+def test_a_tokenizer_key_in_a_slices_merge_is_refused(started, plain, tmp_path):
+    path = tmp_path / "tok.yml"
+    path.write_text(yaml.safe_dump(frankenmerge(plain) | {"tokenizer_source": "base"}))
+    with pytest.raises(BadInputError, match="tokenizer keys in a `slices:` merge are not supported yet"):
+        started.merge([], None, config=path, branch="tok")
