@@ -89,10 +89,11 @@ def _vocab_size(config: Mapping[str, Any]) -> Any:
     return config.get("vocab_size", nested)
 
 
-def check_configs(inputs: Sequence[Input], allow_crimes: bool) -> None:
+def check_configs(inputs: Sequence[Input], allow_crimes: bool, vocabularies_merged: bool = False) -> None:
     """Every input's config.json against the first's (the base, or the reference): the same
-    architecture unless ``allow_crimes``, the same vocabulary size. An input without a config
-    (or without the key) is not compared."""
+    architecture unless ``allow_crimes``, the same vocabulary size unless a tokenizer merge
+    builds one vocabulary of them (``vocabularies_merged``). An input without a config (or
+    without the key) is not compared."""
     first = inputs[0]
     if first.config is None:
         return
@@ -107,7 +108,7 @@ def check_configs(inputs: Sequence[Input], allow_crimes: bool) -> None:
                 f"{_shown(arch)}; --allow-crimes merges them anyway (as mergekit's)"
             )
         size = _vocab_size(other.config)
-        if vocab is not None and size is not None and size != vocab:
+        if not vocabularies_merged and vocab is not None and size is not None and size != vocab:
             raise BadInputError(
                 f"{other.label}: config.json vocab_size {size} differs from {first.label}'s {vocab}; "
                 "merging different vocabularies needs `tokenizer_source:` or `tokenizer:` in a merge config"
@@ -152,13 +153,15 @@ def preflight(
     experts: Sequence[Input],
     dtypes: tuple[str | None, str | None],
     allow_crimes: bool,
+    vocabularies_merged: bool = False,
 ) -> None:
     """Everything checked before a tensor is read (see the module's docstring); one line naming
-    the first input and tensor or key that fails."""
+    the first input and tensor or key that fails. ``vocabularies_merged``: a tokenizer merge
+    aligned the inputs' embedding rows to one vocabulary (their vocab_size may differ)."""
     check_expert_count(method, [e.name for e in experts])
     check_dtype(dtypes[0], "dtype")
     check_dtype(dtypes[1], "out_dtype")
-    check_configs([base, *experts], allow_crimes)
+    check_configs([base, *experts], allow_crimes, vocabularies_merged)
     check_unmergeable(plan, [e.label for e in experts])
 
 

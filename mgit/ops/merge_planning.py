@@ -174,7 +174,8 @@ def _preflight(
     base = Input(*compared, read_config(ctx.graph, base_snap, plan.model))
     inputs = [Input("expert", name, read_config(ctx.graph, snap, plan.model)) for name, snap in experts]
     dtypes = (request.dtype or (cfg.dtype if cfg else None), request.out_dtype or (cfg.out_dtype if cfg else None))
-    preflight(method, plan, base, inputs, dtypes, request.allow_crimes)
+    merged_vocab = cfg is not None and cfg.tokenizer is not None and cfg.tokenizer.aligns
+    preflight(method, plan, base, inputs, dtypes, request.allow_crimes, merged_vocab)
 
 
 def _fetch_sizes(ctx: Context, plan: MergePlan) -> dict[str, int]:

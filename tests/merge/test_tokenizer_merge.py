@@ -153,7 +153,7 @@ def test_refused_with_one_line(models, tmp_path):
         ({"tokenizer_source": 3}, "tokenizer_source is union, base or a model"),
         ({"tokenizer_source": None, "tokenizer": {"tokens": {"x": {"source": {"kind": "odd"}}}}}, "kind is `zero`"),
         ({"tokenizer_source": None, "tokenizer": {"pad_to_multiple_of": 0}}, "positive integer"),
-        ({"tokenizer_source": None, "tokenizer": {"padding": 8}}, "takes source, tokens and pad_to_multiple_of"),
+        ({"tokenizer_source": None, "tokenizer": {"padding": 8}}, "unknown key tokenizer.padding"),
         ({"tokenizer_source": "elsewhere"}, "union, base or one of the merged models"),
         ({"chat_template": "no-such-template"}, "neither a known template's name nor Jinja text"),
     ]:
