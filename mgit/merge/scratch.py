@@ -6,10 +6,13 @@ chunk differs from the commit's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
 from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree
 
 from mgit.graph.objects import Graph
-from mgit.store.chunkstore import ChunkStore, PutResult
+from mgit.store.chunkstore import ChunkStore, PutResult, ReadCounters
 from mgit.store.record import RawBytes, chunk_id
 
 
@@ -44,3 +47,51 @@ class HashingStore(ChunkStore):
         opaque: bool = False,
     ) -> PutResult:
         return PutResult(cid or chunk_id(raw), 0)
+
+
+class KeepingStore(ChunkStore):
+    """The repository's chunk store, read as it is, with the chunks written to it kept in memory
+    (raw): the inputs a verification rebuilds before merging them (a tokenizer merge's embedding
+    rows at the merged vocabulary's ids) are read back from here, and never stored."""
+
+    def __init__(self, root: Path):
+        super().__init__(root)
+        self._kept: dict[str, bytes] = {}
+
+    def put(
+        self,
+        raw: RawBytes,
+        group: int,
+        cid: str | None = None,
+        base: tuple[str, RawBytes] | None = None,
+        opaque: bool = False,
+    ) -> PutResult:
+        cid = cid or chunk_id(raw)
+        self._kept[cid] = bytes(raw)
+        return PutResult(cid, 0)
+
+    def has(self, cid: str, refresh: bool = True) -> bool:
+        return cid in self._kept or super().has(cid, refresh)
+
+    def read_cost(self, cid: str, known: frozenset[str] | set[str] = frozenset()) -> int:
+        held = self._kept.get(cid)
+        return len(held) if held is not None else super().read_cost(cid, known)
+
+    def prefetch(self, cids: Iterable[str]) -> None:
+        super().prefetch(c for c in cids if c not in self._kept)
+
+    def get(
+        self,
+        cid: str,
+        *,
+        known: Callable[[str], RawBytes | None] | None = None,
+        counters: ReadCounters | None = None,
+        out: bytearray | memoryview | None = None,
+    ) -> RawBytes:
+        held = self._kept.get(cid)
+        if held is None:
+            return super().get(cid, known=known, counters=counters, out=out)
+        if out is None:
+            return held
+        out[: len(held)] = held
+        return memoryview(out)[: len(held)]

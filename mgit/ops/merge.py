@@ -334,9 +334,11 @@ def _commit_merge(ctx: Context, planned: PlannedMerge, run: Execution, request: 
     """Record an executed merge: seal chunks, write tree and commit, then update the
     working tree (from the staged files) and the refs (without ``request.checkout``: only
     create the branch)."""
+    from mgit.merge.plan import merged_files
+
     setup, branch = planned.setup, request.branch
     base_snap = setup.base_snap
-    merged = {p: e for p, e in base_snap.items() if p not in planned.plan.dropped} | run.files
+    merged = merged_files(base_snap, planned.plan, run.files)
     record = planned.record(run).to_json()
     extra = records.stats_entries(ctx.graph, run.stats) + records.plan_entries(ctx.graph, record)
     ctx.store.seal()
