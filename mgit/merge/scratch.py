@@ -7,7 +7,6 @@ chunk differs from the commit's."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 from dulwich.objects import Blob, Commit, ShaFile, Tag, Tree
 
@@ -50,12 +49,14 @@ class HashingStore(ChunkStore):
 
 
 class KeepingStore(ChunkStore):
-    """The repository's chunk store, read as it is, with the chunks written to it kept in memory
-    (raw): the inputs a verification rebuilds before merging them (a tokenizer merge's embedding
-    rows at the merged vocabulary's ids) are read back from here, and never stored."""
+    """The repository's chunk store (``inner``, read through it: a partial clone's fetches
+    too), with the chunks written to it kept in memory (raw): the inputs a verification rebuilds
+    before merging them (a tokenizer merge's embedding rows at the merged vocabulary's ids) are
+    read back from here, and never stored."""
 
-    def __init__(self, root: Path):
-        super().__init__(root)
+    def __init__(self, inner: ChunkStore):
+        super().__init__(inner.root)
+        self.inner = inner
         self._kept: dict[str, bytes] = {}
 
     def put(
@@ -71,14 +72,14 @@ class KeepingStore(ChunkStore):
         return PutResult(cid, 0)
 
     def has(self, cid: str, refresh: bool = True) -> bool:
-        return cid in self._kept or super().has(cid, refresh)
+        return cid in self._kept or self.inner.has(cid, refresh)
 
     def read_cost(self, cid: str, known: frozenset[str] | set[str] = frozenset()) -> int:
         held = self._kept.get(cid)
-        return len(held) if held is not None else super().read_cost(cid, known)
+        return len(held) if held is not None else self.inner.read_cost(cid, known)
 
     def prefetch(self, cids: Iterable[str]) -> None:
-        super().prefetch(c for c in cids if c not in self._kept)
+        self.inner.prefetch(c for c in cids if c not in self._kept)
 
     def get(
         self,
@@ -90,7 +91,7 @@ class KeepingStore(ChunkStore):
     ) -> RawBytes:
         held = self._kept.get(cid)
         if held is None:
-            return super().get(cid, known=known, counters=counters, out=out)
+            return self.inner.get(cid, known=known, counters=counters, out=out)
         if out is None:
             return held
         out[: len(held)] = held

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from mgit.context import Context
-from mgit.errors import MgitError, NotRecomputableError
+from mgit.errors import BadInputError, MgitError, NotRecomputableError
 from mgit.graph.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -110,19 +110,15 @@ def vocabulary(
     from mgit.ops import merge_vocab
 
     cfg = recorded_config(record)
-    snaps = [input_snapshot(ctx, record, c, n) for c, n in zip(setup.expert_commits, setup.expert_names, strict=True)]
+    names = setup.expert_names
+    snaps = [input_snapshot(ctx, record, c, n) for c, n in zip(setup.expert_commits, names, strict=True)]
     scratch = _ScratchContext(ctx, graph, store)
-    plan_base, aligned, output, made = merge_vocab.prepare(
-        scratch,
-        cfg,
-        record.model,
-        setup.base_commit,
-        record.reference,
-        setup.base_snap,
-        setup.expert_names,
-        snaps,
-        setup.dtype,
-    )
+    try:
+        plan_base, aligned, output, made = merge_vocab.prepare(
+            scratch, cfg, record.model, setup.base_commit, record.reference, setup.base_snap, names, snaps, setup.dtype
+        )
+    except BadInputError as exc:  # no transformers here, a tokenizer file it cannot load: not a verdict
+        raise NotRecomputableError(f"the merged vocabulary cannot be built again: {exc}") from None
     made = json.loads(json.dumps(made))  # as the record holds it (lists, not tuples)
     if made != record.tokenizer:
         differ = sorted(

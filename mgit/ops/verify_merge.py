@@ -155,12 +155,10 @@ def _rebuild(
         return PlannedMerge(replay_inputs.sliced(ctx, record, setup, passes), setup), unknown, ctx.store
     store: ChunkStore = ctx.store
     names = setup.expert_names
-    plan_base, snaps = (
-        base_snap,
-        [replay_inputs.input_snapshot(ctx, record, c, n) for c, n in zip(setup.expert_commits, names, strict=True)],
-    )
+    snaps = [replay_inputs.input_snapshot(ctx, record, c, n) for c, n in zip(setup.expert_commits, names, strict=True)]
+    plan_base = base_snap
     if record.tokenizer is not None:  # the rows moved to the merged vocabulary again, into the scratch
-        store = KeepingStore(ctx.store.root)
+        store = KeepingStore(ctx.store)
         plan_base, snaps, output = replay_inputs.vocabulary(ctx, record, setup, scratch, store)
         setup = dataclasses.replace(setup, base_snap=output)
     allow_missing = any(t.missing_in for t in record.tensors)

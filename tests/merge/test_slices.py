@@ -90,14 +90,6 @@ def assert_same_model(ours: dict[str, torch.Tensor], config: dict, out: Path) ->
     assert config["num_hidden_layers"] == expected["num_hidden_layers"] and config["dtype"] == expected["dtype"]
 
 
-@pytest.fixture
-def started(repo):
-    (repo.root / "README.md").write_text("merges\n")
-    repo.add(["README.md"])
-    repo.commit("start")
-    return repo
-
-
 @pytest.mark.slow  # transformers and mergekit imported: ~20 s on a loaded machine
 def test_frankenmerge_equals_mergekit_and_copies_layers_without_new_chunks(started, models, tmp_path):
     config = frankenmerge(models)

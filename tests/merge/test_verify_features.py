@@ -26,14 +26,6 @@ def plain(tmp_path_factory) -> dict[str, Path]:
     return write_models(tmp_path_factory.mktemp("plain"), {"model_type": "llama", "num_hidden_layers": LAYERS})
 
 
-@pytest.fixture
-def started(repo):
-    (repo.root / "README.md").write_text("merges\n")
-    repo.add(["README.md"])
-    repo.commit("start")
-    return repo
-
-
 def _tampered(repo: Repository, sha: str, change_record=None, files: dict[str, bytes] | None = None) -> str:
     """A commit like merge ``sha`` (same parents and records), with ``files`` (path → bytes)
     replacing its blobs and its plan record changed by ``change_record``."""
