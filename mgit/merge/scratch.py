@@ -71,8 +71,12 @@ class KeepingStore(ChunkStore):
         self._kept[cid] = bytes(raw)
         return PutResult(cid, 0)
 
+    def keeps(self, cid: str) -> bool:
+        """Whether the chunk was made here (held in memory, in no store)."""
+        return cid in self._kept
+
     def has(self, cid: str, refresh: bool = True) -> bool:
-        return cid in self._kept or self.inner.has(cid, refresh)
+        return self.keeps(cid) or self.inner.has(cid, refresh)
 
     def read_cost(self, cid: str, known: frozenset[str] | set[str] = frozenset()) -> int:
         held = self._kept.get(cid)

@@ -100,7 +100,7 @@ def verify_merge(ctx: Context, rev: str = "HEAD") -> MergeVerification:
     """
     from mgit.merge.plan import merged_files
     from mgit.merge.record import PlanRecord
-    from mgit.merge.scratch import ScratchGraph
+    from mgit.merge.scratch import KeepingStore, ScratchGraph
 
     commit = ctx.refs.resolve(rev)
     info = ctx.graph.commit(commit)
@@ -113,7 +113,8 @@ def verify_merge(ctx: Context, rev: str = "HEAD") -> MergeVerification:
     fetched = None
     if ctx.is_partial:
         transfers = {"base": Transfer(), "experts": Transfer()}
-        fetch_planned(ctx, planned.plan, planned.setup, transfers)
+        made_here = store.keeps if isinstance(store, KeepingStore) else None  # realigned rows: on no remote
+        fetch_planned(ctx, planned.plan, planned.setup, transfers, made_here)
         fetched = transfers["base"].bytes + transfers["experts"].bytes
     files = _recompute(ctx, planned, scratch, store)
     merged = merged_files(planned.setup.base_snap, planned.plan, files)

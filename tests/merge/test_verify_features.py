@@ -77,6 +77,20 @@ def test_a_tampered_slices_merge_fails(started, plain, tmp_path):
     assert shown.exit_code != 0 and shown.stderr.count("\n") == 1 and "does not hold" in shown.stderr
 
 
+def _partial_clone(repo: Repository, branch: str, root: Path) -> Repository:
+    repo.remote_add("origin", str(root / "remote.mgit"))
+    repo.push("origin", branch)
+    return Repository.clone(str(root / "remote.mgit"), root / "partial", partial=True)
+
+
+def test_a_slices_merge_verifies_in_a_partial_clone(started, plain, tmp_path):
+    commit, _, _ = merged(started, based(plain), tmp_path, "sliced")
+    partial = _partial_clone(started, "sliced", tmp_path)
+    result = partial.verify_merge(commit)
+    assert result.identical and result.fetched_bytes > 0
+    partial.close()
+
+
 def test_a_slices_merge_that_drops_a_shard_verifies(started, tmp_path):
     """Only the donor's first layers: its shard of the last layers alone is dropped, in the
     recomputation too."""
@@ -122,6 +136,10 @@ def test_a_tokenizer_merge_verifies_after_gc_drops_its_aligned_rows(tmp_path):
     edited = (repo.root / "model" / "tokenizer_config.json").read_bytes() + b" "
     tampered = repo.verify_merge(_tampered(repo, commit, files={"model/tokenizer_config.json": edited}))
     assert [(d.what, d.file) for d in tampered.differences] == [("file", "model/tokenizer_config.json")]
+
+    partial = _partial_clone(repo, "merged", tmp_path)  # the aligned rows are on no remote: made again here
+    assert partial.verify_merge(commit).identical
+    partial.close()
 
     def other_vocabulary(doc):
         doc["tokenizer"]["vocab_size"] = 36
