@@ -29,16 +29,16 @@ if TYPE_CHECKING:
 
 
 def input_snapshot(ctx: Context, record: PlanRecord, commit: str, name: str) -> Snapshot:
-    """An input's snapshot, or one line saying it is not here: a MODEL+LORA input's applied
-    commit lives under refs/imports/lora/, which a clone need not have."""
+    """An input's snapshot, or one line saying it is not here (a MODEL+LORA input: which model
+    and adapter its applied commit was; applying the adapter again would make another commit,
+    so the recorded one is needed: it is one of the merge commit's parents)."""
     if ctx.graph.has(commit):
         return ctx.snapshot(commit)
     applied = next((x for x in record.lora or () if x.get("commit") == commit), None)
     if applied is not None:
         raise NotRecomputableError(
-            f"input {name} is {applied.get('model', '?')[:12]} with a LoRA adapter applied, commit {commit[:12]}, "
-            "which this repository does not hold (refs/imports/lora/ is not cloned): run the merge's "
-            f"`{name}` input here once (mgit merge --dry-run) to apply the adapter again"
+            f"input {name} is {str(applied.get('model'))[:12]} with a LoRA adapter applied, commit {commit[:12]}, "
+            "which this repository does not hold; fetch the merge commit's history again (its parents) to verify it"
         )
     raise NotRecomputableError(f"input {name}'s commit {commit[:12]} is not in this repository")
 

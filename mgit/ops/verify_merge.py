@@ -146,7 +146,8 @@ def _rebuild(
         ) from None
     if record.base is not None and record.base != first_parent:
         raise NotRecomputableError(f"the plan record's base {record.base[:12]} is not the commit's first parent")
-    base_snap = ctx.snapshot(record.reference or first_parent)
+    given = record.reference or first_parent
+    base_snap = replay_inputs.input_snapshot(ctx, record, given, "the reference" if record.reference else "the base")
     if record.reference is not None:  # a merge without a base: the reference's model on the first parent's files
         base_snap = with_model(ctx.snapshot(first_parent), base_snap, record.model)
     request, unknown = recorded_request(record)
