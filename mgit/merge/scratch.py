@@ -45,10 +45,15 @@ class HashingStore(ChunkStore):
         base: tuple[str, RawBytes] | None = None,
         opaque: bool = False,
     ) -> PutResult:
-        return PutResult(cid or chunk_id(raw), 0)
+        cid = cid or chunk_id(raw)
+        self.made(cid, raw)
+        return PutResult(cid, 0)
+
+    def made(self, cid: str, raw: RawBytes) -> None:
+        """A chunk put, once named: dropped."""
 
 
-class KeepingStore(ChunkStore):
+class KeepingStore(HashingStore):
     """The repository's chunk store (``inner``, read through it: a partial clone's fetches
     too), with the chunks written to it kept in memory (raw): the inputs a verification rebuilds
     before merging them (a tokenizer merge's embedding rows at the merged vocabulary's ids) are
@@ -59,17 +64,8 @@ class KeepingStore(ChunkStore):
         self.inner = inner
         self._kept: dict[str, bytes] = {}
 
-    def put(
-        self,
-        raw: RawBytes,
-        group: int,
-        cid: str | None = None,
-        base: tuple[str, RawBytes] | None = None,
-        opaque: bool = False,
-    ) -> PutResult:
-        cid = cid or chunk_id(raw)
+    def made(self, cid: str, raw: RawBytes) -> None:
         self._kept[cid] = bytes(raw)
-        return PutResult(cid, 0)
 
     def keeps(self, cid: str) -> bool:
         """Whether the chunk was made here (held in memory, in no store)."""
