@@ -62,9 +62,10 @@ def recorded_setup(
 
     experts_of = None
     if is_sliced(record):  # a `slices:` merge: each tensor's own number of experts
+        counts = {t.name: len((t.sources or {}).get("experts") or ()) for t in record.tensors}
 
         def experts_of(name: str) -> int:
-            return len(_sources(record, name).get("experts") or ())
+            return counts[name]
 
     return MergeSetup(
         method,
@@ -121,13 +122,6 @@ def is_sliced(record: PlanRecord) -> bool:
     return any(t.sources is not None for t in record.tensors)
 
 
-def _sources(record: PlanRecord, name: str) -> dict[str, Any]:
-    found = next((t.sources for t in record.tensors if t.name == name), None)
-    if found is None:
-        raise NotRecomputableError(f"the plan record names no sources of tensor {name!r}")
-    return found
-
-
 def recorded_sources(record: PlanRecord) -> dict[str, str]:
     """A `slices:` merge's source models (as its config names them) → the commit each was read from."""
     out: dict[str, str] = {}
@@ -151,11 +145,11 @@ def sliced_plan(
     reference for dtype and chunking), not planned again from the config."""
     plan = MergePlan(record.model, {}, [], expert_passes=passes)
     for entry in record.tensors:
-        sources = _sources(record, entry.name)
+        sources = entry.sources or {}
         experts = list(sources.get("experts") or ())
         lead = sources.get("base") or next(iter(experts), None)
         if lead is None:
-            raise NotRecomputableError(f"the plan record names no input of tensor {entry.name!r}")
+            raise NotRecomputableError(f"the plan record names no source of tensor {entry.name!r}")
         inputs = [_source_tensor(tensors_of, src, entry.name) for src in experts]
         labels = [f"{src['model']} ({src['tensor']})" for src in experts]
         tp = plan_tensor(

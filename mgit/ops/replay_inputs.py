@@ -101,17 +101,17 @@ class _ScratchContext(Context):
 
 
 def vocabulary(
-    ctx: Context, record: PlanRecord, setup: MergeSetup, graph: Graph, store: ChunkStore
+    ctx: Context, record: PlanRecord, setup: MergeSetup, snaps: list[Snapshot], graph: Graph, store: ChunkStore
 ) -> tuple[Snapshot, list[Snapshot], Snapshot]:
     """A tokenizer merge's inputs again (mgit.ops.merge_vocab.prepare, into ``graph`` and
-    ``store``, the scratch): the snapshot the plan takes as its base, the experts' and the merged
-    model's starting snapshot (its tokenizer files and config.json). A vocabulary that comes out
-    otherwise than recorded (another transformers?) is refused."""
+    ``store``, the scratch; ``snaps``: the experts' as committed): the snapshot the plan takes as
+    its base, the experts' and the merged model's starting snapshot (its tokenizer files and
+    config.json). A vocabulary that comes out otherwise than recorded (another transformers?) is
+    refused."""
     from mgit.ops import merge_vocab
 
     cfg = recorded_config(record)
     names = setup.expert_names
-    snaps = [input_snapshot(ctx, record, c, n) for c, n in zip(setup.expert_commits, names, strict=True)]
     scratch = _ScratchContext(ctx, graph, store)
     try:
         plan_base, aligned, output, made = merge_vocab.prepare(

@@ -161,7 +161,7 @@ def _rebuild(
     plan_base = base_snap
     if record.tokenizer is not None:  # the rows moved to the merged vocabulary again, into the scratch
         store = KeepingStore(ctx.store)
-        plan_base, snaps, output = replay_inputs.vocabulary(ctx, record, setup, scratch, store)
+        plan_base, snaps, output = replay_inputs.vocabulary(ctx, record, setup, snaps, scratch, store)
         setup = dataclasses.replace(setup, base_snap=output)
     allow_missing = any(t.missing_in for t in record.tensors)
     plan = plan_merge(scratch, store, record.model, plan_base, snaps, names, allow_missing, passes)
