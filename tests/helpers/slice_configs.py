@@ -86,3 +86,22 @@ def merged(repo, config: dict, tmp_path: Path, branch: str) -> tuple[str, dict[s
     path.write_text(yaml.safe_dump(config))
     commit = repo.merge([], None, config=path, branch=branch)
     return commit, load_model(repo.root / "model"), json.loads((repo.root / "model" / "config.json").read_text())
+
+
+def modular(models: dict[str, Path]) -> dict:
+    """``modules:`` (the one module of a text model, ``default``): its parameters come between
+    the slices' and the config's; a filter matching nothing falls through to the config's."""
+    a, b = str(models["alpha"]), str(models["beta"])
+    first = blended(models)["slices"][0]
+    second = {"sources": [{"model": a, "layer_range": [3, 6]}, {"model": b, "layer_range": [0, 3]}]}
+    return {
+        "merge_method": "linear",
+        "dtype": "bfloat16",
+        "parameters": {"weight": 1.0, "normalize": False},
+        "modules": {
+            "default": {
+                "slices": [first, second],
+                "parameters": {"weight": [{"filter": "self_attn", "value": [0.25, 0.75]}]},
+            }
+        },
+    }

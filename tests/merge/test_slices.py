@@ -14,7 +14,7 @@ import yaml
 from helpers.cli import invoke
 from helpers.mergekit_ref import bits
 from helpers.models import LlamaSpec, llama_state_dict, write_model
-from helpers.slice_configs import LAYERS, based, blended, frankenmerge, load_model, merged, write_models
+from helpers.slice_configs import LAYERS, based, blended, frankenmerge, load_model, merged, modular, write_models
 from safetensors.torch import load_file
 
 from mgit.errors import BadInputError
@@ -59,25 +59,6 @@ def mergekit_run(config: dict, out: Path) -> Path:
     options = MergeOptions(copy_tokenizer=False, write_model_card=False, quiet=True)
     run_merge(MergeConfiguration.model_validate(config), str(out), options)
     return out
-
-
-def modular(models: dict[str, Path]) -> dict:
-    """``modules:`` (the one module of a text model, ``default``): its parameters come between
-    the slices' and the config's; a filter matching nothing falls through to the config's."""
-    a, b = str(models["alpha"]), str(models["beta"])
-    first = blended(models)["slices"][0]
-    second = {"sources": [{"model": a, "layer_range": [3, 6]}, {"model": b, "layer_range": [0, 3]}]}
-    return {
-        "merge_method": "linear",
-        "dtype": "bfloat16",
-        "parameters": {"weight": 1.0, "normalize": False},
-        "modules": {
-            "default": {
-                "slices": [first, second],
-                "parameters": {"weight": [{"filter": "self_attn", "value": [0.25, 0.75]}]},
-            }
-        },
-    }
 
 
 def assert_same_model(ours: dict[str, torch.Tensor], config: dict, out: Path) -> None:

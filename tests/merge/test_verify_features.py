@@ -13,7 +13,7 @@ import pytest
 import yaml
 from helpers.cli import invoke
 from helpers.models import LlamaSpec, llama_state_dict, write_model
-from helpers.slice_configs import LAYERS, based, blended, frankenmerge, merged, write_models
+from helpers.slice_configs import LAYERS, based, blended, frankenmerge, merged, modular, write_models
 
 from mgit import Repository
 from mgit.errors import NotRecomputableError
@@ -41,7 +41,9 @@ def _tampered(repo: Repository, sha: str, change_record=None, files: dict[str, b
     return graph.put_commit(write_snapshot(graph, snap, extra), list(info.parents), "tampered", who, who)
 
 
-@pytest.mark.parametrize("make", [frankenmerge, blended, based], ids=["frankenmerge", "linear", "task-arithmetic"])
+@pytest.mark.parametrize(
+    "make", [frankenmerge, blended, based, modular], ids=["frankenmerge", "linear", "task-arithmetic", "modules"]
+)
 def test_a_slices_merge_verifies_bit_identical(started, plain, tmp_path, make):
     commit, ours, _ = merged(started, make(plain), tmp_path, "sliced")
     held = started.store.ids()
@@ -182,3 +184,17 @@ def test_a_merge_of_lora_inputs_verifies_and_a_missing_applied_commit_is_named(t
     shown = invoke("merge", "--verify", missing, cwd=repo.root)
     assert shown.exit_code != 0 and shown.stderr.count("\n") == 1 and "fetch the merge commit's history" in shown.stderr
     repo.close()
+
+
+def test_a_random_method_drawing_as_mergekit_verifies(experts):
+    """``--rng mergekit``: the draws are made again in mergekit's order, from the recorded seed."""
+    sha = experts.merge(
+        ["math", "code"], "dare_ties", rng="mergekit", weight=0.5, density=0.4, branch="drawn", checkout=False
+    )
+    assert experts.merge_record(sha)["rng"] == "mergekit"
+    assert experts.verify_merge(sha).identical
+
+    def as_mgit(doc):
+        doc["rng"] = "mgit"
+
+    assert not experts.verify_merge(_tampered(experts, sha, as_mgit)).identical  # other draws
