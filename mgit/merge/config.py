@@ -84,7 +84,7 @@ def _dtype(value: Any, key: str, where: str) -> str | None:
     return name
 
 
-def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one check per refused form of a mergekit YAML)
+def load_config(path: str | os.PathLike[str]) -> MergeConfig:
     where = str(path)
     try:
         doc = yaml.safe_load(Path(path).read_text("utf-8"))
@@ -92,6 +92,12 @@ def load_config(path: str | os.PathLike[str]) -> MergeConfig:  # noqa: C901 (one
         raise BadInputError(f"cannot read merge config {where}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise BadInputError(f"{where} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    return parse_config(doc, where)
+
+
+def parse_config(doc: Any, where: str) -> MergeConfig:  # noqa: C901 (one check per refused form of a mergekit YAML)
+    """A config read (``doc``: the YAML as loaded; ``where``: how messages name it): also a plan
+    record's ``config``, read again by ``merge --verify``."""
     if not isinstance(doc, dict):
         raise BadInputError(f"{where}: a merge config is a YAML mapping")
     refuse_keys(doc, where)  # every key honoured, or refused by name (mgit.merge.config_keys)

@@ -106,6 +106,12 @@ class MergePlan:
         return self.expert_passes * sum(len(r) for t in self.tensors for r in t.reads)
 
 
+def merged_files(start: Snapshot, plan: MergePlan, files: Snapshot) -> Snapshot:
+    """The merge's files: those it starts from (``start``: the base's, or the reference's model)
+    but the files the plan drops, with the ``files`` it made."""
+    return {p: e for p, e in start.items() if p not in plan.dropped} | files
+
+
 def model_tensors(
     graph: Graph, snap: Snapshot, model: str, parsed: dict[str, TensorManifest] | None = None
 ) -> tuple[dict[str, list[str]], dict[str, TensorManifest]]:

@@ -8,16 +8,17 @@ mgit.ops.verify_merge's."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mgit.errors import NotRecomputableError
 from mgit.graph.snapshot import Snapshot
 from mgit.merge.methods.base import MergeMethod
-from mgit.merge.plan import MergePlan, TensorPlan
+from mgit.merge.plan import MergePlan, TensorPlan, plan_tensor
 from mgit.merge.record import HELD_ELSEWHERE, PlanRecord, TensorEntry
 from mgit.merge.request import MergeRequest, MergeSetup
 from mgit.merge.sketch.use import SketchUse
+from mgit.model.manifest import TensorManifest
 
 # (tensor plan, expert, the record's note of the sketch read) → that sketch, as the budget used it
 SketchLookup = Callable[[TensorPlan, int, dict[str, Any]], SketchUse]
@@ -59,6 +60,13 @@ def recorded_setup(
                 raise NotRecomputableError(f"the plan record holds no parameters of tensor {name!r}")
             return found
 
+    experts_of = None
+    if is_sliced(record):  # a `slices:` merge: each tensor's own number of experts
+        counts = {t.name: len((t.sources or {}).get("experts") or ()) for t in record.tensors}
+
+        def experts_of(name: str) -> int:
+            return counts[name]
+
     return MergeSetup(
         method,
         method.resolve(record.parameters, experts) if params_for is None else dict(record.parameters),
@@ -74,6 +82,7 @@ def recorded_setup(
         reference=record.reference,
         seed=record.seed,
         request=request,
+        experts_of=experts_of,
     )
 
 
@@ -106,3 +115,58 @@ def _as_recorded(tp: TensorPlan, entry: TensorEntry, record: PlanRecord, sketch:
             raise NotRecomputableError(f"tensor {entry.name!r}: the record chose chunks where expert {k} is the base")
     sketches = [sketch(tp, k, note) if note is not None else None for k, note in enumerate(notes)]
     return tp.restricted(entry.expert_chunks_chosen, sketches)
+
+
+def is_sliced(record: PlanRecord) -> bool:
+    """A `slices:` merge: its tensors name their own sources (model, commit, source tensor)."""
+    return any(t.sources is not None for t in record.tensors)
+
+
+def recorded_sources(record: PlanRecord) -> dict[str, str]:
+    """A `slices:` merge's source models (as its config names them) → the commit each was read from."""
+    out: dict[str, str] = {}
+    for t in record.tensors:
+        sources = t.sources or {}
+        for src in [sources.get("base"), *(sources.get("experts") or ())]:
+            if src is not None:
+                out.setdefault(src["model"], src["commit"])
+    return out
+
+
+# a commit → its model's tensors (name → manifest)
+TensorsOf = Callable[[str], Mapping[str, TensorManifest]]
+
+
+def sliced_plan(
+    record: PlanRecord, tensors_of: TensorsOf, cost: Callable[[str, set[str]], int], passes: int
+) -> MergePlan:
+    """A `slices:` merge's plan as it was made: each output tensor, in its recorded file and
+    order, over the source tensors its entry names (the base's, else the first expert's, the
+    reference for dtype and chunking), not planned again from the config."""
+    plan = MergePlan(record.model, {}, [], expert_passes=passes)
+    for entry in record.tensors:
+        sources = entry.sources or {}
+        experts = list(sources.get("experts") or ())
+        lead = sources.get("base") or next(iter(experts), None)
+        if lead is None:
+            raise NotRecomputableError(f"the plan record names no source of tensor {entry.name!r}")
+        inputs = [_source_tensor(tensors_of, src, entry.name) for src in experts]
+        labels = [f"{src['model']} ({src['tensor']})" for src in experts]
+        tp = plan_tensor(
+            entry.file, entry.name, _source_tensor(tensors_of, lead, entry.name), inputs, labels, False, cost
+        )
+        tp.sources = sources
+        plan.files.setdefault(entry.file, []).append(entry.name)
+        plan.tensors.append(tp)
+        plan.base_bytes += sum(tp.base_costs)
+    return plan
+
+
+def _source_tensor(tensors_of: TensorsOf, src: dict[str, Any], name: str) -> TensorManifest:
+    found = tensors_of(src["commit"]).get(src["tensor"])
+    if found is None:
+        raise NotRecomputableError(
+            f"tensor {name!r} was merged from {src['model']}'s {src['tensor']!r}, which its recorded commit "
+            f"{src['commit'][:12]} does not hold"
+        )
+    return found

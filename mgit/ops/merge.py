@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mgit.context import Context
@@ -334,9 +334,11 @@ def _commit_merge(ctx: Context, planned: PlannedMerge, run: Execution, request: 
     """Record an executed merge: seal chunks, write tree and commit, then update the
     working tree (from the staged files) and the refs (without ``request.checkout``: only
     create the branch)."""
+    from mgit.merge.plan import merged_files
+
     setup, branch = planned.setup, request.branch
     base_snap = setup.base_snap
-    merged = {p: e for p, e in base_snap.items() if p not in planned.plan.dropped} | run.files
+    merged = merged_files(base_snap, planned.plan, run.files)
     record = planned.record(run).to_json()
     extra = records.stats_entries(ctx.graph, run.stats) + records.plan_entries(ctx.graph, record)
     ctx.store.seal()
@@ -417,10 +419,17 @@ def install_merge(
     workfiles.complete(ctx, plan, index, result)
 
 
-def fetch_planned(ctx: Context, plan: MergePlan, setup: MergeSetup, run_report: dict[str, Transfer]) -> None:
+def fetch_planned(
+    ctx: Context,
+    plan: MergePlan,
+    setup: MergeSetup,
+    run_report: dict[str, Transfer],
+    made_here: Callable[[str], bool] | None = None,
+) -> None:
     """A partial clone fetches what the merge reads before it runs: the base's chunks it
     computes from (not those it carries), then the chosen expert chunks, the latter capped at
-    the budget."""
+    the budget. ``made_here``: chunks no remote holds, made for this run (``merge --verify``'s
+    realigned tokenizer rows), not asked for."""
     from mgit.merge.carry import carried_chunks
 
     assert ctx.promisor is not None
@@ -432,6 +441,9 @@ def fetch_planned(ctx: Context, plan: MergePlan, setup: MergeSetup, run_report: 
     for tp in plan.tensors:  # the chosen sketches' factor blocks
         uses = [u for u in tp.sketches if u is not None]
         expert_ids += [c.id for u in uses for m in u.manifests() for c in m.chunks]
+    if made_here is not None:
+        base_ids = [c for c in base_ids if not made_here(c)]
+        expert_ids = [c for c in expert_ids if not made_here(c)]
     limit = plan.budget.limit if plan.budget is not None else None
     ctx.promisor.fetch_for_merge(
         base_ids, expert_ids, limit, plan.fetch_sizes, run_report["base"], run_report["experts"]

@@ -106,7 +106,7 @@ def resolve_slices(
             tensors[name].file = file
             plan.tensors.append(tensors[name])
             plan.base_bytes += sum(tensors[name].base_costs)
-    plan.rewritten = _rewritten(ctx, cfg, setup, snaps, model_dir, plan)
+    plan.rewritten = rewritten_files(ctx, cfg, setup, snaps, model_dir, plan)
     plan.dropped = tuple(f for f in donor_files if f not in files)
     return PlannedMerge(plan, setup)
 
@@ -170,7 +170,7 @@ def _tensor_plan(
     return tp
 
 
-def _rewritten(
+def rewritten_files(
     ctx: Context, cfg: MergeConfig, setup: MergeSetup, snaps: dict[str, Snapshot], model_dir: str, plan: MergePlan
 ) -> dict[str, bytes]:
     """The donor's config.json with the assembled model's layer count (and dtype, layer_types),

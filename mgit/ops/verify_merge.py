@@ -12,6 +12,7 @@ its chunks are compared by id, never read."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +30,11 @@ if TYPE_CHECKING:
     from mgit.graph.objects import Graph
     from mgit.merge.plan import MergePlan, TensorPlan
     from mgit.merge.record import PlannedMerge, PlanRecord
+    from mgit.merge.scratch import ScratchGraph
     from mgit.merge.sketch.use import SketchOffer, SketchUse
     from mgit.model.filetree import StoredSafetensors
     from mgit.model.manifest import TensorManifest
+    from mgit.store.chunkstore import ChunkStore
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,9 @@ def verify_merge(ctx: Context, rev: str = "HEAD") -> MergeVerification:
             method this mgit does not know, a sketch it read that is no longer stored).
         RevisionError: ``rev`` names no commit.
     """
+    from mgit.merge.plan import merged_files
     from mgit.merge.record import PlanRecord
+    from mgit.merge.scratch import KeepingStore, ScratchGraph
 
     commit = ctx.refs.resolve(rev)
     info = ctx.graph.commit(commit)
@@ -103,26 +108,34 @@ def verify_merge(ctx: Context, rev: str = "HEAD") -> MergeVerification:
     if doc is None:
         raise BadInputError(f"{rev} ({commit[:12]}) is not a model merge commit: it has no merge plan record to verify")
     record = PlanRecord.from_json(doc)
-    planned, unknown = _rebuild(ctx, record, info.parents[0] if info.parents else "")
+    scratch = ScratchGraph(ctx.graph)
+    planned, unknown, store = _rebuild(ctx, record, info.parents[0] if info.parents else "", scratch)
     fetched = None
     if ctx.is_partial:
         transfers = {"base": Transfer(), "experts": Transfer()}
-        fetch_planned(ctx, planned.plan, planned.setup, transfers)
+        made_here = store.keeps if isinstance(store, KeepingStore) else None  # realigned rows: on no remote
+        fetch_planned(ctx, planned.plan, planned.setup, transfers, made_here)
         fetched = transfers["base"].bytes + transfers["experts"].bytes
-    files, scratch = _recompute(ctx, planned)
-    tensors, chunks, differences = _compare(ctx.graph, scratch, ctx.snapshot(commit), planned.setup.base_snap, files)
+    files = _recompute(ctx, planned, scratch, store)
+    merged = merged_files(planned.setup.base_snap, planned.plan, files)
+    tensors, chunks, differences = _compare(ctx.graph, scratch, ctx.snapshot(commit), merged, files)
     return MergeVerification(
         commit, record.method, record.mgit_version, __version__, tensors, chunks, differences, fetched, unknown
     )
 
 
-def _rebuild(ctx: Context, record: PlanRecord, first_parent: str) -> tuple[PlannedMerge, list[str]]:
-    """The merge as it was planned and executed: its setup and plan rebuilt from the record (and
-    the recorded options this mgit does not know)."""
+def _rebuild(
+    ctx: Context, record: PlanRecord, first_parent: str, scratch: ScratchGraph
+) -> tuple[PlannedMerge, list[str], ChunkStore]:
+    """The merge as it was planned and executed: its setup and plan rebuilt from the record, the
+    recorded options this mgit does not know, and the store its inputs are read from (a
+    tokenizer merge's rows aligned again are held in memory)."""
     from mgit.merge.methods.registry import get_method
     from mgit.merge.plan import plan_merge
     from mgit.merge.record import PlannedMerge
-    from mgit.merge.replay import recorded_plan, recorded_request, recorded_setup
+    from mgit.merge.replay import is_sliced, recorded_plan, recorded_request, recorded_setup
+    from mgit.merge.scratch import KeepingStore
+    from mgit.ops import replay_inputs
 
     try:
         method = get_method(record.method)
@@ -133,18 +146,27 @@ def _rebuild(ctx: Context, record: PlanRecord, first_parent: str) -> tuple[Plann
         ) from None
     if record.base is not None and record.base != first_parent:
         raise NotRecomputableError(f"the plan record's base {record.base[:12]} is not the commit's first parent")
-    base_snap = ctx.snapshot(record.reference or first_parent)
+    given = record.reference or first_parent
+    base_snap = replay_inputs.input_snapshot(ctx, record, given, "the reference" if record.reference else "the base")
     if record.reference is not None:  # a merge without a base: the reference's model on the first parent's files
         base_snap = with_model(ctx.snapshot(first_parent), base_snap, record.model)
     request, unknown = recorded_request(record)
     setup = recorded_setup(record, request, method, first_parent, base_snap)
-    allow_missing = any(t.missing_in for t in record.tensors)
     passes = 2 if method.decides_per_expert else 1
-    io = merge_io(ctx)
-    snaps = [ctx.snapshot(c) for c in setup.expert_commits]
-    plan = plan_merge(io.graph, io.store, record.model, base_snap, snaps, setup.expert_names, allow_missing, passes)
-    plan = recorded_plan(plan, record, _SketchesRead(ctx, plan, setup.expert_commits, setup.expert_names))
-    return PlannedMerge(plan, setup), unknown
+    if is_sliced(record):
+        return PlannedMerge(replay_inputs.sliced(ctx, record, setup, passes), setup), unknown, ctx.store
+    store: ChunkStore = ctx.store
+    names = setup.expert_names
+    snaps = [replay_inputs.input_snapshot(ctx, record, c, n) for c, n in zip(setup.expert_commits, names, strict=True)]
+    plan_base = base_snap
+    if record.tokenizer is not None:  # the rows moved to the merged vocabulary again, into the scratch
+        store = KeepingStore(ctx.store)
+        plan_base, snaps, output = replay_inputs.vocabulary(ctx, record, setup, snaps, scratch, store)
+        setup = dataclasses.replace(setup, base_snap=output)
+    allow_missing = any(t.missing_in for t in record.tensors)
+    plan = plan_merge(scratch, store, record.model, plan_base, snaps, names, allow_missing, passes)
+    plan = recorded_plan(plan, record, _SketchesRead(ctx, plan, setup.expert_commits, names))
+    return PlannedMerge(plan, setup), unknown, store
 
 
 class _SketchesRead:
@@ -175,32 +197,31 @@ class _SketchesRead:
         return use
 
 
-def _recompute(ctx: Context, planned: PlannedMerge) -> tuple[dict[str, Entry], Graph]:
-    """The merged files' entries, computed by the merge engine into a scratch graph (returned:
-    their trees and manifests are there) over a store that keeps nothing."""
+def _recompute(ctx: Context, planned: PlannedMerge, scratch: ScratchGraph, store: ChunkStore) -> dict[str, Entry]:
+    """The merged files' entries, computed by the merge engine into the scratch graph (their
+    trees and manifests are held there) from inputs read from ``store``, over a store that keeps
+    nothing."""
     from mgit.merge.engine import execute  # imports torch only for the chunks that need it
     from mgit.merge.io import MergeIO
-    from mgit.merge.scratch import HashingStore, ScratchGraph
+    from mgit.merge.scratch import HashingStore
     from mgit.model.ingest import Ingestor
 
     io = merge_io(ctx)
-    scratch = ScratchGraph(ctx.graph)
-    io = MergeIO(scratch, io.store, io.pool, io.price)
+    io = MergeIO(scratch, store, io.pool, io.price)
     total = sum(tp.base.nbytes for tp in planned.plan.tensors)
     with byte_progress("verify", total) as bar, ctx.store.random_reads():
         ingestor = Ingestor(scratch, HashingStore(ctx.store.root), io.pool, bar)
         run = execute(planned, io, ingestor, bar)
-    return run.files, scratch
+    return run.files
 
 
 def _compare(
-    graph: Graph, scratch: Graph, recorded: Snapshot, base_snap: Snapshot, files: dict[str, Entry]
+    graph: Graph, scratch: Graph, recorded: Snapshot, merged: Snapshot, files: dict[str, Entry]
 ) -> tuple[int, int, list[Difference]]:
-    """(tensors compared, chunks compared, differences): the recomputed merge (``base_snap``'s
-    files with the merged ``files``) against the commit's snapshot, path by path."""
+    """(tensors compared, chunks compared, differences): the recomputed merge (``merged``: the
+    starting snapshot's files with the merged ``files``) against the commit's snapshot, path by path."""
     from mgit.model.filetree import load_safetensors
 
-    merged = dict(base_snap) | files
     tensors = chunks = 0
     differences: list[Difference] = []
     for path in sorted(set(recorded) | set(merged)):

@@ -38,3 +38,12 @@ def three_uneven(repo, small_chunks):
     """main: a bf16 base; math, code and chat: uneven fine-tunes of it (seeds 50…52), small chunks."""
     commit_uneven(repo, THREE_EXPERTS, 50)
     return repo
+
+
+@pytest.fixture
+def started(repo):
+    """A repository with one commit and no model (a merge config's models are directories)."""
+    (repo.root / "README.md").write_text("merges\n")
+    repo.add(["README.md"])
+    repo.commit("start")
+    return repo

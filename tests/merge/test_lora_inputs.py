@@ -16,86 +16,19 @@ import pytest
 import torch
 import yaml
 from helpers.cli import invoke
+from helpers.lora_models import lora_inputs, lora_repo
 from safetensors.torch import load_file
 
-from mgit import Repository
 from mgit.errors import BadInputError
 
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
-LLAMA = {
-    "vocab_size": 64,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 64,
-    "attention_bias": True,
-}
-# adapter "a": plain LoRA; adapter "b": rsLoRA with a per-module rank and alpha, a trained bias
-# of the adapted layers (bias: lora_only) and lm_head saved whole (modules_to_save)
-ADAPTERS = {
-    "a": {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"]},
-    "b": {
-        "r": 8,
-        "lora_alpha": 4,
-        "use_rslora": True,
-        "rank_pattern": {"up_proj": 2},
-        "alpha_pattern": {"layers.1.self_attn.o_proj": 16},
-        "target_modules": ["k_proj", "o_proj", "up_proj"],
-        "modules_to_save": ["lm_head"],
-        "bias": "lora_only",
-    },
-}
-
-
-def _save_model(path: Path, seed: int, dtype: torch.dtype) -> None:
-    torch.manual_seed(seed)
-    transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA)).to(dtype).save_pretrained(path)
-
-
-def _save_adapter(model: Path, path: Path, seed: int, **config: object) -> None:
-    """A real PEFT adapter of ``model``: B and the other trained tensors drawn at random."""
-    wrapped = peft.get_peft_model(transformers.LlamaForCausalLM.from_pretrained(model), peft.LoraConfig(**config))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in wrapped.named_parameters():
-            if p.requires_grad and "lora_A" not in name:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-    wrapped.save_pretrained(path)
-
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     """bf16 and f32 base models, an expert, adapters a and b of each base."""
-    root = tmp_path_factory.mktemp("lora")
-    for tag, dtype in (("bf16", torch.bfloat16), ("f32", torch.float32)):
-        _save_model(root / tag / "base", 0, dtype)
-        for k, (name, config) in enumerate(ADAPTERS.items()):
-            _save_adapter(root / tag / "base", root / tag / f"adapter-{name}", 10 + k, **config)
-    _save_model(root / "bf16" / "other", 1, torch.bfloat16)
-    return root
-
-
-def _repo(path: Path, inputs: Path, tag: str = "bf16") -> Repository:
-    """A repository: the base on main; adapter b committed on branch adapters under lora/b."""
-    repo = Repository.init(path)
-    (path / "model").mkdir()
-    for f in (inputs / tag / "base").iterdir():
-        (path / "model" / f.name).write_bytes(f.read_bytes())
-    repo.add(["."])
-    repo.commit("base")
-    repo.create_branch("adapters")
-    repo.switch("adapters")
-    (path / "lora" / "b").mkdir(parents=True)
-    for f in ("adapter_config.json", "adapter_model.safetensors"):
-        (path / "lora" / "b" / f).write_bytes((inputs / tag / "adapter-b" / f).read_bytes())
-    repo.add(["lora"])
-    repo.commit("adapter b")
-    repo.switch("main")
-    return repo
+    return lora_inputs(tmp_path_factory.mktemp("lora"))
 
 
 def _mergekit_applied(model: Path, adapter: Path, cache: Path) -> dict[str, torch.Tensor]:
@@ -109,7 +42,7 @@ def _mergekit_applied(model: Path, adapter: Path, cache: Path) -> dict[str, torc
 @pytest.mark.parametrize("tag", ["bf16", "f32"])
 @pytest.mark.parametrize("adapter", ["a", "b"])
 def test_adapter_applied_as_mergekit_applies_it(inputs, tmp_path, tag, adapter):
-    repo = _repo(tmp_path / "repo", inputs, tag)
+    repo = lora_repo(tmp_path / "repo", inputs, tag)
     rev = f"main+{inputs / tag / f'adapter-{adapter}'}" if adapter == "a" else "main+adapters:lora/b"
     planned = repo.merge_plan([rev], "linear", weight=1.0)
     (applied,) = planned.setup.loras
@@ -162,7 +95,7 @@ def _assert_bit_equal(mine: dict[str, torch.Tensor], theirs: dict[str, torch.Ten
 
 @pytest.mark.slow
 def test_merge_with_lora_inputs_equals_mergekit_yaml(inputs, mergekit_yaml_result, tmp_path):
-    repo = _repo(tmp_path / "repo", inputs)
+    repo = lora_repo(tmp_path / "repo", inputs)
     bf = inputs / "bf16"
     adapter_a, other = f"main+{bf / 'adapter-a'}", str(bf / "other")
     path = tmp_path / "m.yml"
@@ -191,7 +124,7 @@ def test_merge_with_lora_inputs_equals_mergekit_yaml(inputs, mergekit_yaml_resul
 
 
 def test_plan_record_names_each_adapter_and_input(inputs, tmp_path):
-    repo = _repo(tmp_path / "repo", inputs)
+    repo = lora_repo(tmp_path / "repo", inputs)
     bf = inputs / "bf16"
     adapters = repo.resolve("adapters")
     commit = repo.merge(
@@ -215,7 +148,7 @@ def test_plan_record_names_each_adapter_and_input(inputs, tmp_path):
 
 
 def test_an_adapter_is_applied_once_however_named(inputs, tmp_path, monkeypatch):
-    repo = _repo(tmp_path / "repo", inputs)
+    repo = lora_repo(tmp_path / "repo", inputs)
     (first,) = repo.merge_plan(["main+adapters:lora/b"], "linear", weight=1.0).setup.loras
     monkeypatch.setattr("mgit.ops.merge_lora.apply_adapter", None)  # applying again would fail
     (again,) = repo.merge_plan([f"main+{inputs / 'bf16' / 'adapter-b'}"], "linear", weight=1.0).setup.loras
@@ -224,7 +157,7 @@ def test_an_adapter_is_applied_once_however_named(inputs, tmp_path, monkeypatch)
 
 
 def test_a_revision_whose_name_holds_plus_wins(inputs, tmp_path):
-    repo = _repo(tmp_path / "repo", inputs)
+    repo = lora_repo(tmp_path / "repo", inputs)
     repo.create_branch("main+adapters", "main~0")  # a branch of that very name: taken whole
     planned = repo.merge_plan(["main+adapters", "adapters"], "linear", weight=0.5, model="model")
     assert planned.setup.loras == () and planned.setup.expert_commits == [
@@ -255,7 +188,7 @@ def _adapter_with(inputs: Path, tmp_path: Path, **changes: object) -> Path:
     ],
 )
 def test_adapters_applied_otherwise_are_refused_in_one_line(inputs, tmp_path, changes, refused):
-    repo = _repo(tmp_path / "repo", inputs)
+    repo = lora_repo(tmp_path / "repo", inputs)
     adapter = _adapter_with(inputs, tmp_path, **changes)
     before = sorted(repo.graph.repo.refs.allkeys())
     done = invoke("merge", f"main+{adapter}", "--method", "linear", "--weights", "1", cwd=repo.root)
@@ -283,7 +216,7 @@ def test_dora_embedding_and_bad_patterns_are_refused():
 
 
 def test_unknown_model_or_adapter_says_which(inputs, tmp_path):
-    repo = _repo(tmp_path / "repo", inputs)
+    repo = lora_repo(tmp_path / "repo", inputs)
     done = invoke("merge", "main+nowhere", "--method", "linear", "--weights", "1", cwd=repo.root)
     assert done.exit_code != 0 and "unknown LoRA adapter 'nowhere'" in done.stderr
     done = invoke("merge", "main+a+b", "--method", "linear", "--weights", "1", cwd=repo.root)
