@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from harness import merges
 from harness.context import RunContext
-from harness.merge_cases import Case, Outcome
+from harness.merge_cases import METHODS, Case, Outcome
 from harness.models import GB, MB, SHARDS, ModelPlan, split_shards
 from harness.report import fmt_rss, fmt_times, table
 from harness.sameness import same_cell
@@ -90,12 +90,23 @@ def reads_table(outcomes: list[Outcome]) -> str:
     return table(header, "lrrrrrrrr", rows)
 
 
+def methods_table(outcomes: list[Outcome]) -> str:
+    """How each method of the run was merged: its expert counts, base and parameters."""
+    rows = []
+    for method in dict.fromkeys(o.case.method for o in outcomes):
+        m = METHODS[method]
+        ks = ", ".join(str(o.case.k) for o in outcomes if o.case.method == method)
+        rows.append([method, ks + ("" if m.k is None else " (the only count it takes)"), "yes" if m.base else "no"])
+        rows[-1].append(m.words())
+    return table(["method", "K", "base", "parameters"], "llll", rows)
+
+
 def targets(outcomes: list[Outcome]) -> list[Target]:
-    """The targets at the largest K, plus the anonymous-memory ratio for information."""
+    """The targets at each method's largest K, plus the anonymous-memory ratio for information."""
     found = []
-    kmax = max(o.case.k for o in outcomes)
-    for o in (o for o in outcomes if o.case.k == kmax):
-        at = (o.case.method, str(kmax))
+    kmax = {o.case.method: o.case.k for o in sorted(outcomes, key=lambda o: o.case.k)}
+    for o in (o for o in outcomes if o.case.k == kmax[o.case.method]):
+        at = (o.case.method, str(o.case.k))
         found += [
             target("mgit speedup over mergekit (×)", o.speedup, "≥ 2", at_least(2), context=at),
             target("mgit peak RSS / mergekit's", o.rss_ratio, "≤ 0.5", at_most(0.5), context=at),
@@ -132,8 +143,13 @@ def report(outcomes: list[Outcome], run: RunContext, c: MergeInputs) -> str:
         f"1e{SCALE_DECADES[0]:.0f} to 1e{SCALE_DECADES[1]:.0f} of the tensor's std (of its RMS for the norms, "
         "whose std is 0), then rounds to bf16 (seeds "
         f"{EXPERT_SEED + 1}…{EXPERT_SEED + c.experts}). mergekit reads the model directories; mgit has the base on "
-        "`main` and expert N on branch `expert-N` of one repository. Merges use the first K experts, weights "
-        "1/K, ties with density 0.5, everything else the methods' defaults, bf16 throughout.",
+        "`main` and expert N on branch `expert-N` of one repository. Merges use the first K experts and the "
+        "base (where the table says so; a merge without one is of the experts alone: mergekit's config has no "
+        "`base_model`, `mgit merge` no `--base`), the parameters below, everything else the methods' defaults, "
+        "`dtype: bfloat16` (`--dtype=BF16`); a seeded method is run as `mergekit-yaml --random-seed 0` and "
+        "`mgit merge --seed=0`.",
+        "",
+        methods_table(outcomes),
         "",
         results_table(outcomes),
         "",
@@ -152,8 +168,8 @@ def report(outcomes: list[Outcome], run: RunContext, c: MergeInputs) -> str:
         reads_table(outcomes),
         "",
         f"Commands, e.g. for {c.example.method} at K = {c.example.k} (mergekit's YAML names the model "
-        "directories and gives each expert `parameters: {weight: 1/K}` (ties: and `density: 0.5`) and "
-        "`dtype: bfloat16`; paths relative to the repository root):",
+        "directories and gives each expert, or the merge, the parameters of the table above; paths relative "
+        "to the repository root):",
         "",
         "```",
         *c.example_cmds,
