@@ -69,7 +69,7 @@ def reads_table(outcomes: list[Outcome]) -> str:
         "of which deltas",
         "their own stored bytes (GB)",
         "expert bytes planned (GB)",
-        "mergekit: base + K experts (GB)",
+        "mergekit: its inputs (GB)",
     ]
     rows = []
     for o in outcomes:
@@ -163,7 +163,9 @@ def report(outcomes: list[Outcome], run: RunContext, c: MergeInputs) -> str:
         "`mgit commit` stores most chunks of a fine-tune as deltas against the "
         "base's chunk at the same place, which decoding needs: the experts' own stored bytes (from the chunk "
         "store's index) are the least their reads can cost; measured bytes above them mean delta bases were "
-        "read again. Planned: the plan's estimate (`experts_estimated`).",
+        "read again. Planned: the plan's estimate (`experts_estimated`). A merge without a base reads its inputs "
+        "alone: mgit's base column is then the first expert's chunks (the merge's reference, read in full), the "
+        "expert column the other experts' chunks that differ from them; mergekit reads the K experts.",
         "",
         reads_table(outcomes),
         "",
