@@ -60,7 +60,11 @@ def bench_case(s: Setup, case: Case) -> Outcome:
     doc = last_json(s.runner.run(child, s.repo).output)
     own, deltas = doc.pop("expert_own_bytes"), doc.pop("expert_delta_chunks")
     same = Sameness(**doc)
-    print(f"  bit-identical tensors {same.identical}/{same.tensors}, max |Δ| {same.max_abs:g}", flush=True)
+    dtypes = ", ".join(same.dtypes)
+    print(
+        f"  bit-identical tensors {same.identical}/{same.tensors}, max |Δ| {same.max_abs:g}; mgit's {dtypes}",
+        flush=True,
+    )
     shutil.rmtree(out, ignore_errors=True)
     b = record["bytes"]
     mergekit = Merged(case, mk, mk_times, safetensors_bytes(case.inputs(s)))

@@ -96,9 +96,10 @@ def methods_table(outcomes: list[Outcome]) -> str:
     for method in dict.fromkeys(o.case.method for o in outcomes):
         m = METHODS[method]
         ks = ", ".join(str(o.case.k) for o in outcomes if o.case.method == method)
-        rows.append([method, ks + ("" if m.k is None else " (the only count it takes)"), "yes" if m.base else "no"])
-        rows[-1].append(m.words())
-    return table(["method", "K", "base", "parameters"], "llll", rows)
+        dtypes = sorted({d.removeprefix("torch.") for o in outcomes if o.case.method == method for d in o.same.dtypes})
+        count = ks + ("" if m.k is None else " (the only count it takes)")
+        rows.append([method, count, "yes" if m.base else "no", m.words(), ", ".join(dtypes)])
+    return table(["method", "K", "base", "parameters", "mgit's output dtypes"], "lllll", rows)
 
 
 def targets(outcomes: list[Outcome]) -> list[Target]:
@@ -147,7 +148,8 @@ def report(outcomes: list[Outcome], run: RunContext, c: MergeInputs) -> str:
         "base (where the table says so; a merge without one is of the experts alone: mergekit's config has no "
         "`base_model`, `mgit merge` no `--base`), the parameters below, everything else the methods' defaults, "
         "`dtype: bfloat16` (`--dtype=BF16`); a seeded method is run as `mergekit-yaml --random-seed 0` and "
-        "`mgit merge --seed=0`.",
+        "`mgit merge --seed=0`. Output dtypes: of mgit's merged tensors (mergekit's are the same where the "
+        "outputs are equal: a tensor of another dtype is not).",
         "",
         methods_table(outcomes),
         "",

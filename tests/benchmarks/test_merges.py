@@ -158,13 +158,13 @@ def test_the_report_names_each_methods_settings_and_takes_its_targets_at_its_own
     def outcome(method: str, k: int) -> merge_cases.Outcome:
         case = merge_cases.Case(method, k)
         tool = merges.Merged(case, Proc(2.0, 100, 0.0, ""), [2.0], 10)
-        return merge_cases.Outcome(case, tool, tool, Sameness(3, 3), 0, 0)
+        return merge_cases.Outcome(case, tool, tool, Sameness(3, 3, dtypes=["torch.bfloat16"]), 0, 0)
 
     outcomes = [outcome("ties", 2), outcome("ties", 4), outcome("nearswap", 1), outcome("karcher", 4)]
     assert {t.context for t in merge_report.targets(outcomes)} == {("ties", "4"), ("nearswap", "1"), ("karcher", "4")}
     rows = merge_report.methods_table(outcomes).splitlines()[2:]
     assert rows == [
-        "| ties | 2, 4 | yes | weight 1/K, density 0.5 |",
-        "| nearswap | 1 (the only count it takes) | yes | no weights, t 0.0001 |",
-        "| karcher | 4 | no | no weights |",
+        "| ties | 2, 4 | yes | weight 1/K, density 0.5 | bfloat16 |",
+        "| nearswap | 1 (the only count it takes) | yes | no weights, t 0.0001 | bfloat16 |",
+        "| karcher | 4 | no | no weights | bfloat16 |",
     ]
