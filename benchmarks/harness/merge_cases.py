@@ -36,6 +36,7 @@ class Method:
     base: bool = True  # the base named (`base_model`, ``--base=main``); False: a merge of the experts alone
     k: int | None = None  # the one expert count the method takes; None: the run's K
     seeded: bool = False  # random: both tools given seed SEED
+    caveat: str = ""  # what the report must say of its comparison with mergekit
 
     def ks(self, ks: Sequence[int]) -> tuple[int, ...]:
         """The expert counts this method runs at, of the run's ``ks``."""
@@ -47,6 +48,13 @@ class Method:
         said += [f"{name} {value:g}" for name, value in {**self.expert_params, **self.params}.items()]
         return ", ".join(said + (["seed 0"] if self.seeded else []))
 
+
+FUSION_SAMPLES = (
+    "arcee_fusion takes the quantiles of a tensor over 1,000,000 elements from 1,000,000 of its scores drawn at "
+    "random, and mgit cannot replay mergekit's draws of them (`--rng mergekit` refuses it): each tool draws its own, "
+    "so the outputs are equal only where both samples give the same thresholds (in bf16 they mostly do: the scores "
+    "take few values)."
+)
 
 # Parameters are mergekit's defaults where they are given at all, except those that would leave the
 # method's own step unexercised (sce's select_topk: 1 keeps everything) or that have none (nearswap's t,
@@ -60,7 +68,7 @@ METHODS: dict[str, Method] = {
     "multislerp": Method(base=False),
     "karcher": Method(weighted=False, base=False),
     "sce": Method(params={"select_topk": 0.5}, weighted=False),
-    "arcee_fusion": Method(weighted=False, k=1, seeded=True),
+    "arcee_fusion": Method(weighted=False, k=1, seeded=True, caveat=FUSION_SAMPLES),
     "ram": Method(params={"epsilon": 1e-5}, weighted=False),
     "ramplus_tl": Method(params={"r": 0.1, "alpha": 0.2, "epsilon": 1e-5}, weighted=False),
 }

@@ -153,6 +153,7 @@ def report(outcomes: list[Outcome], run: RunContext, c: MergeInputs) -> str:
         "",
         methods_table(outcomes),
         "",
+        *(f"{caveat}\n" for caveat in dict.fromkeys(METHODS[o.case.method].caveat for o in outcomes) if caveat),
         results_table(outcomes),
         "",
         targets_table(targets(outcomes), ["method", "K"], "lr"),

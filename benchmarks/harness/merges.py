@@ -118,7 +118,7 @@ def mergekit_config(
     return json.dumps(doc, indent=2) + "\n"
 
 
-OWN_FLAGS = frozenset({"weight", "density", "lambda", "epsilon", "gamma", "t"})  # `mgit merge --NAME`; others --param
+OWN_FLAGS = frozenset({"density", "lambda", "epsilon", "gamma", "t"})  # `mgit merge --NAME`; others --param
 
 
 def mgit_param_flag(name: str, value: float) -> str:

@@ -151,14 +151,20 @@ def test_every_bench_method_says_what_mergekits_method_takes() -> None:
         assert spec.base if policy is BasePolicy.REQUIRED else not (spec.base and policy is BasePolicy.IGNORED), name
 
 
-def test_the_report_names_each_methods_settings_and_takes_its_targets_at_its_own_largest_k() -> None:
-    from harness import merge_report
+def made_up_outcome(method: str, k: int) -> merge_cases.Outcome:
+    """An outcome of (method, k) as bench_merge makes one, with made-up numbers."""
     from harness.sameness import Sameness
 
-    def outcome(method: str, k: int) -> merge_cases.Outcome:
-        case = merge_cases.Case(method, k)
-        tool = merges.Merged(case, Proc(2.0, 100, 0.0, ""), [2.0], 10)
-        return merge_cases.Outcome(case, tool, tool, Sameness(3, 3, dtypes=["torch.bfloat16"]), 0, 0)
+    case = merge_cases.Case(method, k)
+    counts = ["base_measured", "experts_measured", "expert_chunks_measured", "experts_estimated"]
+    tool = merges.Merged(case, Proc(2.0, 100, 0.0, ""), [2.0], 10, {"bytes": dict.fromkeys(counts, 1)})
+    return merge_cases.Outcome(case, tool, tool, Sameness(3, 3, dtypes=["torch.bfloat16"]), 0, 0)
+
+
+def test_the_report_names_each_methods_settings_and_takes_its_targets_at_its_own_largest_k() -> None:
+    from harness import merge_report
+
+    outcome = made_up_outcome
 
     outcomes = [outcome("ties", 2), outcome("ties", 4), outcome("nearswap", 1), outcome("karcher", 4)]
     assert {t.context for t in merge_report.targets(outcomes)} == {("ties", "4"), ("nearswap", "1"), ("karcher", "4")}
@@ -168,3 +174,18 @@ def test_the_report_names_each_methods_settings_and_takes_its_targets_at_its_own
         "| nearswap | 1 (the only count it takes) | yes | no weights, t 0.0001 | bfloat16 |",
         "| karcher | 4 | no | no weights | bfloat16 |",
     ]
+
+
+def test_the_report_says_why_arcee_fusion_may_differ_from_mergekit(tmp_path: Path, monkeypatch) -> None:
+    from harness import merge_report
+    from harness.context import RunContext
+    from harness.models import plan_model
+
+    monkeypatch.setattr(RunContext, "header", lambda self, title: [title])
+    inputs = merge_report.MergeInputs(plan_model(10**7), 10**7, 2, merge_cases.Case("ties", 2), ["mgit merge"])
+
+    def text(*methods: tuple[str, int]) -> str:
+        return merge_report.report([made_up_outcome(*m) for m in methods], RunContext("bench", tmp_path), inputs)
+
+    assert text(("arcee_fusion", 1), ("ties", 2)).count(merge_cases.FUSION_SAMPLES) == 1
+    assert merge_cases.FUSION_SAMPLES not in text(("ties", 2), ("karcher", 2))
