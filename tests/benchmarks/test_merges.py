@@ -1,4 +1,6 @@
-"""harness/merges.py: the same merge said to mergekit and to `mgit merge`, and finding a run's result."""
+"""harness/merges.py and merge_cases.py: the same merge said to mergekit and to `mgit merge` (every
+method bench_merge runs, checked against both tools' method specs), finding a run's result, and what
+bench_merge's report says of its methods."""
 
 from __future__ import annotations
 
