@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from harness import merges
 from harness.context import RunContext
-from harness.merge_cases import Case, Outcome
+from harness.merge_cases import METHODS, Case, Outcome
 from harness.models import GB, MB, SHARDS, ModelPlan, split_shards
 from harness.report import fmt_rss, fmt_times, table
 from harness.sameness import same_cell
@@ -69,7 +69,7 @@ def reads_table(outcomes: list[Outcome]) -> str:
         "of which deltas",
         "their own stored bytes (GB)",
         "expert bytes planned (GB)",
-        "mergekit: base + K experts (GB)",
+        "mergekit: its inputs (GB)",
     ]
     rows = []
     for o in outcomes:
@@ -90,12 +90,24 @@ def reads_table(outcomes: list[Outcome]) -> str:
     return table(header, "lrrrrrrrr", rows)
 
 
+def methods_table(outcomes: list[Outcome]) -> str:
+    """How each method of the run was merged: its expert counts, base and parameters."""
+    rows = []
+    for method in dict.fromkeys(o.case.method for o in outcomes):
+        m = METHODS[method]
+        ks = ", ".join(str(o.case.k) for o in outcomes if o.case.method == method)
+        dtypes = sorted({d.removeprefix("torch.") for o in outcomes if o.case.method == method for d in o.same.dtypes})
+        count = ks + ("" if m.k is None else " (the only count it takes)")
+        rows.append([method, count, "yes" if m.base else "no", m.words(), ", ".join(dtypes)])
+    return table(["method", "K", "base", "parameters", "mgit's output dtypes"], "lllll", rows)
+
+
 def targets(outcomes: list[Outcome]) -> list[Target]:
-    """The targets at the largest K, plus the anonymous-memory ratio for information."""
+    """The targets at each method's largest K, plus the anonymous-memory ratio for information."""
     found = []
-    kmax = max(o.case.k for o in outcomes)
-    for o in (o for o in outcomes if o.case.k == kmax):
-        at = (o.case.method, str(kmax))
+    kmax = {o.case.method: o.case.k for o in sorted(outcomes, key=lambda o: o.case.k)}
+    for o in (o for o in outcomes if o.case.k == kmax[o.case.method]):
+        at = (o.case.method, str(o.case.k))
         found += [
             target("mgit speedup over mergekit (×)", o.speedup, "≥ 2", at_least(2), context=at),
             target("mgit peak RSS / mergekit's", o.rss_ratio, "≤ 0.5", at_most(0.5), context=at),
@@ -132,9 +144,16 @@ def report(outcomes: list[Outcome], run: RunContext, c: MergeInputs) -> str:
         f"1e{SCALE_DECADES[0]:.0f} to 1e{SCALE_DECADES[1]:.0f} of the tensor's std (of its RMS for the norms, "
         "whose std is 0), then rounds to bf16 (seeds "
         f"{EXPERT_SEED + 1}…{EXPERT_SEED + c.experts}). mergekit reads the model directories; mgit has the base on "
-        "`main` and expert N on branch `expert-N` of one repository. Merges use the first K experts, weights "
-        "1/K, ties with density 0.5, everything else the methods' defaults, bf16 throughout.",
+        "`main` and expert N on branch `expert-N` of one repository. Merges use the first K experts and the "
+        "base (where the table says so; a merge without one is of the experts alone: mergekit's config has no "
+        "`base_model`, `mgit merge` no `--base`), the parameters below, everything else the methods' defaults, "
+        "`dtype: bfloat16` (`--dtype=BF16`); a seeded method is run as `mergekit-yaml --random-seed 0` and "
+        "`mgit merge --seed=0`. Output dtypes: of mgit's merged tensors (mergekit's are the same where the "
+        "outputs are equal: a tensor of another dtype is not).",
         "",
+        methods_table(outcomes),
+        "",
+        *(f"{caveat}\n" for caveat in dict.fromkeys(METHODS[o.case.method].caveat for o in outcomes) if caveat),
         results_table(outcomes),
         "",
         targets_table(targets(outcomes), ["method", "K"], "lr"),
@@ -147,13 +166,15 @@ def report(outcomes: list[Outcome], run: RunContext, c: MergeInputs) -> str:
         "`mgit commit` stores most chunks of a fine-tune as deltas against the "
         "base's chunk at the same place, which decoding needs: the experts' own stored bytes (from the chunk "
         "store's index) are the least their reads can cost; measured bytes above them mean delta bases were "
-        "read again. Planned: the plan's estimate (`experts_estimated`).",
+        "read again. Planned: the plan's estimate (`experts_estimated`). A merge without a base reads its inputs "
+        "alone: mgit's base column is then the first expert's chunks (the merge's reference, read in full), the "
+        "expert column the other experts' chunks that differ from them; mergekit reads the K experts.",
         "",
         reads_table(outcomes),
         "",
         f"Commands, e.g. for {c.example.method} at K = {c.example.k} (mergekit's YAML names the model "
-        "directories and gives each expert `parameters: {weight: 1/K}` (ties: and `density: 0.5`) and "
-        "`dtype: bfloat16`; paths relative to the repository root):",
+        "directories and gives each expert, or the merge, the parameters of the table above; paths relative "
+        "to the repository root):",
         "",
         "```",
         *c.example_cmds,

@@ -100,22 +100,30 @@ def prepare(
 
 def mergekit_config(
     method: str,
-    base: Path,
+    base: Path | None,
     experts: Sequence[Path],
     params: Mapping[str, float],
     merge_params: Mapping[str, float] | None = None,
 ) -> str:
-    """mergekit's YAML (JSON is YAML): the base, the experts each with ``params``, the merge's own
-    ``merge_params`` (e.g. task_arithmetic's lambda) where given, bf16."""
-    doc: dict[str, Any] = {
-        "merge_method": method,
-        "base_model": str(base),
-        "models": [{"model": str(e), "parameters": dict(params)} for e in experts],
-    }
+    """mergekit's YAML (JSON is YAML): the base (none for a merge without one), the experts each with
+    ``params`` (where any), the merge's own ``merge_params`` (e.g. task_arithmetic's lambda) where
+    given, bf16."""
+    doc: dict[str, Any] = {"merge_method": method}
+    if base is not None:
+        doc["base_model"] = str(base)
+    doc["models"] = [{"model": str(e), **({"parameters": dict(params)} if params else {})} for e in experts]
     if merge_params is not None:
         doc["parameters"] = dict(merge_params)
     doc["dtype"] = "bfloat16"
     return json.dumps(doc, indent=2) + "\n"
+
+
+OWN_FLAGS = frozenset({"density", "lambda", "epsilon", "gamma", "t"})  # `mgit merge --NAME`; others --param
+
+
+def mgit_param_flag(name: str, value: float) -> str:
+    """One mergekit parameter as an `mgit merge` flag: its own option where it has one, else ``--param``."""
+    return f"--{name}={value!r}" if name in OWN_FLAGS else f"--param={name}={value!r}"
 
 
 def mgit_merge_cmd(
@@ -129,18 +137,22 @@ def mgit_merge_cmd(
     select: str | None = None,
     seed: int | None = None,
     checkout: bool = True,
+    weighted: bool = True,
+    base: str | None = "main",
 ) -> list[str]:
-    """`mgit merge` of experts 1..k (branches `expert-N`) into `main`, weights 1/k, ``params`` as flags,
-    bf16, on a new branch; under ``budget`` percent (picked by ``select``) and ``--seed`` when given,
-    with ``--no-checkout`` unless ``checkout``: what mergekit_config says to mergekit."""
-    weights = [f"--weights={1 / k!r}", *(f"--{name}={value!r}" for name, value in params.items())]
+    """`mgit merge` of experts 1..k (branches `expert-N`) into ``base`` (none: a merge without one),
+    weights 1/k unless not ``weighted``, ``params`` as flags, bf16, on a new branch; under ``budget``
+    percent (picked by ``select``) and ``--seed`` when given, with ``--no-checkout`` unless
+    ``checkout``: what mergekit_config says to mergekit."""
+    weights = [*([f"--weights={1 / k!r}"] if weighted else []), *(mgit_param_flag(n, v) for n, v in params.items())]
     budgeted = [] if budget is None else [f"--budget={budget}%", *([f"--budget-select={select}"] if select else [])]
     seeded = [] if seed is None else [f"--seed={seed}"]
     no_checkout = [] if checkout else ["--no-checkout"]
     experts = [f"expert-{i}" for i in range(1, k + 1)]
     return [
         *[*mgit, "-q", "merge", f"--method={method}", *weights, "--dtype=BF16", *budgeted, *seeded],
-        *["--base=main", "-b", branch, *no_checkout, "-m", f"bench {branch}", *experts],
+        *([f"--base={base}"] if base else []),
+        *["-b", branch, *no_checkout, "-m", f"bench {branch}", *experts],
     ]
 
 
@@ -150,15 +162,17 @@ def merge_takes(mgit: list[str], flag: str) -> bool:
     return flag in res.stdout
 
 
-def run_mergekit(s: Setup, name: str, config: str, config_name: str | None = None) -> tuple[Proc, list[float], Path]:
-    """`mergekit-yaml` with ``config`` (written to ``config_name``, default NAME.yml) into the output
-    directory NAME of the scratch directory, ``s.reps`` times (the output deleted before each):
-    (the fastest run, every run's seconds, the output directory)."""
+def run_mergekit(
+    s: Setup, name: str, config: str, config_name: str | None = None, flags: Sequence[str] = ()
+) -> tuple[Proc, list[float], Path]:
+    """`mergekit-yaml` with ``config`` (written to ``config_name``, default NAME.yml) and ``flags`` (e.g.
+    its seed) into the output directory NAME of the scratch directory, ``s.reps`` times (the output
+    deleted before each): (the fastest run, every run's seconds, the output directory)."""
     assert s.mergekit is not None, "prepared without mergekit"
     path = s.scratch / (config_name or f"{name}.yml")
     path.write_text(config)
     out = s.scratch / name
-    cmd = mergekit_cmd(s.mergekit, path, out)
+    cmd = mergekit_cmd(s.mergekit, path, out, flags)
     best, times = best_of(
         s.reps, lambda: shutil.rmtree(out, ignore_errors=True), lambda: s.runner.run(cmd, s.scratch, timed=True)
     )
@@ -188,12 +202,15 @@ def merge_record(s: Setup, rev: str, repo: Path | None = None) -> dict:
     return json_output(s.runner.run([*s.mgit, "show", "--json", rev], repo or s.repo).output).get("plan", {})
 
 
-def example_cmds(s: Setup, mergekit: tuple[str, str] | None, mgit: list[str]) -> list[str]:
+def example_cmds(
+    s: Setup, mergekit: tuple[str, str] | None, mgit: list[str], mergekit_flags: Sequence[str] = ()
+) -> list[str]:
     """The commands a report shows, paths relative to the repository root: mergekit's with the config
-    and output names of ``mergekit`` (when it ran) and the mgit command ``mgit``."""
+    and output names of ``mergekit`` (when it ran) and its ``mergekit_flags``, and the mgit command ``mgit``."""
     shown = []
     if mergekit is not None and s.mergekit is not None:
-        shown.append(shlex.join(mergekit_cmd(s.mergekit, s.scratch / mergekit[0], s.scratch / mergekit[1])))
+        config, out = s.scratch / mergekit[0], s.scratch / mergekit[1]
+        shown.append(shlex.join(mergekit_cmd(s.mergekit, config, out, mergekit_flags)))
     return [relative(c) for c in [*shown, shlex.join(mgit)]]
 
 

@@ -31,6 +31,7 @@ class Sameness:
     problems: list[str] = field(default_factory=list)  # tensors missing on one side, or of another dtype or shape
     sq: float = 0.0  # Σ of the squared differences, float64, over all tensors
     rel_error: float | None = None  # ‖M − M_ref‖ / ‖M_ref − base‖, where measured
+    dtypes: list[str] = field(default_factory=list)  # the result's tensor dtypes, e.g. ["torch.bfloat16"]
 
     @property
     def bit_identical(self) -> bool:
@@ -42,6 +43,7 @@ def compare_tensors(ours: dict, theirs: Iterable[tuple[str, Any]]) -> dict:
     import torch
 
     seen, identical, max_abs, sq, problems = set(), 0, 0.0, 0.0, []
+    dtypes = sorted({str(t.dtype) for t in ours.values()})
     for name, other in theirs:
         mine = ours.get(name)
         seen.add(name)
@@ -52,7 +54,14 @@ def compare_tensors(ours: dict, theirs: Iterable[tuple[str, Any]]) -> dict:
         max_abs = max(max_abs, float((mine.float() - other.float()).abs().max()))
         sq += float((mine.double() - other.double()).square().sum())
     problems += sorted(set(ours) - seen)
-    return {"tensors": len(ours), "identical": identical, "max_abs": max_abs, "problems": problems, "sq": sq}
+    return {
+        "tensors": len(ours),
+        "identical": identical,
+        "max_abs": max_abs,
+        "problems": problems,
+        "sq": sq,
+        "dtypes": dtypes,
+    }
 
 
 def safetensors_dir(out_dir: Path) -> Iterator[tuple[str, Any]]:

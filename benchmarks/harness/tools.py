@@ -128,8 +128,8 @@ def ensure_mergekit(venv: Path = MERGEKIT_VENV) -> Path:
     return exe
 
 
-def mergekit_cmd(exe: Path, config: Path, out: Path) -> list[str]:
-    return [str(exe), str(config), str(out), *MERGEKIT_FLAGS]
+def mergekit_cmd(exe: Path, config: Path, out: Path, flags: Sequence[str] = ()) -> list[str]:
+    return [str(exe), str(config), str(out), *MERGEKIT_FLAGS, *flags]
 
 
 def git_lfs_version() -> str | None:

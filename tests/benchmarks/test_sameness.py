@@ -95,4 +95,5 @@ def test_bench_merges_child_compares_a_merge_and_counts_its_expert_reads(tmp_pat
     merge_cases.compare_main()
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert doc["identical"] == doc["tensors"] == len(base) and doc["problems"] == []
+    assert doc["dtypes"] == sorted({str(t.dtype) for t in base.values()})
     assert doc["expert_own_bytes"] > 0 and doc["expert_delta_chunks"] >= 0
