@@ -66,7 +66,7 @@ def load_tokenizer(directory: Path, name: str, rows: int | None) -> InputTokeniz
     model's embedding rows (mergekit would cut such a tokenizer down; mgit does not)."""
     auto = _transformers().AutoTokenizer
     try:
-        tok = auto.from_pretrained(str(directory), use_fast=True)
+        tok = auto.from_pretrained(str(directory), use_fast=True, local_files_only=True)  # mgit downloads nothing
     except Exception as exc:  # whatever a tokenizer's files make transformers raise: one line naming the input
         raise BadInputError(f"{name}: cannot load its tokenizer ({str(exc).splitlines()[0]})") from None
     vocab = tok.get_vocab()
@@ -81,7 +81,7 @@ def _reloaded(tok: Any) -> Any:
     """A copy of ``tok`` through its saved files (what mergekit extends, leaving the base as it was)."""
     with tempfile.TemporaryDirectory(prefix="mgit-tokenizer-") as tmp:
         tok.save_pretrained(tmp)
-        return _transformers().AutoTokenizer.from_pretrained(tmp, use_fast=True)
+        return _transformers().AutoTokenizer.from_pretrained(tmp, use_fast=True, local_files_only=True)
 
 
 def union(base: InputTokenizer, others: Sequence[InputTokenizer]) -> Any:

@@ -7,6 +7,7 @@ transformers."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -172,7 +173,10 @@ def both(models):
     for case, (_, tied, _) in CASES.items():
         path = config_file(root, case, pairs[tied])
         theirs = root / f"mergekit-{case}"
-        subprocess.run(["mergekit-yaml", str(path), str(theirs)], check=True, capture_output=True)
+        # offline, as mgit always loads tokenizers: transformers writes the flag into tokenizer_config.json
+        # (whether it is set otherwise depends on huggingface_hub's version: 2.5 detects offline hosts)
+        offline = os.environ | {"HF_HUB_OFFLINE": "1"}
+        subprocess.run(["mergekit-yaml", str(path), str(theirs)], check=True, capture_output=True, env=offline)
         repo, _ = mgit_merge(root, case, pairs[tied], "-against-mergekit")
         out[case] = (theirs, repo.root / "model")
     return out
